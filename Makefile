@@ -1,0 +1,41 @@
+# metalforge: `make run` starts the all-in-one service, `make test` runs every check.
+# Both install what they need first (virtualenv, Python packages, apt packages).
+
+VENV      ?= .venv
+PYTHON    ?= python3
+STAMP     := $(VENV)/.installed-stamp
+BIN       := $(VENV)/bin
+
+.PHONY: run test lint unit bench clean system-packages
+
+$(STAMP): pyproject.toml
+	tools/ensure-system-packages.sh base
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	@mkdir -p var
+	$(BIN)/metalforge $(if $(CONFIG),--config $(CONFIG)) all-in-one
+
+system-packages:
+	tools/ensure-system-packages.sh test
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests tools
+	$(BIN)/ruff format --check src tests tools
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: $(STAMP) system-packages lint
+	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider -m "not slow and not postgres" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python tools/bench.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

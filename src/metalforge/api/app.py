@@ -1,0 +1,49 @@
+"""The FastAPI application: routers, version middleware, Ironic error format."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from metalforge.api import errors
+from metalforge.api.routes import (
+    conductors,
+    drivers,
+    node_history,
+    node_states,
+    node_traits,
+    nodes,
+    ports,
+    root,
+)
+from metalforge.api.services import ApiServices
+from metalforge.api.versions import VersionMiddleware
+
+RESOURCE_ROUTERS = (
+    nodes.router,
+    node_states.router,
+    node_traits.router,
+    node_history.router,
+    ports.router,
+    conductors.router,
+    drivers.router,
+)
+
+
+def create_app(services: ApiServices) -> FastAPI:
+    """Build the API around ``services`` (no globals: tests build several)."""
+    app = FastAPI(
+        title="metalforge",
+        version="1.0",
+        description="Bare-metal provisioning with an Ironic-compatible /v1 API.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.services = services
+    errors.install(app)
+    app.include_router(root.router)
+    for router in RESOURCE_ROUTERS:
+        app.include_router(router, prefix="/v1")
+        # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
+        app.include_router(router, include_in_schema=False)
+    app.add_middleware(VersionMiddleware)
+    return app

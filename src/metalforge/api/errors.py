@@ -1,0 +1,115 @@
+"""Ironic's error format, for every error the API can produce.
+
+Clients parse ``{"error_message": "<JSON string>"}``: python-ironicclient
+decodes the inner string and shows ``faultstring`` (it crashes if the value
+is an object), openstacksdk reads ``faultstring`` too. Handler errors use the
+``faultcode/faultstring/debuginfo`` shape; routing and version errors
+Ironic's ``code/title/description`` shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+LOG = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answered to the client with ``status`` and ``message``."""
+
+    def __init__(self, status: int, message: str, *, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, message)
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, message)
+
+
+def not_acceptable(message: str) -> ApiError:
+    return ApiError(406, message)
+
+
+def error_body(status: int, message: str) -> bytes:
+    inner = {
+        "faultcode": "Server" if status >= 500 else "Client",
+        "faultstring": message,
+        "debuginfo": None,
+    }
+    return json.dumps({"error_message": json.dumps(inner)}).encode()
+
+
+def routing_error_body(status: int, message: str) -> bytes:
+    title = HTTPStatus(status).phrase
+    inner = {"code": status, "title": title, "description": message}
+    return json.dumps({"error_message": json.dumps(inner)}).encode()
+
+
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None, *, routing: bool = False
+) -> Response:
+    body = routing_error_body(status, message) if routing else error_body(status, message)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body",)]
+        where = "/".join(loc) or "body"
+        if err.get("type") == "extra_forbidden":
+            parts.append(f"Additional properties are not allowed ('{loc[-1]}' was unexpected)")
+        elif err.get("type") == "json_invalid":
+            parts.append("The request body is not valid JSON")
+        elif err.get("type") == "missing":
+            parts.append(f"'{loc[-1] if loc else 'body'}' is a required property")
+        else:
+            parts.append(f"Invalid input for field/attribute {where}: {err.get('msg')}")
+    return "; ".join(parts) or "Invalid request"
+
+
+def install(app: FastAPI) -> None:
+    """Register handlers so that no error leaves the API in another shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(400, _describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            message = "The resource could not be found."
+        elif exc.status_code == 405:
+            message = (
+                "The server could not comply with the request since it is either "
+                "malformed or otherwise incorrect."
+            )
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, message, dict(exc.headers or {}), routing=True)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        LOG.exception("unexpected error serving %s %s", request.method, request.url.path)
+        return error_response(500, f"Internal error: {type(exc).__name__}")

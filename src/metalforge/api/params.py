@@ -1,0 +1,115 @@
+"""Query parameters as Ironic reads them.
+
+Unknown parameters are a 400 (``Unexpected arguments: x``); booleans accept
+what clients send (``True``, ``false``, ``1``, ``yes``...); ``fields`` and
+filters newer than the request's microversion are a 406.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from metalforge.api.errors import bad_request, not_acceptable
+from metalforge.api.versions import Version, fmt, request_version
+
+_TRUE = {"1", "t", "true", "on", "y", "yes"}
+_FALSE = {"0", "f", "false", "off", "n", "no"}
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise bad_request(f"Invalid value for {name}: {value!r} is not a valid boolean")
+
+
+class Query:
+    """The request's query string, checked against what the endpoint accepts."""
+
+    def __init__(self, request: Request, allowed: Iterable[str]) -> None:
+        self.version: Version = request_version(request)
+        self.params: dict[str, str] = {}
+        allowed_set = set(allowed)
+        unexpected = []
+        for key, value in request.query_params.multi_items():
+            if key not in allowed_set:
+                unexpected.append(key)
+            self.params[key] = value
+        if unexpected:
+            raise bad_request(f"Unexpected arguments: {', '.join(sorted(set(unexpected)))}")
+
+    def get(self, name: str, min_version: Version | None = None) -> str | None:
+        value = self.params.get(name)
+        if value is not None and min_version is not None and self.version < min_version:
+            raise not_acceptable(
+                f"The {name} parameter is not supported at API version {fmt(self.version)}; "
+                f"it needs {fmt(min_version)} or newer."
+            )
+        return value
+
+    def bool(self, name: str, min_version: Version | None = None) -> bool | None:
+        value = self.get(name, min_version)
+        return None if value is None else parse_bool(name, value)
+
+    def int(self, name: str) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise bad_request(f"Invalid value for {name}: {value!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class Page:
+    limit: int
+    marker: str | None
+    sort_key: str
+    sort_dir: str
+
+
+def page(
+    query: Query,
+    max_limit: int,
+    *,
+    sortable: Iterable[str],
+    default_key: str = "id",
+    forbidden_keys: Iterable[str] = (),
+) -> Page:
+    """Pagination parameters, validated."""
+    limit = query.int("limit")
+    if limit is not None and limit <= 0:
+        raise bad_request(f"Limit must be positive: {limit}")
+    limit = min(limit or max_limit, max_limit)
+    sort_dir = (query.get("sort_dir") or "asc").lower()
+    if sort_dir not in ("asc", "desc"):
+        raise bad_request(
+            f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+        )
+    sort_key = query.get("sort_key") or default_key
+    if sort_key in set(forbidden_keys) or sort_key not in set(sortable):
+        raise bad_request(f"The sort_key value {sort_key} is an invalid field for sorting")
+    return Page(limit, query.get("marker"), sort_key, sort_dir)
+
+
+def fields(query: Query, known: Mapping[str, Version]) -> list[str] | None:
+    """The ``fields`` list (>=1.8), each known and visible at the request's version."""
+    raw = query.get("fields", (1, 8))
+    if raw is None:
+        return None
+    names = [f.strip() for f in raw.split(",") if f.strip()]
+    for name in names:
+        since = known.get(name)
+        if since is None:
+            raise bad_request(f"Field {name} is not a valid field")
+        if query.version < since:
+            raise not_acceptable(
+                f"Field {name} is not available at API version {fmt(query.version)}"
+            )
+    return names

@@ -1,0 +1,471 @@
+"""``/v1/nodes/{id}/states``, provision and power requests, maintenance, validate.
+
+A provision request is checked against the state table and, in one
+transaction, moves the node to its transient state and queues the work for a
+conductor, so the next GET already shows the change (ironicclient's ``--wait``
+relies on it) and the request cannot be lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from metalforge import states
+from metalforge.api import lookup
+from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
+from metalforge.api.schemas import MaintenanceRequest, PowerRequest, ProvisionRequest
+from metalforge.api.services import ApiServices, base_url, services
+from metalforge.api.versions import Version, fmt, request_version
+from metalforge.conductor import history, steps, transitions
+from metalforge.db import queue
+from metalforge.db.models import Node, utcnow
+from metalforge.drivers import base as drivers_base
+from metalforge.drivers.base import DriverError
+from metalforge.drivers.hardware import UnknownDriver
+
+router = APIRouter(tags=["node states"])
+
+VERB_VERSIONS: dict[str, Version] = {
+    states.MANAGE: (1, 4),
+    states.PROVIDE: (1, 4),
+    states.INSPECT: (1, 6),
+    states.ABORT: (1, 13),
+    states.CLEAN: (1, 15),
+    states.ADOPT: (1, 17),
+    states.RESCUE_VERB: (1, 38),
+    states.UNRESCUE: (1, 38),
+    states.UNHOLD: (1, 85),
+    states.SERVICE: (1, 87),
+    states.DEPLOY: (1, 1),
+    states.REBUILD: (1, 1),
+    states.UNDEPLOY: (1, 1),
+}
+ABORT_VERSIONS: dict[str, Version] = {
+    states.INSPECT_WAIT: (1, 41),
+    states.DEPLOY_WAIT: (1, 110),
+}
+POWER_BLOCKED_STATES = frozenset(
+    {
+        states.CLEANING,
+        states.CLEAN_WAIT,
+        states.DEPLOYING,
+        states.DELETING,
+        states.INSPECTING,
+        states.VERIFYING,
+        states.ADOPTING,
+        states.RESCUING,
+        states.UNRESCUING,
+        states.SERVICING,
+    }
+)
+
+
+def locked(node: Node) -> ApiError:
+    return conflict(
+        f"Node {node.uuid} is locked by host {node.reservation}, please retry "
+        "after the current operation is completed."
+    )
+
+
+def _states_view(node: Node, version: Version) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "console_enabled": node.console_enabled,
+        "last_error": node.last_error,
+        "power_state": node.power_state,
+        "provision_state": node.provision_state,
+        "provision_updated_at": node.provision_updated_at.isoformat()
+        if node.provision_updated_at
+        else None,
+        "target_power_state": node.target_power_state,
+        "target_provision_state": node.target_provision_state,
+    }
+    if version >= (1, 12):
+        body.update(raid_config=node.raid_config, target_raid_config=node.target_raid_config)
+    if version >= (1, 75):
+        body.update(boot_mode=node.boot_mode, secure_boot=node.secure_boot)
+    return body
+
+
+@router.get("/nodes/{node_ident}/states", summary="Show a node's states")
+def get_states(node_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    version = request_version(request)
+    with svc.db.read() as session:
+        node = lookup.find_node(session, node_ident, version)
+        return JSONResponse(_states_view(node, version))
+
+
+def _queue(
+    svc: ApiServices, session: Session, node: Node, kind: str, payload: dict[str, Any] | None = None
+) -> None:
+    owner = svc.preferred_conductor(node.uuid, node.driver, node.conductor_group)
+    dedupe = f"provision:{node.id}" if kind == "provision" else None
+    queue.enqueue(session, kind, node.id, payload, preferred_owner=owner, dedupe_key=dedupe)
+
+
+def _location(request: Request, node: Node) -> dict[str, str]:
+    return {"Location": f"{base_url(request)}/v1/nodes/{node.uuid}/states"}
+
+
+def _check_provision_body(body: ProvisionRequest, verb: str, version: Version) -> None:
+    given = body.model_fields_set
+    if "clean_steps" in given and verb != states.CLEAN:
+        raise bad_request(
+            f'"clean_steps" is only valid when setting target provision state to {states.CLEAN}'
+        )
+    if verb == states.CLEAN and not body.clean_steps and not body.runbook:
+        raise bad_request(
+            f'"clean_steps" is required when setting target provision state to {states.CLEAN}'
+        )
+    if "deploy_steps" in given:
+        if version < (1, 69):
+            raise not_acceptable(f"deploy_steps is not available at API version {fmt(version)}")
+        if verb not in (states.DEPLOY, states.REBUILD):
+            raise bad_request(
+                '"deploy_steps" is only valid when setting target provision '
+                f"state to {states.DEPLOY} or {states.REBUILD}"
+            )
+    if "service_steps" in given and verb != states.SERVICE:
+        raise bad_request('"service_steps" is only valid with the service target')
+    if verb == states.SERVICE and not body.service_steps and not body.runbook:
+        raise bad_request(
+            f'"service_steps" is required when setting target provision state to {states.SERVICE}'
+        )
+    if "disable_ramdisk" in given and verb not in (states.CLEAN, states.SERVICE):
+        raise bad_request('"disable_ramdisk" can only be used with the clean and service targets')
+    if "disable_ramdisk" in given and version < (1, 70):
+        raise not_acceptable(f"disable_ramdisk is not available at API version {fmt(version)}")
+    if body.configdrive is not None:
+        if verb not in (states.DEPLOY, states.REBUILD):
+            raise bad_request(
+                f"Adding a config drive is only supported when setting provision "
+                f"state to {states.DEPLOY} or {states.REBUILD}"
+            )
+        if verb == states.REBUILD and version < (1, 35):
+            raise bad_request("A config drive on rebuild needs API version 1.35 or newer")
+        if isinstance(body.configdrive, dict):
+            if version < (1, 56):
+                raise bad_request("A configdrive given as JSON needs API version 1.56 or newer")
+            allowed = {"meta_data", "network_data", "user_data", "vendor_data"}
+            unknown = set(body.configdrive) - allowed
+            if unknown:
+                raise bad_request(f"Invalid configdrive keys: {', '.join(sorted(unknown))}")
+    if body.runbook is not None:
+        raise bad_request("Runbooks are not supported by this service")
+    if verb == states.RESCUE_VERB and not body.rescue_password:
+        raise bad_request(
+            'A non-empty "rescue_password" is required when setting target '
+            "provision state to rescue"
+        )
+    if "rescue_password" in given and verb != states.RESCUE_VERB:
+        raise bad_request('"rescue_password" is only valid with the rescue target')
+
+
+def _canonical_verb(target: str, version: Version) -> str:
+    verb = states.VERB_ALIASES.get(target, target)
+    if target == "deploy" and version < (1, 73):
+        raise not_acceptable(f"The deploy verb needs API version 1.73; requested {fmt(version)}")
+    if verb not in states.VERBS:
+        raise bad_request(f"Invalid provision state target: {target}")
+    since = VERB_VERSIONS.get(verb, (1, 1))
+    if version < since:
+        raise not_acceptable(f"The {target} verb is not available at API version {fmt(version)}")
+    return verb
+
+
+def _supported_clean_steps(svc: ApiServices, node: Node) -> list[steps.Step]:
+    return steps.supported_steps(
+        svc.drivers,
+        node,
+        "clean",
+        steps.parse_overrides(svc.settings.conductor.clean_step_priority_override),
+    )
+
+
+def _intent(svc: ApiServices, node: Node, verb: str, body: ProvisionRequest) -> dict[str, Any]:
+    """Columns the verb writes together with the transition."""
+    info = dict(node.driver_internal_info)
+    changes: dict[str, Any] = {}
+    if verb in (states.PROVIDE, states.CLEAN, states.MANAGE, states.UNDEPLOY):
+        for key in ("clean_steps", "clean_step_index", "requested_clean_steps"):
+            info.pop(key, None)
+    if verb in (
+        states.PROVIDE,
+        states.CLEAN,
+        states.DEPLOY,
+        states.REBUILD,
+        states.MANAGE,
+        states.INSPECT,
+        states.ADOPT,
+        states.SERVICE,
+    ):
+        changes["last_error"] = None
+    if verb == states.CLEAN:
+        requested = [s.model_dump(exclude_none=True) for s in body.clean_steps or []]
+        try:
+            steps.requested_plan(_supported_clean_steps(svc, node), requested)
+        except steps.StepRequestError as exc:
+            raise bad_request(f"Manual cleaning refused: {exc}") from None
+        info["requested_clean_steps"] = requested
+    if verb in (states.DEPLOY, states.REBUILD):
+        for key in ("deploy_steps", "deploy_step_index", "requested_deploy_steps"):
+            info.pop(key, None)
+        if body.deploy_steps:
+            info["requested_deploy_steps"] = [
+                {**s.model_dump(), "priority": _priority(s.priority)} for s in body.deploy_steps
+            ]
+        instance_info = dict(node.instance_info)
+        if body.configdrive is not None:
+            instance_info["configdrive"] = body.configdrive
+        changes["instance_info"] = instance_info
+    if verb == states.SERVICE:
+        for key in ("service_steps", "service_step_index"):
+            info.pop(key, None)
+        info["requested_service_steps"] = [
+            s.model_dump(exclude_none=True) for s in body.service_steps or []
+        ]
+    if verb == states.RESCUE_VERB:
+        changes["instance_info"] = {**node.instance_info, "rescue_password": body.rescue_password}
+    if verb == states.INSPECT:
+        changes.update(inspection_started_at=utcnow(), inspection_finished_at=None)
+    changes["driver_internal_info"] = info
+    return changes
+
+
+def _priority(value: int | str) -> int:
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise bad_request(f"Invalid deploy step priority {value!r}: must be an integer >= 0")
+
+
+@router.put(
+    "/nodes/{node_ident}/states/provision",
+    status_code=202,
+    summary="Request a provision state change",
+)
+def set_provision_state(node_ident: str, request: Request, body: ProvisionRequest) -> Response:
+    svc = services(request)
+    version = request_version(request)
+    verb = _canonical_verb(body.target, version)
+    _check_provision_body(body, verb, version)
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        if node.reservation is not None:
+            raise locked(node)
+        if verb in (states.DEPLOY, states.REBUILD) and node.maintenance:
+            raise bad_request(
+                f'The requested action "{body.target}" could not be performed '
+                f'on node "{node.uuid}" while it is in maintenance mode.'
+            )
+        if node.protected and verb in (states.REBUILD, states.UNDEPLOY):
+            raise bad_request(
+                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
+            )
+        if verb not in states.allowed_events(node.provision_state):
+            raise bad_request(
+                f'The requested action "{body.target}" can not be performed on node '
+                f'"{node.uuid}" while it is in state "{node.provision_state}".'
+            )
+        if verb == states.ABORT:
+            needed = ABORT_VERSIONS.get(node.provision_state)
+            if needed is not None and version < needed:
+                raise bad_request(
+                    f'Aborting in state "{node.provision_state}" needs API '
+                    f"version {fmt(needed)} or newer"
+                )
+            _queue(svc, session, node, "abort")
+            history.record(
+                session,
+                node.id,
+                "provisioning",
+                "abort requested",
+                state=node.provision_state,
+                target=node.target_provision_state,
+            )
+        else:
+            changes = _intent(svc, node, verb, body)
+            try:
+                transitions.apply(session, node, verb, changes=changes)
+            except transitions.TransitionConflict:
+                raise conflict(
+                    f"Node {node.uuid} changed while the request was processed; please retry."
+                ) from None
+            if states.STATES[node.provision_state].busy:
+                _queue(svc, session, node, "provision")
+    svc.notify()
+    return Response(status_code=202, headers=_location(request, node))
+
+
+@router.put(
+    "/nodes/{node_ident}/states/power", status_code=202, summary="Request a power state change"
+)
+def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Response:
+    svc = services(request)
+    version = request_version(request)
+    if body.target not in drivers_base.POWER_TARGETS:
+        raise bad_request(
+            f"Invalid power state target {body.target!r}; valid targets are "
+            f"{', '.join(drivers_base.POWER_TARGETS)}"
+        )
+    soft = body.target in (drivers_base.SOFT_POWER_OFF, drivers_base.SOFT_REBOOT)
+    if (soft or body.timeout is not None) and version < (1, 27):
+        raise not_acceptable(
+            f"Soft power actions and timeouts need API version 1.27; requested {fmt(version)}"
+        )
+    if body.timeout is not None and body.timeout < 1:
+        raise bad_request(f"Invalid timeout value {body.timeout}; it must be 1 or more")
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        if node.reservation is not None:
+            raise locked(node)
+        if node.provision_state in POWER_BLOCKED_STATES:
+            raise bad_request(
+                f"Power state change is not allowed while node {node.uuid} is in "
+                f'state "{node.provision_state}"'
+            )
+        if node.target_power_state is not None:
+            raise conflict(
+                f"Node {node.uuid} already has a power change to "
+                f"{node.target_power_state} in progress"
+            )
+        if node.disable_power_off and body.target in (
+            drivers_base.POWER_OFF,
+            drivers_base.SOFT_POWER_OFF,
+        ):
+            raise bad_request(f"Powering off node {node.uuid} is disabled (disable_power_off)")
+        target_state = (
+            drivers_base.POWER_OFF
+            if body.target in (drivers_base.POWER_OFF, drivers_base.SOFT_POWER_OFF)
+            else drivers_base.POWER_ON
+        )
+        result = session.execute(
+            update(Node)
+            .where(
+                Node.id == node.id, Node.reservation.is_(None), Node.target_power_state.is_(None)
+            )
+            .values(target_power_state=target_state, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise conflict(
+                f"Node {node.uuid} changed while the request was processed; please retry."
+            )
+        _queue(svc, session, node, "power", {"target": body.target, "timeout": body.timeout})
+        history.record(
+            session,
+            node.id,
+            "power",
+            f"power {body.target} requested",
+            state=node.provision_state,
+            target=node.target_provision_state,
+        )
+    svc.notify()
+    return Response(status_code=202, headers=_location(request, node))
+
+
+def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | None) -> None:
+    svc = services(request)
+    version = request_version(request)
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        values: dict[str, Any] = {
+            "maintenance": on,
+            "maintenance_reason": reason if on else None,
+            "updated_at": utcnow(),
+        }
+        if not on:
+            values["fault"] = None
+        session.execute(
+            update(Node)
+            .where(Node.id == node.id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        text = f"maintenance on: {reason}" if on else "maintenance off"
+        history.record(
+            session,
+            node.id,
+            "maintenance",
+            text,
+            state=node.provision_state,
+            target=node.target_provision_state,
+        )
+
+
+@router.put("/nodes/{node_ident}/maintenance", status_code=202, summary="Enter maintenance")
+def maintenance_on(
+    node_ident: str, request: Request, body: MaintenanceRequest | None = None
+) -> Response:
+    _set_maintenance(request, node_ident, True, body.reason if body else None)
+    return Response(status_code=202)
+
+
+@router.delete("/nodes/{node_ident}/maintenance", status_code=202, summary="Leave maintenance")
+def maintenance_off(node_ident: str, request: Request) -> Response:
+    _set_maintenance(request, node_ident, False, None)
+    return Response(status_code=202)
+
+
+class _ReadOnlyTask:
+    """A ``DriverTask`` for validation in the API: reads the node, never writes."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @property
+    def node(self) -> Node:
+        return self._node
+
+    def sleep(self, seconds: float) -> None:
+        return None
+
+    def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
+        return None
+
+
+VALIDATED = (
+    "boot",
+    "console",
+    "deploy",
+    "inspect",
+    "management",
+    "network",
+    "power",
+    "raid",
+    "rescue",
+    "storage",
+    "bios",
+    "firmware",
+)
+
+
+@router.get("/nodes/{node_ident}/validate", summary="Validate a node's driver interfaces")
+def validate_node(node_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    version = request_version(request)
+    result: dict[str, Any] = {}
+    with svc.db.read() as session:
+        node = lookup.find_node(session, node_ident, version)
+        task = _ReadOnlyTask(node)
+        for family in VALIDATED:
+            try:
+                iface = svc.drivers.interface(node, family)
+            except UnknownDriver as exc:
+                result[family] = {"result": False, "reason": str(exc)}
+                continue
+            if iface.name.startswith("no-"):
+                result[family] = {"result": None, "reason": f"not supported ({iface.name})"}
+                continue
+            try:
+                iface.validate(task)
+                result[family] = {"result": True}
+            except DriverError as exc:
+                result[family] = {"result": False, "reason": str(exc)}
+    return JSONResponse(result)

@@ -1,0 +1,512 @@
+"""``/v1/nodes``: create, list, show, patch, delete."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+from urllib.parse import urlencode
+
+import jsonpatch
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge import states
+from metalforge.api import lookup
+from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
+from metalforge.api.node_view import NODE_FIELDS, SELECTABLE_FIELDS, node_view
+from metalforge.api.params import Query, fields, page
+from metalforge.api.schemas import NodeCreate, PatchOperation
+from metalforge.api.services import ApiServices, base_url, services
+from metalforge.api.versions import Version, fmt, request_version
+from metalforge.conductor import history
+from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
+from metalforge.drivers.hardware import UnknownDriver
+
+router = APIRouter(tags=["nodes"])
+
+LIST_FILTERS: dict[str, Version] = {
+    "associated": (1, 1),
+    "maintenance": (1, 1),
+    "chassis_uuid": (1, 1),
+    "instance_uuid": (1, 1),
+    "provision_state": (1, 9),
+    "driver": (1, 16),
+    "resource_class": (1, 21),
+    "fault": (1, 42),
+    "conductor_group": (1, 46),
+    "conductor": (1, 49),
+    "owner": (1, 50),
+    "lessee": (1, 65),
+    "shard": (1, 82),
+    "sharded": (1, 82),
+    "include_children": (1, 83),
+    "parent_node": (1, 83),
+    "instance_name": (1, 104),
+    "retired": (1, 1),
+    "description_contains": (1, 1),
+    "project": (1, 1),
+}
+PAGING = ("limit", "marker", "sort_key", "sort_dir")
+UNSORTABLE = {
+    "properties",
+    "driver_info",
+    "extra",
+    "instance_info",
+    "driver_internal_info",
+    "clean_step",
+    "deploy_step",
+    "raid_config",
+    "target_raid_config",
+    "traits",
+    "network_data",
+    "service_step",
+}
+SORTABLE = {c.key for c in Node.__table__.columns} - UNSORTABLE - {"epoch"}
+FAULTS = {"power failure", "clean failure", "rescue abort failure", "service failure"}
+
+PATCHABLE = {
+    "automated_clean",
+    "chassis_uuid",
+    "conductor_group",
+    "description",
+    "disable_power_off",
+    "driver",
+    "driver_info",
+    "extra",
+    "instance_info",
+    "instance_name",
+    "instance_uuid",
+    "lessee",
+    "maintenance",
+    "name",
+    "network_data",
+    "owner",
+    "properties",
+    "protected",
+    "protected_reason",
+    "resource_class",
+    "retired",
+    "retired_reason",
+    "shard",
+    "parent_node",
+    *(f"{family}_interface" for family in INTERFACES),
+}
+DICT_FIELDS = {"driver_info", "extra", "instance_info", "network_data", "properties"}
+BOOL_FIELDS = {"automated_clean", "disable_power_off", "maintenance", "protected", "retired"}
+NULLABLE_BOOL = {"automated_clean"}
+
+
+# -- listing ------------------------------------------------------------------
+
+
+def _filters(query: Query, svc: ApiServices, session: Session) -> list[Any]:
+    conditions: list[Any] = []
+    for name, since in LIST_FILTERS.items():
+        if query.get(name, since) is None:
+            continue
+    if (v := query.bool("associated")) is not None:
+        conditions.append(Node.instance_uuid.is_not(None) if v else Node.instance_uuid.is_(None))
+    if (v := query.bool("maintenance")) is not None:
+        conditions.append(Node.maintenance.is_(v))
+    if (v := query.bool("retired")) is not None:
+        conditions.append(Node.retired.is_(v))
+    if (s := query.get("provision_state")) is not None:
+        if s not in states.STATES:
+            raise bad_request(f"Invalid provision state: {s}")
+        conditions.append(Node.provision_state == s)
+    if (s := query.get("fault")) is not None:
+        if s not in FAULTS:
+            raise bad_request(f"Invalid fault: {s}; valid faults are {', '.join(sorted(FAULTS))}")
+        conditions.append(Node.fault == s)
+    for name in (
+        "chassis_uuid",
+        "instance_uuid",
+        "driver",
+        "resource_class",
+        "owner",
+        "lessee",
+        "instance_name",
+        "parent_node",
+    ):
+        if (s := query.get(name)) is not None:
+            conditions.append(getattr(Node, name) == s)
+    if (s := query.get("conductor_group")) is not None:
+        conditions.append(Node.conductor_group == s.lower())
+    if (s := query.get("description_contains")) is not None:
+        conditions.append(Node.description.contains(s, autoescape=True))
+    if (s := query.get("project")) is not None:
+        conditions.append(or_(Node.owner == s, Node.lessee == s))
+    if (s := query.get("shard")) is not None:
+        conditions.append(Node.shard.in_([p.strip() for p in s.split(",") if p.strip()]))
+    if (v := query.bool("sharded")) is not None:
+        conditions.append(Node.shard.is_not(None) if v else Node.shard.is_(None))
+    if query.get("parent_node") is None and not query.bool("include_children"):
+        conditions.append(Node.parent_node.is_(None))
+    if (s := query.get("conductor")) is not None:
+        owned = [n.id for n in session.scalars(select(Node)) if _conductor(svc)(n) == s]
+        conditions.append(Node.id.in_(owned))
+    return conditions
+
+
+def _conductor(svc: ApiServices) -> Any:
+    return lambda node: svc.preferred_conductor(node.uuid, node.driver, node.conductor_group)
+
+
+def _paginate(stmt: Select[Any], session: Session, pg: Any) -> Select[Any]:
+    column = getattr(Node, pg.sort_key)
+    if pg.marker is not None:
+        marker = session.scalar(select(Node).where(Node.uuid == pg.marker))
+        if marker is None:
+            raise bad_request(f"Marker {pg.marker} could not be found.")
+        value = getattr(marker, pg.sort_key)
+        if pg.sort_dir == "asc":
+            after = or_(column > value, and_(column == value, Node.id > marker.id))
+        else:
+            after = or_(column < value, and_(column == value, Node.id < marker.id))
+        stmt = stmt.where(after) if value is not None else stmt.where(Node.id > marker.id)
+    order = column.asc() if pg.sort_dir == "asc" else column.desc()
+    tie = Node.id.asc() if pg.sort_dir == "asc" else Node.id.desc()
+    return stmt.order_by(order, tie).limit(pg.limit)
+
+
+def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
+    svc = services(request)
+    allowed = [*LIST_FILTERS, *PAGING]
+    if not detail_path:
+        allowed += ["fields", "detail"]
+    query = Query(request, allowed)
+    pg = page(query, svc.settings.api.max_limit, sortable=SORTABLE, forbidden_keys=UNSORTABLE)
+    wanted = fields(query, SELECTABLE_FIELDS) if not detail_path else None
+    detail = detail_path or bool(query.bool("detail", (1, 43)))
+    if wanted is not None and detail:
+        raise bad_request("Can not specify ?detail=True and fields in the same request.")
+    base = base_url(request)
+    with svc.db.read() as session:
+        stmt = select(Node).where(*_filters(query, svc, session))
+        nodes = list(session.scalars(_paginate(stmt, session, pg)))
+        conductor = _conductor(svc)
+        items = [
+            node_view(
+                n, query.version, base, fields=wanted, list_view=not detail, conductor=conductor
+            )
+            for n in nodes
+        ]
+    body: dict[str, Any] = {"nodes": items}
+    if len(nodes) == pg.limit and query.get("instance_uuid") is None:
+        params = {k: v for k, v in query.params.items() if k != "marker"}
+        params.update(limit=str(pg.limit), marker=nodes[-1].uuid)
+        path = "nodes/detail" if detail_path else "nodes"
+        body["next"] = f"{base}/v1/{path}?{urlencode(params)}"
+    return body
+
+
+@router.get("/nodes", summary="List nodes")
+@router.get("/nodes/", include_in_schema=False)
+def list_nodes(request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, detail_path=False))
+
+
+@router.get("/nodes/detail", summary="List nodes with every field")
+def list_nodes_detail(request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, detail_path=True))
+
+
+# -- show ---------------------------------------------------------------------
+
+
+@router.get("/nodes/{node_ident}", summary="Show a node")
+def show_node(node_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    query = Query(request, ["fields"])
+    wanted = fields(query, SELECTABLE_FIELDS)
+    with svc.db.read() as session:
+        node = lookup.find_node(session, node_ident, query.version)
+        return JSONResponse(
+            node_view(
+                node, query.version, base_url(request), fields=wanted, conductor=_conductor(svc)
+            )
+        )
+
+
+# -- create -------------------------------------------------------------------
+
+
+def _check_version_gates(names: set[str], version: Version) -> None:
+    for name in sorted(names):
+        since = NODE_FIELDS.get(name)
+        if since is not None and version < since:
+            raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
+
+
+def _check_driver(svc: ApiServices, driver: str, values: dict[str, Any]) -> dict[str, str]:
+    try:
+        return svc.drivers.resolve_interface_names(
+            driver, {f: values.get(f"{f}_interface") for f in INTERFACES}
+        )
+    except UnknownDriver as exc:
+        if driver not in svc.drivers.types:
+            raise bad_request(
+                f"No valid host was found. Reason: No conductor service registered which "
+                f"supports driver {driver} for conductor group "
+                f'"{values.get("conductor_group") or ""}".'
+            ) from None
+        raise bad_request(str(exc)) from None
+
+
+def _check_values(values: dict[str, Any]) -> None:
+    if values.get("name") is not None:
+        lookup.check_name(values["name"], reserved=lookup.RESERVED_NODE_NAMES)
+    for key in ("instance_uuid", "chassis_uuid", "parent_node"):
+        if values.get(key) is not None:
+            values[key] = lookup.check_uuid(str(values[key]), key)
+    if values.get("conductor_group") is not None:
+        group = str(values["conductor_group"]).lower()
+        if len(group) > 255 or not all(c.isalnum() or c in "._-" for c in group):
+            raise bad_request(f"Invalid conductor_group {group!r}")
+        values["conductor_group"] = group
+
+
+def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> ApiError:
+    text = str(exc.orig).lower()
+    if "name" in text and values.get("name"):
+        return conflict(f"A node with name {values['name']} already exists.")
+    if "instance_uuid" in text:
+        return conflict(
+            f"Instance {values.get('instance_uuid')} is already associated with a node."
+        )
+    return conflict(f"A node with UUID {values.get('uuid')} already exists.")
+
+
+@router.post("/nodes", status_code=201, summary="Enroll a node")
+def create_node(request: Request, body: NodeCreate) -> JSONResponse:
+    svc = services(request)
+    version = request_version(request)
+    given = body.model_dump(exclude_unset=True)
+    _check_version_gates(set(given), version)
+    values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
+    _check_values(values)
+    interfaces = _check_driver(svc, body.driver, values)
+    for key in ("driver_info", "extra", "instance_info", "properties", "network_data"):
+        values[key] = values.get(key) or {}
+    values.update({f"{family}_interface": name for family, name in interfaces.items()})
+    values["uuid"] = (
+        lookup.check_uuid(values["uuid"]) if values.get("uuid") else str(uuidlib.uuid4())
+    )
+    values.setdefault("resource_class", svc.settings.conductor.default_resource_class)
+    values["provision_state"] = states.ENROLL if version >= (1, 11) else states.AVAILABLE
+    if values["provision_state"] == states.AVAILABLE:
+        values["power_state"] = None
+    values.setdefault("conductor_group", "")
+    try:
+        with svc.db.write() as session:
+            node = Node(**values, epoch=0, provision_updated_at=utcnow())
+            session.add(node)
+            session.flush()
+            history.record(
+                session,
+                node.id,
+                "provisioning",
+                f"node enrolled in {node.provision_state}",
+                state=node.provision_state,
+            )
+            session.refresh(node)
+            view = node_view(node, version, base_url(request), conductor=_conductor(svc))
+    except IntegrityError as exc:
+        raise _duplicate(exc, values) from None
+    return JSONResponse(
+        view,
+        status_code=201,
+        headers={"Location": f"{base_url(request)}/v1/nodes/{values['uuid']}"},
+    )
+
+
+# -- patch --------------------------------------------------------------------
+
+
+def _patch_document(node: Node) -> dict[str, Any]:
+    return {name: getattr(node, name) for name in PATCHABLE}
+
+
+def _check_patch_paths(ops: list[PatchOperation], version: Version) -> None:
+    for op in ops:
+        root = op.path.lstrip("/").split("/", 1)[0]
+        if root == "traits":
+            raise bad_request(
+                "Cannot update node traits via node patch. Node traits should "
+                "be updated via the node traits API."
+            )
+        if root not in PATCHABLE:
+            raise bad_request(
+                f"Cannot patch {op.path}. Only the following can be updated: "
+                f"{', '.join(sorted(PATCHABLE))}"
+            )
+        since = NODE_FIELDS.get(root)
+        if since is not None and version < since:
+            raise not_acceptable(f"Field {root} is not available at API version {fmt(version)}")
+
+
+def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Changed values, with removed fields reset and types checked."""
+    changed: dict[str, Any] = {}
+    for name in PATCHABLE:
+        value = after.get(name)
+        if name in DICT_FIELDS:
+            value = {} if value is None else value
+            if not isinstance(value, dict):
+                raise bad_request(f"Invalid value for {name}: must be a JSON object")
+        elif name in BOOL_FIELDS:
+            if value is None and name not in NULLABLE_BOOL:
+                value = False
+            if value is not None and not isinstance(value, bool):
+                raise bad_request(f"Invalid value for {name}: must be a boolean")
+        elif value is not None and not isinstance(value, str):
+            raise bad_request(f"Invalid value for {name}: must be a string")
+        if name == "conductor_group" and value is None:
+            value = ""
+        if value != before.get(name):
+            changed[name] = value
+    return changed
+
+
+@router.patch("/nodes/{node_ident}", summary="Update a node with a JSON patch")
+def patch_node(
+    node_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
+) -> JSONResponse:
+    svc = services(request)
+    query = Query(request, ["reset_interfaces"])
+    version = query.version
+    reset_interfaces = query.bool("reset_interfaces", (1, 45))
+    _check_patch_paths(patch, version)
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        before = _patch_document(node)
+        raw = [op.model_dump(by_alias=True, exclude_none=False) for op in patch]
+        for op in raw:
+            if op.get("from") is None:
+                op.pop("from", None)
+            if op["op"] == "remove":
+                op.pop("value", None)
+        try:
+            after = jsonpatch.apply_patch(before, raw)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+        changes = _normalise(before, after)
+        _check_patch_allowed(node, changes)
+        _check_values(changes)
+        if {"driver", *(f"{f}_interface" for f in INTERFACES)} & set(changes):
+            driver = changes.get("driver", node.driver)
+            requested = {
+                f: changes.get(f"{f}_interface", getattr(node, f"{f}_interface"))
+                for f in INTERFACES
+            }
+            if "driver" in changes and reset_interfaces is not False:
+                requested = {f: changes.get(f"{f}_interface") for f in INTERFACES}
+            interfaces = _check_driver(
+                svc, driver, {f"{f}_interface": v for f, v in requested.items()}
+            )
+            changes.update(
+                {
+                    f"{f}_interface": n
+                    for f, n in interfaces.items()
+                    if n != getattr(node, f"{f}_interface")
+                }
+            )
+        elif reset_interfaces is not None:
+            raise bad_request(
+                "The reset_interfaces parameter can only be used when changing the driver."
+            )
+        if changes.get("maintenance") is False:
+            changes.update(maintenance_reason=None, fault=None)
+        if changes:
+            _write_changes(session, node, changes)
+        session.refresh(node)
+        return JSONResponse(node_view(node, version, base_url(request), conductor=_conductor(svc)))
+
+
+def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
+    if not changes:
+        return
+    removing_instance = set(changes) == {"instance_uuid"} and changes["instance_uuid"] is None
+    if (
+        node.target_provision_state is not None
+        and node.provision_state not in states.UPDATE_ALLOWED_STATES
+        and not (removing_instance and node.maintenance)
+    ):
+        raise conflict(
+            f"Node {node.uuid} can not be updated while a state transition is in progress."
+        )
+    if node.reservation is not None:
+        raise conflict(
+            f"Node {node.uuid} is locked by host {node.reservation}, please retry "
+            "after the current operation is completed."
+        )
+    new_instance = changes.get("instance_uuid")
+    if new_instance is not None and node.instance_uuid not in (None, new_instance):
+        raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
+
+
+def _write_changes(session: Session, node: Node, changes: dict[str, Any]) -> None:
+    try:
+        result = session.execute(
+            update(Node)
+            .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
+            .values(**changes, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        session.flush()
+    except IntegrityError as exc:
+        raise _duplicate(exc, {**changes, "uuid": node.uuid}) from None
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise conflict(f"Node {node.uuid} changed while it was being updated; please retry.")
+    history.record(
+        session,
+        node.id,
+        "update",
+        f"updated {', '.join(sorted(changes))}",
+        state=node.provision_state,
+        target=node.target_provision_state,
+    )
+
+
+# -- delete -------------------------------------------------------------------
+
+
+@router.delete("/nodes/{node_ident}", status_code=204, summary="Delete a node")
+def delete_node(node_ident: str, request: Request) -> Response:
+    svc = services(request)
+    version = request_version(request)
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        if node.reservation is not None:
+            raise conflict(
+                f"Node {node.uuid} is locked by host {node.reservation}, please "
+                "retry after the current operation is completed."
+            )
+        if node.protected:
+            raise conflict(
+                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
+            )
+        if node.instance_uuid and not node.maintenance:
+            raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
+        allowed = set(states.DELETE_ALLOWED_STATES)
+        if not svc.settings.api.allow_delete_available:
+            allowed.discard(states.AVAILABLE)
+        if node.provision_state not in allowed and not node.maintenance:
+            raise conflict(
+                f"Can not delete node {node.uuid} while it is in provision state "
+                f'"{node.provision_state}". Valid provision states to start deletion are: '
+                f"{', '.join(sorted(allowed))}, or set the node into maintenance mode"
+            )
+        session.execute(delete(Port).where(Port.node_id == node.id))
+        session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
+        result = session.execute(
+            delete(Node)
+            .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise conflict(f"Node {node.uuid} changed while it was being deleted; please retry.")
+    return Response(status_code=204)

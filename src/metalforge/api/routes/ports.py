@@ -1,0 +1,316 @@
+"""``/v1/ports``: the node's network ports, matched by MAC on agent lookup."""
+
+from __future__ import annotations
+
+import re
+import uuid as uuidlib
+from typing import Any
+from urllib.parse import urlencode
+
+import jsonpatch
+from fastapi import APIRouter, Body, Request, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from metalforge.api import lookup
+from metalforge.api.errors import bad_request, conflict, not_acceptable, not_found
+from metalforge.api.links import links
+from metalforge.api.params import Query, fields, page
+from metalforge.api.schemas import PatchOperation, PortCreate
+from metalforge.api.services import base_url, services
+from metalforge.api.versions import Version, fmt, request_version
+from metalforge.db.models import Node, Port, utcnow
+
+router = APIRouter(tags=["ports"])
+
+PORT_FIELDS: dict[str, Version] = {
+    "uuid": (1, 1),
+    "address": (1, 1),
+    "node_uuid": (1, 1),
+    "extra": (1, 1),
+    "created_at": (1, 1),
+    "updated_at": (1, 1),
+    "links": (1, 1),
+    "internal_info": (1, 18),
+    "pxe_enabled": (1, 19),
+    "local_link_connection": (1, 19),
+    "portgroup_uuid": (1, 24),
+    "physical_network": (1, 34),
+    "is_smartnic": (1, 53),
+    "name": (1, 88),
+    "description": (1, 97),
+    "vendor": (1, 100),
+    "category": (1, 101),
+}
+LIST_DEFAULT = ("uuid", "address")
+PATCHABLE = {
+    "address",
+    "node_uuid",
+    "extra",
+    "pxe_enabled",
+    "local_link_connection",
+    "physical_network",
+    "is_smartnic",
+    "name",
+    "description",
+    "vendor",
+    "category",
+    "portgroup_uuid",
+}
+_MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
+
+
+def normalise_mac(address: str) -> str:
+    mac = address.strip().lower()
+    if not _MAC.match(mac):
+        raise bad_request(f"Expected a MAC address but received {address}.")
+    return mac.replace("-", ":")
+
+
+def port_view(
+    port: Port, version: Version, base: str, wanted: list[str] | None = None
+) -> dict[str, Any]:
+    names = (
+        wanted
+        if wanted is not None
+        else [n for n, since in PORT_FIELDS.items() if since <= version and n != "links"]
+    )
+    body: dict[str, Any] = {}
+    for name in names:
+        if name == "links":
+            continue
+        if name == "node_uuid":
+            body[name] = port.node.uuid
+        elif name == "portgroup_uuid":
+            body[name] = None
+        elif name in ("created_at", "updated_at"):
+            value = getattr(port, name)
+            body[name] = value.isoformat() if value else None
+        else:
+            body[name] = getattr(port, name)
+    body["links"] = links(base, "ports", port.uuid)
+    return body
+
+
+def _find_port(session: Any, ident: str, version: Version) -> Port:
+    if lookup.is_uuid(ident):
+        port = session.scalar(select(Port).where(Port.uuid == str(uuidlib.UUID(ident))))
+    elif version >= (1, 88):
+        port = session.scalar(select(Port).where(Port.name == ident))
+    else:
+        port = None
+    if port is None:
+        raise not_found(f"Port {ident} could not be found.")
+    return port
+
+
+def _list(request: Request, detail_path: bool) -> dict[str, Any]:
+    svc = services(request)
+    allowed = [
+        "node",
+        "node_uuid",
+        "address",
+        "portgroup",
+        "shard",
+        "description_contains",
+        "conductor_groups",
+        "limit",
+        "marker",
+        "sort_key",
+        "sort_dir",
+    ]
+    if not detail_path:
+        allowed += ["fields", "detail"]
+    query = Query(request, allowed)
+    sortable = {"id", "uuid", "address", "created_at", "updated_at", "name", "pxe_enabled"}
+    pg = page(query, svc.settings.api.max_limit, sortable=sortable)
+    wanted = fields(query, PORT_FIELDS) if not detail_path else None
+    detail = detail_path or bool(query.bool("detail", (1, 43)))
+    if wanted is not None and detail:
+        raise bad_request("Can not specify ?detail=True and fields in the same request.")
+    if wanted is None and not detail:
+        wanted = list(LIST_DEFAULT)
+    base = base_url(request)
+    with svc.db.read() as session:
+        stmt = select(Port)
+        node_ident = query.get("node") or query.get("node_uuid")
+        if node_ident is not None:
+            node = lookup.find_node(session, node_ident, query.version)
+            stmt = stmt.where(Port.node_id == node.id)
+        if (address := query.get("address")) is not None:
+            stmt = stmt.where(Port.address == address.lower())
+        if (text := query.get("description_contains")) is not None:
+            stmt = stmt.where(Port.description.contains(text, autoescape=True))
+        if (shard := query.get("shard")) is not None:
+            stmt = stmt.join(Node, Node.id == Port.node_id).where(
+                Node.shard.in_([s.strip() for s in shard.split(",")])
+            )
+        column = getattr(Port, pg.sort_key)
+        if pg.marker:
+            marker = session.scalar(select(Port).where(Port.uuid == pg.marker))
+            if marker is None:
+                raise bad_request(f"Marker {pg.marker} could not be found.")
+            value = getattr(marker, pg.sort_key)
+            if pg.sort_dir == "asc":
+                stmt = stmt.where(or_(column > value, and_(column == value, Port.id > marker.id)))
+            else:
+                stmt = stmt.where(or_(column < value, and_(column == value, Port.id < marker.id)))
+        order = column.asc() if pg.sort_dir == "asc" else column.desc()
+        ports = list(session.scalars(stmt.order_by(order, Port.id).limit(pg.limit)))
+        items = [port_view(p, query.version, base, wanted) for p in ports]
+    body: dict[str, Any] = {"ports": items}
+    if len(ports) == pg.limit:
+        params = {k: v for k, v in query.params.items() if k != "marker"}
+        params.update(limit=str(pg.limit), marker=ports[-1].uuid)
+        path = "ports/detail" if detail_path else "ports"
+        body["next"] = f"{base}/v1/{path}?{urlencode(params)}"
+    return body
+
+
+@router.get("/ports", summary="List ports")
+@router.get("/ports/", include_in_schema=False)
+def list_ports(request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, False))
+
+
+@router.get("/ports/detail", summary="List ports with every field")
+def list_ports_detail(request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, True))
+
+
+@router.get("/ports/{port_ident}", summary="Show a port")
+def show_port(port_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    query = Query(request, ["fields"])
+    wanted = fields(query, PORT_FIELDS)
+    with svc.db.read() as session:
+        port = _find_port(session, port_ident, query.version)
+        return JSONResponse(port_view(port, query.version, base_url(request), wanted))
+
+
+def _gate(names: set[str], version: Version) -> None:
+    for name in sorted(names):
+        since = PORT_FIELDS.get(name) or ((1, 94) if name == "node_ident" else None)
+        if since is not None and version < since:
+            raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
+
+
+@router.post("/ports", status_code=201, summary="Create a port")
+def create_port(request: Request, body: PortCreate) -> JSONResponse:
+    svc = services(request)
+    version = request_version(request)
+    given = body.model_dump(exclude_unset=True)
+    _gate(set(given), version)
+    if (body.node_uuid is None) == (body.node_ident is None):
+        raise bad_request("Exactly one of node_uuid and node_ident is required")
+    if body.portgroup_uuid is not None:
+        raise bad_request("Port groups are not supported by this service")
+    if body.name is not None:
+        lookup.check_name(body.name)
+    address = normalise_mac(body.address)
+    port_uuid = lookup.check_uuid(body.uuid) if body.uuid else str(uuidlib.uuid4())
+    try:
+        with svc.db.write() as session:
+            ident = str(body.node_uuid or body.node_ident)
+            try:
+                node = lookup.find_node(session, ident, version)
+            except Exception:
+                raise bad_request(f"Node {ident} could not be found.") from None
+            port = Port(
+                uuid=port_uuid,
+                address=address,
+                node_id=node.id,
+                name=body.name,
+                extra=body.extra or {},
+                pxe_enabled=True if body.pxe_enabled is None else body.pxe_enabled,
+                local_link_connection=body.local_link_connection or {},
+                physical_network=body.physical_network,
+                is_smartnic=bool(body.is_smartnic),
+                description=body.description,
+                vendor=body.vendor,
+                category=body.category,
+                internal_info={},
+            )
+            session.add(port)
+            session.flush()
+            session.refresh(port)
+            view = port_view(port, version, base_url(request))
+    except IntegrityError as exc:
+        text = str(exc.orig).lower()
+        if "address" in text:
+            raise conflict(f"A port with MAC address {address} already exists.") from None
+        if "name" in text:
+            raise conflict(f"A port with name {body.name} already exists.") from None
+        raise conflict(f"A port with UUID {port_uuid} already exists.") from None
+    return JSONResponse(
+        view, status_code=201, headers={"Location": f"{base_url(request)}/v1/ports/{port_uuid}"}
+    )
+
+
+@router.patch("/ports/{port_ident}", summary="Update a port with a JSON patch")
+def patch_port(
+    port_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
+) -> JSONResponse:
+    svc = services(request)
+    version = request_version(request)
+    for op in patch:
+        root = op.path.lstrip("/").split("/", 1)[0]
+        if root not in PATCHABLE:
+            raise bad_request(
+                f"Cannot patch {op.path}. Only the following can be updated: "
+                f"{', '.join(sorted(PATCHABLE))}"
+            )
+        _gate({root}, version)
+    try:
+        with svc.db.write() as session:
+            port = _find_port(session, port_ident, version)
+            doc = {
+                name: getattr(port, name) for name in PATCHABLE - {"node_uuid", "portgroup_uuid"}
+            }
+            doc["node_uuid"] = port.node.uuid
+            doc["portgroup_uuid"] = None
+            raw = [op.model_dump(by_alias=True, exclude_none=True) for op in patch]
+            try:
+                after = jsonpatch.apply_patch(doc, raw)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+            values: dict[str, Any] = {}
+            for name in ("extra", "local_link_connection"):
+                value = after.get(name) or {}
+                if not isinstance(value, dict):
+                    raise bad_request(f"Invalid value for {name}: must be a JSON object")
+                values[name] = value
+            values["address"] = normalise_mac(str(after.get("address") or ""))
+            for name in ("physical_network", "name", "description", "vendor", "category"):
+                value = after.get(name)
+                if value is not None and not isinstance(value, str):
+                    raise bad_request(f"Invalid value for {name}: must be a string")
+                values[name] = value
+            if values["name"] is not None:
+                lookup.check_name(values["name"])
+            for name in ("pxe_enabled", "is_smartnic"):
+                value = after.get(name)
+                if not isinstance(value, bool):
+                    raise bad_request(f"Invalid value for {name}: must be a boolean")
+                values[name] = value
+            if after.get("node_uuid") != port.node.uuid:
+                target = lookup.find_node(session, str(after.get("node_uuid")), version)
+                values["node_id"] = target.id
+            session.execute(
+                update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow())
+            )
+            session.flush()
+            session.refresh(port)
+            return JSONResponse(port_view(port, version, base_url(request)))
+    except IntegrityError:
+        raise conflict("A port with that MAC address or name already exists.") from None
+
+
+@router.delete("/ports/{port_ident}", status_code=204, summary="Delete a port")
+def delete_port(port_ident: str, request: Request) -> Response:
+    svc = services(request)
+    with svc.db.write() as session:
+        port = _find_port(session, port_ident, request_version(request))
+        session.execute(delete(Port).where(Port.id == port.id))
+    return Response(status_code=204)

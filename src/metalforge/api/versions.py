@@ -1,0 +1,128 @@
+"""Microversions: negotiation from either request header, headers on every response.
+
+Both ``X-OpenStack-Ironic-API-Version: 1.N`` (ironicclient, IPA) and
+``OpenStack-API-Version: baremetal 1.N`` (openstacksdk; wins when both are
+sent) are accepted; ``latest`` means the maximum, no header means 1.1. A
+version outside the range, or one that cannot be parsed, is a 406; every
+response carries the minimum and maximum so ironicclient can negotiate.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from metalforge.api.errors import routing_error_body
+
+Version = tuple[int, int]
+
+MIN_VERSION: Version = (1, 1)
+MAX_VERSION: Version = (1, 115)
+DEFAULT_VERSION: Version = (1, 1)
+
+MIN_HEADER = b"x-openstack-ironic-api-minimum-version"
+MAX_HEADER = b"x-openstack-ironic-api-maximum-version"
+VERSION_HEADER = b"x-openstack-ironic-api-version"
+
+_PATTERN = re.compile(r"^(\d+)\.(\d+)$")
+
+
+def fmt(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+class VersionError(ValueError):
+    def __init__(self, message: str, *, parsable: bool) -> None:
+        super().__init__(message)
+        self.parsable = parsable
+
+
+def parse(headers: dict[bytes, bytes]) -> Version:
+    """The microversion the request asks for."""
+    raw: str | None = None
+    standard = headers.get(b"openstack-api-version")
+    if standard is not None:
+        text = standard.decode("latin-1").strip()
+        service, _, value = text.partition(" ")
+        if service.lower() == "baremetal" and value.strip():
+            raw = value.strip()
+    if raw is None:
+        legacy = headers.get(VERSION_HEADER)
+        if legacy is not None:
+            raw = legacy.decode("latin-1").strip()
+    if raw is None:
+        return DEFAULT_VERSION
+    if raw.lower() == "latest":
+        return MAX_VERSION
+    match = _PATTERN.match(raw)
+    if not match:
+        raise VersionError(
+            f"Invalid value for X-OpenStack-Ironic-API-Version header: {raw}", parsable=False
+        )
+    version = (int(match.group(1)), int(match.group(2)))
+    if version < MIN_VERSION or version > MAX_VERSION:
+        raise VersionError(
+            f"Version {raw} was requested but the minor version is not supported by this "
+            f"service. The supported version range is: [{fmt(MIN_VERSION)}, {fmt(MAX_VERSION)}].",
+            parsable=True,
+        )
+    return version
+
+
+class VersionMiddleware:
+    """Pure ASGI middleware: cheap enough to sit in front of every request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        range_headers = [
+            (MIN_HEADER, fmt(MIN_VERSION).encode()),
+            (MAX_HEADER, fmt(MAX_VERSION).encode()),
+        ]
+        try:
+            version = parse(headers)
+        except VersionError as exc:
+            body = routing_error_body(406, str(exc))
+            extra = range_headers if exc.parsable else []
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 406,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        *extra,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope.setdefault("state", {})["version"] = version
+        request_id = f"req-{uuid.uuid4()}".encode()
+        extra_headers = [
+            *range_headers,
+            (VERSION_HEADER, fmt(version).encode()),
+            (b"x-openstack-request-id", request_id),
+            (b"openstack-request-id", request_id),
+        ]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *extra_headers]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def request_version(request: Any) -> Version:
+    """The negotiated version of a FastAPI request."""
+    version: Version = request.state.version
+    return version

@@ -1,0 +1,185 @@
+"""The ``metalforge`` command: every role, and schema upgrades.
+
+Settings are read here, once, and passed down to what is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from metalforge.api.app import create_app
+from metalforge.api.services import ApiServices
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.service import ConductorService
+from metalforge.config import Settings, load_settings
+from metalforge.db.engine import Database
+from metalforge.drivers.fake import HARDWARE_TYPES
+from metalforge.drivers.hardware import DriverRegistry
+
+LOG = logging.getLogger("metalforge")
+
+
+class StartupError(SystemExit):
+    """A configuration that cannot work: stop with a clear message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"metalforge: {message}")
+
+
+def build_registry(settings: Settings) -> DriverRegistry:
+    unknown = [n for n in settings.conductor.enabled_hardware_types if n not in HARDWARE_TYPES]
+    if unknown:
+        raise StartupError(
+            f"unknown hardware type(s) {', '.join(unknown)}; "
+            f"available: {', '.join(sorted(HARDWARE_TYPES))}"
+        )
+    try:
+        return DriverRegistry(HARDWARE_TYPES[n] for n in settings.conductor.enabled_hardware_types)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+
+
+def open_database(settings: Settings) -> Database:
+    return Database(settings.database.url, pool_size=settings.database.pool_size)
+
+
+def _check_auth(settings: Settings) -> None:
+    host = settings.api.host
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if settings.api.auth_strategy == "noauth" and not loopback:
+        raise StartupError(f"noauth is only allowed on a loopback address, not {host}")
+
+
+def build_api(
+    settings: Settings, db: Database, registry: DriverRegistry, notify: Any = None
+) -> Any:
+    directory = ConductorDirectory(db, settings.conductor.heartbeat_timeout)
+    services = ApiServices(settings=settings, db=db, drivers=registry, directory=directory)
+    if notify is not None:
+        services.notify = notify
+    return create_app(services)
+
+
+def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) -> ConductorService:
+    ctx = ConductorContext(
+        hostname=settings.conductor.hostname, db=db, drivers=registry, settings=settings.conductor
+    )
+    return ConductorService(ctx)
+
+
+def _serve(settings: Settings, app: Any) -> None:
+    config = uvicorn.Config(
+        app,
+        host=settings.api.host,
+        port=settings.api.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    uvicorn.Server(config).run()
+
+
+def _banner(settings: Settings) -> None:
+    url = f"http://{settings.api.host}:{settings.api.port}"
+    print(
+        f"metalforge is serving {url} (noauth, database {settings.database.url})\n"
+        f"  baremetal CLI:  export OS_AUTH_TYPE=none OS_ENDPOINT={url}; baremetal node list\n"
+        f"  openstacksdk:   openstack.connect(auth_type='none', baremetal_endpoint_override="
+        f"'{url}')\n",
+        flush=True,
+    )
+
+
+def cmd_all_in_one(settings: Settings) -> None:
+    _check_auth(settings)
+    db = open_database(settings)
+    db.upgrade()
+    registry = build_registry(settings)
+    conductor = build_conductor(settings, db, registry)
+    conductor.start()
+    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
+    _banner(settings)
+    try:
+        _serve(settings, app)
+    finally:
+        conductor.stop()
+        db.dispose()
+
+
+def cmd_api(settings: Settings) -> None:
+    _check_auth(settings)
+    db = open_database(settings)
+    registry = build_registry(settings)
+    _banner(settings)
+    _serve(settings, build_api(settings, db, registry))
+
+
+def cmd_conductor(settings: Settings) -> None:
+    db = open_database(settings)
+    registry = build_registry(settings)
+    conductor = build_conductor(settings, db, registry)
+    conductor.start()
+    stop = {"now": False}
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        while not stop["now"]:
+            signal.pause()
+    finally:
+        conductor.stop()
+        db.dispose()
+
+
+def cmd_db_upgrade(settings: Settings) -> None:
+    db = open_database(settings)
+    db.upgrade()
+    db.dispose()
+    print("database schema is up to date")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="metalforge", description=__doc__)
+    parser.add_argument("--config", type=Path, help="TOML configuration file")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("all-in-one", help="API and conductor in one process (the default setup)")
+    sub.add_parser("api", help="the HTTP API only")
+    sub.add_parser("conductor", help="a conductor only")
+    db_parser = sub.add_parser("db", help="database schema management")
+    db_parser.add_argument("action", choices=["upgrade"])
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except (FileNotFoundError, ValueError) as exc:
+        raise StartupError(str(exc)) from exc
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    commands = {
+        "all-in-one": cmd_all_in_one,
+        "api": cmd_api,
+        "conductor": cmd_conductor,
+        "db": cmd_db_upgrade,
+    }
+    commands[args.command](settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The conductor: claims work, holds node reservations and runs the flows."""

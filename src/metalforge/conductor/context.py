@@ -1,0 +1,41 @@
+"""What every conductor component shares: identity, database, drivers, settings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass, field
+
+from metalforge.config import ConductorSettings
+from metalforge.db.engine import Database
+from metalforge.drivers.hardware import DriverRegistry
+
+
+class Waker:
+    """In-process wake-up for workers: set when new work is queued."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> None:
+        self._event.wait(timeout)
+        self._event.clear()
+
+
+@dataclass
+class ConductorContext:
+    """Passed to every conductor function instead of globals."""
+
+    hostname: str
+    db: Database
+    drivers: DriverRegistry
+    settings: ConductorSettings
+    stopping: threading.Event = field(default_factory=threading.Event)
+    waker: Waker = field(default_factory=Waker)
+
+    @property
+    def dead_after(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.settings.heartbeat_timeout)

@@ -1,0 +1,318 @@
+"""Provision flows, level-triggered: the node's state says what to do next.
+
+A ``provision`` work item carries no instructions; the handler looks at the
+node it locked and continues whatever flow that state belongs to. Running it
+twice, or after another conductor crashed half-way, is therefore safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor import history, stepflow, steps
+from metalforge.conductor.task import NodeTask
+from metalforge.db.models import utcnow
+from metalforge.drivers.base import POWER_OFF, DriverError, InspectInterface, PowerInterface
+
+Handler = Callable[[NodeTask], None]
+
+
+def _power(task: NodeTask) -> PowerInterface:
+    iface = task.ctx.drivers.interface(task.node, "power")
+    assert isinstance(iface, PowerInterface)
+    return iface
+
+
+def verify(task: NodeTask) -> None:
+    """enroll -> verifying: check the BMC answers with the credentials given."""
+    try:
+        power = _power(task)
+        power.validate(task)
+        task.node.power_state = power.get_power_state(task)
+    except DriverError as exc:
+        task.transition(
+            states.FAIL,
+            note=str(exc),
+            severity=history.ERROR,
+            last_error=f"Failed to verify node: {exc}",
+        )
+        return
+    task.transition(states.DONE, last_error=None)
+
+
+def _automated_clean_enabled(task: NodeTask) -> bool:
+    node_setting = task.node.automated_clean
+    return task.ctx.settings.automated_clean if node_setting is None else node_setting
+
+
+def clean(task: NodeTask) -> None:
+    """cleaning: build the plan once, then run it (automated or manual)."""
+    if not stepflow.has_plan(task, "clean"):
+        supported = steps.supported_steps(
+            task.ctx.drivers,
+            task.node,
+            "clean",
+            steps.parse_overrides(task.ctx.settings.clean_step_priority_override),
+        )
+        info = dict(task.node.driver_internal_info)
+        requested = info.pop("requested_clean_steps", None)
+        task.node.driver_internal_info = info
+        if task.node.target_provision_state == states.MANAGEABLE:
+            try:
+                plan = steps.requested_plan(supported, requested or [])
+            except steps.StepRequestError as exc:
+                stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
+                return
+        elif _automated_clean_enabled(task):
+            plan = steps.automated_plan(supported)
+        else:
+            task.record("clean_plan", "automated cleaning is disabled; no steps run")
+            plan = []
+        stepflow.store_plan(task, "clean", plan)
+    stepflow.run(task, "clean")
+
+
+def clean_wait(task: NodeTask) -> None:
+    stepflow.poll(task, "clean")
+
+
+def deploy(task: NodeTask) -> None:
+    """deploying: default deploy steps merged with the user's, then run."""
+    if not stepflow.has_plan(task, "deploy"):
+        supported = steps.supported_steps(
+            task.ctx.drivers,
+            task.node,
+            "deploy",
+            steps.parse_overrides(task.ctx.settings.deploy_step_priority_override),
+        )
+        info = dict(task.node.driver_internal_info)
+        requested = info.pop("requested_deploy_steps", None) or []
+        task.node.driver_internal_info = info
+        try:
+            plan = merge_deploy_steps(supported, requested)
+        except steps.StepRequestError as exc:
+            stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
+            return
+        stepflow.store_plan(task, "deploy", plan)
+    stepflow.run(task, "deploy")
+
+
+def merge_deploy_steps(
+    supported: list[steps.Step], requested: list[dict[str, Any]]
+) -> list[steps.Step]:
+    """Enabled defaults, with requested steps overriding priority and arguments.
+
+    A requested step replaces a default one of the same name; priority 0
+    disables it. Steps the node does not support are refused.
+    """
+    by_name = {s.name: s for s in supported}
+    chosen: dict[str, list[steps.Step]] = {s.name: [s] for s in supported if s.priority > 0}
+    overridden: set[str] = set()
+    for entry in requested:
+        name = f"{entry['interface']}.{entry['step']}"
+        base = by_name.get(name)
+        if base is None:
+            raise steps.StepRequestError(f"the node does not support the deploy step {name}")
+        args = dict(entry.get("args") or {})
+        steps.check_args(base, args)
+        if name not in overridden:
+            chosen[name] = []
+            overridden.add(name)
+        priority = int(entry.get("priority", base.priority))
+        if priority > 0:
+            chosen[name].append(
+                steps.Step(
+                    base.interface,
+                    base.step,
+                    priority,
+                    args,
+                    base.abortable,
+                    base.requires_ramdisk,
+                    base.asynchronous,
+                    base.argsinfo,
+                )
+            )
+    merged = [s for group in chosen.values() for s in group]
+    return sorted(merged, key=steps.sort_key)
+
+
+def deploy_wait(task: NodeTask) -> None:
+    stepflow.poll(task, "deploy")
+
+
+def tear_down(task: NodeTask) -> None:
+    """deleting: remove the instance, then hand over to cleaning."""
+    try:
+        task.ctx.drivers.interface(task.node, "deploy").tear_down(task)  # type: ignore[attr-defined]
+    except DriverError as exc:
+        task.transition(
+            states.FAIL,
+            note=str(exc),
+            severity=history.ERROR,
+            last_error=f"Failed to tear down: {exc}",
+        )
+        return
+    info = dict(task.node.driver_internal_info)
+    for key in (
+        "deploy_steps",
+        "deploy_step_index",
+        "clean_steps",
+        "clean_step_index",
+        "requested_clean_steps",
+    ):
+        info.pop(key, None)
+    task.transition(
+        states.DONE,
+        instance_info={},
+        instance_uuid=None,
+        deploy_step={},
+        driver_internal_info=info,
+        last_error=None,
+    )
+
+
+def inspect(task: NodeTask) -> None:
+    iface = task.ctx.drivers.interface(task.node, "inspect")
+    task.node.inspection_started_at = task.node.inspection_started_at or utcnow()
+    try:
+        if not isinstance(iface, InspectInterface):
+            raise DriverError(f"the {iface.name} inspect interface cannot inspect")
+        outcome = iface.inspect_hardware(task)
+    except DriverError as exc:
+        task.transition(
+            states.FAIL,
+            note=str(exc),
+            severity=history.ERROR,
+            last_error=f"Inspection failed: {exc}",
+        )
+        return
+    if outcome == "wait":
+        task.transition(states.WAIT)
+        return
+    task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
+
+
+def adopt(task: NodeTask) -> None:
+    try:
+        for family in ("power", "deploy", "management"):
+            task.ctx.drivers.interface(task.node, family).validate(task)
+    except DriverError as exc:
+        task.transition(
+            states.FAIL, note=str(exc), severity=history.ERROR, last_error=f"Adoption failed: {exc}"
+        )
+        return
+    task.transition(states.DONE, last_error=None)
+
+
+def rescue(task: NodeTask) -> None:
+    task.transition(states.DONE, last_error=None)
+
+
+def unrescue(task: NodeTask) -> None:
+    task.transition(states.DONE, last_error=None)
+
+
+def service(task: NodeTask) -> None:
+    """servicing: run the operator's steps on an active node."""
+    if not stepflow.has_plan(task, "service"):
+        supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
+        info = dict(task.node.driver_internal_info)
+        requested = info.pop("requested_service_steps", None) or []
+        task.node.driver_internal_info = info
+        try:
+            plan = steps.requested_plan(supported, requested)
+        except steps.StepRequestError as exc:
+            stepflow.fail(task, "service", f"Servicing refused: {exc}")
+            return
+        stepflow.store_plan(task, "service", plan)
+    stepflow.run(task, "service")
+
+
+def service_wait(task: NodeTask) -> None:
+    stepflow.poll(task, "service")
+
+
+HANDLERS: dict[str, Handler] = {
+    states.VERIFYING: verify,
+    states.CLEANING: clean,
+    states.CLEAN_WAIT: clean_wait,
+    states.DEPLOYING: deploy,
+    states.DEPLOY_WAIT: deploy_wait,
+    states.DELETING: tear_down,
+    states.INSPECTING: inspect,
+    states.ADOPTING: adopt,
+    states.RESCUING: rescue,
+    states.UNRESCUING: unrescue,
+    states.SERVICING: service,
+    states.SERVICE_WAIT: service_wait,
+}
+"""States in which a conductor has work to do; other states wait for someone else."""
+
+FLOW_OF_WAIT_STATE: dict[str, stepflow.FlowKind] = {
+    states.CLEAN_WAIT: "clean",
+    states.DEPLOY_WAIT: "deploy",
+    states.SERVICE_WAIT: "service",
+}
+
+
+def advance(task: NodeTask) -> None:
+    """Continue the node's flow from its current state until it rests or waits."""
+    seen = 0
+    while seen < 8:
+        before = (task.node.provision_state, task.node.epoch)
+        handler = HANDLERS.get(task.node.provision_state)
+        if handler is None:
+            return
+        handler(task)
+        if (task.node.provision_state, task.node.epoch) == before:
+            return
+        if task.node.provision_state in states.WAIT_STATES:
+            return
+        seen += 1
+
+
+def abort(task: NodeTask) -> None:
+    """The operator's ``abort``: stop a waiting flow now, or after a non-abortable step."""
+    state = task.node.provision_state
+    kind = FLOW_OF_WAIT_STATE.get(state)
+    if kind is not None:
+        step = stepflow.current_step(task, kind)
+        if step is not None and not step.abortable:
+            current = dict(getattr(task.node, f"{kind}_step") or {})
+            current["abort_after"] = True
+            setattr(task.node, f"{kind}_step", current)
+            task.record(
+                f"{kind}_abort",
+                f"abort requested; {step.name} is not abortable and will finish first",
+            )
+            task.save()
+            return
+        stepflow.abort(task, kind, step)
+        return
+    if states.ABORT in states.allowed_events(state):
+        message = f"Aborted by the operator in state {state}"
+        task.transition(states.ABORT, note=message, last_error=message)
+
+
+def set_power(task: NodeTask, target: str, timeout: int | None) -> None:
+    """Change the power state and record what the hardware reports afterwards."""
+    power = _power(task)
+    try:
+        power.set_power_state(task, target, timeout)
+        task.node.power_state = power.get_power_state(task)
+        task.node.last_error = None
+        task.record("power", f"power state set to {task.node.power_state} ({target})")
+    except DriverError as exc:
+        task.node.last_error = f"Failed to change power state to {target!r}: {exc}"
+        task.record("power", task.node.last_error, history.ERROR)
+    task.node.target_power_state = None
+
+
+def power_off_quietly(task: NodeTask) -> None:
+    try:
+        _power(task).set_power_state(task, POWER_OFF)
+        task.node.power_state = POWER_OFF
+    except DriverError as exc:
+        task.record("power", f"could not power off: {exc}", history.WARNING)

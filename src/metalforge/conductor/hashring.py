@@ -1,0 +1,92 @@
+"""Node affinity: a consistent hash ring over the live conductors.
+
+Each conductor owns many points on a ring; a node belongs to the first point
+after the hash of its UUID. When a conductor joins or leaves only its share
+of nodes moves, so the others keep their warm state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import hashlib
+import threading
+import time
+from collections.abc import Iterable
+
+from sqlalchemy import select
+
+from metalforge.db.engine import Database
+from metalforge.db.models import Conductor, utcnow
+
+POINTS_PER_HOST = 64
+
+
+def _hash(value: str) -> int:
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "big")
+
+
+class HashRing:
+    """Immutable ring over ``hosts``."""
+
+    def __init__(self, hosts: Iterable[str]) -> None:
+        self.hosts = sorted(set(hosts))
+        points = sorted(
+            (_hash(f"{host}-{i}"), host) for host in self.hosts for i in range(POINTS_PER_HOST)
+        )
+        self._keys = [p[0] for p in points]
+        self._owners = [p[1] for p in points]
+
+    def owner(self, key: str) -> str | None:
+        if not self._keys:
+            return None
+        index = bisect.bisect(self._keys, _hash(key)) % len(self._keys)
+        return self._owners[index]
+
+
+class ConductorDirectory:
+    """The live conductors, read from the database at most every ``ttl`` seconds."""
+
+    def __init__(self, db: Database, dead_after: float, ttl: float = 2.0) -> None:
+        self._db = db
+        self._dead_after = dead_after
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._rings: dict[tuple[str, str], HashRing] = {}
+        self._live: list[tuple[str, str, list[str]]] = []
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < self._ttl:
+            return
+        cutoff = utcnow() - dt.timedelta(seconds=self._dead_after)
+        with self._db.read() as session:
+            rows = session.execute(
+                select(Conductor.hostname, Conductor.conductor_group, Conductor.drivers).where(
+                    Conductor.online.is_(True), Conductor.heartbeat_at >= cutoff
+                )
+            ).all()
+        self._live = [(h, g, list(d)) for h, g, d in rows]
+        self._rings = {}
+        self._read_at = now
+
+    def live(self) -> list[tuple[str, str, list[str]]]:
+        """``(hostname, conductor_group, drivers)`` of every live conductor."""
+        with self._lock:
+            self._refresh()
+            return list(self._live)
+
+    def owner(self, node_uuid: str, driver: str, group: str) -> str | None:
+        """The conductor that should handle the node, or None when none can."""
+        with self._lock:
+            self._refresh()
+            ring = self._rings.get((driver, group))
+            if ring is None:
+                ring = HashRing(h for h, g, d in self._live if g == group and driver in d)
+                self._rings[(driver, group)] = ring
+            return ring.owner(node_uuid)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._read_at = 0.0

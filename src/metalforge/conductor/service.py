@@ -1,0 +1,295 @@
+"""The conductor process: registration, heartbeat, workers and periodic tasks.
+
+Workers claim work items and run them under the node's reservation. Every
+conductor also runs the (idempotent, fenced) periodic tasks: it takes over
+nodes left busy by dead conductors by queueing their flow again, and purges
+old finished work items. A graceful stop lets running items finish their
+current step, then marks the conductor offline so others take over at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy import String, cast, exists, literal, select, update
+
+from metalforge import states
+from metalforge.conductor import flows, history
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.task import (
+    Interrupted,
+    LockLost,
+    NodeGone,
+    NodeLocked,
+    NodeTask,
+    acquire,
+    dead_conductors,
+)
+from metalforge.db import queue
+from metalforge.db.models import Conductor, Node, WorkItem, utcnow
+
+LOG = logging.getLogger(__name__)
+
+LOCKED_RETRY_DELAY = 0.2
+"""Seconds before retrying an item whose node another conductor holds."""
+MAX_ATTEMPTS = 5
+"""Unexpected errors retried this many times before the node's flow is failed."""
+
+
+def _run_power(task: NodeTask, payload: dict[str, object]) -> None:
+    timeout = payload.get("timeout")
+    flows.set_power(task, str(payload["target"]), int(timeout) if timeout else None)  # type: ignore[call-overload]
+
+
+def _run_provision(task: NodeTask, payload: dict[str, object]) -> None:
+    flows.advance(task)
+
+
+def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
+    flows.abort(task)
+    flows.advance(task)
+
+
+HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
+    "provision": _run_provision,
+    "power": _run_power,
+    "abort": _run_abort,
+}
+
+
+class ConductorService:
+    """One conductor: call ``start`` then ``stop``."""
+
+    def __init__(self, ctx: ConductorContext) -> None:
+        self.ctx = ctx
+        self._threads: list[threading.Thread] = []
+        self._pool = ThreadPoolExecutor(ctx.settings.workers, thread_name_prefix="conductor")
+        self._slots = threading.Semaphore(ctx.settings.workers)
+        self._lease = dt.timedelta(seconds=ctx.settings.lease_seconds)
+
+    # -- lifecycle -------------------------------------------------------
+    def start(self) -> None:
+        self.register()
+        for name, target in (
+            ("dispatcher", self._dispatch_loop),
+            ("heartbeat", self._heartbeat_loop),
+            ("periodic", self._periodic_loop),
+        ):
+            thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        LOG.info(
+            "conductor %s started with %d workers", self.ctx.hostname, self.ctx.settings.workers
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming, let running items reach a safe point, go offline."""
+        self.ctx.stopping.set()
+        self.ctx.waker.notify()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self.ctx.db.write() as session:
+            session.execute(
+                update(Conductor)
+                .where(Conductor.hostname == self.ctx.hostname)
+                .values(online=False, updated_at=utcnow())
+            )
+        LOG.info("conductor %s stopped", self.ctx.hostname)
+
+    def register(self) -> None:
+        """Upsert this conductor's row and drop reservations a previous run of it left."""
+        drivers = sorted(self.ctx.drivers.types)
+        with self.ctx.db.write() as session:
+            row = session.scalar(select(Conductor).where(Conductor.hostname == self.ctx.hostname))
+            if row is None:
+                session.add(
+                    Conductor(
+                        hostname=self.ctx.hostname,
+                        drivers=drivers,
+                        conductor_group=self.ctx.settings.conductor_group,
+                        online=True,
+                        heartbeat_at=utcnow(),
+                    )
+                )
+            else:
+                row.drivers = drivers
+                row.conductor_group = self.ctx.settings.conductor_group
+                row.online = True
+                row.heartbeat_at = utcnow()
+            session.execute(
+                update(Node).where(Node.reservation == self.ctx.hostname).values(reservation=None)
+            )
+            session.execute(
+                update(WorkItem)
+                .where(WorkItem.state == queue.CLAIMED, WorkItem.lease_owner == self.ctx.hostname)
+                .values(state=queue.PENDING, lease_owner=None, not_before=utcnow())
+            )
+
+    # -- loops -----------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self.ctx.stopping.wait(self.ctx.settings.heartbeat_interval):
+            try:
+                self.heartbeat()
+            except Exception:
+                LOG.exception("heartbeat failed")
+
+    def heartbeat(self) -> None:
+        with self.ctx.db.write() as session:
+            session.execute(
+                update(Conductor)
+                .where(Conductor.hostname == self.ctx.hostname)
+                .values(heartbeat_at=utcnow(), online=True)
+            )
+            queue.renew(session, self.ctx.hostname, self._lease)
+
+    def _periodic_loop(self) -> None:
+        interval = self.ctx.settings.takeover_interval
+        if interval <= 0:
+            return
+        while not self.ctx.stopping.wait(interval):
+            try:
+                self.take_over()
+                with self.ctx.db.write() as session:
+                    queue.purge_finished(session, dt.timedelta(hours=1))
+            except Exception:
+                LOG.exception("periodic task failed")
+
+    def _dispatch_loop(self) -> None:
+        while not self.ctx.stopping.is_set():
+            claimed = 0
+            try:
+                claimed = self.dispatch_once()
+            except Exception:
+                LOG.exception("claiming work failed")
+            if claimed == 0:
+                self.ctx.waker.wait(self.ctx.settings.poll_interval)
+
+    def dispatch_once(self) -> int:
+        """Claim as many items as there are free workers and start them."""
+        free = 0
+        while self._slots.acquire(blocking=False):
+            free += 1
+        if free == 0:
+            self._slots.acquire()
+            free = 1
+        try:
+            with self.ctx.db.write() as session:
+                live = [
+                    h
+                    for (h,) in session.execute(
+                        select(Conductor.hostname).where(
+                            Conductor.online.is_(True),
+                            Conductor.heartbeat_at >= utcnow() - self.ctx.dead_after,
+                        )
+                    )
+                ]
+                items = queue.claim(
+                    session,
+                    self.ctx.hostname,
+                    limit=free,
+                    lease=self._lease,
+                    live_owners=live,
+                    affinity_grace=dt.timedelta(seconds=self.ctx.settings.affinity_grace),
+                )
+        except BaseException:
+            for _ in range(free):
+                self._slots.release()
+            raise
+        for _ in range(free - len(items)):
+            self._slots.release()
+        for item in items:
+            self._pool.submit(self._run_guarded, item)
+        return len(items)
+
+    def _run_guarded(self, item: queue.ClaimedItem) -> None:
+        try:
+            self.run_item(item)
+        except Exception:
+            LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
+        finally:
+            self._slots.release()
+            self.ctx.waker.notify()
+
+    # -- running one item ------------------------------------------------
+    def run_item(self, item: queue.ClaimedItem) -> None:
+        host = self.ctx.hostname
+        handler = HANDLERS.get(item.kind)
+        if handler is None or item.node_id is None:
+            self._finish(item, f"unknown work kind {item.kind!r}")
+            return
+        try:
+            with acquire(self.ctx, item.node_id, item.kind) as task:
+                task.on_release(lambda session: queue.finish(session, item.id, host))
+                try:
+                    handler(task, item.payload)
+                except (Interrupted, LockLost, NodeGone):
+                    raise
+                except Exception as exc:
+                    self._handle_bug(task, item, exc)
+        except NodeLocked:
+            with self.ctx.db.write() as session:
+                queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
+        except NodeGone:
+            self._finish(item, None)
+        except Interrupted:
+            with self.ctx.db.write() as session:
+                queue.retry(session, item.id, host, 0, count=False)
+        except LockLost as exc:
+            LOG.warning("item %s: %s", item.id, exc)
+            self._finish(item, f"lock lost: {exc}")
+
+    def _finish(self, item: queue.ClaimedItem, error: str | None) -> None:
+        with self.ctx.db.write() as session:
+            queue.finish(session, item.id, self.ctx.hostname, error=error)
+
+    def _handle_bug(self, task: NodeTask, item: queue.ClaimedItem, exc: Exception) -> None:
+        """An unexpected error: retry a few times, then fail the flow so nothing stays stuck."""
+        LOG.exception("unexpected error running %s on node %s", item.kind, task.node.uuid)
+        message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
+        task.record("error", message, history.ERROR)
+        if item.attempts < MAX_ATTEMPTS:
+            task.clear_release_hooks()
+            task.on_release(
+                lambda session: queue.retry(
+                    session, item.id, self.ctx.hostname, float(2**item.attempts)
+                )
+            )
+            return
+        if states.FAIL in states.allowed_events(task.node.provision_state):
+            task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        task.node.target_power_state = None
+
+    # -- takeover --------------------------------------------------------
+    def take_over(self) -> int:
+        """Queue the flow of every busy node that nobody is working on; returns how many."""
+        busy = list(states.BUSY_STATES - states.HOLD_STATES)
+        with self.ctx.db.write() as session:
+            pending = exists().where(
+                WorkItem.dedupe_key == literal("provision:") + cast(Node.id, String)
+            )
+            rows = session.execute(
+                select(Node.id).where(
+                    Node.provision_state.in_(busy),
+                    (Node.reservation.is_(None)) | Node.reservation.in_(dead_conductors(self.ctx)),
+                    ~pending,
+                )
+            ).all()
+            for (node_id,) in rows:
+                queue.enqueue(session, "provision", node_id, dedupe_key=f"provision:{node_id}")
+                history.record(
+                    session,
+                    node_id,
+                    "takeover",
+                    f"conductor {self.ctx.hostname} resumes the node's flow",
+                    conductor=self.ctx.hostname,
+                )
+            if rows:
+                LOG.info("took over %d node(s) nobody was working on", len(rows))
+        if rows:
+            self.ctx.waker.notify()
+        return len(rows)

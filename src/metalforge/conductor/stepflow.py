@@ -1,0 +1,198 @@
+"""Running a plan of steps, one at a time, resumable after a crash.
+
+The plan and the index of the step reached live in the node's
+``driver_internal_info`` (``<kind>_steps``, ``<kind>_step_index``); the running
+step is shown in ``clean_step``/``deploy_step``/``service_step``. The index is
+saved before each step starts, so a conductor that takes the node over runs
+the interrupted step again and never one that finished: steps must be
+idempotent.
+
+An asynchronous step parks the node in the wait state and queues a check; the
+check (``poll``) finishes it, or fails it when it has waited too long.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from metalforge import states
+from metalforge.conductor import history, steps
+from metalforge.conductor.task import NodeTask
+from metalforge.db import queue
+from metalforge.db.models import utcnow
+from metalforge.drivers.base import DriverError
+
+FlowKind = Literal["clean", "deploy", "service"]
+
+WAIT_TIMEOUT_SETTING = {
+    "clean": "clean_callback_timeout",
+    "deploy": "deploy_callback_timeout",
+    "service": "clean_callback_timeout",
+}
+
+
+def plan_key(kind: FlowKind) -> str:
+    return f"{kind}_steps"
+
+
+def index_key(kind: FlowKind) -> str:
+    return f"{kind}_step_index"
+
+
+def has_plan(task: NodeTask, kind: FlowKind) -> bool:
+    return plan_key(kind) in task.node.driver_internal_info
+
+
+def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> None:
+    """Record the plan (and index 0) on the node before any step runs."""
+    info = dict(task.node.driver_internal_info)
+    info[plan_key(kind)] = [s.to_record() for s in plan]
+    info[index_key(kind)] = 0
+    task.node.driver_internal_info = info
+    names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
+    task.record(f"{kind}_plan", f"{kind} plan: {names}")
+    task.save()
+
+
+def clear_plan(task: NodeTask, kind: FlowKind) -> None:
+    info = dict(task.node.driver_internal_info)
+    for key in (plan_key(kind), index_key(kind), "step_started_at", "step_heartbeat_at"):
+        info.pop(key, None)
+    task.node.driver_internal_info = info
+    setattr(task.node, f"{kind}_step", {})
+
+
+def schedule_poll(task: NodeTask, delay: float) -> None:
+    """Check on the node again in ``delay`` seconds (queued when the lock is released)."""
+    node_id = task.node.id
+    when = utcnow() + dt.timedelta(seconds=delay)
+    task.on_release(
+        lambda session: queue.enqueue(
+            session,
+            "provision",
+            node_id,
+            dedupe_key=f"provision:{node_id}",
+            preferred_owner=task.ctx.hostname,
+            not_before=when,
+        )
+    )
+
+
+def fail(task: NodeTask, kind: FlowKind, message: str) -> None:
+    """End the flow in its failure state with ``message`` in ``last_error``."""
+    changes: dict[str, object] = {"last_error": message, f"{kind}_step": {}}
+    if kind == "clean":
+        # A half-cleaned node must not be handed out: keep it out of rotation.
+        changes.update(maintenance=True, maintenance_reason=message, fault="clean failure")
+    task.record(f"{kind}_failed", message, history.ERROR)
+    task.transition(states.FAIL, note=message, severity=history.ERROR, **changes)
+
+
+def _current(task: NodeTask, kind: FlowKind) -> tuple[list[steps.Step], int]:
+    info = task.node.driver_internal_info
+    plan = [steps.from_record(r) for r in info.get(plan_key(kind), [])]
+    return plan, int(info.get(index_key(kind), 0))
+
+
+def _set_index(task: NodeTask, kind: FlowKind, index: int) -> None:
+    task.node.driver_internal_info = {**task.node.driver_internal_info, index_key(kind): index}
+
+
+def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
+    started = float(task.node.driver_internal_info.get("step_started_at", time.time()))
+    took = time.time() - started
+    task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
+
+
+def run(task: NodeTask, kind: FlowKind) -> None:
+    """Run the node's plan from the stored index until it ends, waits or fails."""
+    plan, index = _current(task, kind)
+    while index < len(plan):
+        step = plan[index]
+        if task.ctx.stopping.is_set():
+            return  # the saved index lets the next owner resume here
+        setattr(task.node, f"{kind}_step", step.to_record())
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "step_started_at": time.time(),
+        }
+        task.record(
+            f"{kind}_step",
+            f"{step.name} started (priority {step.priority}, step {index + 1} of {len(plan)})",
+        )
+        task.save()
+        try:
+            interface = task.ctx.drivers.interface(task.node, step.interface)
+            outcome = interface.run_step(task, step.step, dict(step.args))
+        except DriverError as exc:
+            fail(task, kind, f"{kind} step {step.name} failed: {exc}")
+            return
+        except TypeError as exc:
+            fail(task, kind, f"{kind} step {step.name} rejected its arguments: {exc}")
+            return
+        if outcome == "wait":
+            task.transition(states.WAIT, note=f"waiting for {step.name}")
+            schedule_poll(task, task.ctx.settings.async_poll_interval)
+            return
+        _step_done(task, kind, step)
+        index += 1
+        _set_index(task, kind, index)
+        task.save()
+    clear_plan(task, kind)
+    task.transition(states.DONE)
+
+
+def poll(task: NodeTask, kind: FlowKind) -> None:
+    """The node waits on an asynchronous step: finish it, time it out or check again."""
+    plan, index = _current(task, kind)
+    if index >= len(plan):
+        task.transition(states.RESUME)
+        run(task, kind)
+        return
+    step = plan[index]
+    started = float(task.node.driver_internal_info.get("step_started_at", time.time()))
+    timeout = float(getattr(task.ctx.settings, WAIT_TIMEOUT_SETTING[kind]))
+    interface = task.ctx.drivers.interface(task.node, step.interface)
+    try:
+        outcome = interface.check_step(task, step.step)
+    except DriverError as exc:
+        fail(task, kind, f"{kind} step {step.name} failed: {exc}")
+        return
+    if outcome == "wait":
+        if time.time() - started > timeout:
+            fail(
+                task,
+                kind,
+                f"timed out after {timeout:.0f}s waiting for {kind} step {step.name} to finish",
+            )
+            return
+        schedule_poll(task, task.ctx.settings.async_poll_interval)
+        return
+    _step_done(task, kind, step)
+    _set_index(task, kind, index + 1)
+    current = getattr(task.node, f"{kind}_step") or {}
+    if current.get("abort_after"):
+        abort(task, kind, step, after=True)
+        return
+    task.transition(states.RESUME)
+    run(task, kind)
+
+
+def abort(task: NodeTask, kind: FlowKind, step: steps.Step | None, *, after: bool = False) -> None:
+    """Stop the flow at the operator's request."""
+    if step is not None and not after:
+        task.ctx.drivers.interface(task.node, step.interface).abort_step(task, step.step)
+    where = f" during {step.name}" if step else ""
+    message = f"{kind.capitalize()} aborted by the operator{where}"
+    if after:
+        message = f"{message} (after the non-abortable step finished)"
+    task.record(f"{kind}_aborted", message, history.WARNING)
+    task.transition(states.ABORT, note=message, last_error=message, **{f"{kind}_step": {}})
+
+
+def current_step(task: NodeTask, kind: FlowKind) -> steps.Step | None:
+    plan, index = _current(task, kind)
+    return plan[index] if index < len(plan) else None

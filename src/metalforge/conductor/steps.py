@@ -1,0 +1,163 @@
+"""Collecting, ordering and validating steps; cleaning and deploying share it.
+
+A step is identified by ``interface.step``. The order of a plan is priority,
+highest first; ties between interfaces are broken by ``INTERFACE_ORDER``.
+Operators override default priorities in configuration
+(``["deploy.erase_devices:0", "raid.create_configuration:20"]``); priority 0
+keeps a step out of automated plans, while manual requests may still name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metalforge.db.models import Node
+from metalforge.drivers.hardware import DriverRegistry
+from metalforge.drivers.steps import ArgInfo, StepKind
+
+INTERFACE_ORDER = ("power", "management", "deploy", "bios", "raid", "firmware", "vendor")
+"""Tie-break between interfaces for steps of equal priority (earlier runs first)."""
+
+
+class StepRequestError(ValueError):
+    """A requested step list names a step, interface or argument that does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A step as the engine runs it: declaration, effective priority and arguments."""
+
+    interface: str
+    step: str
+    priority: int
+    args: Mapping[str, Any] = field(default_factory=dict)
+    abortable: bool = False
+    requires_ramdisk: bool = True
+    asynchronous: bool = False
+    argsinfo: Mapping[str, ArgInfo] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.interface}.{self.step}"
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON form stored in plans and shown as ``clean_step``/``deploy_step``."""
+        return {
+            "interface": self.interface,
+            "step": self.step,
+            "priority": self.priority,
+            "args": dict(self.args),
+            "abortable": self.abortable,
+            "requires_ramdisk": self.requires_ramdisk,
+            "asynchronous": self.asynchronous,
+        }
+
+
+def sort_key(step: Step) -> tuple[int, int]:
+    try:
+        rank = INTERFACE_ORDER.index(step.interface)
+    except ValueError:
+        rank = len(INTERFACE_ORDER)
+    return (-step.priority, rank)
+
+
+def parse_overrides(entries: Iterable[str]) -> dict[str, int]:
+    """``["deploy.erase_devices:0"]`` -> ``{"deploy.erase_devices": 0}``."""
+    result: dict[str, int] = {}
+    for entry in entries:
+        name, _, prio = entry.rpartition(":")
+        result[name] = int(prio)
+    return result
+
+
+def supported_steps(
+    drivers: DriverRegistry, node: Node, kind: StepKind, overrides: Mapping[str, int]
+) -> list[Step]:
+    """Every ``kind`` step the node's interfaces declare, overrides applied, in plan order."""
+    found: list[Step] = []
+    for family, impl in drivers.interfaces(node).items():
+        for decl in impl.steps():
+            if decl.kind != kind:
+                continue
+            name = f"{family}.{decl.method}"
+            found.append(
+                Step(
+                    interface=family,
+                    step=decl.method,
+                    priority=overrides.get(name, decl.priority),
+                    abortable=decl.abortable,
+                    requires_ramdisk=decl.requires_ramdisk,
+                    asynchronous=decl.asynchronous,
+                    argsinfo=decl.argsinfo,
+                )
+            )
+    return sorted(found, key=sort_key)
+
+
+def automated_plan(steps: Sequence[Step]) -> list[Step]:
+    """The steps that run without being asked for: priority above zero, in order."""
+    return [s for s in steps if s.priority > 0]
+
+
+def check_args(step: Step, args: Mapping[str, Any]) -> None:
+    """Refuse unknown arguments and missing required ones, naming them."""
+    unknown = sorted(set(args) - set(step.argsinfo))
+    if unknown:
+        raise StepRequestError(
+            f"step {step.name} does not accept argument(s) {', '.join(unknown)}"
+            + (f"; it accepts {', '.join(sorted(step.argsinfo))}" if step.argsinfo else "")
+        )
+    missing = sorted(n for n, info in step.argsinfo.items() if info.required and n not in args)
+    if missing:
+        raise StepRequestError(f"step {step.name} requires argument(s) {', '.join(missing)}")
+
+
+def requested_plan(supported: Sequence[Step], requested: Sequence[Mapping[str, Any]]) -> list[Step]:
+    """Resolve an operator's ordered step list (manual cleaning) against what the node supports.
+
+    The order given is kept; unknown interfaces, steps and arguments are refused
+    before anything runs.
+    """
+    by_name = {s.name: s for s in supported}
+    families = {s.interface for s in supported}
+    plan: list[Step] = []
+    for entry in requested:
+        interface, name = str(entry["interface"]), str(entry["step"])
+        full = f"{interface}.{name}"
+        found = by_name.get(full)
+        if found is None:
+            if interface not in families:
+                raise StepRequestError(
+                    f"the node's {interface} interface has no steps; cannot run {full}"
+                )
+            raise StepRequestError(f"the node does not support the step {full}")
+        args = dict(entry.get("args") or {})
+        check_args(found, args)
+        plan.append(
+            Step(
+                found.interface,
+                found.step,
+                found.priority,
+                args,
+                found.abortable,
+                found.requires_ramdisk,
+                found.asynchronous,
+                found.argsinfo,
+            )
+        )
+    return plan
+
+
+def from_record(record: Mapping[str, Any]) -> Step:
+    """Rebuild a stored plan entry."""
+    return Step(
+        interface=str(record["interface"]),
+        step=str(record["step"]),
+        priority=int(record.get("priority", 0)),
+        args=dict(record.get("args") or {}),
+        abortable=bool(record.get("abortable", False)),
+        requires_ramdisk=bool(record.get("requires_ramdisk", True)),
+        asynchronous=bool(record.get("asynchronous", False)),
+    )

@@ -1,0 +1,146 @@
+"""Typed settings, read once at the entry point and passed down.
+
+Sources, highest priority first: keyword arguments (tests), ``METALFORGE_*``
+environment variables (``METALFORGE_API__PORT=6390`` reaches ``api.port``),
+then a TOML file. Nothing here is read at import time: ``load_settings`` is
+called by the command line and the result travels as an argument, so two
+services with different settings can live in one test process.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class ApiSettings(BaseModel):
+    """The HTTP API."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on. noauth is refused on anything but loopback."""
+    port: int = 6385
+    """TCP port; 6385 is Ironic's, so clients need no extra configuration."""
+    public_endpoint: str | None = None
+    """Base URL put in links and ``next``; default: the request's own host."""
+    max_limit: int = 1000
+    """Largest page a list returns (and the default page size), as Ironic's [api]max_limit."""
+    auth_strategy: Literal["noauth"] = "noauth"
+    """Only ``noauth`` exists so far; it is allowed on loopback addresses only."""
+    allow_delete_available: bool = True
+    """Whether an ``available`` node may be deleted (Ironic's default: yes)."""
+    workers: int = 1
+    """uvicorn worker processes for the ``api`` role."""
+
+
+class DatabaseSettings(BaseModel):
+    """Where the truth lives."""
+
+    url: str = "sqlite:///var/metalforge.sqlite"
+    """SQLAlchemy URL. ``sqlite:///path`` (WAL) or ``postgresql+psycopg://...``."""
+    pool_size: int = 20
+    """Connections kept per process (PostgreSQL only)."""
+
+
+class ConductorSettings(BaseModel):
+    """The conductor role: claims work, holds node reservations, runs periodic tasks."""
+
+    hostname: str = Field(default_factory=socket.gethostname)
+    """Name this conductor registers under; must be unique among live conductors."""
+    conductor_group: str = ""
+    """Group this conductor serves (nodes with the same ``conductor_group``)."""
+    workers: int = 16
+    """Threads that run work items in parallel."""
+    heartbeat_interval: float = 5.0
+    """Seconds between conductor heartbeats in the conductors table."""
+    heartbeat_timeout: float = 30.0
+    """Seconds without a heartbeat after which a conductor is considered dead."""
+    lease_seconds: float = 60.0
+    """How long a claimed work item stays claimed before another conductor may retry it."""
+    poll_interval: float = 1.0
+    """Seconds between queue polls when no wake-up arrives (LISTEN/NOTIFY or in-process)."""
+    affinity_grace: float = 3.0
+    """Seconds a work item waits for the conductor the hash ring chose before any may take it."""
+    async_poll_interval: float = 1.0
+    """Seconds between checks of a node waiting on an asynchronous step."""
+    takeover_interval: float = 10.0
+    """Seconds between checks for nodes and work left by dead conductors; 0 disables."""
+    sync_power_interval: float = 60.0
+    """Seconds between power-state syncs of idle nodes; 0 disables."""
+    enabled_hardware_types: list[str] = Field(default_factory=lambda: ["fake-hardware"])
+    """Hardware types this conductor can drive; each must exist in the driver registry."""
+    automated_clean: bool = True
+    """Run automated cleaning on provide and after undeploy (node ``automated_clean`` overrides)."""
+    deploy_callback_timeout: float = 1800.0
+    """Seconds a node may wait in ``wait call-back`` before the deploy fails."""
+    clean_callback_timeout: float = 1800.0
+    """Seconds a node may wait in ``clean wait`` before the clean fails."""
+    clean_step_priority_override: list[str] = Field(default_factory=list)
+    """``interface.step:priority`` entries that replace a clean step's default priority."""
+    deploy_step_priority_override: list[str] = Field(default_factory=list)
+    """``interface.step:priority`` entries that replace a deploy step's default priority."""
+    default_resource_class: str | None = None
+    """Resource class given to nodes created without one."""
+
+    @field_validator("clean_step_priority_override", "deploy_step_priority_override")
+    @classmethod
+    def _check_overrides(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            name, sep, prio = entry.rpartition(":")
+            if not sep or "." not in name or not prio.isdigit():
+                raise ValueError(f"{entry!r} is not of the form interface.step:priority")
+        return value
+
+
+class Settings(BaseSettings):
+    """Everything metalforge can be told."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="METALFORGE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    state_dir: Path = Path("var")
+    """Directory for local state (the SQLite database, logs)."""
+    log_level: str = "INFO"
+    """Python logging level for every role."""
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    conductor: ConductorSettings = Field(default_factory=ConductorSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from ``config_file`` (TOML), the environment and ``overrides``.
+
+    A missing file given explicitly is an error: a typo in a path must not
+    silently start a service on defaults.
+    """
+    if config_file is None:
+        return Settings(**overrides)
+    if not config_file.is_file():
+        raise FileNotFoundError(f"configuration file {config_file} does not exist")
+    bound = type(
+        "FileSettings",
+        (Settings,),
+        {"model_config": SettingsConfigDict(**{**Settings.model_config, "toml_file": config_file})},
+    )
+    settings: Settings = bound(**overrides)
+    return settings

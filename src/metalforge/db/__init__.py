@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, migrations, queries and the work-item queue."""

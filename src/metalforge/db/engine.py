@@ -1,0 +1,94 @@
+"""Engines, sessions and schema upgrades for SQLite (WAL) and PostgreSQL.
+
+SQLite allows one writer at a time. A transaction that reads and then writes
+must take the write lock when it begins (``BEGIN IMMEDIATE``), otherwise two
+such transactions deadlock on the upgrade and one fails with "database is
+locked". ``Database.write()`` therefore begins immediately while
+``Database.read()`` takes a plain snapshot that never blocks writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def _sqlite_engine(url: str, begin: str) -> Engine:
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 60},
+        pool_size=20,
+        max_overflow=40,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql(begin)
+
+    return engine
+
+
+class Database:
+    """The process's way into the database: one per service, passed down."""
+
+    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+        parsed = make_url(url)
+        self.url = url
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.write_engine = _sqlite_engine(url, "BEGIN IMMEDIATE")
+            self.read_engine = _sqlite_engine(url, "BEGIN")
+        else:
+            self.write_engine = create_engine(
+                url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True
+            )
+            self.read_engine = self.write_engine
+        self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A transaction that may write; committed on success, rolled back on error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only snapshot; never blocks writers."""
+        with self._read() as session, session.begin():
+            yield session
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (idempotent)."""
+        with self.write_engine.connect() as connection:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "head")
+            connection.commit()
+
+    def dispose(self) -> None:
+        self.write_engine.dispose()
+        self.read_engine.dispose()

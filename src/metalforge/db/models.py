@@ -1,0 +1,271 @@
+"""SQLAlchemy 2 models: the database row is the truth.
+
+Column names follow Ironic's field names so that API views are a plain
+mapping. JSON columns are never NULL: an empty dict is the "unset" value, as
+the API reports it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> dt.datetime:
+    """Aware UTC now; every timestamp metalforge writes comes from here."""
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timestamps stored as UTC and always returned timezone-aware.
+
+    SQLite has no time zones; without this a value written aware would come
+    back naive and compare wrongly with ``utcnow()``.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime written to the database")
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC)
+
+
+def _json_dict() -> Any:
+    return mapped_column(JsonType, nullable=False, default=dict)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every metalforge table."""
+
+
+class TimestampMixin:
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, onupdate=utcnow)
+
+
+INTERFACES = (
+    "bios",
+    "boot",
+    "console",
+    "deploy",
+    "firmware",
+    "inspect",
+    "management",
+    "network",
+    "power",
+    "raid",
+    "rescue",
+    "storage",
+    "vendor",
+)
+"""Every driver interface a node names, in Ironic's order of fields."""
+
+
+class Node(TimestampMixin, Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    driver: Mapped[str] = mapped_column(String(255), nullable=False)
+    driver_info: Mapped[dict[str, Any]] = _json_dict()
+    driver_internal_info: Mapped[dict[str, Any]] = _json_dict()
+    instance_info: Mapped[dict[str, Any]] = _json_dict()
+    properties: Mapped[dict[str, Any]] = _json_dict()
+    extra: Mapped[dict[str, Any]] = _json_dict()
+    instance_uuid: Mapped[str | None] = mapped_column(String(36), unique=True)
+    chassis_uuid: Mapped[str | None] = mapped_column(String(36))
+    console_enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    maintenance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    maintenance_reason: Mapped[str | None] = mapped_column(Text)
+    fault: Mapped[str | None] = mapped_column(String(255))
+    power_state: Mapped[str | None] = mapped_column(String(15))
+    target_power_state: Mapped[str | None] = mapped_column(String(15))
+    provision_state: Mapped[str] = mapped_column(String(15), nullable=False, index=True)
+    target_provision_state: Mapped[str | None] = mapped_column(String(15))
+    provision_updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    reservation: Mapped[str | None] = mapped_column(String(255), index=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    """Fencing token: bumped by every lock acquisition and every provision transition."""
+    conductor_affinity: Mapped[str | None] = mapped_column(String(255))
+    clean_step: Mapped[dict[str, Any]] = _json_dict()
+    deploy_step: Mapped[dict[str, Any]] = _json_dict()
+    service_step: Mapped[dict[str, Any]] = _json_dict()
+    raid_config: Mapped[dict[str, Any]] = _json_dict()
+    target_raid_config: Mapped[dict[str, Any]] = _json_dict()
+    resource_class: Mapped[str | None] = mapped_column(String(80), index=True)
+    conductor_group: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    automated_clean: Mapped[bool | None] = mapped_column(Boolean)
+    protected: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    protected_reason: Mapped[str | None] = mapped_column(Text)
+    owner: Mapped[str | None] = mapped_column(String(255))
+    lessee: Mapped[str | None] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(Text)
+    retired: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    retired_reason: Mapped[str | None] = mapped_column(Text)
+    network_data: Mapped[dict[str, Any]] = _json_dict()
+    boot_mode: Mapped[str | None] = mapped_column(String(16))
+    secure_boot: Mapped[bool | None] = mapped_column(Boolean)
+    shard: Mapped[str | None] = mapped_column(String(255))
+    parent_node: Mapped[str | None] = mapped_column(String(36))
+    disable_power_off: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    instance_name: Mapped[str | None] = mapped_column(String(255))
+    inspection_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    inspection_finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    bios_interface: Mapped[str | None] = mapped_column(String(255))
+    boot_interface: Mapped[str | None] = mapped_column(String(255))
+    console_interface: Mapped[str | None] = mapped_column(String(255))
+    deploy_interface: Mapped[str | None] = mapped_column(String(255))
+    firmware_interface: Mapped[str | None] = mapped_column(String(255))
+    inspect_interface: Mapped[str | None] = mapped_column(String(255))
+    management_interface: Mapped[str | None] = mapped_column(String(255))
+    network_interface: Mapped[str | None] = mapped_column(String(255))
+    power_interface: Mapped[str | None] = mapped_column(String(255))
+    raid_interface: Mapped[str | None] = mapped_column(String(255))
+    rescue_interface: Mapped[str | None] = mapped_column(String(255))
+    storage_interface: Mapped[str | None] = mapped_column(String(255))
+    vendor_interface: Mapped[str | None] = mapped_column(String(255))
+
+    traits: Mapped[list[NodeTrait]] = relationship(
+        back_populates="node",
+        cascade="all, delete-orphan",
+        lazy="selectin",
+        order_by="NodeTrait.trait",
+    )
+
+
+class NodeTrait(Base):
+    __tablename__ = "node_traits"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    trait: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+    node: Mapped[Node] = relationship(back_populates="traits")
+
+
+class Port(TimestampMixin, Base):
+    __tablename__ = "ports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    address: Mapped[str] = mapped_column(String(18), unique=True, nullable=False)
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    pxe_enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    local_link_connection: Mapped[dict[str, Any]] = _json_dict()
+    physical_network: Mapped[str | None] = mapped_column(String(64))
+    internal_info: Mapped[dict[str, Any]] = _json_dict()
+    extra: Mapped[dict[str, Any]] = _json_dict()
+    is_smartnic: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    vendor: Mapped[str | None] = mapped_column(String(255))
+    category: Mapped[str | None] = mapped_column(String(80))
+
+    node: Mapped[Node] = relationship(lazy="joined")
+
+
+class Conductor(TimestampMixin, Base):
+    """A live (or once live) conductor; ``updated_at`` is its heartbeat."""
+
+    __tablename__ = "conductors"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    hostname: Mapped[str] = mapped_column(String(255), unique=True, nullable=False)
+    conductor_group: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    drivers: Mapped[list[str]] = mapped_column(JsonType, nullable=False, default=list)
+    online: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+
+class WorkItem(Base):
+    """A durable request for a conductor to act on a node.
+
+    Written in the same transaction as the intent that needs it; claimed with
+    a lease so that a crashed worker's item is retried (at-least-once).
+    """
+
+    __tablename__ = "work_items"
+    __table_args__ = (
+        Index("ix_work_items_ready", "state", "not_before"),
+        UniqueConstraint("dedupe_key", name="uq_work_items_dedupe_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(64), nullable=False)
+    node_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    payload: Mapped[dict[str, Any]] = _json_dict()
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    preferred_owner: Mapped[str | None] = mapped_column(String(255))
+    """Conductor the hash ring chose when the item was queued."""
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    not_before: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    dedupe_key: Mapped[str | None] = mapped_column(String(255))
+    """While set, at most one unfinished item carries this key (cleared when done)."""
+    rerun: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    """Set when a duplicate arrives while the item runs: run it once more afterwards."""
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    duration: Mapped[float | None] = mapped_column(Float)
+
+
+class NodeHistory(Base):
+    """One event in a node's life: a transition, an error, a step started or ended."""
+
+    __tablename__ = "node_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    conductor: Mapped[str | None] = mapped_column(String(255))
+    event_type: Mapped[str] = mapped_column(String(255), nullable=False)
+    event: Mapped[str] = mapped_column(Text, nullable=False)
+    severity: Mapped[str] = mapped_column(String(16), nullable=False, default="INFO")
+    user: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str | None] = mapped_column(String(15))
+    """The node's provision state after the event."""
+    target_provision_state: Mapped[str | None] = mapped_column(String(15))
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    """How long the recorded operation took (steps, flows), when it has a duration."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)

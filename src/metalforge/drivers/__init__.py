@@ -1,0 +1,1 @@
+"""Hardware drivers: interfaces, step metadata, hardware types and their registry."""

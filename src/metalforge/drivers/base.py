@@ -1,0 +1,180 @@
+"""Driver interfaces: small, typed, one concern each.
+
+A hardware type composes one implementation of each interface. Methods get a
+``DriverTask``: the node (a detached copy the conductor saves, fenced by the
+node's reservation) plus a few services. Drivers never open database
+sessions, so they stay testable with a plain object.
+
+Errors: raise ``DriverError`` (a clear message for ``last_error``);
+``StepFailed`` from a step names the step. Anything else is a bug and is
+reported with its type so it can be found.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal, Protocol
+
+from metalforge.db.models import Node
+from metalforge.drivers.steps import StepDecl, declared_steps
+
+POWER_ON = "power on"
+POWER_OFF = "power off"
+REBOOT = "rebooting"
+SOFT_POWER_OFF = "soft power off"
+SOFT_REBOOT = "soft rebooting"
+POWER_TARGETS = (POWER_ON, POWER_OFF, REBOOT, SOFT_POWER_OFF, SOFT_REBOOT)
+
+BOOT_DEVICES = ("pxe", "disk", "cdrom", "bios", "safe", "wanboot", "uefi http")
+
+StepOutcome = Literal["done", "wait"]
+"""A step either finished (``done``) or started work the node must wait for (``wait``)."""
+
+
+class DriverError(Exception):
+    """A driver could not do what was asked; the message is for the operator."""
+
+
+class StepFailed(DriverError):
+    """A step failed; the message says why."""
+
+
+class DriverTask(Protocol):
+    """What a driver may use while the conductor holds the node's reservation."""
+
+    @property
+    def node(self) -> Node: ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait, but return early (raising) if the conductor is stopping or the lock was lost."""
+
+    def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
+        """Add an entry to the node's history."""
+
+
+class Interface(ABC):
+    """Base of every driver interface."""
+
+    interface_type: ClassVar[str]
+    """The interface family: power, management, deploy, ..."""
+    name: ClassVar[str]
+    """The implementation's name, chosen by nodes in ``<type>_interface``."""
+
+    @abstractmethod
+    def validate(self, task: DriverTask) -> None:
+        """Raise ``DriverError`` when the node lacks what this interface needs."""
+
+    def properties(self) -> dict[str, str]:
+        """``driver_info`` keys this interface reads, with descriptions."""
+        return {}
+
+    @classmethod
+    def steps(cls) -> list[StepDecl]:
+        """Steps this implementation declares."""
+        return declared_steps(cls)
+
+    def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
+        """Run the step ``method`` with ``args``; the engine checked the arguments."""
+        outcome = getattr(self, method)(task, **args)
+        return "wait" if outcome == "wait" else "done"
+
+    def check_step(self, task: DriverTask, method: str) -> StepOutcome:
+        """Called while the node waits on an asynchronous step: is it finished?"""
+        return "done"
+
+    def abort_step(self, task: DriverTask, method: str) -> None:
+        """Stop an abortable asynchronous step now."""
+
+
+class PowerInterface(Interface):
+    interface_type = "power"
+
+    @abstractmethod
+    def get_power_state(self, task: DriverTask) -> str:
+        """The power state read from the hardware."""
+
+    @abstractmethod
+    def set_power_state(self, task: DriverTask, target: str, timeout: int | None = None) -> None:
+        """Move to ``target`` (one of POWER_TARGETS) and return once it is reached."""
+
+
+class ManagementInterface(Interface):
+    interface_type = "management"
+
+    @abstractmethod
+    def get_boot_device(self, task: DriverTask) -> dict[str, Any]:
+        """``{"boot_device": ..., "persistent": ...}``."""
+
+    @abstractmethod
+    def set_boot_device(self, task: DriverTask, device: str, persistent: bool = False) -> None:
+        """Boot from ``device`` next time (or always when ``persistent``)."""
+
+    def supported_boot_devices(self, task: DriverTask) -> list[str]:
+        return ["pxe", "disk"]
+
+
+class BootInterface(Interface):
+    interface_type = "boot"
+
+    def prepare_ramdisk(self, task: DriverTask) -> None:
+        """Arrange for the node to boot the agent ramdisk."""
+
+    def prepare_instance(self, task: DriverTask) -> None:
+        """Arrange for the node to boot the deployed instance."""
+
+    def clean_up_instance(self, task: DriverTask) -> None:
+        """Undo ``prepare_instance``."""
+
+
+class DeployInterface(Interface):
+    interface_type = "deploy"
+
+    @abstractmethod
+    def tear_down(self, task: DriverTask) -> None:
+        """Remove the deployed instance (power off, forget the image)."""
+
+
+class InspectInterface(Interface):
+    interface_type = "inspect"
+
+    @abstractmethod
+    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+        """Collect properties; ``wait`` when an in-band agent reports later."""
+
+
+class RaidInterface(Interface):
+    interface_type = "raid"
+
+
+class BiosInterface(Interface):
+    interface_type = "bios"
+
+
+class RescueInterface(Interface):
+    interface_type = "rescue"
+
+    def rescue(self, task: DriverTask) -> StepOutcome:
+        return "done"
+
+    def unrescue(self, task: DriverTask) -> None:
+        """Return the node to its instance."""
+
+
+class GenericInterface(Interface):
+    """An interface whose family needs no methods beyond validation (console, network...)."""
+
+
+class NoOp(GenericInterface):
+    """The ``no-<type>``/``noop`` implementation: nothing to validate, nothing to do."""
+
+    def validate(self, task: DriverTask) -> None:
+        return None
+
+
+def noop_interface(interface_type: str, name: str) -> type[Interface]:
+    """A ``NoOp`` implementation registered as ``name`` for ``interface_type``."""
+    return type(
+        f"NoOp_{interface_type}_{name}".replace("-", "_"),
+        (NoOp,),
+        {"interface_type": interface_type, "name": name},
+    )

@@ -1,0 +1,304 @@
+"""``fake-hardware``: every interface, with visible effects and no hardware.
+
+It proves the logic of every flow and feeds tests and benchmarks. Per-node
+behaviour comes from ``driver_info``:
+
+``fake_step_delay``
+    Seconds each fake step takes. Synchronous steps sleep (holding the
+    node's reservation); asynchronous ones (``deploy.write_image``,
+    ``deploy.erase_devices``) leave the node in its wait state meanwhile, as a
+    ramdisk agent would.
+``fake_fail_steps``
+    Comma-separated ``interface.step`` names that fail when run, for example
+    ``deploy.write_image,raid.create_configuration``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from metalforge.db.models import utcnow
+from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
+    SOFT_POWER_OFF,
+    SOFT_REBOOT,
+    BiosInterface,
+    BootInterface,
+    DeployInterface,
+    DriverError,
+    DriverTask,
+    GenericInterface,
+    InspectInterface,
+    Interface,
+    ManagementInterface,
+    PowerInterface,
+    RaidInterface,
+    RescueInterface,
+    StepFailed,
+    StepOutcome,
+    noop_interface,
+)
+from metalforge.drivers.hardware import HardwareType
+from metalforge.drivers.steps import clean_step, deploy_step
+
+
+def step_delay(task: DriverTask) -> float:
+    """The node's ``fake_step_delay`` in seconds (0 when unset or invalid)."""
+    raw = task.node.driver_info.get("fake_step_delay", 0)
+    try:
+        return max(0.0, float(raw))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _failing(task: DriverTask) -> set[str]:
+    raw = task.node.driver_info.get("fake_fail_steps", "")
+    if isinstance(raw, list):
+        return {str(item).strip() for item in raw}
+    return {part.strip() for part in str(raw).split(",") if part.strip()}
+
+
+class FakeMixin(Interface):
+    """Shared behaviour of the fake implementations: delays and injected failures."""
+
+    name = "fake"
+
+    def validate(self, task: DriverTask) -> None:
+        return None
+
+    def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
+        full = f"{self.interface_type}.{method}"
+        if full in _failing(task):
+            raise StepFailed(f"fake-hardware was told to fail {full} (driver_info.fake_fail_steps)")
+        decl = next(d for d in self.steps() if d.method == method)
+        if decl.asynchronous and step_delay(task) > 0:
+            task.node.driver_internal_info = {
+                **task.node.driver_internal_info,
+                "fake_async_done_at": time.time() + step_delay(task),
+            }
+            super().run_step(task, method, args)
+            return "wait"
+        task.sleep(step_delay(task))
+        return super().run_step(task, method, args)
+
+    def check_step(self, task: DriverTask, method: str) -> StepOutcome:
+        done_at = float(task.node.driver_internal_info.get("fake_async_done_at", 0))
+        return "done" if time.time() >= done_at else "wait"
+
+    def abort_step(self, task: DriverTask, method: str) -> None:
+        info = dict(task.node.driver_internal_info)
+        info.pop("fake_async_done_at", None)
+        task.node.driver_internal_info = info
+
+
+class FakePower(FakeMixin, PowerInterface):
+    def get_power_state(self, task: DriverTask) -> str:
+        return task.node.power_state or POWER_OFF
+
+    def set_power_state(self, task: DriverTask, target: str, timeout: int | None = None) -> None:
+        if "power.set_power_state" in _failing(task):
+            raise DriverError("fake-hardware was told to fail power.set_power_state")
+        if target in (POWER_ON, REBOOT, SOFT_REBOOT):
+            task.node.power_state = POWER_ON
+        elif target in (POWER_OFF, SOFT_POWER_OFF):
+            task.node.power_state = POWER_OFF
+        else:
+            raise DriverError(f"unknown power target {target!r}")
+
+
+class FakeManagement(FakeMixin, ManagementInterface):
+    def get_boot_device(self, task: DriverTask) -> dict[str, Any]:
+        info = task.node.driver_internal_info
+        return {
+            "boot_device": info.get("fake_boot_device", "disk"),
+            "persistent": bool(info.get("fake_boot_persistent", True)),
+        }
+
+    def set_boot_device(self, task: DriverTask, device: str, persistent: bool = False) -> None:
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_boot_device": device,
+            "fake_boot_persistent": persistent,
+        }
+
+    @clean_step(priority=0, requires_ramdisk=False)
+    def reset_bios(self, task: DriverTask) -> None:
+        """Return the BIOS to factory settings (forgets applied settings)."""
+        info = dict(task.node.driver_internal_info)
+        info.pop("bios_settings", None)
+        task.node.driver_internal_info = info
+
+
+class FakeBoot(FakeMixin, BootInterface):
+    pass
+
+
+class FakeDeploy(FakeMixin, DeployInterface):
+    """Deploy steps with Ironic's default priorities; ``write_image`` records the image."""
+
+    @deploy_step(priority=100)
+    def deploy(self, task: DriverTask) -> None:
+        """Boot the node into the agent (fake: power it on)."""
+        task.node.power_state = POWER_ON
+
+    @deploy_step(priority=80, asynchronous=True)
+    def write_image(self, task: DriverTask) -> None:
+        """Write the image named in ``instance_info.image_source`` to the root disk."""
+        info = task.node.instance_info
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "deployed_image": {
+                "image_source": info.get("image_source"),
+                "image_checksum": info.get("image_checksum") or info.get("image_os_hash_value"),
+                "written_at": utcnow().isoformat(),
+            },
+        }
+
+    @deploy_step(priority=60)
+    def prepare_instance_boot(self, task: DriverTask) -> None:
+        """Make the instance the boot target."""
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_boot_device": "disk",
+        }
+
+    @deploy_step(priority=40)
+    def tear_down_agent(self, task: DriverTask) -> None:
+        """Stop the agent (fake: power off before the final boot)."""
+        task.node.power_state = POWER_OFF
+
+    @deploy_step(priority=20)
+    def boot_instance(self, task: DriverTask) -> None:
+        """Power the node on into its instance."""
+        task.node.power_state = POWER_ON
+
+    @clean_step(priority=10, abortable=True, asynchronous=True)
+    def erase_devices(self, task: DriverTask) -> None:
+        """Erase every disk (fake: record when)."""
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_erased_at": utcnow().isoformat(),
+        }
+
+    @clean_step(priority=99, abortable=True)
+    def erase_devices_metadata(self, task: DriverTask) -> None:
+        """Wipe partition tables and filesystem signatures (fake: record when)."""
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_metadata_erased_at": utcnow().isoformat(),
+        }
+
+    def tear_down(self, task: DriverTask) -> None:
+        task.node.power_state = POWER_OFF
+        info = dict(task.node.driver_internal_info)
+        info.pop("deployed_image", None)
+        task.node.driver_internal_info = info
+
+
+class FakeInspect(FakeMixin, InspectInterface):
+    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+        task.sleep(step_delay(task))
+        if "inspect.inspect_hardware" in _failing(task):
+            raise DriverError("fake-hardware was told to fail inspect.inspect_hardware")
+        defaults = {"cpus": 8, "cpu_arch": "x86_64", "memory_mb": 32768, "local_gb": 400}
+        task.node.properties = {**defaults, **task.node.properties}
+        return "done"
+
+
+_RAID_ARGS = {
+    "create_root_volume": {
+        "description": "Create the root volume (default true).",
+        "required": False,
+    },
+    "create_nonroot_volumes": {
+        "description": "Create the other volumes (default true).",
+        "required": False,
+    },
+}
+
+
+class FakeRaid(FakeMixin, RaidInterface):
+    def _create(
+        self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+    ) -> None:
+        wanted = task.node.target_raid_config.get("logical_disks", [])
+        if not wanted:
+            raise StepFailed("the node has no target_raid_config to apply")
+        disks = [
+            {**disk, "controller": disk.get("controller", "fake-raid-0")}
+            for disk in wanted
+            if (create_root_volume if disk.get("is_root_volume") else create_nonroot_volumes)
+        ]
+        task.node.raid_config = {"logical_disks": disks, "last_updated": utcnow().isoformat()}
+
+    @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False)
+    def create_configuration(
+        self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+    ) -> None:
+        """Apply ``target_raid_config`` to ``raid_config``."""
+        self._create(task, create_root_volume, create_nonroot_volumes)
+
+    @clean_step(priority=0, requires_ramdisk=False)
+    def delete_configuration(self, task: DriverTask) -> None:
+        """Remove every logical disk."""
+        task.node.raid_config = {}
+
+
+class FakeBios(FakeMixin, BiosInterface):
+    @clean_step(
+        priority=0,
+        argsinfo={
+            "settings": {"description": "List of {name, value} BIOS settings.", "required": True}
+        },
+        requires_ramdisk=False,
+    )
+    def apply_configuration(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
+        """Apply BIOS settings; they are recorded in ``driver_internal_info.bios_settings``."""
+        if not isinstance(settings, list) or not all(
+            isinstance(item, dict) and "name" in item and "value" in item for item in settings
+        ):
+            raise StepFailed("settings must be a list of {name, value} objects")
+        current = dict(task.node.driver_internal_info.get("bios_settings", {}))
+        current.update({str(item["name"]): item["value"] for item in settings})
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "bios_settings": current,
+        }
+
+
+class FakeRescue(FakeMixin, RescueInterface):
+    pass
+
+
+class FakeGeneric(FakeMixin, GenericInterface):
+    pass
+
+
+def _fake(family: str) -> type[Interface]:
+    return type(f"Fake_{family}", (FakeGeneric,), {"interface_type": family, "name": "fake"})
+
+
+FAKE_HARDWARE = HardwareType(
+    name="fake-hardware",
+    supported={
+        "power": (FakePower,),
+        "management": (FakeManagement,),
+        "boot": (FakeBoot,),
+        "deploy": (FakeDeploy,),
+        "inspect": (FakeInspect, noop_interface("inspect", "no-inspect")),
+        "raid": (FakeRaid, noop_interface("raid", "no-raid")),
+        "bios": (FakeBios, noop_interface("bios", "no-bios")),
+        "rescue": (FakeRescue, noop_interface("rescue", "no-rescue")),
+        "console": (_fake("console"), noop_interface("console", "no-console")),
+        "network": (noop_interface("network", "noop"),),
+        "storage": (noop_interface("storage", "noop"),),
+        "vendor": (_fake("vendor"), noop_interface("vendor", "no-vendor")),
+        "firmware": (_fake("firmware"), noop_interface("firmware", "no-firmware")),
+    },
+)
+
+HARDWARE_TYPES = {FAKE_HARDWARE.name: FAKE_HARDWARE}
+"""Every hardware type metalforge ships, by name."""

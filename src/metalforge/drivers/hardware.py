@@ -1,0 +1,107 @@
+"""Hardware types and the registry that resolves a node's interfaces.
+
+A hardware type lists, per interface family, the implementation names it
+supports; the first is the default. The registry is built once from the
+conductor's ``enabled_hardware_types`` and passed around; building it checks
+every step declaration (two steps of one interface with the same non-zero
+priority stop start-up with both names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from metalforge.db.models import INTERFACES, Node
+from metalforge.drivers.base import Interface
+
+
+class UnknownDriver(LookupError):
+    """The named hardware type or interface is not enabled."""
+
+
+@dataclass(frozen=True)
+class HardwareType:
+    """A named composition of interface implementations."""
+
+    name: str
+    supported: Mapping[str, tuple[type[Interface], ...]]
+    """Per interface family, the implementations allowed; the first is the default."""
+
+    def default(self, family: str) -> type[Interface]:
+        return self.supported[family][0]
+
+    def names(self, family: str) -> list[str]:
+        return [impl.name for impl in self.supported[family]]
+
+
+class ConflictingSteps(ValueError):
+    """Two steps of one interface share a non-zero priority, so their order is undefined."""
+
+
+def _check_steps(impl: type[Interface]) -> None:
+    for kind in ("clean", "deploy"):
+        seen: dict[int, str] = {}
+        for decl in impl.steps():
+            if decl.kind != kind or decl.priority == 0:
+                continue
+            other = seen.get(decl.priority)
+            if other is not None:
+                raise ConflictingSteps(
+                    f"{impl.interface_type} interface {impl.name!r}: {kind} steps "
+                    f"{impl.interface_type}.{other} and {impl.interface_type}.{decl.method} "
+                    f"both have priority {decl.priority}"
+                )
+            seen[decl.priority] = decl.method
+
+
+class DriverRegistry:
+    """The hardware types one service can drive, by name."""
+
+    def __init__(self, hardware_types: Iterable[HardwareType]) -> None:
+        self.types = {hw.name: hw for hw in hardware_types}
+        self._instances: dict[type[Interface], Interface] = {}
+        for hw in self.types.values():
+            missing = [family for family in INTERFACES if family not in hw.supported]
+            if missing:
+                raise ValueError(f"hardware type {hw.name} does not define {missing}")
+            for impls in hw.supported.values():
+                for impl in impls:
+                    _check_steps(impl)
+                    self._instances.setdefault(impl, impl())
+
+    def hardware_type(self, name: str) -> HardwareType:
+        try:
+            return self.types[name]
+        except KeyError:
+            raise UnknownDriver(f"hardware type {name!r} is not enabled") from None
+
+    def resolve_interface_names(
+        self, driver: str, requested: Mapping[str, str | None]
+    ) -> dict[str, str]:
+        """Interface implementation names for a node, filling in defaults; checks support."""
+        hw = self.hardware_type(driver)
+        chosen: dict[str, str] = {}
+        for family in INTERFACES:
+            name = requested.get(family)
+            if name is None:
+                name = hw.default(family).name
+            elif name not in hw.names(family):
+                raise UnknownDriver(
+                    f"Could not find a suitable {family} interface {name!r} for hardware type "
+                    f"{driver!r}; supported: {', '.join(hw.names(family))}"
+                )
+            chosen[family] = name
+        return chosen
+
+    def interface(self, node: Node, family: str) -> Interface:
+        """The implementation of ``family`` the node is configured to use."""
+        hw = self.hardware_type(node.driver)
+        wanted = getattr(node, f"{family}_interface") or hw.default(family).name
+        for impl in hw.supported[family]:
+            if impl.name == wanted:
+                return self._instances[impl]
+        raise UnknownDriver(f"{family} interface {wanted!r} is not supported by {node.driver}")
+
+    def interfaces(self, node: Node) -> dict[str, Interface]:
+        return {family: self.interface(node, family) for family in INTERFACES}

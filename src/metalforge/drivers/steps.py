@@ -1,0 +1,102 @@
+"""Step metadata: what ``@clean_step`` and ``@deploy_step`` record.
+
+The decorators only attach a frozen ``StepDecl`` to the method; nothing is
+read from configuration and nothing runs at import time. Interfaces collect
+their declarations when a driver registry is built, and the conductor's step
+engine applies operator overrides on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+StepKind = Literal["clean", "deploy"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class ArgInfo:
+    """One argument a step accepts."""
+
+    description: str
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepDecl:
+    """A step as its driver declares it (before operator overrides)."""
+
+    kind: StepKind
+    method: str
+    priority: int
+    abortable: bool = False
+    argsinfo: Mapping[str, ArgInfo] = field(default_factory=dict)
+    requires_ramdisk: bool = True
+    asynchronous: bool = False
+    """The step starts work elsewhere and the node waits in a wait state until it ends."""
+
+
+_ATTR = "_metalforge_steps"
+
+
+def _record(decl: StepDecl) -> Callable[[F], F]:
+    def decorate(func: F) -> F:
+        existing: tuple[StepDecl, ...] = getattr(func, _ATTR, ())
+        setattr(func, _ATTR, (*existing, decl))
+        return func
+
+    return decorate
+
+
+def _argsinfo(argsinfo: Mapping[str, Mapping[str, Any]] | None) -> dict[str, ArgInfo]:
+    return {
+        name: ArgInfo(str(info.get("description", "")), bool(info.get("required", False)))
+        for name, info in (argsinfo or {}).items()
+    }
+
+
+def clean_step(
+    priority: int,
+    abortable: bool = False,
+    argsinfo: Mapping[str, Mapping[str, Any]] | None = None,
+    requires_ramdisk: bool = True,
+    asynchronous: bool = False,
+) -> Callable[[F], F]:
+    """Declare an interface method as a clean step with a default priority."""
+    return _record(
+        StepDecl(
+            "clean", "", priority, abortable, _argsinfo(argsinfo), requires_ramdisk, asynchronous
+        )
+    )
+
+
+def deploy_step(
+    priority: int,
+    argsinfo: Mapping[str, Mapping[str, Any]] | None = None,
+    asynchronous: bool = False,
+) -> Callable[[F], F]:
+    """Declare an interface method as a deploy step with a default priority."""
+    return _record(StepDecl("deploy", "", priority, False, _argsinfo(argsinfo), True, asynchronous))
+
+
+def declared_steps(cls: type) -> list[StepDecl]:
+    """Every step ``cls`` declares, with ``method`` filled in, in name order."""
+    found: list[StepDecl] = []
+    for name in sorted(dir(cls)):
+        member = getattr(cls, name, None)
+        for decl in getattr(member, _ATTR, ()):
+            found.append(
+                StepDecl(
+                    decl.kind,
+                    name,
+                    decl.priority,
+                    decl.abortable,
+                    decl.argsinfo,
+                    decl.requires_ramdisk,
+                    decl.asynchronous,
+                )
+            )
+    return found

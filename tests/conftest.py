@@ -1,0 +1,79 @@
+"""Shared fixtures: databases (SQLite and PostgreSQL), an in-process stack, a live server."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.postgres import PostgresCluster
+from tests.support.stack import LiveServer, Stack, start_stack, test_settings
+
+IN_CI = bool(os.environ.get("CI"))
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    try:
+        cluster = PostgresCluster()
+    except RuntimeError as exc:
+        if IN_CI:
+            raise
+        pytest.skip(f"PostgreSQL is not installed here: {exc}")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database URL, once for each engine."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/metalforge.sqlite"
+    cluster: PostgresCluster = request.getfixturevalue("postgres")
+    name = f"mf_{os.getpid()}_{next(_counter)}"
+    cluster.execute(f"CREATE DATABASE {name}")
+    return cluster.url(name)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/metalforge.sqlite"
+
+
+@pytest.fixture
+def stack(db_url: str) -> Iterator[Stack]:
+    """API and a running conductor on each database engine."""
+    running = start_stack(test_settings(db_url))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def sqlite_stack(sqlite_url: str) -> Iterator[Stack]:
+    """API and a running conductor on SQLite only (for API-shape tests)."""
+    running = start_stack(test_settings(sqlite_url))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def live_server(sqlite_url: str) -> Iterator[LiveServer]:
+    running = start_stack(test_settings(sqlite_url))
+    server = LiveServer(running)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        running.stop()

@@ -1,0 +1,88 @@
+"""An in-process metalforge (API + conductor) for tests, on any database."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi.testclient import TestClient
+
+from metalforge.cli import build_api, build_conductor, build_registry
+from metalforge.conductor.service import ConductorService
+from metalforge.config import Settings, load_settings
+from metalforge.db.engine import Database
+from tests.support.postgres import free_port
+
+FAST_CONDUCTOR = {
+    "heartbeat_interval": 0.5,
+    "heartbeat_timeout": 5.0,
+    "poll_interval": 0.2,
+    "async_poll_interval": 0.1,
+    "takeover_interval": 1.0,
+    "affinity_grace": 0.5,
+    "workers": 8,
+}
+
+
+def test_settings(db_url: str, **conductor: Any) -> Settings:
+    return load_settings(
+        database={"url": db_url},
+        conductor={**FAST_CONDUCTOR, "hostname": "test-conductor", **conductor},
+    )
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    db: Database
+    conductor: ConductorService
+    app: Any
+    client: TestClient
+
+    def stop(self) -> None:
+        self.client.close()
+        self.conductor.stop()
+        self.db.dispose()
+
+
+def start_stack(settings: Settings, *, start_conductor: bool = True) -> Stack:
+    db = Database(settings.database.url)
+    db.upgrade()
+    registry = build_registry(settings)
+    conductor = build_conductor(settings, db, registry)
+    if start_conductor:
+        conductor.start()
+    else:
+        conductor.register()
+    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
+    client = TestClient(app, raise_server_exceptions=True)
+    return Stack(settings, db, conductor, app, client)
+
+
+class LiveServer:
+    """The all-in-one service on a real port, for real clients (CLI, openstacksdk)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(stack.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        import time
+
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

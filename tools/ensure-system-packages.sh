@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the Debian packages a target needs, only if they are missing.
+#   base: what creating the virtualenv needs
+#   test: servers and tools the test suite starts (PostgreSQL, ...)
+set -euo pipefail
+
+want=(python3 python3-venv python3-dev gcc)
+if [ "${1:-base}" = "test" ]; then
+  want+=(postgresql)
+fi
+
+missing=()
+for pkg in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
