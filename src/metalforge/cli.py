@@ -22,6 +22,7 @@ from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
+from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers.fake import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
@@ -122,8 +123,10 @@ def cmd_api(settings: Settings) -> None:
     _check_auth(settings)
     db = open_database(settings)
     registry = build_registry(settings)
+    # Conductors live in other processes: on PostgreSQL, NOTIFY wakes them at once.
+    notify = None if db.is_sqlite else Notifier(db)
     _banner(settings)
-    _serve(settings, build_api(settings, db, registry))
+    _serve(settings, build_api(settings, db, registry, notify=notify))
 
 
 def cmd_conductor(settings: Settings) -> None:
@@ -131,6 +134,10 @@ def cmd_conductor(settings: Settings) -> None:
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
     conductor.start()
+    listener = None
+    if not db.is_sqlite:
+        listener = Listener(settings.database.url, conductor.ctx.waker.notify)
+        listener.start()
     stop = {"now": False}
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -142,6 +149,8 @@ def cmd_conductor(settings: Settings) -> None:
         while not stop["now"]:
             signal.pause()
     finally:
+        if listener is not None:
+            listener.stop()
         conductor.stop()
         db.dispose()
 

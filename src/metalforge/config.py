@@ -39,6 +39,10 @@ class ApiSettings(BaseModel):
     """Whether an ``available`` node may be deleted (Ironic's default: yes)."""
     workers: int = 1
     """uvicorn worker processes for the ``api`` role."""
+    lock_wait_seconds: float = 3.0
+    """How long a request waits for a node a conductor has locked before answering 409."""
+    max_request_body_size: int = 32 * 1024 * 1024
+    """Largest request body accepted, in bytes (413 beyond); leaves room for config drives."""
 
 
 class DatabaseSettings(BaseModel):

@@ -153,6 +153,9 @@ HOLD: Final = "hold"
 
 INTERNAL_EVENTS: Final = (DONE, FAIL, WAIT, RESUME, HOLD)
 
+CONTINUING_EVENTS: Final = frozenset({WAIT, RESUME, HOLD, UNHOLD})
+"""Events within one flow: the node keeps the goal the flow started with."""
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
@@ -307,6 +310,11 @@ LOOKUP_STATES: Final = frozenset(
 """States in which a ramdisk agent may look its node up."""
 
 
+def parks(state: str) -> bool:
+    """Whether a flow stops working on a node in ``state`` (it rests, fails or waits)."""
+    return state not in BUSY_STATES or state in WAIT_STATES or state in HOLD_STATES
+
+
 class InvalidTransition(ValueError):
     """``event`` is not allowed from ``source``."""
 
@@ -333,7 +341,7 @@ def resolve(transition: Transition, current_goal: str | None) -> tuple[str, str 
     """The (provision_state, target_provision_state) a node takes through ``transition``.
 
     ``current_goal`` is the node's ``target_provision_state`` before the move.
-    A flow that continues (wait, resume, hold) keeps its goal; a transition
+    A flow that continues (wait, resume, hold, unhold) keeps its goal; a transition
     that starts a flow sets the goal it names, or the new state's default.
     """
     if transition.target == GOAL:
@@ -347,7 +355,6 @@ def resolve(transition: Transition, current_goal: str | None) -> tuple[str, str 
         return target, None
     if transition.goal is not None:
         return target, transition.goal
-    source = STATES[transition.source]
-    if source.busy and current_goal is not None and not state.failure:
+    if transition.event in CONTINUING_EVENTS and current_goal is not None:
         return target, current_goal
     return target, state.goal

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from metalforge.api import errors
+from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
     conductors,
     drivers,
@@ -45,5 +46,10 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
         app.include_router(router, include_in_schema=False)
+    # The version middleware is added last, so it is outermost: even the guard's
+    # refusals carry the version headers.
+    app.add_middleware(
+        RequestGuardMiddleware, max_body_size=services.settings.api.max_request_body_size
+    )
     app.add_middleware(VersionMiddleware)
     return app

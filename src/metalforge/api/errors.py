@@ -98,6 +98,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        # Only routing failures (no such path, no such method) use Ironic's routing
+        # shape; the rest (an unparsable or oversized body) are about the request
+        # itself, so clients that read only ``faultstring`` (openstacksdk) see them.
+        headers = dict(exc.headers or {})
         if exc.status_code == 404:
             message = "The resource could not be found."
         elif exc.status_code == 405:
@@ -106,8 +110,8 @@ def install(app: FastAPI) -> None:
                 "malformed or otherwise incorrect."
             )
         else:
-            message = str(exc.detail)
-        return error_response(exc.status_code, message, dict(exc.headers or {}), routing=True)
+            return error_response(exc.status_code, str(exc.detail), headers)
+        return error_response(exc.status_code, message, headers, routing=True)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

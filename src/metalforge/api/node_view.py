@@ -152,7 +152,8 @@ def node_view(
     if fields is not None:
         wanted = list(fields)
     elif list_view:
-        wanted = list(LIST_FIELDS)
+        # ``name`` is one of the six but only exists from 1.5.
+        wanted = [name for name in LIST_FIELDS if NODE_FIELDS[name] <= version]
     else:
         wanted = [*visible_fields(version), *(k for k, v in LINK_FIELDS.items() if v <= version)]
     body: dict[str, Any] = {}

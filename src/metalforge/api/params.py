@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
+from sqlalchemy import Select, and_, or_
 
 from metalforge.api.errors import bad_request, not_acceptable
 from metalforge.api.versions import Version, fmt, request_version
@@ -74,6 +76,14 @@ class Page:
     sort_dir: str
 
 
+def page_limit(query: Query, max_limit: int) -> int:
+    """``limit``: positive, ``max_limit`` when absent and never more (nor out of SQL's range)."""
+    limit = query.int("limit")
+    if limit is not None and limit <= 0:
+        raise bad_request(f"Limit must be positive: {limit}")
+    return min(limit or max_limit, max_limit)
+
+
 def page(
     query: Query,
     max_limit: int,
@@ -83,10 +93,7 @@ def page(
     forbidden_keys: Iterable[str] = (),
 ) -> Page:
     """Pagination parameters, validated."""
-    limit = query.int("limit")
-    if limit is not None and limit <= 0:
-        raise bad_request(f"Limit must be positive: {limit}")
-    limit = min(limit or max_limit, max_limit)
+    limit = page_limit(query, max_limit)
     sort_dir = (query.get("sort_dir") or "asc").lower()
     if sort_dir not in ("asc", "desc"):
         raise bad_request(
@@ -96,6 +103,38 @@ def page(
     if sort_key in set(forbidden_keys) or sort_key not in set(sortable):
         raise bad_request(f"The sort_key value {sort_key} is an invalid field for sorting")
     return Page(limit, query.get("marker"), sort_key, sort_dir)
+
+
+def keyset(
+    stmt: Select[Any], column: Any, id_column: Any, pg: Page, marker: tuple[Any, int] | None
+) -> Select[Any]:
+    """``stmt`` ordered by ``pg`` and started after ``marker`` (its sort value and id).
+
+    NULLs sort as the smallest value on every engine (SQLite and PostgreSQL
+    disagree by default), so a marker whose sort column is NULL -- a node
+    without a ``fault``, a port without a ``name`` -- continues exactly where
+    the previous page stopped instead of comparing with NULL.
+    """
+    ascending = pg.sort_dir == "asc"
+    if marker is not None:
+        value, marker_id = marker
+        later_id = id_column > marker_id if ascending else id_column < marker_id
+        if value is None:
+            after = (
+                or_(and_(column.is_(None), later_id), column.is_not(None))
+                if ascending
+                else and_(column.is_(None), later_id)
+            )
+        elif ascending:
+            after = or_(column > value, and_(column == value, later_id))
+        else:
+            after = or_(column < value, and_(column == value, later_id), column.is_(None))
+        stmt = stmt.where(after)
+    if ascending:
+        order = [column.asc().nulls_first(), id_column.asc()]
+    else:
+        order = [column.desc().nulls_last(), id_column.desc()]
+    return stmt.order_by(*order).limit(pg.limit)
 
 
 def fields(query: Query, known: Mapping[str, Version]) -> list[str] | None:

@@ -6,13 +6,61 @@ need a newer microversion are checked by the routes, which know the version.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from annotated_types import MaxLen
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def _storable(data: Any) -> None:
+    """Refuse JSON that parses but cannot be stored or answered.
+
+    ``json.loads`` accepts ``NaN``/``Infinity`` (which the responses cannot
+    encode), lone surrogates (which cannot be encoded as UTF-8) and NUL
+    characters (which PostgreSQL refuses in text and JSONB). Free-form
+    dictionaries (``extra``, ``properties``...) are not typed, so they are
+    checked here, once, for every request body. Iterative, so that deeply
+    nested documents cannot exhaust the stack.
+    """
+    pending: list[tuple[str, Any]] = [("body", data)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where}: {value} is not a valid JSON number")
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise ValueError(f"{where}: NUL characters are not allowed")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{where}: the text is not valid Unicode") from None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                pending.append((where, key))
+                pending.append((f"{where}/{key}", item))
+        elif isinstance(value, list):
+            pending.extend((f"{where}/{index}", item) for index, item in enumerate(value))
 
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_storable(cls, data: Any) -> Any:
+        _storable(data)
+        return data
+
+
+def max_lengths(model: type[BaseModel]) -> dict[str, int]:
+    """Each string field's ``max_length``, so PATCH enforces what create enforces."""
+    return {
+        name: meta.max_length
+        for name, info in model.model_fields.items()
+        for meta in info.metadata
+        if isinstance(meta, MaxLen)
+    }
 
 
 class NodeCreate(Body):

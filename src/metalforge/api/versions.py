@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from metalforge.api.errors import routing_error_body
+from metalforge.api.errors import error_body, routing_error_body
 
 Version = tuple[int, int]
 
@@ -114,12 +114,36 @@ class VersionMiddleware:
             (b"openstack-request-id", request_id),
         ]
 
+        started = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), *extra_headers]
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception as exc:
+            # Starlette answers unhandled errors outside every user middleware, so
+            # that 500 would lack the version headers: answer it here instead. The
+            # exception still propagates (logging, test clients), and the outer
+            # handler sees the response as started and does not send a second one.
+            if not started:
+                body = error_body(500, f"Internal error: {type(exc).__name__}")
+                await send_with_headers(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+            raise
 
 
 def request_version(request: Any) -> Version:

@@ -251,7 +251,10 @@ class ConductorService:
         """An unexpected error: retry a few times, then fail the flow so nothing stays stuck."""
         LOG.exception("unexpected error running %s on node %s", item.kind, task.node.uuid)
         message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
+        if task.released:
+            return  # the flow already let go of the node; nothing more to undo here
         task.record("error", message, history.ERROR)
+        task.node.target_power_state = None
         if item.attempts < MAX_ATTEMPTS:
             task.clear_release_hooks()
             task.on_release(
@@ -262,7 +265,6 @@ class ConductorService:
             return
         if states.FAIL in states.allowed_events(task.node.provision_state):
             task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
-        task.node.target_power_state = None
 
     # -- takeover --------------------------------------------------------
     def take_over(self) -> int:

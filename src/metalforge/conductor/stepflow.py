@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from metalforge import states
 from metalforge.conductor import history, steps
@@ -54,7 +54,7 @@ def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> No
     task.node.driver_internal_info = info
     names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
     task.record(f"{kind}_plan", f"{kind} plan: {names}")
-    task.save()
+    # Saved together with the start of the first step (or the end of the flow).
 
 
 def clear_plan(task: NodeTask, kind: FlowKind) -> None:
@@ -123,6 +123,8 @@ def run(task: NodeTask, kind: FlowKind) -> None:
             f"{kind}_step",
             f"{step.name} started (priority {step.priority}, step {index + 1} of {len(plan)})",
         )
+        # One write records the previous step's end, the new index and this
+        # step's start: the index is durable before this step runs.
         task.save()
         try:
             interface = task.ctx.drivers.interface(task.node, step.interface)
@@ -134,13 +136,12 @@ def run(task: NodeTask, kind: FlowKind) -> None:
             fail(task, kind, f"{kind} step {step.name} rejected its arguments: {exc}")
             return
         if outcome == "wait":
-            task.transition(states.WAIT, note=f"waiting for {step.name}")
             schedule_poll(task, task.ctx.settings.async_poll_interval)
+            task.transition(states.WAIT, note=f"waiting for {step.name}")
             return
         _step_done(task, kind, step)
         index += 1
         _set_index(task, kind, index)
-        task.save()
     clear_plan(task, kind)
     task.transition(states.DONE)
 
@@ -190,7 +191,8 @@ def abort(task: NodeTask, kind: FlowKind, step: steps.Step | None, *, after: boo
     if after:
         message = f"{message} (after the non-abortable step finished)"
     task.record(f"{kind}_aborted", message, history.WARNING)
-    task.transition(states.ABORT, note=message, last_error=message, **{f"{kind}_step": {}})
+    changes: dict[str, Any] = {"last_error": message, f"{kind}_step": {}}
+    task.transition(states.ABORT, note=message, **changes)
 
 
 def current_step(task: NodeTask, kind: FlowKind) -> steps.Step | None:

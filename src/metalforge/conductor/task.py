@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
+from metalforge import states
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.db.models import Conductor, Node, utcnow
@@ -69,11 +70,17 @@ class NodeTask:
         self._node = node
         self._saved = {key: copy.deepcopy(getattr(node, key)) for key in _COLUMNS}
         self._history: list[tuple[str, str, str, float | None]] = []
-        self._on_release: list[Callable[[Session], None]] = []
+        self._on_release: list[Callable[[Session], object]] = []
+        self._released = False
 
     @property
     def node(self) -> Node:
         return self._node
+
+    @property
+    def released(self) -> bool:
+        """The reservation was given back when the flow parked the node."""
+        return self._released
 
     @property
     def epoch(self) -> int:
@@ -94,7 +101,7 @@ class NodeTask:
     ) -> None:
         self._history.append((event_type, event, severity, duration))
 
-    def on_release(self, func: Callable[[Session], None]) -> None:
+    def on_release(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction that releases the reservation."""
         self._on_release.append(func)
 
@@ -109,6 +116,8 @@ class NodeTask:
         }
 
     def _flush(self, session: Session, extra: dict[str, Any] | None = None) -> None:
+        if self._released:
+            raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes = {**self._changes(), **(extra or {})}
         if changes:
             changes.setdefault("updated_at", utcnow())
@@ -183,15 +192,30 @@ class NodeTask:
             ):
                 setattr(self._node, key, getattr(current, key))
             self._remember()
+            if states.parks(self._node.provision_state):
+                # The flow rests or waits: let go of the node in this same
+                # transaction, so nobody sees the new state while it is still locked.
+                self._release_in(session)
+
+    def _release_in(self, session: Session) -> None:
+        self._flush(session, {"reservation": None})
+        for func in self._on_release:
+            func(session)
+        self._on_release.clear()
+        self._released = True
 
     def release(self) -> None:
+        if self._released:
+            if self._changes() or self._history:
+                raise LockLost(f"node {self._node.uuid} was changed after its release")
+            return
         with self.ctx.db.write() as session:
-            self._flush(session, {"reservation": None})
-            for func in self._on_release:
-                func(session)
+            self._release_in(session)
 
 
 def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
+    # Read under the row lock the update takes anyway, so the takeover note names the real holder.
+    previous = session.scalar(select(Node.reservation).where(Node.id == node_id).with_for_update())
     result = session.execute(
         update(Node)
         .where(
@@ -210,6 +234,20 @@ def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
         raise NodeGone(str(node_id))
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise NodeLocked(node.uuid, node.reservation)
+    if previous is not None and previous != ctx.hostname:
+        # Only a dead conductor's reservation can be taken; without this note the
+        # history would show the flow jump from one conductor to another unexplained.
+        history.record(
+            session,
+            node_id,
+            "takeover",
+            f"conductor {ctx.hostname} took the node over from conductor {previous}, "
+            "which stopped heartbeating or went offline",
+            severity=history.WARNING,
+            conductor=ctx.hostname,
+            state=node.provision_state,
+            target=node.target_provision_state,
+        )
     session.expunge(node)
     return node
 

@@ -9,6 +9,7 @@ locked". ``Database.write()`` therefore begins immediately while
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,12 +67,22 @@ class Database:
             )
             self.read_engine = self.write_engine
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._write_mutex = threading.Lock() if self.is_sqlite else None
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A transaction that may write; committed on success, rolled back on error."""
-        with self._write() as session, session.begin():
+        """A transaction that may write; committed on success, rolled back on error.
+
+        On SQLite, writers of this process queue on a mutex first: SQLite's own
+        busy handler polls with growing sleeps, which under many concurrent
+        writers costs far more than the writes themselves.
+        """
+        if self._write_mutex is None:
+            with self._write() as session, session.begin():
+                yield session
+            return
+        with self._write_mutex, self._write() as session, session.begin():
             yield session
 
     @contextmanager

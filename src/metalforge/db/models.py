@@ -161,7 +161,7 @@ class Node(TimestampMixin, Base):
     traits: Mapped[list[NodeTrait]] = relationship(
         back_populates="node",
         cascade="all, delete-orphan",
-        lazy="selectin",
+        lazy="select",
         order_by="NodeTrait.trait",
     )
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, false, func, or_, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -94,17 +94,26 @@ def claim(
 
     An item prefers the conductor the hash ring chose; others take it only
     when that conductor is not alive or the item has waited ``affinity_grace``.
-    Items whose lease expired are claimed again.
+    Items whose lease expired are claimed again, and so are items held by a
+    conductor missing from ``live_owners``: a dead conductor's heartbeat stops
+    renewing its leases but they would only expire ``lease`` later, while its
+    node reservations may be taken as soon as it is known dead. ``owner``'s
+    own items are never reclaimed here: they are still running in its workers.
     """
     now = utcnow()
     due = or_(
         (WorkItem.state == PENDING) & (WorkItem.not_before <= now),
         (WorkItem.state == CLAIMED) & (WorkItem.lease_expires_at < now),
+        (WorkItem.state == CLAIMED)
+        & WorkItem.lease_owner.not_in(list(live_owners))
+        & (WorkItem.lease_owner != owner)
+        if live_owners
+        else false(),
     )
     affinity = or_(
         WorkItem.preferred_owner.is_(None),
         WorkItem.preferred_owner == owner,
-        WorkItem.preferred_owner.not_in(list(live_owners)) if live_owners else True,
+        WorkItem.preferred_owner.not_in(list(live_owners)) if live_owners else true(),
         WorkItem.not_before <= now - affinity_grace,
     )
     query = select(WorkItem).where(due, affinity).order_by(WorkItem.not_before, WorkItem.id)

@@ -82,8 +82,8 @@ class Interface(ABC):
         """Called while the node waits on an asynchronous step: is it finished?"""
         return "done"
 
-    def abort_step(self, task: DriverTask, method: str) -> None:
-        """Stop an abortable asynchronous step now."""
+    def abort_step(self, task: DriverTask, method: str) -> None:  # noqa: B027 - optional hook
+        """Stop an abortable asynchronous step now (default: nothing is running elsewhere)."""
 
 
 class PowerInterface(Interface):

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from metalforge.api import lookup
 from metalforge.api.errors import not_found
 from metalforge.api.links import links
-from metalforge.api.params import Query
+from metalforge.api.params import Query, page_limit
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
 from metalforge.db.models import NodeHistory
@@ -50,7 +50,7 @@ def list_history(node_ident: str, request: Request) -> JSONResponse:
     if query.version < MIN_VERSION:
         raise not_found("The resource could not be found.")
     detail = bool(query.bool("detail"))
-    limit = query.int("limit")
+    limit = page_limit(query, svc.settings.api.max_limit)
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, query.version)
         stmt = select(NodeHistory).where(NodeHistory.node_id == node.id)
@@ -60,9 +60,7 @@ def list_history(node_ident: str, request: Request) -> JSONResponse:
             if marker_row is None:
                 raise not_found(f"Node history event {marker} could not be found.")
             stmt = stmt.where(NodeHistory.id > marker_row.id)
-        stmt = stmt.order_by(NodeHistory.id)
-        if limit:
-            stmt = stmt.limit(limit)
+        stmt = stmt.order_by(NodeHistory.id).limit(limit)
         rows = list(session.scalars(stmt))
         base = base_url(request)
         return JSONResponse({"history": [history_view(r, base, node.uuid, detail) for r in rows]})

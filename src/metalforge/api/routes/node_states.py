@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from metalforge import states
 from metalforge.api import lookup
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
+from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.schemas import MaintenanceRequest, PowerRequest, ProvisionRequest
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version, fmt, request_version
@@ -66,10 +67,7 @@ POWER_BLOCKED_STATES = frozenset(
 
 
 def locked(node: Node) -> ApiError:
-    return conflict(
-        f"Node {node.uuid} is locked by host {node.reservation}, please retry "
-        "after the current operation is completed."
-    )
+    return NodeLockedError(node.uuid, node.reservation)
 
 
 def _states_view(node: Node, version: Version) -> dict[str, Any]:
@@ -250,6 +248,7 @@ def _priority(value: int | str) -> int:
     status_code=202,
     summary="Request a provision state change",
 )
+@wait_for_lock
 def set_provision_state(node_ident: str, request: Request, body: ProvisionRequest) -> Response:
     svc = services(request)
     version = request_version(request)
@@ -306,6 +305,7 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
 @router.put(
     "/nodes/{node_ident}/states/power", status_code=202, summary="Request a power state change"
 )
+@wait_for_lock
 def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Response:
     svc = services(request)
     version = request_version(request)

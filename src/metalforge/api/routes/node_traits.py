@@ -6,9 +6,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from metalforge.api import lookup
 from metalforge.api.errors import bad_request, not_found
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.routes.node_states import locked
 from metalforge.api.schemas import TraitsReplace
 from metalforge.api.services import services
@@ -59,6 +61,7 @@ def list_traits(node_ident: str, request: Request) -> JSONResponse:
 
 
 @router.put("/nodes/{node_ident}/traits", status_code=204, summary="Replace a node's traits")
+@wait_for_lock
 def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Response:
     svc = services(request)
     wanted = sorted({check_trait(t) for t in body.traits})
@@ -74,9 +77,10 @@ def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Re
 async def add_trait(node_ident: str, trait: str, request: Request) -> Response:
     if (await request.body()).strip():
         raise bad_request("No body is accepted when adding a single trait")
-    return _add_trait(node_ident, trait, request)
+    return await run_in_threadpool(_add_trait, node_ident, trait, request=request)
 
 
+@wait_for_lock
 def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
     svc = services(request)
     check_trait(trait)
@@ -95,6 +99,7 @@ def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
 
 
 @router.delete("/nodes/{node_ident}/traits", status_code=204, summary="Remove every trait")
+@wait_for_lock
 def remove_traits(node_ident: str, request: Request) -> Response:
     svc = services(request)
     with svc.db.write() as session:
@@ -105,6 +110,7 @@ def remove_traits(node_ident: str, request: Request) -> Response:
 
 
 @router.delete("/nodes/{node_ident}/traits/{trait}", status_code=204, summary="Remove a trait")
+@wait_for_lock
 def remove_trait(node_ident: str, trait: str, request: Request) -> Response:
     svc = services(request)
     with svc.db.write() as session:

@@ -9,16 +9,17 @@ from urllib.parse import urlencode
 import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy import Select, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from metalforge import states
 from metalforge.api import lookup
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
+from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import NODE_FIELDS, SELECTABLE_FIELDS, node_view
-from metalforge.api.params import Query, fields, page
-from metalforge.api.schemas import NodeCreate, PatchOperation
+from metalforge.api.params import Page, Query, fields, keyset, page
+from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.conductor import history
@@ -97,6 +98,8 @@ PATCHABLE = {
 DICT_FIELDS = {"driver_info", "extra", "instance_info", "network_data", "properties"}
 BOOL_FIELDS = {"automated_clean", "disable_power_off", "maintenance", "protected", "retired"}
 NULLABLE_BOOL = {"automated_clean"}
+MAX_LENGTHS = max_lengths(NodeCreate)
+"""PATCH holds strings to the limits create does (and the columns need)."""
 
 
 # -- listing ------------------------------------------------------------------
@@ -155,21 +158,14 @@ def _conductor(svc: ApiServices) -> Any:
     return lambda node: svc.preferred_conductor(node.uuid, node.driver, node.conductor_group)
 
 
-def _paginate(stmt: Select[Any], session: Session, pg: Any) -> Select[Any]:
-    column = getattr(Node, pg.sort_key)
+def _paginate(stmt: Select[Any], session: Session, pg: Page) -> Select[Any]:
+    after: tuple[Any, int] | None = None
     if pg.marker is not None:
         marker = session.scalar(select(Node).where(Node.uuid == pg.marker))
         if marker is None:
             raise bad_request(f"Marker {pg.marker} could not be found.")
-        value = getattr(marker, pg.sort_key)
-        if pg.sort_dir == "asc":
-            after = or_(column > value, and_(column == value, Node.id > marker.id))
-        else:
-            after = or_(column < value, and_(column == value, Node.id < marker.id))
-        stmt = stmt.where(after) if value is not None else stmt.where(Node.id > marker.id)
-    order = column.asc() if pg.sort_dir == "asc" else column.desc()
-    tie = Node.id.asc() if pg.sort_dir == "asc" else Node.id.desc()
-    return stmt.order_by(order, tie).limit(pg.limit)
+        after = (getattr(marker, pg.sort_key), marker.id)
+    return keyset(stmt, getattr(Node, pg.sort_key), Node.id, pg, after)
 
 
 def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
@@ -186,6 +182,8 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
     base = base_url(request)
     with svc.db.read() as session:
         stmt = select(Node).where(*_filters(query, svc, session))
+        if detail or (wanted is not None and "traits" in wanted):
+            stmt = stmt.options(selectinload(Node.traits))
         nodes = list(session.scalars(_paginate(stmt, session, pg)))
         conductor = _conductor(svc)
         items = [
@@ -364,6 +362,10 @@ def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 raise bad_request(f"Invalid value for {name}: must be a boolean")
         elif value is not None and not isinstance(value, str):
             raise bad_request(f"Invalid value for {name}: must be a string")
+        elif value is not None and len(value) > MAX_LENGTHS.get(name, len(value)):
+            raise bad_request(
+                f"Invalid value for {name}: at most {MAX_LENGTHS[name]} characters are allowed"
+            )
         if name == "conductor_group" and value is None:
             value = ""
         if value != before.get(name):
@@ -372,6 +374,7 @@ def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.patch("/nodes/{node_ident}", summary="Update a node with a JSON patch")
+@wait_for_lock
 def patch_node(
     node_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
@@ -439,10 +442,7 @@ def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
             f"Node {node.uuid} can not be updated while a state transition is in progress."
         )
     if node.reservation is not None:
-        raise conflict(
-            f"Node {node.uuid} is locked by host {node.reservation}, please retry "
-            "after the current operation is completed."
-        )
+        raise NodeLockedError(node.uuid, node.reservation)
     new_instance = changes.get("instance_uuid")
     if new_instance is not None and node.instance_uuid not in (None, new_instance):
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
@@ -475,16 +475,14 @@ def _write_changes(session: Session, node: Node, changes: dict[str, Any]) -> Non
 
 
 @router.delete("/nodes/{node_ident}", status_code=204, summary="Delete a node")
+@wait_for_lock
 def delete_node(node_ident: str, request: Request) -> Response:
     svc = services(request)
     version = request_version(request)
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
         if node.reservation is not None:
-            raise conflict(
-                f"Node {node.uuid} is locked by host {node.reservation}, please "
-                "retry after the current operation is completed."
-            )
+            raise NodeLockedError(node.uuid, node.reservation)
         if node.protected:
             raise conflict(
                 f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"

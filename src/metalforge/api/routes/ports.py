@@ -10,14 +10,15 @@ from urllib.parse import urlencode
 import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
 from metalforge.api.errors import bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
-from metalforge.api.params import Query, fields, page
-from metalforge.api.schemas import PatchOperation, PortCreate
+from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.db.models import Node, Port, utcnow
@@ -58,6 +59,8 @@ PATCHABLE = {
     "category",
     "portgroup_uuid",
 }
+MAX_LENGTHS = max_lengths(PortCreate)
+"""PATCH holds strings to the limits create does (and the columns need)."""
 _MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
 
@@ -93,7 +96,7 @@ def port_view(
     return body
 
 
-def _find_port(session: Any, ident: str, version: Version) -> Port:
+def _find_port(session: Session, ident: str, version: Version) -> Port:
     if lookup.is_uuid(ident):
         port = session.scalar(select(Port).where(Port.uuid == str(uuidlib.UUID(ident))))
     elif version >= (1, 88):
@@ -146,18 +149,14 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
             stmt = stmt.join(Node, Node.id == Port.node_id).where(
                 Node.shard.in_([s.strip() for s in shard.split(",")])
             )
-        column = getattr(Port, pg.sort_key)
+        after: tuple[Any, int] | None = None
         if pg.marker:
             marker = session.scalar(select(Port).where(Port.uuid == pg.marker))
             if marker is None:
                 raise bad_request(f"Marker {pg.marker} could not be found.")
-            value = getattr(marker, pg.sort_key)
-            if pg.sort_dir == "asc":
-                stmt = stmt.where(or_(column > value, and_(column == value, Port.id > marker.id)))
-            else:
-                stmt = stmt.where(or_(column < value, and_(column == value, Port.id < marker.id)))
-        order = column.asc() if pg.sort_dir == "asc" else column.desc()
-        ports = list(session.scalars(stmt.order_by(order, Port.id).limit(pg.limit)))
+            after = (getattr(marker, pg.sort_key), marker.id)
+        stmt = keyset(stmt, getattr(Port, pg.sort_key), Port.id, pg, after)
+        ports = list(session.scalars(stmt))
         items = [port_view(p, query.version, base, wanted) for p in ports]
     body: dict[str, Any] = {"ports": items}
     if len(ports) == pg.limit:
@@ -286,6 +285,11 @@ def patch_port(
                 value = after.get(name)
                 if value is not None and not isinstance(value, str):
                     raise bad_request(f"Invalid value for {name}: must be a string")
+                if value is not None and len(value) > MAX_LENGTHS[name]:
+                    raise bad_request(
+                        f"Invalid value for {name}: at most {MAX_LENGTHS[name]} "
+                        "characters are allowed"
+                    )
                 values[name] = value
             if values["name"] is not None:
                 lookup.check_name(values["name"])

@@ -34,6 +34,7 @@ def version_object(base: str) -> dict[str, Any]:
 
 
 @router.get("/", summary="Versions of the API")
+@router.head("/", include_in_schema=False)
 def root(request: Request) -> JSONResponse:
     base = base_url(request)
     version = version_object(base)
@@ -49,6 +50,8 @@ def root(request: Request) -> JSONResponse:
 
 @router.get("/v1", summary="The v1 API and its collections")
 @router.get("/v1/", include_in_schema=False)
+@router.head("/v1", include_in_schema=False)
+@router.head("/v1/", include_in_schema=False)
 def v1(request: Request) -> JSONResponse:
     base = base_url(request)
     version = request.state.version

@@ -1,0 +1,1 @@
+"""metalforge: bare-metal provisioning with an Ironic-compatible API."""

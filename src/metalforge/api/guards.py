@@ -1,0 +1,90 @@
+"""Requests refused before any route sees them: oversized bodies, NUL characters.
+
+A body is read whole by the routes (JSON), so its size is capped up front
+(413), from ``Content-Length`` when given and by counting otherwise. A NUL
+character in the path or the query string can never name anything, and
+PostgreSQL refuses it in a query parameter (which would be a 500), so it is
+a 400 here for every route at once.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from metalforge.api.errors import error_body
+
+
+class BodyTooLarge(HTTPException):
+    """Raised while a route reads a body without ``Content-Length`` past the limit.
+
+    An ``HTTPException`` because FastAPI re-raises those from body parsing
+    (anything else becomes "error parsing the body"); the app's handler
+    turns it into the Ironic error format.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large_message(limit))
+
+
+def too_large_message(limit: int) -> str:
+    return f"Request body is larger than the limit of {limit} bytes."
+
+
+class RequestGuardMiddleware:
+    """Pure ASGI middleware; sits inside the version middleware so errors carry its headers."""
+
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        self.app = app
+        self.max_body_size = max_body_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+            await _reject(send, 400, "NUL characters are not allowed in the URL.")
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_size:
+            await _reject(send, 413, too_large_message(self.max_body_size))
+            return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_size:
+                    raise BodyTooLarge(self.max_body_size)
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _reject(send: Send, status: int, message: str) -> None:
+    body = error_body(status, message)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

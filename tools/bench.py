@@ -1,0 +1,219 @@
+"""``make bench``: enroll, list and lifecycle throughput of the all-in-one service.
+
+Starts ``metalforge all-in-one`` as a subprocess on a fresh database (SQLite
+by default, ``--database-url`` for PostgreSQL), drives it over HTTP from
+client threads, and prints a Markdown table (``--output`` appends it to a
+file). Nothing here asserts a time: the figures are recorded, not tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HEADERS = {"Content-Type": "application/json", "X-OpenStack-Ironic-API-Version": "latest"}
+
+
+class Client:
+    """One keep-alive HTTP connection per thread."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._local = threading.local()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            self._local.conn = conn
+        return conn
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        for attempt in range(3):
+            conn = self._conn()
+            try:
+                conn.request(method, path, body=data, headers=HEADERS)
+                response = conn.getresponse()
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "METALFORGE_DATABASE__URL": db_url,
+        "METALFORGE_API__PORT": str(port),
+        "METALFORGE_LOG_LEVEL": "WARNING",
+        "METALFORGE_CONDUCTOR__HOSTNAME": "bench",
+        "METALFORGE_CONDUCTOR__WORKERS": "16",
+        "METALFORGE_CONDUCTOR__ASYNC_POLL_INTERVAL": "0.2",
+    }
+    log = (workdir / "service.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "metalforge.cli", "all-in-one"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"service did not start; see {workdir / 'service.log'}")
+
+
+def run_parallel(func: Callable[[int], None], items: Iterable[int], concurrency: int) -> float:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        for _ in pool.map(func, items):
+            pass
+    return time.perf_counter() - started
+
+
+def enroll(client: Client, count: int, concurrency: int) -> tuple[float, list[str]]:
+    uuids: list[str] = [""] * count
+
+    def one(i: int) -> None:
+        status, body = client.request("POST", "/v1/nodes", {
+            "driver": "fake-hardware", "name": f"bench-{i}", "resource_class": "bench",
+        })
+        if status != 201:
+            raise RuntimeError(f"enroll failed: {status} {body}")
+        uuids[i] = body["uuid"]
+
+    took = run_parallel(one, range(count), concurrency)
+    return count / took, uuids
+
+
+def list_latency(client: Client, path: str, rounds: int) -> tuple[float, float]:
+    samples = []
+    marker = None
+    for _ in range(rounds):
+        query = f"{path}?limit=1000" + (f"&marker={marker}" if marker else "")
+        started = time.perf_counter()
+        status, body = client.request("GET", query)
+        samples.append(time.perf_counter() - started)
+        if status != 200:
+            raise RuntimeError(f"list failed: {status} {body}")
+        items = body["nodes"]
+        marker = items[-1]["uuid"] if len(items) == 1000 and "next" in body else None
+    samples.sort()
+    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.95) - 1] * 1000
+
+
+def wait_state(client: Client, uuid: str, state: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = client.request(
+            "GET", f"/v1/nodes/{uuid}?fields=provision_state,target_provision_state,last_error")
+        if body["provision_state"] == state and body["target_provision_state"] is None:
+            return
+        if body["provision_state"].endswith("failed") or body["provision_state"] == "error":
+            raise RuntimeError(f"node {uuid} failed: {body}")
+        time.sleep(0.02)
+    raise RuntimeError(f"node {uuid} did not reach {state}")
+
+
+def lifecycle(client: Client, uuids: list[str], concurrency: int) -> float:
+    def one(i: int) -> None:
+        uuid = uuids[i]
+        for verb, state in (("manage", "manageable"), ("provide", "available"),
+                            ("active", "active"), ("deleted", "available")):
+            status, body = client.request("PUT", f"/v1/nodes/{uuid}/states/provision",
+                                          {"target": verb})
+            if status != 202:
+                raise RuntimeError(f"{verb} failed on {uuid}: {status} {body}")
+            wait_state(client, uuid, state)
+
+    took = run_parallel(one, range(len(uuids)), concurrency)
+    return len(uuids) / took
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--enroll-concurrency", type=int, default=10)
+    parser.add_argument("--lifecycle-nodes", type=int, default=1_000)
+    parser.add_argument("--lifecycle-concurrency", type=int, default=50)
+    parser.add_argument("--list-rounds", type=int, default=20)
+    parser.add_argument("--database-url", help="default: a fresh SQLite file")
+    parser.add_argument("--output", type=Path, help="append the Markdown results here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="metalforge-bench-") as tmp:
+        workdir = Path(tmp)
+        db_url = args.database_url or f"sqlite:///{workdir}/bench.sqlite"
+        proc, port = start_service(db_url, workdir)
+        try:
+            client = Client(port)
+            enroll_rate, uuids = enroll(client, args.nodes, args.enroll_concurrency)
+            list_p50, list_p95 = list_latency(client, "/v1/nodes", args.list_rounds)
+            detail_p50, detail_p95 = list_latency(client, "/v1/nodes/detail", args.list_rounds)
+            life_rate = lifecycle(client, uuids[: args.lifecycle_nodes],
+                                  args.lifecycle_concurrency)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    engine = "PostgreSQL" if args.database_url else "SQLite (embedded default)"
+    rows = [
+        f"| enroll ({args.enroll_concurrency} clients) | {enroll_rate:.0f} nodes/s |",
+        f"| `GET /v1/nodes?limit=1000` at {args.nodes} nodes | p50 {list_p50:.0f} ms, "
+        f"p95 {list_p95:.0f} ms |",
+        f"| `GET /v1/nodes/detail?limit=1000` at {args.nodes} nodes | p50 {detail_p50:.0f} ms, "
+        f"p95 {detail_p95:.0f} ms |",
+        f"| lifecycle manage/provide/deploy/undeploy, {args.lifecycle_nodes} nodes, "
+        f"{args.lifecycle_concurrency} clients | {life_rate:.1f} nodes/s |",
+    ]
+    report = "\n".join([
+        f"### {time.strftime('%Y-%m-%d')} — {engine}", "", f"Machine: {machine()}", "",
+        "| measure | result |", "| --- | --- |", *rows, "",
+    ])
+    print(report)
+    if args.output:
+        with args.output.open("a") as fh:
+            fh.write(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
