@@ -13,14 +13,12 @@ from metalforge.api.versions import MAX_VERSION, MIN_VERSION, Version, fmt
 router = APIRouter(tags=["discovery"])
 
 COLLECTIONS: dict[str, Version] = {
-    "chassis": (1, 1),
     "nodes": (1, 1),
     "ports": (1, 1),
     "drivers": (1, 1),
-    "heartbeat": (1, 22),
-    "lookup": (1, 22),
     "conductors": (1, 49),
 }
+"""Collections this service serves, and the version that introduced each."""
 
 
 def version_object(base: str) -> dict[str, Any]:
