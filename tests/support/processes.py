@@ -206,13 +206,19 @@ class ProcessGroup:
             time.sleep(0.2)
         raise RuntimeError(f"conductors alive after {timeout:.0f}s: {sorted(alive)}")
 
-    def stop_all(self) -> None:
-        """Kill everything still running, conductors first (they hold the interesting state)."""
-        for process in sorted(self.processes, key=lambda p: p.url is not None):
+    def stop_all(self, timeout: float = 5.0) -> None:
+        """SIGTERM everything still running at once, then SIGKILL whatever has not exited."""
+        running = [p for p in self.processes if p.running()]
+        for process in running:
+            assert process.proc is not None
+            process.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in running:
+            assert process.proc is not None
             try:
-                process.stop(timeout=5)
-            except Exception as exc:  # one stuck process must not leak the others
-                print(f"stopping {process.name} failed: {exc}", file=sys.stderr)
+                process.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"{process.name} ignored SIGTERM for {timeout:.0f}s; killing it")
                 process.kill()
 
     def logs(self) -> str:
