@@ -154,7 +154,7 @@ def test_every_pair_is_generated() -> None:
     ],
 )
 def test_aliases_follow_their_verb(quiet_stack: Stack, state: str, alias: str) -> None:
-    """``deploy``/``undeploy`` (API 1.73) behave as ``active``/``deleted``; refusals name the alias."""
+    """``deploy`` and ``undeploy`` act as ``active`` and ``deleted``; a refusal names the alias."""
     node_uuid = _node_in(quiet_stack, state)
     before = _snapshot(quiet_stack, node_uuid)
     response = _send(quiet_stack, node_uuid, alias)

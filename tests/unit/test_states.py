@@ -112,21 +112,14 @@ def test_state_kinds() -> None:
         else:
             assert state.goal in states.STATES, state.name
             assert states.STATES[state.goal].stable, state.name
-    assert states.STABLE_STATES == {
-        states.ENROLL,
-        states.MANAGEABLE,
-        states.AVAILABLE,
-        states.ACTIVE,
-        states.ERROR,
-        states.RESCUE,
-    }
-    assert {name for name in states.STATES if name.endswith(" failed")} | {
-        states.ERROR
-    } == states.FAILURE_STATES
+    stable = {"enroll", "manageable", "available", "active", "error", "rescue"}
+    assert stable == states.STABLE_STATES
+    failed = {name for name in states.STATES if name.endswith(" failed")}
+    assert failed | {states.ERROR} == states.FAILURE_STATES
     assert states.WAIT_STATES <= states.BUSY_STATES
     assert states.HOLD_STATES <= states.BUSY_STATES
     assert states.BUSY_STATES.isdisjoint(states.STABLE_STATES | states.FAILURE_STATES)
-    assert states.BUSY_STATES | states.STABLE_STATES | states.FAILURE_STATES == set(states.STATES)
+    assert set(states.STATES) == states.BUSY_STATES | states.STABLE_STATES | states.FAILURE_STATES
 
 
 # -- resolve ------------------------------------------------------------------------------
@@ -149,7 +142,12 @@ RESOLVE_CASES: list[tuple[str, str, str | None, tuple[str, str | None]]] = [
     (states.CLEANING, states.FAIL, states.AVAILABLE, (states.CLEAN_FAILED, states.MANAGEABLE)),
     (states.CLEAN_WAIT, states.ABORT, states.AVAILABLE, (states.CLEAN_FAILED, states.MANAGEABLE)),
     (states.DEPLOYING, states.FAIL, states.ACTIVE, (states.DEPLOY_FAILED, states.ACTIVE)),
-    (states.INSPECT_WAIT, states.ABORT, states.MANAGEABLE, (states.INSPECT_FAILED, states.MANAGEABLE)),
+    (
+        states.INSPECT_WAIT,
+        states.ABORT,
+        states.MANAGEABLE,
+        (states.INSPECT_FAILED, states.MANAGEABLE),
+    ),
     (states.RESCUE_WAIT, states.ABORT, states.RESCUE, (states.RESCUE_FAILED, states.RESCUE)),
     (states.AVAILABLE, states.MANAGE, None, (states.MANAGEABLE, None)),
     (states.AVAILABLE, states.DEPLOY, None, (states.DEPLOYING, states.ACTIVE)),
@@ -188,7 +186,9 @@ def test_done_without_a_goal_is_refused() -> None:
 
 
 def test_find_refuses_what_the_table_lacks() -> None:
-    with pytest.raises(states.InvalidTransition, match="'provide' is not allowed in state 'enroll'"):
+    with pytest.raises(
+        states.InvalidTransition, match="'provide' is not allowed in state 'enroll'"
+    ):
         states.find(states.ENROLL, states.PROVIDE)
     assert states.allowed_events(states.ENROLL) == [states.MANAGE]
 
@@ -243,7 +243,8 @@ def test_a_conductor_works_in_every_busy_state_that_does_not_wait(name: str) -> 
 def _state_diagram() -> ModuleType:
     path = REPO / "tools" / "state_diagram.py"
     spec = importlib.util.spec_from_file_location("state_diagram", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

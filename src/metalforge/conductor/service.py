@@ -274,14 +274,18 @@ class ConductorService:
             pending = exists().where(
                 WorkItem.dedupe_key == literal("provision:") + cast(Node.id, String)
             )
+            # SKIP LOCKED: two conductors running this at once split the nodes
+            # between them instead of both recording the same takeover.
             rows = session.execute(
-                select(Node.id).where(
+                select(Node.id, Node.provision_state, Node.target_provision_state)
+                .where(
                     Node.provision_state.in_(busy),
                     (Node.reservation.is_(None)) | Node.reservation.in_(dead_conductors(self.ctx)),
                     ~pending,
                 )
+                .with_for_update(skip_locked=True, of=Node)
             ).all()
-            for (node_id,) in rows:
+            for node_id, state, target in rows:
                 queue.enqueue(session, "provision", node_id, dedupe_key=f"provision:{node_id}")
                 history.record(
                     session,
@@ -289,6 +293,8 @@ class ConductorService:
                     "takeover",
                     f"conductor {self.ctx.hostname} resumes the node's flow",
                     conductor=self.ctx.hostname,
+                    state=state,
+                    target=target,
                 )
             if rows:
                 LOG.info("took over %d node(s) nobody was working on", len(rows))

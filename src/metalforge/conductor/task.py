@@ -222,7 +222,6 @@ def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
             Node.id == node_id,
             or_(
                 Node.reservation.is_(None),
-                Node.reservation == ctx.hostname,
                 Node.reservation.in_(dead_conductors(ctx)),
             ),
         )
