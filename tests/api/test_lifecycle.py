@@ -18,8 +18,7 @@ def test_enroll_to_active_and_back(stack: Stack) -> None:
     client = stack.client
     node = make_available(client, name="life-1")
     assert node["power_state"] == "power off"
-    response = provision(client, "life-1", "active",
-                         configdrive={"meta_data": {"hostname": "h"}})
+    response = provision(client, "life-1", "active", configdrive={"meta_data": {"hostname": "h"}})
     assert response.status_code == 202
     assert response.headers["Location"].endswith(f"/v1/nodes/{node['uuid']}/states")
     after = get_node(client, "life-1")
@@ -43,7 +42,9 @@ def test_transition_is_visible_before_202_returns(stack: Stack) -> None:
     assert provision(client, node["uuid"], "manage").status_code == 202
     seen = get_node(client, node["uuid"])
     assert (seen["provision_state"], seen["target_provision_state"]) in (
-        ("verifying", "manageable"), ("manageable", None))
+        ("verifying", "manageable"),
+        ("manageable", None),
+    )
 
 
 def test_invalid_verb_for_state_is_400_and_changes_nothing(stack: Stack) -> None:
@@ -51,7 +52,7 @@ def test_invalid_verb_for_state_is_400_and_changes_nothing(stack: Stack) -> None
     node = create_node(client)
     response = provision(client, node["uuid"], "provide")
     assert response.status_code == 400
-    assert 'can not be performed on node' in error_text(response)
+    assert "can not be performed on node" in error_text(response)
     assert 'while it is in state "enroll"' in error_text(response)
     assert get_node(client, node["uuid"])["provision_state"] == "enroll"
 
@@ -77,11 +78,13 @@ def test_asynchronous_step_waits_in_wait_state(stack: Stack) -> None:
 def test_power_on_off(stack: Stack) -> None:
     client = stack.client
     node = create_node(client)
-    response = client.put(f"/v1/nodes/{node['uuid']}/states/power",
-                          json={"target": "power on"}, headers=LATEST)
+    response = client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+    )
     assert response.status_code == 202
     wait_for_state(client, node["uuid"], "power on", field="power_state")
-    client.put(f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power off"},
-               headers=LATEST)
+    client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power off"}, headers=LATEST
+    )
     node = wait_for_state(client, node["uuid"], "power off", field="power_state")
     assert node["target_power_state"] is None

@@ -18,8 +18,12 @@ from metalforge.drivers.hardware import DriverRegistry
 
 
 def _context(db: Database, host: str) -> ConductorContext:
-    ctx = ConductorContext(hostname=host, db=db, drivers=DriverRegistry(HARDWARE_TYPES.values()),
-                           settings=ConductorSettings(hostname=host, heartbeat_timeout=5))
+    ctx = ConductorContext(
+        hostname=host,
+        db=db,
+        drivers=DriverRegistry(HARDWARE_TYPES.values()),
+        settings=ConductorSettings(hostname=host, heartbeat_timeout=5),
+    )
     with db.write() as session:
         session.add(Conductor(hostname=host, drivers=["fake-hardware"], heartbeat_at=utcnow()))
     return ctx
@@ -30,9 +34,15 @@ def db(db_url: str) -> Database:
     database = Database(db_url)
     database.upgrade()
     with database.write() as session:
-        session.add(Node(uuid="00000000-0000-0000-0000-000000000001", driver="fake-hardware",
-                         provision_state=states.DEPLOYING, target_provision_state=states.ACTIVE,
-                         epoch=0))
+        session.add(
+            Node(
+                uuid="00000000-0000-0000-0000-000000000001",
+                driver="fake-hardware",
+                provision_state=states.DEPLOYING,
+                target_provision_state=states.ACTIVE,
+                epoch=0,
+            )
+        )
     return database
 
 
@@ -57,13 +67,18 @@ def test_reservation_is_exclusive_and_released(db: Database) -> None:
 
 def test_a_conductor_that_lost_its_lock_cannot_write(db: Database) -> None:
     one, two = _context(db, "c1"), _context(db, "c2")
-    with pytest.raises(LockLost), acquire(one, 1, "deploy") as task:
-        with one.db.write() as session:  # c1 stops heartbeating; c2 takes the node over
-            session.execute(update(Conductor).where(Conductor.hostname == "c1")
-                            .values(heartbeat_at=utcnow() - dt.timedelta(minutes=5)))
-        with acquire(two, 1, "takeover") as taken:
-            taken.node.extra = {"owner": "c2"}
-        task.node.extra = {"owner": "c1"}
+    stale = acquire(one, 1, "deploy")
+    task = stale.__enter__()
+    with one.db.write() as session:  # c1 stops heartbeating; c2 takes the node over
+        session.execute(
+            update(Conductor)
+            .where(Conductor.hostname == "c1")
+            .values(heartbeat_at=utcnow() - dt.timedelta(minutes=5))
+        )
+    with acquire(two, 1, "takeover") as taken:
+        taken.node.extra = {"owner": "c2"}
+    task.node.extra = {"owner": "c1"}
+    with pytest.raises(LockLost):
         task.save()
     assert _node(db).extra == {"owner": "c2"}
 

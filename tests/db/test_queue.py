@@ -14,11 +14,22 @@ LEASE = dt.timedelta(seconds=30)
 NO_GRACE = dt.timedelta(seconds=0)
 
 
-def _claim(db: Database, owner: str, live: list[str] | None = None,
-           grace: dt.timedelta = NO_GRACE, lease: dt.timedelta = LEASE) -> list[queue.ClaimedItem]:
+def _claim(
+    db: Database,
+    owner: str,
+    live: list[str] | None = None,
+    grace: dt.timedelta = NO_GRACE,
+    lease: dt.timedelta = LEASE,
+) -> list[queue.ClaimedItem]:
     with db.write() as session:
-        return queue.claim(session, owner, limit=10, lease=lease,
-                           live_owners=live or ["c1", "c2"], affinity_grace=grace)
+        return queue.claim(
+            session,
+            owner,
+            limit=10,
+            lease=lease,
+            live_owners=live or ["c1", "c2"],
+            affinity_grace=grace,
+        )
 
 
 def test_enqueue_claim_finish(db_url: str) -> None:
@@ -28,7 +39,8 @@ def test_enqueue_claim_finish(db_url: str) -> None:
         queue.enqueue(session, "provision", 1, {"a": 1}, dedupe_key="provision:1")
     items = _claim(db, "c1")
     assert [(i.kind, i.node_id, i.payload, i.attempts) for i in items] == [
-        ("provision", 1, {"a": 1}, 1)]
+        ("provision", 1, {"a": 1}, 1)
+    ]
     assert _claim(db, "c2") == []  # claimed items are not handed out twice
     with db.write() as session:
         assert queue.finish(session, items[0].id, "c1")
@@ -50,7 +62,8 @@ def test_duplicate_while_running_runs_again(db_url: str) -> None:
     with db.write() as session:
         queue.finish(session, item.id, "c1")
     [again] = _claim(db, "c1")
-    assert again.id == item.id and again.attempts == 2
+    assert again.id == item.id
+    assert again.attempts == 2
     db.dispose()
 
 

@@ -32,8 +32,9 @@ def create_node(client: TestClient, **fields: Any) -> dict[str, Any]:
 
 
 def provision(client: TestClient, ident: str, target: str, **extra: Any) -> Any:
-    return client.put(f"/v1/nodes/{ident}/states/provision", json={"target": target, **extra},
-                      headers=LATEST)
+    return client.put(
+        f"/v1/nodes/{ident}/states/provision", json={"target": target, **extra}, headers=LATEST
+    )
 
 
 def get_node(client: TestClient, ident: str) -> dict[str, Any]:
@@ -43,19 +44,30 @@ def get_node(client: TestClient, ident: str) -> dict[str, Any]:
     return node
 
 
-def wait_for_state(client: TestClient, ident: str, state: str, timeout: float = 20.0,
-                   *, field: str = "provision_state") -> dict[str, Any]:
+def wait_for_state(
+    client: TestClient,
+    ident: str,
+    state: str,
+    timeout: float = 20.0,
+    *,
+    field: str = "provision_state",
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     node = get_node(client, ident)
     while time.monotonic() < deadline:
         node = get_node(client, ident)
-        settled = (field != "provision_state" or state not in STABLE_STATES
-                   or node["target_provision_state"] is None)
+        settled = (
+            field != "provision_state"
+            or state not in STABLE_STATES
+            or node["target_provision_state"] is None
+        )
         if node[field] == state and settled:
             return node
         time.sleep(0.05)
-    raise AssertionError(f"node {ident} did not reach {state}; it is {node[field]} "
-                         f"(last_error: {node.get('last_error')})")
+    raise AssertionError(
+        f"node {ident} did not reach {state}; it is {node[field]} "
+        f"(last_error: {node.get('last_error')})"
+    )
 
 
 def make_available(client: TestClient, **fields: Any) -> dict[str, Any]:

@@ -55,12 +55,32 @@ class PostgresCluster:
         return subprocess.run(cmd, check=True, capture_output=True, **kwargs)  # type: ignore[call-overload]
 
     def start(self) -> None:
-        self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-                  "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.dir / "log"), "-w", "start")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        options = (
+            f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "log"),
+            "-w",
+            "start",
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -76,13 +96,13 @@ class PostgresCluster:
     def execute(self, sql: str) -> None:
         import psycopg
 
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
             conn.execute(sql)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-                      "stop")
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -68,8 +68,9 @@ class LiveServer:
         self.stack = stack
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(stack.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                access_log=False)
+        config = uvicorn.Config(
+            stack.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -18,10 +18,11 @@ def test_defaults_are_the_embedded_setup() -> None:
     assert settings.conductor.enabled_hardware_types == ["fake-hardware"]
 
 
-def test_file_then_environment_then_arguments(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_then_environment_then_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "metalforge.toml"
-    config.write_text('[api]\nport = 7000\nmax_limit = 50\n[conductor]\nworkers = 3\n')
+    config.write_text("[api]\nport = 7000\nmax_limit = 50\n[conductor]\nworkers = 3\n")
     monkeypatch.setenv("METALFORGE_API__PORT", "7001")
     settings = load_settings(config, conductor={"workers": 5})
     assert settings.api.port == 7001  # the environment beats the file
@@ -39,5 +40,5 @@ def test_unknown_keys_and_bad_overrides_are_refused(tmp_path: Path) -> None:
     config.write_text("typo_key = 1\n")
     with pytest.raises(ValidationError):
         load_settings(config)
-    with pytest.raises(ValidationError, match="interface.step:priority"):
+    with pytest.raises(ValidationError, match=r"interface\.step:priority"):
         load_settings(conductor={"clean_step_priority_override": ["erase_devices=0"]})

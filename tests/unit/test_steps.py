@@ -25,55 +25,88 @@ def _supported(kind: str, overrides: dict[str, int] | None = None) -> list[steps
 def test_clean_steps_are_ordered_by_priority_and_overrides_apply() -> None:
     plan = steps.automated_plan(_supported("clean"))
     assert [s.name for s in plan] == ["deploy.erase_devices_metadata", "deploy.erase_devices"]
-    overridden = steps.automated_plan(_supported("clean", {"deploy.erase_devices": 0,
-                                                           "raid.create_configuration": 50}))
-    assert [s.name for s in overridden] == ["deploy.erase_devices_metadata",
-                                            "raid.create_configuration"]
+    overridden = steps.automated_plan(
+        _supported("clean", {"deploy.erase_devices": 0, "raid.create_configuration": 50})
+    )
+    assert [s.name for s in overridden] == [
+        "deploy.erase_devices_metadata",
+        "raid.create_configuration",
+    ]
 
 
 def test_ties_between_interfaces_follow_interface_order() -> None:
-    tied = _supported("clean", {"raid.delete_configuration": 99, "bios.apply_configuration": 99,
-                                "management.reset_bios": 99})
+    tied = _supported(
+        "clean",
+        {
+            "raid.delete_configuration": 99,
+            "bios.apply_configuration": 99,
+            "management.reset_bios": 99,
+        },
+    )
     top = [s.name for s in tied if s.priority == 99]
-    assert top == ["management.reset_bios", "deploy.erase_devices_metadata",
-                   "bios.apply_configuration", "raid.delete_configuration"]
+    assert top == [
+        "management.reset_bios",
+        "deploy.erase_devices_metadata",
+        "bios.apply_configuration",
+        "raid.delete_configuration",
+    ]
 
 
 def test_requested_plan_keeps_order_and_checks_arguments() -> None:
     supported = _supported("clean")
-    plan = steps.requested_plan(supported, [
-        {"interface": "raid", "step": "delete_configuration"},
-        {"interface": "raid", "step": "create_configuration",
-         "args": {"create_nonroot_volumes": False}},
-    ])
+    plan = steps.requested_plan(
+        supported,
+        [
+            {"interface": "raid", "step": "delete_configuration"},
+            {
+                "interface": "raid",
+                "step": "create_configuration",
+                "args": {"create_nonroot_volumes": False},
+            },
+        ],
+    )
     assert [(s.name, dict(s.args)) for s in plan] == [
         ("raid.delete_configuration", {}),
         ("raid.create_configuration", {"create_nonroot_volumes": False}),
     ]
-    with pytest.raises(steps.StepRequestError, match="does not support the step deploy.nope"):
+    with pytest.raises(steps.StepRequestError, match=r"does not support the step deploy\.nope"):
         steps.requested_plan(supported, [{"interface": "deploy", "step": "nope"}])
-    with pytest.raises(steps.StepRequestError, match="does not accept argument.*colour"):
-        steps.requested_plan(supported, [{"interface": "raid", "step": "delete_configuration",
-                                          "args": {"colour": 1}}])
-    with pytest.raises(steps.StepRequestError, match="requires argument.*settings"):
+    with pytest.raises(steps.StepRequestError, match=r"does not accept argument.*colour"):
+        steps.requested_plan(
+            supported,
+            [{"interface": "raid", "step": "delete_configuration", "args": {"colour": 1}}],
+        )
+    with pytest.raises(steps.StepRequestError, match=r"requires argument.*settings"):
         steps.requested_plan(supported, [{"interface": "bios", "step": "apply_configuration"}])
 
 
 def test_deploy_merge_override_disable_and_repeat() -> None:
     supported = _supported("deploy")
     default = [s.name for s in merge_deploy_steps(supported, [])]
-    assert default == ["deploy.deploy", "deploy.write_image", "deploy.prepare_instance_boot",
-                       "deploy.tear_down_agent", "deploy.boot_instance"]
-    merged = merge_deploy_steps(supported, [
-        {"interface": "deploy", "step": "boot_instance", "args": {}, "priority": 0},
-        {"interface": "deploy", "step": "prepare_instance_boot", "args": {}, "priority": 90},
-    ])
+    assert default == [
+        "deploy.deploy",
+        "deploy.write_image",
+        "deploy.prepare_instance_boot",
+        "deploy.tear_down_agent",
+        "deploy.boot_instance",
+    ]
+    merged = merge_deploy_steps(
+        supported,
+        [
+            {"interface": "deploy", "step": "boot_instance", "args": {}, "priority": 0},
+            {"interface": "deploy", "step": "prepare_instance_boot", "args": {}, "priority": 90},
+        ],
+    )
     assert [(s.name, s.priority) for s in merged] == [
-        ("deploy.deploy", 100), ("deploy.prepare_instance_boot", 90),
-        ("deploy.write_image", 80), ("deploy.tear_down_agent", 40)]
+        ("deploy.deploy", 100),
+        ("deploy.prepare_instance_boot", 90),
+        ("deploy.write_image", 80),
+        ("deploy.tear_down_agent", 40),
+    ]
     with pytest.raises(steps.StepRequestError):
-        merge_deploy_steps(supported, [{"interface": "raid", "step": "x", "args": {},
-                                        "priority": 1}])
+        merge_deploy_steps(
+            supported, [{"interface": "raid", "step": "x", "args": {}, "priority": 1}]
+        )
 
 
 class _Clashing(DeployInterface):

@@ -14,7 +14,13 @@ from metalforge import states
 from metalforge.conductor import history, stepflow, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import utcnow
-from metalforge.drivers.base import POWER_OFF, DriverError, InspectInterface, PowerInterface
+from metalforge.drivers.base import (
+    POWER_OFF,
+    DeployInterface,
+    DriverError,
+    InspectInterface,
+    PowerInterface,
+)
 
 Handler = Callable[[NodeTask], None]
 
@@ -145,7 +151,10 @@ def deploy_wait(task: NodeTask) -> None:
 def tear_down(task: NodeTask) -> None:
     """deleting: remove the instance, then hand over to cleaning."""
     try:
-        task.ctx.drivers.interface(task.node, "deploy").tear_down(task)  # type: ignore[attr-defined]
+        deploy = task.ctx.drivers.interface(task.node, "deploy")
+        if not isinstance(deploy, DeployInterface):
+            raise DriverError(f"the {deploy.name} deploy interface cannot tear down")
+        deploy.tear_down(task)
     except DriverError as exc:
         task.transition(
             states.FAIL,

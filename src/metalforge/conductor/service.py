@@ -42,7 +42,7 @@ MAX_ATTEMPTS = 5
 
 def _run_power(task: NodeTask, payload: dict[str, object]) -> None:
     timeout = payload.get("timeout")
-    flows.set_power(task, str(payload["target"]), int(timeout) if timeout else None)  # type: ignore[call-overload]
+    flows.set_power(task, str(payload["target"]), int(str(timeout)) if timeout else None)
 
 
 def _run_provision(task: NodeTask, payload: dict[str, object]) -> None:

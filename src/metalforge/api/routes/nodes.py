@@ -18,7 +18,7 @@ from metalforge.api import lookup
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import NODE_FIELDS, SELECTABLE_FIELDS, node_view
-from metalforge.api.params import Page, Query, fields, keyset, page
+from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version, fmt, request_version
@@ -108,8 +108,7 @@ MAX_LENGTHS = max_lengths(NodeCreate)
 def _filters(query: Query, svc: ApiServices, session: Session) -> list[Any]:
     conditions: list[Any] = []
     for name, since in LIST_FILTERS.items():
-        if query.get(name, since) is None:
-            continue
+        query.get(name, since)  # a filter newer than the request's version is a 406
     if (v := query.bool("associated")) is not None:
         conditions.append(Node.instance_uuid.is_not(None) if v else Node.instance_uuid.is_(None))
     if (v := query.bool("maintenance")) is not None:
@@ -358,6 +357,9 @@ def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         elif name in BOOL_FIELDS:
             if value is None and name not in NULLABLE_BOOL:
                 value = False
+            if isinstance(value, str):
+                # `baremetal node set --protected` sends "True": Ironic accepts strings here.
+                value = parse_bool(name, value)
             if value is not None and not isinstance(value, bool):
                 raise bad_request(f"Invalid value for {name}: must be a boolean")
         elif value is not None and not isinstance(value, str):
@@ -417,12 +419,19 @@ def patch_node(
                     if n != getattr(node, f"{f}_interface")
                 }
             )
-        elif reset_interfaces is not None:
+        elif reset_interfaces and not any(op.path == "/driver" for op in patch):
+            # What counts is a /driver operation in the patch, even one that keeps the
+            # same driver (`baremetal node set --driver <same> --reset-interfaces`).
             raise bad_request(
                 "The reset_interfaces parameter can only be used when changing the driver."
             )
         if changes.get("maintenance") is False:
             changes.update(maintenance_reason=None, fault=None)
+        for flag in ("protected", "retired"):
+            # A reason outliving its flag would be stale; ironicclient documents
+            # `node unset --protected` as clearing the reason too.
+            if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
+                changes[f"{flag}_reason"] = None
         if changes:
             _write_changes(session, node, changes)
         session.refresh(node)
