@@ -49,67 +49,142 @@ SEED_NAME = "fuzz-seed"
 SEED_PORT = "2c7f9e51-7a44-4a1e-8a3e-b1c2d3e4f5a6"
 SEED_MAC = "52:54:00:12:34:56"
 
-_BOOLEAN = {"type": "string", "enum": ["True", "false", "1", "no", "On", "maybe", ""]}
-_PAGING: dict[str, Any] = {
-    "limit": {"type": "integer"},
-    "marker": {"type": "string", "enum": [SEED_NODE, SEED_PORT, "not-a-marker"]},
-    "sort_dir": {"type": "string", "enum": ["asc", "desc", "sideways"]},
-}
+
+def _one_of(*values: Any) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+# Valid values only: negative examples stray from them by themselves, and an
+# invalid value here would end most positive examples at the first check.
+_BOOLEAN = _one_of("True", "false", "1", "no", "On")
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 3}
 _NODE_LIST: dict[str, Any] = {
-    **_PAGING,
-    "sort_key": {
-        "type": "string",
-        "enum": ["id", "name", "fault", "owner", "created_at", "provision_state", "extra", "x"],
-    },
+    "limit": _LIMIT,
+    "marker": _one_of(SEED_NODE),
+    "sort_dir": _one_of("asc", "desc"),
+    # Half of them are NULL on the seed node, which a marker must cope with.
+    "sort_key": _one_of(
+        "id", "name", "fault", "owner", "resource_class", "updated_at", "maintenance"
+    ),
     "associated": _BOOLEAN,
     "maintenance": _BOOLEAN,
-    "retired": _BOOLEAN,
     "include_children": _BOOLEAN,
-    "provision_state": {"type": "string", "enum": ["enroll", "available", "flying"]},
-    "fault": {"type": "string", "enum": ["power failure", "bad luck"]},
+    "provision_state": _one_of("enroll", "available"),
+    "fault": _one_of("power failure"),
     "resource_class": {"type": "string"},
-    "conductor_group": {"type": "string"},
-    "shard": {"type": "string"},
     "description_contains": {"type": "string"},
 }
-_NODE_FIELDS = {"type": "string", "enum": ["uuid,name", "traits", "ports,links", "bogus", ""]}
+_NODE_FIELDS = _one_of("uuid,name", "traits", "ports,links,fault", "allocation_uuid")
 _PORT_LIST: dict[str, Any] = {
-    **_PAGING,
-    "sort_key": {"type": "string", "enum": ["id", "name", "address", "pxe_enabled", "extra"]},
-    "node": {"type": "string", "enum": [SEED_NODE, SEED_NAME, "missing-node"]},
-    "address": {"type": "string"},
+    "limit": _LIMIT,
+    "marker": _one_of(SEED_PORT),
+    "sort_dir": _one_of("asc", "desc"),
+    "sort_key": _one_of("id", "name", "address", "pxe_enabled"),
+    "node": _one_of(SEED_NODE, SEED_NAME),
+    "address": _one_of(SEED_MAC),
 }
 EXTRA_QUERY: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/v1/nodes"): {**_NODE_LIST, "fields": _NODE_FIELDS, "detail": _BOOLEAN},
     ("get", "/v1/nodes/detail"): _NODE_LIST,
     ("get", "/v1/nodes/{node_ident}"): {"fields": _NODE_FIELDS},
     ("patch", "/v1/nodes/{node_ident}"): {"reset_interfaces": _BOOLEAN},
-    ("get", "/v1/nodes/{node_ident}/history"): {
-        "limit": {"type": "integer"},
-        "detail": _BOOLEAN,
-        "marker": {"type": "string"},
-    },
+    ("get", "/v1/nodes/{node_ident}/history"): {"limit": _LIMIT, "detail": _BOOLEAN},
     ("get", "/v1/ports"): {
         **_PORT_LIST,
-        "fields": {"type": "string", "enum": ["uuid,address", "name", "bogus"]},
+        "fields": _one_of("uuid,address", "name", "node_uuid,links"),
         "detail": _BOOLEAN,
     },
     ("get", "/v1/ports/detail"): _PORT_LIST,
     ("get", "/v1/conductors"): {
-        **_PAGING,
-        "sort_key": {"type": "string", "enum": ["hostname", "bogus"]},
+        "limit": _LIMIT,
+        "marker": _one_of("test-conductor"),
+        "sort_key": _one_of("hostname", "conductor_group"),
         "detail": _BOOLEAN,
-        "fields": {"type": "string", "enum": ["hostname,alive", "bogus"]},
+        "fields": _one_of("hostname,alive", "drivers"),
     },
-    ("get", "/v1/drivers"): {
-        "type": {"type": "string", "enum": ["classic", "dynamic", "other"]},
-        "detail": _BOOLEAN,
-    },
+    ("get", "/v1/drivers"): {"type": _one_of("classic", "dynamic"), "detail": _BOOLEAN},
 }
 """Query parameters the routes parse themselves, so ``/openapi.json`` does not list them."""
 
-SEEDED_PARAMETERS = {"node_ident": [SEED_NODE, SEED_NAME], "port_ident": [SEED_PORT]}
-"""Path parameters that, for some examples, name the seed instead of something random."""
+_UUID = {"type": "string", "format": "uuid"}
+_NODE_REF = {"type": "string", "enum": [SEED_NODE, SEED_NAME, "missing-node"]}
+BODY_HINTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("NodeCreate", "driver"): {"type": "string", "enum": ["fake-hardware"]},
+    ("NodeCreate", "name"): {"type": "string", "enum": ["fuzz-node", SEED_NAME, "detail"]},
+    ("NodeCreate", "uuid"): _UUID,
+    ("NodeCreate", "instance_uuid"): _UUID,
+    ("NodeCreate", "chassis_uuid"): _UUID,
+    ("NodeCreate", "parent_node"): _UUID,
+    ("NodeCreate", "deploy_interface"): {"type": "string", "enum": ["fake", "direct"]},
+    ("NodeCreate", "network_interface"): {"type": "string", "enum": ["noop", "flat"]},
+    ("PortCreate", "address"): {"type": "string", "pattern": "^([0-9a-f]{2}:){5}[0-9a-f]{2}$"},
+    ("PortCreate", "node_uuid"): _NODE_REF,
+    ("PortCreate", "node_ident"): _NODE_REF,
+    ("PortCreate", "uuid"): _UUID,
+    ("ProvisionRequest", "target"): {
+        "type": "string",
+        "enum": [
+            "manage",
+            "provide",
+            "inspect",
+            "clean",
+            "active",
+            "deploy",
+            "deleted",
+            "rebuild",
+            "abort",
+            "adopt",
+            "rescue",
+            "unrescue",
+            "unhold",
+            "service",
+        ],
+    },
+    ("PowerRequest", "target"): {
+        "type": "string",
+        "enum": ["power on", "power off", "rebooting", "soft power off", "soft rebooting"],
+    },
+    ("PatchOperation", "path"): {
+        "type": "string",
+        "enum": [
+            "/extra/a",
+            "/extra",
+            "/name",
+            "/description",
+            "/driver",
+            "/maintenance",
+            "/properties/cpus",
+            "/instance_info/image_source",
+            "/resource_class",
+            "/instance_uuid",
+            "/protected",
+            "/parent_node",
+            "/conductor_group",
+            "/traits",
+            "/uuid",
+            "/provision_state",
+            "/address",
+            "/node_uuid",
+            "/pxe_enabled",
+            "/local_link_connection",
+            "/extra/a~1b",
+        ],
+    },
+    ("TraitsReplace", "traits"): {
+        "type": "array",
+        "items": {"type": "string", "enum": ["CUSTOM_FUZZ", "HW_CPU_X86_AVX2", "custom_no"]},
+    },
+}
+"""Values that get past the first validation step; negative examples still stray from them."""
+
+SEEDED_PARAMETERS = {
+    "node_ident": [SEED_NODE, SEED_NAME],
+    "port_ident": [SEED_PORT],
+    "trait": ["CUSTOM_FUZZ", "HW_CPU_X86_AVX2"],
+    "hostname": ["test-conductor"],
+    "name": ["fake-hardware"],
+}
+"""Path parameters that, for some examples, name something that exists."""
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +197,8 @@ def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.stop()
 
 
-def _with_query_parameters(raw: dict[str, Any]) -> dict[str, Any]:
+def _with_hints(raw: dict[str, Any]) -> dict[str, Any]:
+    """This test's copy of the schema: hand-parsed query parameters and value hints added."""
     spec = copy.deepcopy(raw)
     for (method, path), params in EXTRA_QUERY.items():
         operation = spec["paths"][path][method]
@@ -130,6 +206,8 @@ def _with_query_parameters(raw: dict[str, Any]) -> dict[str, Any]:
             {"name": name, "in": "query", "required": False, "schema": schema}
             for name, schema in params.items()
         )
+    for (model, prop), hint in BODY_HINTS.items():
+        spec["components"]["schemas"][model]["properties"][prop] = hint
     return spec
 
 
@@ -158,11 +236,12 @@ def _reset(stack: Stack) -> None:
 
 
 def _strategy(operation: Any) -> st.SearchStrategy[Any]:
-    strategies = [operation.as_strategy(GenerationMode.POSITIVE)]
-    try:
-        strategies.append(operation.as_strategy(GenerationMode.NEGATIVE))
-    except Exception:  # an operation with nothing to negate (no parameters, no body)
-        pass
+    # Where nothing can be negated (no parameters, no body) the negative
+    # strategy generates nothing, and only the positive one contributes.
+    strategies = [
+        operation.as_strategy(GenerationMode.POSITIVE),
+        operation.as_strategy(GenerationMode.NEGATIVE),
+    ]
     names = {p.name for p in operation.path_parameters}
     for name, values in SEEDED_PARAMETERS.items():
         if name in names:
@@ -187,12 +266,20 @@ def _check_response(response: Any) -> None:
         assert isinstance(body["error_message"], str), body
         inner = json.loads(body["error_message"])
         message = inner.get("faultstring") or inner.get("description")
-        assert isinstance(message, str) and message, inner
+        assert isinstance(message, str), inner
+        assert message, inner
 
 
 def test_no_operation_answers_5xx_or_a_foreign_error_format(fuzz_stack: Stack) -> None:
     raw = fuzz_stack.client.get("/openapi.json").json()
-    schema = schemathesis.openapi.from_dict(_with_query_parameters(raw))
+    # No NUL characters: SQLite stores them, so here they would only cut the
+    # examples short (the API refuses them for PostgreSQL's sake, which
+    # test_bad_input checks on both engines). No sanitizing of the reported
+    # requests: it would hide ``sort_key`` (it looks like a secret).
+    config = schemathesis.Config.from_dict(
+        {"generation": {"allow-x00": False}, "output": {"sanitization": {"enabled": False}}}
+    )
+    schema = schemathesis.openapi.from_dict(_with_hints(raw), config=config)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 30, [op.label for op in operations]
     failures: list[str] = []

@@ -9,6 +9,7 @@ from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
     conductors,
     drivers,
+    node_cleaning,
     node_history,
     node_states,
     node_traits,
@@ -22,6 +23,7 @@ from metalforge.api.versions import VersionMiddleware
 RESOURCE_ROUTERS = (
     nodes.router,
     node_states.router,
+    node_cleaning.router,
     node_traits.router,
     node_history.router,
     ports.router,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from sqlalchemy import Select, and_, or_
+from sqlalchemy import Select, and_, literal, or_
 
 from metalforge.api.errors import bad_request, not_acceptable
 from metalforge.api.versions import Version, fmt, request_version
@@ -113,11 +113,14 @@ def keyset(
     NULLs sort as the smallest value on every engine (SQLite and PostgreSQL
     disagree by default), so a marker whose sort column is NULL -- a node
     without a ``fault``, a port without a ``name`` -- continues exactly where
-    the previous page stopped instead of comparing with NULL.
+    the previous page stopped instead of comparing with NULL. The marker's
+    value is a bound parameter: SQLAlchemy refuses ``column > True`` for a
+    boolean sort key (``maintenance``, ``pxe_enabled``).
     """
     ascending = pg.sort_dir == "asc"
     if marker is not None:
-        value, marker_id = marker
+        raw_value, marker_id = marker
+        value = None if raw_value is None else literal(raw_value, column.type)
         later_id = id_column > marker_id if ascending else id_column < marker_id
         if value is None:
             after = (

@@ -7,10 +7,10 @@ need a newer microversion are checked by the routes, which know the version.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from annotated_types import MaxLen
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def _storable(data: Any) -> None:
@@ -111,6 +111,25 @@ class PatchOperation(Body):
     value: Any = None
     from_: str | None = Field(default=None, alias="from")
 
+    @model_validator(mode="after")
+    def _check_members(self) -> PatchOperation:
+        # A missing ``value`` must not read as ``null``: ``replace /extra`` without
+        # one would silently wipe the field.
+        if self.op in ("add", "replace", "test") and "value" not in self.model_fields_set:
+            raise ValueError(f"'{self.op}' operations need a value")
+        if self.op in ("move", "copy") and self.from_ is None:
+            raise ValueError(f"'{self.op}' operations need a 'from' location")
+        return self
+
+    def as_json_patch(self) -> dict[str, Any]:
+        """The RFC 6902 operation, with only the members the client gave."""
+        operation: dict[str, Any] = {"op": self.op, "path": self.path}
+        if "value" in self.model_fields_set:
+            operation["value"] = self.value
+        if self.from_ is not None:
+            operation["from"] = self.from_
+        return operation
+
 
 StepInterface = Literal["vendor", "power", "management", "firmware", "deploy", "bios", "raid"]
 
@@ -122,6 +141,15 @@ class CleanStepRequest(Body):
     order: int | None = None
     execute_on_child_nodes: bool | None = None
     limit_child_node_execution: list[str] | None = None
+
+    @field_validator("interface", mode="before")
+    @classmethod
+    def _name_unknown_interface(cls, value: Any) -> Any:
+        # Say which interface was wrong: a request lists several steps.
+        allowed = get_args(StepInterface)
+        if isinstance(value, str) and value not in allowed:
+            raise ValueError(f"{value!r} is not a step interface (one of {', '.join(allowed)})")
+        return value
 
 
 class DeployStepRequest(Body):
@@ -145,6 +173,12 @@ class ProvisionRequest(Body):
 class PowerRequest(Body):
     target: str = Field(min_length=1, max_length=64)
     timeout: int | None = None
+
+
+class RaidConfigRequest(Body):
+    """A target RAID configuration (``{}`` clears it); the RAID interface checks the disks."""
+
+    logical_disks: list[dict[str, Any]] | None = None
 
 
 class MaintenanceRequest(Body):

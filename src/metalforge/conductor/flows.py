@@ -20,6 +20,7 @@ from metalforge.drivers.base import (
     DriverError,
     InspectInterface,
     PowerInterface,
+    StepsNotKnown,
 )
 
 Handler = Callable[[NodeTask], None]
@@ -56,12 +57,18 @@ def _automated_clean_enabled(task: NodeTask) -> bool:
 def clean(task: NodeTask) -> None:
     """cleaning: build the plan once, then run it (automated or manual)."""
     if not stepflow.has_plan(task, "clean"):
-        supported = steps.supported_steps(
-            task.ctx.drivers,
-            task.node,
-            "clean",
-            steps.parse_overrides(task.ctx.settings.clean_step_priority_override),
-        )
+        try:
+            supported = steps.supported_steps(
+                task.ctx.drivers,
+                task.node,
+                "clean",
+                steps.parse_overrides(task.ctx.settings.clean_step_priority_override),
+            )
+        except StepsNotKnown as exc:
+            # Never plan from a partial list: automated cleaning would skip
+            # steps silently. Failing keeps the node out of rotation.
+            stepflow.fail(task, "clean", f"Cannot plan cleaning: {exc}")
+            return
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_clean_steps", None)
         task.node.driver_internal_info = info

@@ -128,7 +128,10 @@ def run(task: NodeTask, kind: FlowKind) -> None:
         task.save()
         try:
             interface = task.ctx.drivers.interface(task.node, step.interface)
-            outcome = interface.run_step(task, step.step, dict(step.args))
+            if kind == "deploy":
+                outcome = interface.run_step(task, step.step, dict(step.args))
+            else:  # cleaning and servicing both run clean steps
+                outcome = interface.execute_clean_step(task, step.to_record())
         except DriverError as exc:
             fail(task, kind, f"{kind} step {step.name} failed: {exc}")
             return

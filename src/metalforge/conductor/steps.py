@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metalforge.db.models import Node
+from metalforge.drivers.base import Interface, ReadOnlyTask
 from metalforge.drivers.hardware import DriverRegistry
-from metalforge.drivers.steps import ArgInfo, StepKind
+from metalforge.drivers.steps import ArgInfo, StepDecl, StepKind
 
 INTERFACE_ORDER = ("power", "management", "deploy", "bios", "raid", "firmware", "vendor")
 """Tie-break between interfaces for steps of equal priority (earlier runs first)."""
@@ -72,15 +73,24 @@ def parse_overrides(entries: Iterable[str]) -> dict[str, int]:
     return result
 
 
+def _declared(impl: Interface, node: Node, kind: StepKind) -> list[StepDecl]:
+    if kind == "clean":
+        # Through the interface's own listing: an in-band one may not know its
+        # steps yet and says so (``StepsNotKnown``), which callers pass on.
+        return impl.get_clean_steps(ReadOnlyTask(node))
+    return [decl for decl in impl.steps() if decl.kind == kind]
+
+
 def supported_steps(
     drivers: DriverRegistry, node: Node, kind: StepKind, overrides: Mapping[str, int]
 ) -> list[Step]:
-    """Every ``kind`` step the node's interfaces declare, overrides applied, in plan order."""
+    """Every ``kind`` step the node's interfaces offer, overrides applied, in plan order.
+
+    Raises ``StepsNotKnown`` when an interface cannot list its clean steps yet.
+    """
     found: list[Step] = []
     for family, impl in drivers.interfaces(node).items():
-        for decl in impl.steps():
-            if decl.kind != kind:
-                continue
+        for decl in _declared(impl, node, kind):
             name = f"{family}.{decl.method}"
             found.append(
                 Step(

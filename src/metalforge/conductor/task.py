@@ -9,6 +9,13 @@ heartbeating may be taken at once.
 
 Drivers work on a detached copy of the node; ``save`` writes the columns they
 changed, and leaving the block saves and releases.
+
+Every write here is a prebuilt Core statement on the transaction's
+connection, not the ORM unit of work: on SQLite the service's write
+transactions run one after another, so their length bounds how many nodes
+move per second. What changed is found by comparing with a snapshot taken
+after each write (JSON columns as canonical JSON bytes, which in-place edits
+of a dict cannot reach), not with deep copies.
 """
 
 from __future__ import annotations
@@ -16,12 +23,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import or_, select, update
+import orjson
+from sqlalchemy import JSON, Table, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from metalforge import states
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.db.models import Conductor, Node, utcnow
@@ -50,7 +57,37 @@ class Interrupted(RuntimeError):
     """The conductor is stopping; the work will be resumed from the node's saved progress."""
 
 
-_COLUMNS = [c.key for c in Node.__table__.columns if c.key not in ("id", "reservation", "epoch")]
+_NODES = cast(Table, Node.__table__)
+_COLUMNS = [c.key for c in _NODES.columns if c.key not in ("id", "reservation", "epoch")]
+_JSON_COLUMNS = frozenset(c.key for c in _NODES.columns if isinstance(c.type, JSON))
+_DUMP_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+_DEAD = select(Conductor.hostname).where(
+    or_(Conductor.heartbeat_at < bindparam("b_cutoff"), Conductor.online.is_(False))
+)
+_READ = select(_NODES).where(_NODES.c.id == bindparam("b_id")).with_for_update()
+_TAKE = (
+    update(_NODES)
+    .where(
+        _NODES.c.id == bindparam("b_id"),
+        or_(
+            _NODES.c.reservation.is_(None),
+            _NODES.c.reservation == bindparam("b_host"),
+            _NODES.c.reservation.in_(_DEAD),
+        ),
+    )
+    .values(
+        reservation=bindparam("b_host"),
+        epoch=_NODES.c.epoch + 1,
+        conductor_affinity=bindparam("b_host"),
+    )
+)
+# The SET clause of a save comes from the keys of its parameters.
+_SAVE = update(_NODES).where(
+    _NODES.c.id == bindparam("b_id"),
+    _NODES.c.reservation == bindparam("b_host"),
+    _NODES.c.epoch == bindparam("b_epoch"),
+)
 
 
 def dead_conductors(ctx: ConductorContext) -> Any:
@@ -61,6 +98,14 @@ def dead_conductors(ctx: ConductorContext) -> Any:
     )
 
 
+def _frozen(value: Any) -> Any:
+    """A JSON column's value as it is now, out of reach of later in-place edits."""
+    try:
+        return orjson.dumps(value, option=_DUMP_OPTIONS)
+    except TypeError:  # not plain JSON (orjson is stricter than the column's json)
+        return ("copy", copy.deepcopy(value))
+
+
 class NodeTask:
     """A node held under this conductor's reservation; implements ``DriverTask``."""
 
@@ -68,7 +113,7 @@ class NodeTask:
         self.ctx = ctx
         self.purpose = purpose
         self._node = node
-        self._saved = {key: copy.deepcopy(getattr(node, key)) for key in _COLUMNS}
+        self._saved = self._snapshot()
         self._history: list[tuple[str, str, str, float | None]] = []
         self._on_release: list[Callable[[Session], object]] = []
         self._released = False
@@ -108,12 +153,41 @@ class NodeTask:
     def clear_release_hooks(self) -> None:
         self._on_release.clear()
 
-    def _changes(self) -> dict[str, Any]:
+    def _snapshot(self) -> dict[str, Any]:
+        node = self._node
         return {
-            key: getattr(self._node, key)
+            key: _frozen(value) if key in _JSON_COLUMNS else value
             for key in _COLUMNS
-            if getattr(self._node, key) != self._saved[key]
+            for value in (getattr(node, key),)
         }
+
+    def _changes(self) -> dict[str, Any]:
+        node = self._node
+        changed: dict[str, Any] = {}
+        for key, saved in self._saved.items():
+            value = getattr(node, key)
+            if (_frozen(value) if key in _JSON_COLUMNS else value) != saved:
+                changed[key] = value
+        return changed
+
+    def _take_history(self) -> list[dict[str, Any]]:
+        """The recorded events as history rows, stamped with the node's state now."""
+        node = self._node
+        entries = [
+            history.entry(
+                node.id,
+                event_type,
+                event,
+                severity=severity,
+                conductor=self.ctx.hostname,
+                state=node.provision_state,
+                target=node.target_provision_state,
+                duration=duration,
+            )
+            for event_type, event, severity, duration in self._history
+        ]
+        self._history.clear()
+        return entries
 
     def _flush(self, session: Session, extra: dict[str, Any] | None = None) -> None:
         if self._released:
@@ -121,38 +195,22 @@ class NodeTask:
         changes = {**self._changes(), **(extra or {})}
         if changes:
             changes.setdefault("updated_at", utcnow())
-            result = session.execute(
-                update(Node)
-                .where(
-                    Node.id == self._node.id,
-                    Node.reservation == self.ctx.hostname,
-                    Node.epoch == self._node.epoch,
-                )
-                .values(**changes)
-                .execution_options(synchronize_session=False)
+            result = session.connection().execute(
+                _SAVE,
+                {
+                    **changes,
+                    "b_id": self._node.id,
+                    "b_host": self.ctx.hostname,
+                    "b_epoch": self._node.epoch,
+                },
             )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
+            if result.rowcount != 1:
                 raise LockLost(f"lost the reservation of node {self._node.uuid}")
-        self._write_history(session)
+        history.write(session, self._take_history())
         self._remember()
 
-    def _write_history(self, session: Session) -> None:
-        for event_type, event, severity, duration in self._history:
-            history.record(
-                session,
-                self._node.id,
-                event_type,
-                event,
-                severity=severity,
-                conductor=self.ctx.hostname,
-                state=self._node.provision_state,
-                target=self._node.target_provision_state,
-                duration=duration,
-            )
-        self._history.clear()
-
     def _remember(self) -> None:
-        self._saved = {key: copy.deepcopy(getattr(self._node, key)) for key in _COLUMNS}
+        self._saved = self._snapshot()
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
@@ -162,47 +220,46 @@ class NodeTask:
     def transition(
         self, event: str, *, note: str | None = None, severity: str = history.INFO, **changes: Any
     ) -> None:
-        """Save, then move the node through ``event`` (with ``changes``), in one transaction."""
+        """Move the node through ``event`` with ``changes`` and what else changed, in one write.
+
+        One fenced statement writes the unsaved changes, the new state and, when
+        the flow parks the node (a stable, failure, wait or hold state), the
+        release of the reservation, so nobody sees the new state while it is
+        still locked; the release hooks run in the same transaction.
+        """
+        if self._released:
+            raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         for key, value in changes.items():
             setattr(self._node, key, value)
         with self.ctx.db.write() as session:
-            self._flush(session)
-            current = session.get(Node, self._node.id, populate_existing=True)
-            if current is None:
-                raise NodeGone(self._node.uuid)
-            session.expunge(current)
             try:
-                transitions.apply(
+                moved = transitions.apply(
                     session,
-                    current,
+                    self._node,
                     event,
                     holder=self.ctx.hostname,
+                    changes=self._changes(),
                     conductor=self.ctx.hostname,
                     note=note,
                     severity=severity,
+                    release=True,
+                    earlier_history=self._take_history(),
                 )
             except transitions.TransitionConflict as exc:
                 raise LockLost(str(exc)) from exc
-            for key in (
-                "provision_state",
-                "target_provision_state",
-                "provision_updated_at",
-                "epoch",
-                "updated_at",
-            ):
-                setattr(self._node, key, getattr(current, key))
-            self._remember()
-            if states.parks(self._node.provision_state):
-                # The flow rests or waits: let go of the node in this same
-                # transaction, so nobody sees the new state while it is still locked.
-                self._release_in(session)
+            if moved.released:
+                self._run_release_hooks(session)
+        self._remember()
 
-    def _release_in(self, session: Session) -> None:
-        self._flush(session, {"reservation": None})
+    def _run_release_hooks(self, session: Session) -> None:
         for func in self._on_release:
             func(session)
         self._on_release.clear()
         self._released = True
+
+    def _release_in(self, session: Session) -> None:
+        self._flush(session, {"reservation": None})
+        self._run_release_hooks(session)
 
     def release(self) -> None:
         if self._released:
@@ -214,25 +271,21 @@ class NodeTask:
 
 
 def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
-    # Read under the row lock the update takes anyway, so the takeover note names the real holder.
-    previous = session.scalar(select(Node.reservation).where(Node.id == node_id).with_for_update())
-    result = session.execute(
-        update(Node)
-        .where(
-            Node.id == node_id,
-            or_(
-                Node.reservation.is_(None),
-                Node.reservation.in_(dead_conductors(ctx)),
-            ),
-        )
-        .values(reservation=ctx.hostname, epoch=Node.epoch + 1, conductor_affinity=ctx.hostname)
-        .execution_options(synchronize_session=False)
-    )
-    node = session.get(Node, node_id, populate_existing=True)
-    if node is None:
+    connection = session.connection()
+    # Read under the row lock the update takes anyway, so the takeover note names
+    # the real holder and the node needs no second read.
+    row = connection.execute(_READ, {"b_id": node_id}).one_or_none()
+    if row is None:
         raise NodeGone(str(node_id))
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise NodeLocked(node.uuid, node.reservation)
+    result = connection.execute(
+        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": utcnow() - ctx.dead_after}
+    )
+    if result.rowcount != 1:
+        raise NodeLocked(row.uuid, row.reservation)
+    values = dict(row._mapping)
+    values.update(reservation=ctx.hostname, epoch=row.epoch + 1, conductor_affinity=ctx.hostname)
+    node = Node(**values)
+    previous = row.reservation
     if previous is not None and previous != ctx.hostname:
         # Only a dead conductor's reservation can be taken; without this note the
         # history would show the flow jump from one conductor to another unexplained.
@@ -247,7 +300,6 @@ def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
             state=node.provision_state,
             target=node.target_provision_state,
         )
-    session.expunge(node)
     return node
 
 

@@ -9,16 +9,43 @@ concurrent writers that read the same row cannot both win: the second
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
-from sqlalchemy import update
+from sqlalchemy import Table, bindparam, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.db.models import Node, utcnow
+
+_NODES = cast(Table, Node.__table__)
+_MOVE = update(_NODES).where(
+    _NODES.c.id == bindparam("b_id"),
+    _NODES.c.provision_state == bindparam("b_state"),
+    _NODES.c.epoch == bindparam("b_epoch"),
+)
+# Built once: the SET clause comes from the keys of the parameters, so one
+# statement serves every set of changes without being rebuilt per call.
+_MOVE_UNLOCKED = _MOVE.where(_NODES.c.reservation.is_(None))
+_MOVE_HELD = _MOVE.where(_NODES.c.reservation == bindparam("b_holder"))
+
+
+class NodeRef(Protocol):
+    """What a transition reads from the node: an ORM ``Node`` or a Core row."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def provision_state(self) -> str: ...
+    @property
+    def target_provision_state(self) -> str | None: ...
+    @property
+    def epoch(self) -> int: ...
 
 
 class TransitionConflict(RuntimeError):
@@ -32,11 +59,13 @@ class Moved:
     provision_state: str
     target_provision_state: str | None
     epoch: int
+    released: bool = False
+    """The reservation was cleared by the same statement (``release``)."""
 
 
 def apply(
     session: Session,
-    node: Node,
+    node: NodeRef,
     event: str,
     *,
     holder: str | None = None,
@@ -44,51 +73,54 @@ def apply(
     conductor: str | None = None,
     note: str | None = None,
     severity: str = history.INFO,
+    release: bool = False,
+    earlier_history: Sequence[dict[str, Any]] = (),
 ) -> Moved:
     """Move ``node`` through ``event``; ``node`` holds the values read before.
 
     ``holder`` is the conductor holding the node's reservation (``None``: the
     API, which may only act on an unlocked node). ``changes`` are other
     columns written in the same statement (``last_error``, step fields...).
-    On success ``node`` is updated in memory too.
+    With ``release``, a move into a state where the flow stops (``states.parks``)
+    also clears the reservation in that statement: nobody can see the new
+    state while the node is still locked. ``earlier_history`` (entries from
+    ``history.entry``) is written just before the transition's own entry, in
+    one statement. On success an ORM ``node`` is updated in memory too.
 
     Raises ``states.InvalidTransition`` when the table forbids the move and
     ``TransitionConflict`` when the row is not as it was read.
     """
     transition = states.find(node.provision_state, event)
     new_state, new_target = states.resolve(transition, node.target_provision_state)
+    now = utcnow()
     values: dict[str, Any] = {
         "provision_state": new_state,
         "target_provision_state": new_target,
-        "provision_updated_at": utcnow(),
+        "provision_updated_at": now,
         "epoch": node.epoch + 1,
-        "updated_at": utcnow(),
+        "updated_at": now,
         **(changes or {}),
     }
-    reservation = Node.reservation.is_(None) if holder is None else Node.reservation == holder
-    result = session.execute(
-        update(Node)
-        .where(
-            Node.id == node.id,
-            Node.provision_state == node.provision_state,
-            Node.epoch == node.epoch,
-            reservation,
-        )
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    released = release and holder is not None and states.parks(new_state)
+    if released:
+        values["reservation"] = None
+    params = {**values, "b_id": node.id, "b_state": node.provision_state, "b_epoch": node.epoch}
+    if holder is None:
+        result = session.connection().execute(_MOVE_UNLOCKED, params)
+    else:
+        result = session.connection().execute(_MOVE_HELD, {**params, "b_holder": holder})
+    if result.rowcount != 1:
         raise TransitionConflict(
             f"node {node.uuid} changed while moving from {node.provision_state!r} by {event!r}"
         )
     old_state = node.provision_state
-    for key, value in values.items():
-        set_committed_value(node, key, value)
+    if isinstance(node, Node):
+        for key, value in values.items():
+            set_committed_value(node, key, value)
     text = f"{old_state} -> {new_state} ({event})"
     if note:
         text = f"{text}: {note}"
-    history.record(
-        session,
+    moved = history.entry(
         node.id,
         "provisioning",
         text,
@@ -97,4 +129,5 @@ def apply(
         state=new_state,
         target=new_target,
     )
-    return Moved(new_state, new_target, node.epoch)
+    history.write(session, [*earlier_history, moved])
+    return Moved(new_state, new_target, values["epoch"], released)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, false, func, or_, select, true, update
+from sqlalchemy import Table, bindparam, delete, false, func, insert, or_, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -25,6 +25,32 @@ PENDING = "pending"
 CLAIMED = "claimed"
 DONE = "done"
 FAILED = "failed"
+
+# Statements built once: the queue is on the path of every provision step, and
+# building a statement costs more than SQLite takes to run it.
+_ITEMS = cast(Table, WorkItem.__table__)
+_INSERT = insert(_ITEMS)
+
+
+def _upsert(dialect_insert: Any, earliest: Any) -> Any:
+    stmt = dialect_insert(_ITEMS)
+    return stmt.on_conflict_do_update(
+        index_elements=[_ITEMS.c.dedupe_key],
+        set_={"not_before": earliest(_ITEMS.c.not_before, stmt.excluded.not_before), "rerun": True},
+    )
+
+
+_UPSERT = {
+    "postgresql": _upsert(postgresql.insert, func.least),
+    "sqlite": _upsert(sqlite.insert, func.min),
+}
+_HELD = (_ITEMS.c.state == CLAIMED) & (_ITEMS.c.lease_owner == bindparam("b_owner"))
+_READ_HELD = (
+    select(_ITEMS.c.rerun, _ITEMS.c.created_at)
+    .where(_ITEMS.c.id == bindparam("b_id"), _HELD)
+    .with_for_update()
+)
+_UPDATE_HELD = update(_ITEMS).where(_ITEMS.c.id == bindparam("b_id"), _HELD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,30 +80,24 @@ def enqueue(
     one: its ``not_before`` moves earlier if this one is due sooner. Handlers
     are level-triggered, so one pending item per key is enough.
     """
-    when = not_before or utcnow()
+    now = utcnow()
     values = {
         "kind": kind,
         "node_id": node_id,
         "payload": payload or {},
         "state": PENDING,
         "attempts": 0,
+        "rerun": False,
         "preferred_owner": preferred_owner,
         "dedupe_key": dedupe_key,
-        "not_before": when,
-        "created_at": utcnow(),
+        "not_before": not_before or now,
+        "created_at": now,
     }
+    connection = session.connection()
     if dedupe_key is None:
-        session.add(WorkItem(**values))
+        connection.execute(_INSERT, values)
         return
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(WorkItem).values(**values)
-    earliest = func.least if dialect == "postgresql" else func.min
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[WorkItem.dedupe_key],
-        set_={"not_before": earliest(WorkItem.not_before, stmt.excluded.not_before), "rerun": True},
-    )
-    session.execute(stmt)
+    connection.execute(_UPSERT[connection.dialect.name], values)
 
 
 def claim(
@@ -116,22 +136,33 @@ def claim(
         WorkItem.preferred_owner.not_in(list(live_owners)) if live_owners else true(),
         WorkItem.not_before <= now - affinity_grace,
     )
-    query = select(WorkItem).where(due, affinity).order_by(WorkItem.not_before, WorkItem.id)
+    query = (
+        select(_ITEMS.c.id, _ITEMS.c.kind, _ITEMS.c.node_id, _ITEMS.c.payload, _ITEMS.c.attempts)
+        .where(due, affinity)
+        .order_by(WorkItem.not_before, WorkItem.id)
+    )
     if kinds is not None:
         query = query.where(WorkItem.kind.in_(list(kinds)))
     query = query.limit(limit).with_for_update(skip_locked=True)
-    items = list(session.scalars(query))
-    claimed = []
-    for item in items:
-        item.state = CLAIMED
-        item.lease_owner = owner
-        item.lease_expires_at = now + lease
-        item.attempts += 1
-        item.rerun = False
-        claimed.append(
-            ClaimedItem(item.id, item.kind, item.node_id, dict(item.payload), item.attempts)
+    connection = session.connection()
+    rows = connection.execute(query).all()
+    if not rows:
+        return []
+    connection.execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.id.in_([row.id for row in rows]))
+        .values(
+            state=CLAIMED,
+            lease_owner=owner,
+            lease_expires_at=now + lease,
+            attempts=_ITEMS.c.attempts + 1,
+            rerun=False,
         )
-    return claimed
+    )
+    return [
+        ClaimedItem(row.id, row.kind, row.node_id, dict(row.payload), row.attempts + 1)
+        for row in rows
+    ]
 
 
 def renew(session: Session, owner: str, lease: dt.timedelta) -> int:
@@ -147,37 +178,57 @@ def renew(session: Session, owner: str, lease: dt.timedelta) -> int:
 def finish(session: Session, item_id: int, owner: str, *, error: str | None = None) -> bool:
     """Mark an item done (or failed with ``error``) if ``owner`` still holds it."""
     now = utcnow()
-    item = session.get(WorkItem, item_id)
-    if item is None or item.state != CLAIMED or item.lease_owner != owner:
+    connection = session.connection()
+    # Read under a row lock (PostgreSQL), so a duplicate arriving now waits and
+    # its ``rerun`` flag is not lost.
+    held = {"b_id": item_id, "b_owner": owner}
+    row = connection.execute(_READ_HELD, held).one_or_none()
+    if row is None:
         return False
-    if item.rerun and not error:
+    if row.rerun and not error:
         # A duplicate request arrived while this ran: the handler may not have seen it.
-        item.state = PENDING
-        item.rerun = False
-        item.lease_owner = None
-        item.lease_expires_at = None
-        item.not_before = now
+        connection.execute(
+            _UPDATE_HELD,
+            {
+                **held,
+                "state": PENDING,
+                "rerun": False,
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "not_before": now,
+            },
+        )
         return True
-    item.state = FAILED if error else DONE
-    item.last_error = error
-    item.dedupe_key = None
-    item.finished_at = now
-    item.duration = (now - item.created_at).total_seconds()
+    connection.execute(
+        _UPDATE_HELD,
+        {
+            **held,
+            "state": FAILED if error else DONE,
+            "last_error": error,
+            "dedupe_key": None,
+            "finished_at": now,
+            "duration": (now - row.created_at).total_seconds(),
+        },
+    )
     return True
 
 
 def retry(session: Session, item_id: int, owner: str, delay: float, *, count: bool = True) -> bool:
     """Give an item back to the queue, due in ``delay`` seconds."""
-    item = session.get(WorkItem, item_id)
-    if item is None or item.state != CLAIMED or item.lease_owner != owner:
-        return False
-    item.state = PENDING
-    item.lease_owner = None
-    item.lease_expires_at = None
-    item.not_before = utcnow() + dt.timedelta(seconds=delay)
+    values: dict[str, Any] = {
+        "state": PENDING,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "not_before": utcnow() + dt.timedelta(seconds=delay),
+    }
     if not count:
-        item.attempts -= 1
-    return True
+        values["attempts"] = _ITEMS.c.attempts - 1
+    result = session.connection().execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.id == item_id, _ITEMS.c.state == CLAIMED, _ITEMS.c.lease_owner == owner)
+        .values(**values)
+    )
+    return result.rowcount == 1
 
 
 def has_pending(session: Session, dedupe_key: str) -> bool:

@@ -13,9 +13,11 @@ reported with its type so it can be found.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
 from metalforge.db.models import Node
+from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.steps import StepDecl, declared_steps
 
 POWER_ON = "power on"
@@ -39,6 +41,20 @@ class StepFailed(DriverError):
     """A step failed; the message says why."""
 
 
+class StepsNotKnown(DriverError):
+    """The interface cannot list its steps yet; ask again in ``retry_after`` seconds.
+
+    An in-band implementation learns its steps from the ramdisk agent, which
+    reports them only once it runs on the node. Callers must treat this as
+    "later", not as "none": an empty list would make automated cleaning skip
+    steps and manual cleaning refuse valid ones.
+    """
+
+    def __init__(self, message: str, retry_after: int = 10) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class DriverTask(Protocol):
     """What a driver may use while the conductor holds the node's reservation."""
 
@@ -50,6 +66,27 @@ class DriverTask(Protocol):
 
     def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
         """Add an entry to the node's history."""
+
+
+class ReadOnlyTask:
+    """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
+
+    The API has no reservation to offer, so whatever a driver does with this
+    task must not change the node: it is never saved.
+    """
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @property
+    def node(self) -> Node:
+        return self._node
+
+    def sleep(self, seconds: float) -> None:
+        return None
+
+    def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
+        return None
 
 
 class Interface(ABC):
@@ -72,6 +109,26 @@ class Interface(ABC):
     def steps(cls) -> list[StepDecl]:
         """Steps this implementation declares."""
         return declared_steps(cls)
+
+    def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
+        """Every clean step this interface offers for ``task.node``, highest priority first.
+
+        Steps with priority 0 are included: the operator's overrides may give
+        them a priority and manual cleaning may name them, so only the
+        conductor, after overrides, decides what runs automatically. Raises
+        ``StepsNotKnown`` while the steps cannot be listed yet. Must not
+        change the node (the API lists steps without a reservation).
+        """
+        found = [d for d in self.steps() if d.kind == "clean"]
+        return sorted(found, key=lambda d: (-d.priority, d.method))
+
+    def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        """Run one of this interface's clean steps, given as the plan stores it.
+
+        ``step`` carries at least ``step`` (the method) and ``args``; the
+        engine checked the arguments' names against ``argsinfo`` already.
+        """
+        return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
 
     def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
         """Run the step ``method`` with ``args``; the engine checked the arguments."""
@@ -144,6 +201,18 @@ class InspectInterface(Interface):
 
 class RaidInterface(Interface):
     interface_type = "raid"
+
+    def validate_raid_config(self, task: DriverTask, config: Mapping[str, Any]) -> None:
+        """Raise ``DriverError`` unless this interface can build ``config``.
+
+        Called when the operator sets ``target_raid_config``. The default
+        applies the rules every implementation shares; an implementation
+        with narrower hardware (no RAID 6, one controller) adds its own.
+        """
+        try:
+            check_target_raid_config(config)
+        except InvalidRaidConfig as exc:
+            raise DriverError(str(exc)) from None
 
 
 class BiosInterface(Interface):

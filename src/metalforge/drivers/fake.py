@@ -6,11 +6,27 @@ behaviour comes from ``driver_info``:
 ``fake_step_delay``
     Seconds each fake step takes. Synchronous steps sleep (holding the
     node's reservation); asynchronous ones (``deploy.write_image``,
-    ``deploy.erase_devices``) leave the node in its wait state meanwhile, as a
-    ramdisk agent would.
+    ``deploy.erase_devices``, ``raid.create_configuration``) leave the node in
+    its wait state meanwhile, as a ramdisk agent or a BMC job would.
 ``fake_fail_steps``
     Comma-separated ``interface.step`` names that fail when run, for example
     ``deploy.write_image,raid.create_configuration``.
+
+Clean steps and their visible effects:
+
+=================================  ========  =========  =====  ===========================
+step                               priority  abortable  async  effect
+=================================  ========  =========  =====  ===========================
+``deploy.erase_devices_metadata``  99        yes        no     ``fake_metadata_erased_at``
+``deploy.erase_devices``           10        yes        yes    ``fake_erased_at``
+``management.reset_bios``          0         no         no     forgets ``bios_settings``
+``bios.apply_configuration``       0         no         no     ``bios_settings``
+``raid.delete_configuration``      0         no         no     empties ``raid_config``
+``raid.create_configuration``      0         no         yes    ``target_raid_config`` ->
+                                                                ``raid_config``
+=================================  ========  =========  =====  ===========================
+
+(timestamps and settings are recorded in ``driver_internal_info``).
 """
 
 from __future__ import annotations
@@ -224,6 +240,13 @@ class FakeRaid(FakeMixin, RaidInterface):
     def _create(
         self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
     ) -> None:
+        for name, value in (
+            ("create_root_volume", create_root_volume),
+            ("create_nonroot_volumes", create_nonroot_volumes),
+        ):
+            # Names are checked when cleaning is requested; values only here.
+            if not isinstance(value, bool):
+                raise StepFailed(f"invalid argument {name}: {value!r} is not true or false")
         wanted = task.node.target_raid_config.get("logical_disks", [])
         if not wanted:
             raise StepFailed("the node has no target_raid_config to apply")
@@ -234,11 +257,15 @@ class FakeRaid(FakeMixin, RaidInterface):
         ]
         task.node.raid_config = {"logical_disks": disks, "last_updated": utcnow().isoformat()}
 
-    @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False)
+    @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False, asynchronous=True)
     def create_configuration(
         self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
     ) -> None:
-        """Apply ``target_raid_config`` to ``raid_config``."""
+        """Apply ``target_raid_config`` to ``raid_config``.
+
+        Asynchronous and not abortable, like a RAID job on a real controller:
+        the node waits in ``clean wait``, and an abort takes effect after it.
+        """
         self._create(task, create_root_volume, create_nonroot_volumes)
 
     @clean_step(priority=0, requires_ramdisk=False)
@@ -260,7 +287,9 @@ class FakeBios(FakeMixin, BiosInterface):
         if not isinstance(settings, list) or not all(
             isinstance(item, dict) and "name" in item and "value" in item for item in settings
         ):
-            raise StepFailed("settings must be a list of {name, value} objects")
+            raise StepFailed(
+                f"invalid argument settings: {settings!r} is not a list of {{name, value}} objects"
+            )
         current = dict(task.node.driver_internal_info.get("bios_settings", {}))
         current.update({str(item["name"]): item["value"] for item in settings})
         task.node.driver_internal_info = {

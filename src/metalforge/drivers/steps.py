@@ -8,6 +8,7 @@ engine applies operator overrides on top.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -84,6 +85,13 @@ def deploy_step(
 
 def declared_steps(cls: type) -> list[StepDecl]:
     """Every step ``cls`` declares, with ``method`` filled in, in name order."""
+    return list(_declared_steps(cls))
+
+
+@functools.cache
+def _declared_steps(cls: type) -> tuple[StepDecl, ...]:
+    # Declarations are fixed when the class is created, and scanning dir() on
+    # every step a flow runs costs more than the step's database write.
     found: list[StepDecl] = []
     for name in sorted(dir(cls)):
         member = getattr(cls, name, None)
@@ -99,4 +107,4 @@ def declared_steps(cls: type) -> list[StepDecl]:
                     decl.asynchronous,
                 )
             )
-    return found
+    return tuple(found)

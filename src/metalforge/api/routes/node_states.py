@@ -17,16 +17,21 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
+from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.locking import NodeLockedError, wait_for_lock
-from metalforge.api.schemas import MaintenanceRequest, PowerRequest, ProvisionRequest
+from metalforge.api.schemas import (
+    MaintenanceRequest,
+    PowerRequest,
+    ProvisionRequest,
+    RaidConfigRequest,
+)
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.conductor import history, steps, transitions
 from metalforge.db import queue
 from metalforge.db.models import Node, utcnow
 from metalforge.drivers import base as drivers_base
-from metalforge.drivers.base import DriverError
+from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 
 router = APIRouter(tags=["node states"])
@@ -209,6 +214,8 @@ def _intent(svc: ApiServices, node: Node, verb: str, body: ProvisionRequest) -> 
             steps.requested_plan(_supported_clean_steps(svc, node), requested)
         except steps.StepRequestError as exc:
             raise bad_request(f"Manual cleaning refused: {exc}") from None
+        except StepsNotKnown:
+            pass  # the conductor checks the steps again once the interface knows them
         info["requested_clean_steps"] = requested
     if verb in (states.DEPLOY, states.REBUILD):
         for key in ("deploy_steps", "deploy_step_index", "requested_deploy_steps"):
@@ -264,13 +271,21 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 f'on node "{node.uuid}" while it is in maintenance mode.'
             )
         if node.protected and verb in (states.REBUILD, states.UNDEPLOY):
-            raise bad_request(
-                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
+            # Ironic answers a protected node with 403, for this as for DELETE.
+            raise ApiError(
+                403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
             )
         if verb not in states.allowed_events(node.provision_state):
             raise bad_request(
                 f'The requested action "{body.target}" can not be performed on node '
                 f'"{node.uuid}" while it is in state "{node.provision_state}".'
+            )
+        if verb == states.CLEAN and node.maintenance:
+            # As Ironic: a failed clean leaves the node in maintenance, and the
+            # operator confirms it is fit to clean again by turning that off.
+            raise bad_request(
+                f"Node {node.uuid} is in maintenance mode; manual cleaning needs it "
+                "turned off first (see maintenance_reason and last_error)."
             )
         if verb == states.ABORT:
             needed = ABORT_VERSIONS.get(node.provision_state)
@@ -323,7 +338,10 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
         raise bad_request(f"Invalid timeout value {body.timeout}; it must be 1 or more")
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
-        if node.reservation is not None:
+        # Ironic refuses power changes during cleaning (400) before it looks at
+        # the lock, so a node busy in a clean step answers 400 at once, not 409.
+        cleaning = node.provision_state in (states.CLEANING, states.CLEAN_WAIT)
+        if node.reservation is not None and not cleaning:
             raise locked(node)
         if node.provision_state in POWER_BLOCKED_STATES:
             raise bad_request(
@@ -370,6 +388,65 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
     return Response(status_code=202, headers=_location(request, node))
 
 
+@router.put(
+    "/nodes/{node_ident}/states/raid",
+    status_code=204,
+    summary="Set a node's target RAID configuration",
+)
+@wait_for_lock
+def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) -> Response:
+    """Store what ``raid.create_configuration`` will build; ``{}`` clears it.
+
+    The configuration is checked by the node's RAID interface now, so a bad
+    one is refused here rather than failing a clean later.
+    """
+    svc = services(request)
+    version = request_version(request)
+    config = body.model_dump(exclude_unset=True)
+    with svc.db.write() as session:
+        node = lookup.find_node(session, node_ident, version)
+        if version < (1, 12):
+            raise not_acceptable(
+                f"Setting a target RAID configuration needs API version 1.12; "
+                f"requested {fmt(version)}"
+            )
+        if node.reservation is not None:
+            raise locked(node)
+        if config:  # clearing the target is always allowed
+            try:
+                raid = svc.drivers.interface(node, "raid")
+            except UnknownDriver as exc:
+                raise bad_request(str(exc)) from None
+            if not isinstance(raid, RaidInterface):
+                # 404, as Ironic: RAID is an optional interface the driver lacks.
+                raise not_found(
+                    f"Node {node.uuid} cannot configure RAID: its raid interface is {raid.name}"
+                )
+            try:
+                raid.validate_raid_config(ReadOnlyTask(node), config)
+            except DriverError as exc:
+                raise bad_request(f"Invalid target RAID configuration: {exc}") from None
+        result = session.execute(
+            update(Node)
+            .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
+            .values(target_raid_config=config, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise conflict(f"Node {node.uuid} changed while it was being updated; please retry.")
+        disks = len(config.get("logical_disks") or [])
+        text = f"set, {disks} logical disk(s)" if disks else "cleared"
+        history.record(
+            session,
+            node.id,
+            "raid",
+            f"target RAID configuration {text}",
+            state=node.provision_state,
+            target=node.target_provision_state,
+        )
+    return Response(status_code=204)
+
+
 def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | None) -> None:
     svc = services(request)
     version = request_version(request)
@@ -413,23 +490,6 @@ def maintenance_off(node_ident: str, request: Request) -> Response:
     return Response(status_code=202)
 
 
-class _ReadOnlyTask:
-    """A ``DriverTask`` for validation in the API: reads the node, never writes."""
-
-    def __init__(self, node: Node) -> None:
-        self._node = node
-
-    @property
-    def node(self) -> Node:
-        return self._node
-
-    def sleep(self, seconds: float) -> None:
-        return None
-
-    def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
-        return None
-
-
 VALIDATED = (
     "boot",
     "console",
@@ -453,7 +513,7 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
     result: dict[str, Any] = {}
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, version)
-        task = _ReadOnlyTask(node)
+        task = ReadOnlyTask(node)
         for family in VALIDATED:
             try:
                 iface = svc.drivers.interface(node, family)

@@ -388,12 +388,7 @@ def patch_node(
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
         before = _patch_document(node)
-        raw = [op.model_dump(by_alias=True, exclude_none=False) for op in patch]
-        for op in raw:
-            if op.get("from") is None:
-                op.pop("from", None)
-            if op["op"] == "remove":
-                op.pop("value", None)
+        raw = [op.as_json_patch() for op in patch]
         try:
             after = jsonpatch.apply_patch(before, raw)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
@@ -493,8 +488,9 @@ def delete_node(node_ident: str, request: Request) -> Response:
         if node.reservation is not None:
             raise NodeLockedError(node.uuid, node.reservation)
         if node.protected:
-            raise conflict(
-                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
+            # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
+            raise ApiError(
+                403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
             )
         if node.instance_uuid and not node.maintenance:
             raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")

@@ -15,9 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
-from metalforge.api.errors import bad_request, conflict, not_acceptable, not_found
+from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
-from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.params import Query, fields, keyset, page, parse_bool
 from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
@@ -269,7 +269,7 @@ def patch_port(
             }
             doc["node_uuid"] = port.node.uuid
             doc["portgroup_uuid"] = None
-            raw = [op.model_dump(by_alias=True, exclude_none=True) for op in patch]
+            raw = [op.as_json_patch() for op in patch]
             try:
                 after = jsonpatch.apply_patch(doc, raw)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
@@ -293,13 +293,26 @@ def patch_port(
                 values[name] = value
             if values["name"] is not None:
                 lookup.check_name(values["name"])
-            for name in ("pxe_enabled", "is_smartnic"):
-                value = after.get(name)
+            for name, default in (("pxe_enabled", True), ("is_smartnic", False)):
+                value = after.get(name, default)
+                if isinstance(value, str):
+                    # ironicclient sends "True"/"False" (`port set --pxe-enabled`).
+                    value = parse_bool(name, value)
+                if value is None:
+                    value = default
                 if not isinstance(value, bool):
                     raise bad_request(f"Invalid value for {name}: must be a boolean")
                 values[name] = value
-            if after.get("node_uuid") != port.node.uuid:
-                target = lookup.find_node(session, str(after.get("node_uuid")), version)
+            node_uuid = after.get("node_uuid")
+            if node_uuid != port.node.uuid:
+                # As on create: a port must belong to an existing node, so a
+                # missing or unknown one is a bad request, not a missing port.
+                if not isinstance(node_uuid, str):
+                    raise bad_request("Invalid value for node_uuid: a port needs a node")
+                try:
+                    target = lookup.find_node(session, node_uuid, version)
+                except ApiError:
+                    raise bad_request(f"Node {node_uuid} could not be found.") from None
                 values["node_id"] = target.id
             session.execute(
                 update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow())

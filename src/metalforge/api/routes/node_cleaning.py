@@ -1,0 +1,72 @@
+"""``GET /v1/nodes/{id}/cleaning/steps``: the clean steps a node can run.
+
+A metalforge addition: no Ironic release has it, and operators otherwise
+learn step names and arguments from driver documentation before writing a
+manual ``clean`` request. It answers from the same code the conductor plans
+with (``conductor.steps.supported_steps``, operator overrides applied), so
+what it lists is what ``clean`` accepts and, from priority 1 up, exactly
+the automated plan in its order.
+
+When one of the node's interfaces cannot list its steps yet (an in-band one
+learns them from its ramdisk agent), the answer is 202 with
+``Retry-Request-After``: an incomplete list would read as "this step does
+not exist".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from metalforge.api import lookup
+from metalforge.api.errors import bad_request
+from metalforge.api.params import Query
+from metalforge.api.services import services
+from metalforge.conductor import steps
+from metalforge.drivers.base import StepsNotKnown
+from metalforge.drivers.hardware import UnknownDriver
+
+router = APIRouter(tags=["node cleaning"])
+
+
+def step_view(step: steps.Step) -> dict[str, Any]:
+    """One catalogue entry; ``priority`` is the effective one, after overrides."""
+    return {
+        "interface": step.interface,
+        "step": step.step,
+        "priority": step.priority,
+        "abortable": step.abortable,
+        "requires_ramdisk": step.requires_ramdisk,
+        "args": [
+            {"name": name, "description": info.description, "required": info.required}
+            for name, info in step.argsinfo.items()
+        ],
+    }
+
+
+@router.get(
+    "/nodes/{node_ident}/cleaning/steps",
+    summary="List the clean steps a node can run (metalforge addition)",
+    responses={202: {"description": "The steps are not known yet; retry later."}},
+)
+def list_clean_steps(node_ident: str, request: Request) -> Response:
+    """Every clean step, highest priority first; ``min_priority=1`` is the automated plan."""
+    svc = services(request)
+    query = Query(request, ("min_priority",))
+    min_priority = query.int("min_priority")
+    overrides = steps.parse_overrides(svc.settings.conductor.clean_step_priority_override)
+    with svc.db.read() as session:
+        node = lookup.find_node(session, node_ident, query.version)
+        try:
+            found = steps.supported_steps(svc.drivers, node, "clean", overrides)
+        except UnknownDriver as exc:
+            raise bad_request(str(exc)) from None
+        except StepsNotKnown as exc:
+            return Response(
+                status_code=202, headers={"Retry-Request-After": str(max(1, exc.retry_after))}
+            )
+    if min_priority is not None:
+        found = [s for s in found if s.priority >= min_priority]
+    return JSONResponse({"steps": [step_view(s) for s in found]})

@@ -1,0 +1,96 @@
+"""The target RAID configuration: what an operator may ask a RAID interface to build.
+
+``PUT /v1/nodes/{id}/states/raid`` stores it in ``target_raid_config`` and the
+``raid.create_configuration`` clean step applies it. It is checked when it is
+set, not when the step runs, so a typo is a 400 at the operator's terminal
+rather than a ``clean failed`` node half an hour later. The rules are
+Ironic's (the same document works on both), written out by hand so each
+refusal names the logical disk and the field at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+RAID_LEVELS = ("JBOD", "0", "1", "2", "5", "6", "1+0", "5+0", "6+0")
+DISK_TYPES = ("hdd", "ssd")
+INTERFACE_TYPES = ("sata", "scsi", "sas")
+LOGICAL_DISK_KEYS = frozenset(
+    {
+        "raid_level",
+        "size_gb",
+        "volume_name",
+        "is_root_volume",
+        "share_physical_disks",
+        "disk_type",
+        "interface_type",
+        "number_of_physical_disks",
+        "controller",
+        "physical_disks",
+    }
+)
+
+
+class InvalidRaidConfig(ValueError):
+    """The target RAID configuration breaks a rule; the message names the disk and field."""
+
+
+def _positive_int(value: Any) -> bool:
+    # bool is an int to Python, never to a JSON schema.
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_disk(where: str, disk: Any) -> None:
+    if not isinstance(disk, dict):
+        raise InvalidRaidConfig(f"{where} must be an object")
+    unknown = sorted(set(disk) - LOGICAL_DISK_KEYS)
+    if unknown:
+        raise InvalidRaidConfig(f"{where} has unknown key(s) {', '.join(unknown)}")
+    for key in ("raid_level", "size_gb"):
+        if key not in disk:
+            raise InvalidRaidConfig(f"{where} needs {key}")
+    if disk["raid_level"] not in RAID_LEVELS:
+        raise InvalidRaidConfig(
+            f"{where}: raid_level {disk['raid_level']!r} is not one of {', '.join(RAID_LEVELS)}"
+        )
+    size = disk["size_gb"]
+    if size != "MAX" and not _positive_int(size):
+        raise InvalidRaidConfig(f"{where}: size_gb must be a positive integer or 'MAX'")
+    for key in ("volume_name", "controller"):
+        if key in disk and not isinstance(disk[key], str):
+            raise InvalidRaidConfig(f"{where}: {key} must be a string")
+    for key in ("is_root_volume", "share_physical_disks"):
+        if key in disk and not isinstance(disk[key], bool):
+            raise InvalidRaidConfig(f"{where}: {key} must be true or false")
+    for key, allowed in (("disk_type", DISK_TYPES), ("interface_type", INTERFACE_TYPES)):
+        if key in disk and disk[key] not in allowed:
+            raise InvalidRaidConfig(f"{where}: {key} must be one of {', '.join(allowed)}")
+    if "number_of_physical_disks" in disk and not _positive_int(disk["number_of_physical_disks"]):
+        raise InvalidRaidConfig(f"{where}: number_of_physical_disks must be a positive integer")
+    if "physical_disks" in disk:
+        physical = disk["physical_disks"]
+        if not isinstance(physical, list) or not all(isinstance(p, str) for p in physical):
+            raise InvalidRaidConfig(f"{where}: physical_disks must be a list of strings")
+        if "controller" not in disk:
+            raise InvalidRaidConfig(f"{where}: physical_disks needs controller to be set")
+
+
+def check_target_raid_config(config: Mapping[str, Any]) -> None:
+    """Raise ``InvalidRaidConfig`` unless ``config`` is a valid target RAID configuration.
+
+    An empty mapping is valid: it clears the target.
+    """
+    if not config:
+        return
+    unknown = sorted(set(config) - {"logical_disks"})
+    if unknown:
+        raise InvalidRaidConfig(f"unknown key(s) {', '.join(unknown)}; only logical_disks")
+    disks = config.get("logical_disks")
+    if not isinstance(disks, list) or not disks:
+        raise InvalidRaidConfig("logical_disks must be a list of at least one logical disk")
+    for index, disk in enumerate(disks):
+        _check_disk(f"logical_disks[{index}]", disk)
+    roots = sum(1 for disk in disks if disk.get("is_root_volume") is True)
+    if roots > 1:
+        raise InvalidRaidConfig(f"only one logical disk may be the root volume; {roots} are")

@@ -1,0 +1,83 @@
+"""Fixtures that point the real OpenStack clients at a live metalforge.
+
+The clients are the point of these tests: they are run exactly as an operator
+would run them (the ``baremetal`` CLI as a subprocess, openstacksdk through
+``openstack.connect``), in standalone no-auth mode, against the all-in-one
+service listening on a real port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.stack import LiveServer
+
+BAREMETAL = Path(sys.executable).with_name("baremetal")
+CLI_TIMEOUT = 120.0
+"""Seconds one CLI call may take: ``--wait 60`` plus ironicclient's 409 retries."""
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+class BaremetalCli:
+    """Runs ``baremetal`` against one server, with a clean OpenStack environment.
+
+    Every ``OS_*`` variable of the calling environment is dropped so that a
+    developer's own cloud settings (``OS_CLOUD``, tokens) cannot leak into the
+    test; only no-auth standalone mode pointed at the live server remains.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        self.env.update(OS_AUTH_TYPE="none", OS_ENDPOINT=url)
+
+    def run(self, *args: str, ok: bool = True) -> CliResult:
+        """Run one command; with ``ok`` the command must succeed, else it must fail."""
+        proc = subprocess.run(
+            [str(BAREMETAL), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            check=False,
+        )
+        result = CliResult(proc.returncode, proc.stdout, proc.stderr)
+        command = " ".join(args)
+        if ok:
+            assert result.returncode == 0, f"`baremetal {command}` failed:\n{result.output}"
+        else:
+            assert result.returncode != 0, f"`baremetal {command}` succeeded:\n{result.output}"
+        return result
+
+    def json(self, *args: str) -> Any:
+        """Run a command with ``-f json`` and decode what it printed."""
+        return json.loads(self.run(*args, "-f", "json").stdout)
+
+    def error(self, *args: str) -> str:
+        """The message a failing command printed (stderr and stdout together)."""
+        return self.run(*args, ok=False).output
+
+
+@pytest.fixture
+def cli(live_server: LiveServer) -> BaremetalCli:
+    if not BAREMETAL.exists():
+        pytest.skip("python-ironicclient's `baremetal` is not installed in this environment")
+    return BaremetalCli(live_server.url)
