@@ -372,7 +372,7 @@ def test_manual_clean_refuses_what_cannot_run_naming_it(sqlite_stack: Stack) -> 
 
 def test_clean_step_shows_the_running_step(stack: Stack) -> None:
     client = stack.client
-    node = _manageable(client, driver_info={"fake_step_delay": 0.6})
+    node = _manageable(client, driver_info={"fake_step_delay": 1.0})
     response = _clean(
         client,
         node["uuid"],
@@ -380,6 +380,15 @@ def test_clean_step_shows_the_running_step(stack: Stack) -> None:
         _step("management.reset_bios"),
     )
     assert response.status_code == 202
+    wait_for_state(client, node["uuid"], "cleaning")
+    # A conductor holds the node during a synchronous step; like Ironic, a power
+    # change is refused for the state at once rather than after waiting for the lock.
+    asked = time.monotonic()
+    power = client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+    )
+    assert power.status_code == 400, power.text
+    assert time.monotonic() - asked < 1
     seen: list[str] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -40,7 +40,7 @@ from metalforge.db.models import Node, NodeHistory, NodeTrait, Port, WorkItem
 from tests.support.stack import Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 30
 """Per operation; with ~35 operations the whole test stays well under two minutes."""
 
 HEADERS = {"X-OpenStack-Ironic-API-Version": "latest"}

@@ -67,6 +67,8 @@ QUIET_STATES = frozenset(states.STATES) - states.BUSY_STATES
 """States in which no flow runs: nothing but an API request changes the node."""
 PAUSED_STATES = states.WAIT_STATES | states.HOLD_STATES
 CLEAN_FAMILY = frozenset({states.CLEANING, states.CLEAN_WAIT, states.CLEAN_HOLD})
+MAINTENANCE_BLOCKED = frozenset({states.DEPLOY, states.REBUILD, states.CLEAN})
+"""Verbs refused while the node is in maintenance (as Ironic: 400)."""
 START_PATHS = {
     states.ENROLL: [],
     states.MANAGEABLE: [states.MANAGE],
@@ -215,8 +217,9 @@ class ProvisionMachine(RuleBasedStateMachine):
             self._send(uuid, any_target, step_list)
             return
         verb = allowed[pick % len(allowed)]
-        if seen.maintenance and verb in (states.DEPLOY, states.REBUILD):
-            # A failed clean left the node in maintenance, which blocks deploying it.
+        if seen.maintenance and verb in MAINTENANCE_BLOCKED:
+            # A failed clean left the node in maintenance, which blocks deploying
+            # and manual cleaning.
             response = self.stack.client.delete(f"/v1/nodes/{uuid}/maintenance", headers=LATEST)
             assert response.status_code == 202, response.text
         self._send(uuid, verb, step_list)
@@ -251,7 +254,7 @@ class ProvisionMachine(RuleBasedStateMachine):
         response = self._put(uuid, body)
         if before.quiet:
             allowed = verb in states.allowed_events(before.provision_state)
-            blocked = before.maintenance and verb in (states.DEPLOY, states.REBUILD)
+            blocked = before.maintenance and verb in MAINTENANCE_BLOCKED
             expected = 202 if allowed and not blocked else 400
             assert response.status_code == expected, (before.provision_state, response.text)
             if expected == 400:
