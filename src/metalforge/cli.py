@@ -6,6 +6,7 @@ Settings are read here, once, and passed down to what is built.
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import logging
 import signal
@@ -81,6 +82,10 @@ def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) 
 
 
 def _serve(settings: Settings, app: Any) -> None:
+    # Everything built so far lives as long as the process: leave it out of the
+    # collector's full passes, which otherwise walk it whenever a big response
+    # (a page of a thousand nodes) has allocated enough to trigger one.
+    gc.freeze()
     config = uvicorn.Config(
         app,
         host=settings.api.host,

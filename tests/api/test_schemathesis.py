@@ -36,7 +36,14 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from sqlalchemy import delete
 
-from metalforge.db.models import Node, NodeHistory, NodeTrait, Port, WorkItem
+from metalforge.db.models import (
+    DeployTemplate,
+    Node,
+    NodeHistory,
+    NodeTrait,
+    Port,
+    WorkItem,
+)
 from tests.support.stack import Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
 
@@ -214,7 +221,7 @@ def _with_hints(raw: dict[str, Any]) -> dict[str, Any]:
 def _reset(stack: Stack) -> None:
     """Empty every table the API writes and recreate the seed node and port."""
     with stack.db.write() as session:
-        for model in (NodeTrait, Port, NodeHistory, WorkItem, Node):
+        for model in (NodeTrait, Port, NodeHistory, WorkItem, Node, DeployTemplate):
             session.execute(delete(model))
     client = stack.client
     created = client.post(

@@ -1,11 +1,10 @@
-"""Step ordering, overrides, requested plans and the deploy-step merge rules."""
+"""Step ordering, overrides and requested plans (deploy-plan merging: test_deploy_plan.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from metalforge.conductor import steps
-from metalforge.conductor.flows import merge_deploy_steps
 from metalforge.db.models import Node
 from metalforge.drivers.base import DeployInterface, DriverTask
 from metalforge.drivers.fake import FAKE_HARDWARE, HARDWARE_TYPES
@@ -78,35 +77,6 @@ def test_requested_plan_keeps_order_and_checks_arguments() -> None:
         )
     with pytest.raises(steps.StepRequestError, match=r"requires argument.*settings"):
         steps.requested_plan(supported, [{"interface": "bios", "step": "apply_configuration"}])
-
-
-def test_deploy_merge_override_disable_and_repeat() -> None:
-    supported = _supported("deploy")
-    default = [s.name for s in merge_deploy_steps(supported, [])]
-    assert default == [
-        "deploy.deploy",
-        "deploy.write_image",
-        "deploy.prepare_instance_boot",
-        "deploy.tear_down_agent",
-        "deploy.boot_instance",
-    ]
-    merged = merge_deploy_steps(
-        supported,
-        [
-            {"interface": "deploy", "step": "boot_instance", "args": {}, "priority": 0},
-            {"interface": "deploy", "step": "prepare_instance_boot", "args": {}, "priority": 90},
-        ],
-    )
-    assert [(s.name, s.priority) for s in merged] == [
-        ("deploy.deploy", 100),
-        ("deploy.prepare_instance_boot", 90),
-        ("deploy.write_image", 80),
-        ("deploy.tear_down_agent", 40),
-    ]
-    with pytest.raises(steps.StepRequestError):
-        merge_deploy_steps(
-            supported, [{"interface": "raid", "step": "x", "args": {}, "priority": 1}]
-        )
 
 
 class _Clashing(DeployInterface):

@@ -8,8 +8,10 @@ from metalforge.api import errors
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
     conductors,
+    deploy_templates,
     drivers,
     node_cleaning,
+    node_deploying,
     node_history,
     node_states,
     node_traits,
@@ -24,11 +26,13 @@ RESOURCE_ROUTERS = (
     nodes.router,
     node_states.router,
     node_cleaning.router,
+    node_deploying.router,
     node_traits.router,
     node_history.router,
     ports.router,
     conductors.router,
     drivers.router,
+    deploy_templates.router,
 )
 
 

@@ -3,12 +3,23 @@
 ``NODE_FIELDS`` says from which microversion each field exists; fields newer
 than the request's version are left out. Secrets are masked; the default
 list shows only Ironic's six fields.
+
+What a view holds is worked out once per (version, fields, list or full)
+as a ``ViewPlan``: the getter of every field and the database columns they
+read. A page of a thousand nodes then costs a getter call per field, and the
+routes select only the columns the plan needs (a status poll reads three).
+A plan renders an ORM ``Node`` or a Core row alike.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import Row
 
 from metalforge.api.links import links, sub_links
 from metalforge.api.versions import Version
@@ -109,34 +120,158 @@ def mask_secrets(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _instance_info(node: Node) -> dict[str, Any]:
-    info = mask_secrets(node.instance_info)
-    if info.get("configdrive"):
-        info["configdrive"] = MASK
-    return info
+def _instance_info(info: dict[str, Any]) -> dict[str, Any]:
+    masked = mask_secrets(info)
+    if masked.get("configdrive"):
+        masked["configdrive"] = MASK
+    return masked
 
 
 def _iso(value: Any) -> Any:
     return value.isoformat() if value is not None else None
 
 
-_COMPUTED: dict[str, Callable[[Node], Any]] = {
-    "driver_info": lambda n: mask_secrets(n.driver_info),
-    "driver_internal_info": lambda n: mask_secrets(n.driver_internal_info),
+def _none(_value: Any) -> None:
+    return None
+
+
+_COMPUTED: dict[str, Callable[[Any], Any]] = {
+    "driver_info": mask_secrets,
+    "driver_internal_info": mask_secrets,
     "instance_info": _instance_info,
-    "created_at": lambda n: _iso(n.created_at),
-    "updated_at": lambda n: _iso(n.updated_at),
-    "provision_updated_at": lambda n: _iso(n.provision_updated_at),
-    "inspection_started_at": lambda n: _iso(n.inspection_started_at),
-    "inspection_finished_at": lambda n: _iso(n.inspection_finished_at),
-    "traits": lambda n: [t.trait for t in n.traits],
-    "allocation_uuid": lambda n: None,
-    "health": lambda n: None,
+    "created_at": _iso,
+    "updated_at": _iso,
+    "provision_updated_at": _iso,
+    "inspection_started_at": _iso,
+    "inspection_finished_at": _iso,
+    "allocation_uuid": _none,
+    "health": _none,
 }
+"""Fields shown as a function of their column's value (``None`` for those without one)."""
+_NODE_COLUMNS = frozenset(c.key for c in Node.__table__.columns)
 
 
 def visible_fields(version: Version) -> list[str]:
     return [name for name, since in NODE_FIELDS.items() if since <= version]
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """The fields of one kind of node view, in order, and the columns they read.
+
+    Rendering reads every source attribute in one ``attrgetter`` call, fixes
+    up the few computed fields by position and zips the names in: a detailed
+    page of a thousand nodes spends microseconds per node, not per field.
+    """
+
+    names: tuple[str, ...]
+    fetch: Callable[[Any], tuple[Any, ...]]
+    """Reads the source attribute of every field (``uuid`` for those without one)."""
+    fetch_row: Callable[[Any], tuple[Any, ...]]
+    """The same by position, from a row whose first columns are ``columns`` in order
+    (a row's attributes are several times slower to read than its items)."""
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...]
+    """(position, function of the source value) for computed fields."""
+    sub_links: tuple[tuple[int, str], ...]
+    conductor: tuple[int, ...]
+    traits: tuple[int, ...]
+    columns: tuple[str, ...]
+    """Node columns the view reads (``uuid`` always, ``id`` when traits are shown)."""
+    old_states: bool
+    """The version predates ``available`` or ``inspect wait``: rewrite them."""
+
+
+@functools.lru_cache(maxsize=512)
+def view_plan(
+    version: Version, fields: tuple[str, ...] | None = None, list_view: bool = False
+) -> ViewPlan:
+    """The plan of the view ``node_view`` would build with these arguments."""
+    if fields is not None:
+        wanted = [name for name in fields if name != "links"]
+    elif list_view:
+        # ``name`` is one of the six but only exists from 1.5.
+        wanted = [name for name in LIST_FIELDS if NODE_FIELDS[name] <= version]
+    else:
+        wanted = [*visible_fields(version), *(k for k, v in LINK_FIELDS.items() if v <= version)]
+    names = list(dict.fromkeys(wanted))
+    sources: list[str] = []
+    convert: list[tuple[int, Callable[[Any], Any]]] = []
+    links_at: list[tuple[int, str]] = []
+    conductor_at: list[int] = []
+    traits_at: list[int] = []
+    columns = {"uuid"}
+    for index, name in enumerate(names):
+        source = name if name in _NODE_COLUMNS else "uuid"
+        sources.append(source)
+        columns.add(source)
+        if name in LINK_FIELDS:
+            links_at.append((index, name))
+        elif name == "conductor":
+            conductor_at.append(index)
+            columns.update(("driver", "conductor_group"))
+        elif name == "traits":
+            traits_at.append(index)
+            columns.add("id")
+        elif name in _COMPUTED:
+            convert.append((index, _COMPUTED[name]))
+    ordered = tuple(sorted(columns))
+    by_name = operator.attrgetter(*sources) if sources else None
+    by_index = operator.itemgetter(*(ordered.index(c) for c in sources)) if sources else None
+
+    def fetch(node: Any) -> tuple[Any, ...]:
+        if by_name is None:
+            return ()
+        values = by_name(node)
+        return values if len(sources) > 1 else (values,)
+
+    def fetch_row(row: Any) -> tuple[Any, ...]:
+        if by_index is None:
+            return ()
+        values = by_index(row)
+        return values if len(sources) > 1 else (values,)
+
+    return ViewPlan(
+        names=tuple(names),
+        fetch=fetch,
+        fetch_row=fetch_row,
+        convert=tuple(convert),
+        sub_links=tuple(links_at),
+        conductor=tuple(conductor_at),
+        traits=tuple(traits_at),
+        columns=ordered,
+        old_states=version < (1, 39),
+    )
+
+
+def render(
+    node: Any,
+    plan: ViewPlan,
+    version: Version,
+    base: str,
+    *,
+    conductor: Callable[[Any], str | None] | None = None,
+    traits: Callable[[Any], list[str]] | None = None,
+) -> dict[str, Any]:
+    """The JSON object for ``node``: an ORM ``Node``, or a row starting with ``plan.columns``."""
+    uuid = node.uuid
+    values = list(plan.fetch_row(node) if isinstance(node, Row) else plan.fetch(node))
+    for index, func in plan.convert:
+        values[index] = func(values[index])
+    for index, name in plan.sub_links:
+        values[index] = sub_links(base, "nodes", uuid, name)
+    for index in plan.conductor:
+        values[index] = conductor(node) if conductor else None
+    for index in plan.traits:
+        values[index] = traits(node) if traits else [t.trait for t in node.traits]
+    body = dict(zip(plan.names, values, strict=True))
+    if plan.old_states:
+        state = body.get("provision_state")
+        if version < (1, 2) and state == "available":
+            body["provision_state"] = None
+        elif state == "inspect wait":
+            body["provision_state"] = "inspecting"
+    body["links"] = links(base, "nodes", uuid)
+    return body
 
 
 def node_view(
@@ -146,31 +281,8 @@ def node_view(
     *,
     fields: Sequence[str] | None = None,
     list_view: bool = False,
-    conductor: Callable[[Node], str | None] | None = None,
+    conductor: Callable[[Any], str | None] | None = None,
 ) -> dict[str, Any]:
     """The JSON object for ``node``: full, the short list form, or only ``fields``."""
-    if fields is not None:
-        wanted = list(fields)
-    elif list_view:
-        # ``name`` is one of the six but only exists from 1.5.
-        wanted = [name for name in LIST_FIELDS if NODE_FIELDS[name] <= version]
-    else:
-        wanted = [*visible_fields(version), *(k for k, v in LINK_FIELDS.items() if v <= version)]
-    body: dict[str, Any] = {}
-    for name in wanted:
-        if name in LINK_FIELDS:
-            body[name] = sub_links(base, "nodes", node.uuid, name)
-        elif name == "links":
-            continue
-        elif name == "conductor":
-            body[name] = conductor(node) if conductor else None
-        elif name in _COMPUTED:
-            body[name] = _COMPUTED[name](node)
-        else:
-            body[name] = getattr(node, name)
-    if version < (1, 2) and body.get("provision_state") == "available":
-        body["provision_state"] = None
-    if version < (1, 39) and body.get("provision_state") == "inspect wait":
-        body["provision_state"] = "inspecting"
-    body["links"] = links(base, "nodes", node.uuid)
-    return body
+    plan = view_plan(version, tuple(fields) if fields is not None else None, list_view)
+    return render(node, plan, version, base, conductor=conductor)

@@ -8,10 +8,9 @@ twice, or after another conductor crashed half-way, is therefore safe.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from metalforge import states
-from metalforge.conductor import history, stepflow, steps
+from metalforge.conductor import deploy_plan, history, stepflow, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import utcnow
 from metalforge.drivers.base import (
@@ -92,63 +91,33 @@ def clean_wait(task: NodeTask) -> None:
 
 
 def deploy(task: NodeTask) -> None:
-    """deploying: default deploy steps merged with the user's, then run."""
+    """deploying: default steps, the templates of the requested traits, the user's; then run.
+
+    The plan is built once (``deploy_plan``, the function the API's checks
+    and previews use) and stored on the node, so a takeover resumes it.
+    """
     if not stepflow.has_plan(task, "deploy"):
-        supported = steps.supported_steps(
-            task.ctx.drivers,
-            task.node,
-            "deploy",
-            steps.parse_overrides(task.ctx.settings.deploy_step_priority_override),
-        )
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_deploy_steps", None) or []
         task.node.driver_internal_info = info
         try:
-            plan = merge_deploy_steps(supported, requested)
+            with task.ctx.db.read() as session:
+                plan = deploy_plan.plan_for_node(
+                    session,
+                    task.ctx.drivers,
+                    task.node,
+                    steps.parse_overrides(task.ctx.settings.deploy_step_priority_override),
+                    requested,
+                )
         except steps.StepRequestError as exc:
             stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
             return
-        stepflow.store_plan(task, "deploy", plan)
-    stepflow.run(task, "deploy")
-
-
-def merge_deploy_steps(
-    supported: list[steps.Step], requested: list[dict[str, Any]]
-) -> list[steps.Step]:
-    """Enabled defaults, with requested steps overriding priority and arguments.
-
-    A requested step replaces a default one of the same name; priority 0
-    disables it. Steps the node does not support are refused.
-    """
-    by_name = {s.name: s for s in supported}
-    chosen: dict[str, list[steps.Step]] = {s.name: [s] for s in supported if s.priority > 0}
-    overridden: set[str] = set()
-    for entry in requested:
-        name = f"{entry['interface']}.{entry['step']}"
-        base = by_name.get(name)
-        if base is None:
-            raise steps.StepRequestError(f"the node does not support the deploy step {name}")
-        args = dict(entry.get("args") or {})
-        steps.check_args(base, args)
-        if name not in overridden:
-            chosen[name] = []
-            overridden.add(name)
-        priority = int(entry.get("priority", base.priority))
-        if priority > 0:
-            chosen[name].append(
-                steps.Step(
-                    base.interface,
-                    base.step,
-                    priority,
-                    args,
-                    base.abortable,
-                    base.requires_ramdisk,
-                    base.asynchronous,
-                    base.argsinfo,
-                )
+        if plan.templates:
+            task.record(
+                "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
             )
-    merged = [s for group in chosen.values() for s in group]
-    return sorted(merged, key=steps.sort_key)
+        stepflow.store_plan(task, "deploy", plan.steps)
+    stepflow.run(task, "deploy")
 
 
 def deploy_wait(task: NodeTask) -> None:

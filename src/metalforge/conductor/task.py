@@ -72,7 +72,6 @@ _TAKE = (
         _NODES.c.id == bindparam("b_id"),
         or_(
             _NODES.c.reservation.is_(None),
-            _NODES.c.reservation == bindparam("b_host"),
             _NODES.c.reservation.in_(_DEAD),
         ),
     )
@@ -270,7 +269,11 @@ class NodeTask:
             self._release_in(session)
 
 
-def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
+def lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
+    """Take node ``node_id``'s reservation in the caller's transaction; the node as it is now.
+
+    Raises ``NodeGone`` or ``NodeLocked``, having written nothing.
+    """
     connection = session.connection()
     # Read under the row lock the update takes anyway, so the takeover note names
     # the real holder and the node needs no second read.
@@ -304,10 +307,18 @@ def _lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
 
 
 @contextmanager
-def acquire(ctx: ConductorContext, node_id: int, purpose: str) -> Iterator[NodeTask]:
-    """Hold node ``node_id`` under this conductor's reservation for ``purpose``."""
-    with ctx.db.write() as session:
-        node = _lock(ctx, session, node_id)
+def acquire(
+    ctx: ConductorContext, node_id: int, purpose: str, *, locked: Node | None = None
+) -> Iterator[NodeTask]:
+    """Hold node ``node_id`` under this conductor's reservation for ``purpose``.
+
+    ``locked`` is the node as ``lock`` returned it in a transaction that has
+    committed (the dispatcher locks nodes while claiming their work).
+    """
+    node = locked
+    if node is None:
+        with ctx.db.write() as session:
+            node = lock(ctx, session, node_id)
     task = NodeTask(ctx, node, purpose)
     try:
         yield task

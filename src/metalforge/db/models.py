@@ -248,6 +248,42 @@ class WorkItem(Base):
     duration: Mapped[float | None] = mapped_column(Float)
 
 
+class DeployTemplate(TimestampMixin, Base):
+    """Named deploy steps, selected for a deployment by a trait of the same name."""
+
+    __tablename__ = "deploy_templates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str] = mapped_column(String(255), unique=True, nullable=False)
+    extra: Mapped[dict[str, Any]] = _json_dict()
+
+    steps: Mapped[list[DeployTemplateStep]] = relationship(
+        back_populates="template",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="DeployTemplateStep.id",
+    )
+
+
+class DeployTemplateStep(Base):
+    """One step of a deploy template; the order of ``id`` is the order given."""
+
+    __tablename__ = "deploy_template_steps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deploy_template_id: Mapped[int] = mapped_column(
+        ForeignKey("deploy_templates.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    interface: Mapped[str] = mapped_column(String(255), nullable=False)
+    step: Mapped[str] = mapped_column(String(255), nullable=False)
+    args: Mapped[dict[str, Any]] = _json_dict()
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+
+    template: Mapped[DeployTemplate] = relationship(back_populates="steps")
+
+
 class NodeHistory(Base):
     """One event in a node's life: a transition, an error, a step started or ended."""
 

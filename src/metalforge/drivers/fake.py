@@ -27,6 +27,15 @@ step                               priority  abortable  async  effect
 =================================  ========  =========  =====  ===========================
 
 (timestamps and settings are recorded in ``driver_internal_info``).
+
+Deploy steps: the deploy interface's core steps keep Ironic's default
+priorities (``deploy`` 100, ``write_image`` 80 and asynchronous,
+``prepare_instance_boot`` 60, ``tear_down_agent`` 40, ``boot_instance`` 20).
+``management.reset_bios``, ``bios.apply_configuration``,
+``raid.create_configuration`` and ``raid.delete_configuration`` are deploy
+steps too, at priority 0, so deploy templates can switch them on; so is
+``raid.apply_configuration`` (deploy only, asynchronous), which builds the
+``raid_config`` argument it is given.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from metalforge.drivers.base import (
     noop_interface,
 )
 from metalforge.drivers.hardware import HardwareType
+from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.steps import clean_step, deploy_step
 
 
@@ -141,6 +151,7 @@ class FakeManagement(FakeMixin, ManagementInterface):
         }
 
     @clean_step(priority=0, requires_ramdisk=False)
+    @deploy_step(priority=0)
     def reset_bios(self, task: DriverTask) -> None:
         """Return the BIOS to factory settings (forgets applied settings)."""
         info = dict(task.node.driver_internal_info)
@@ -258,6 +269,7 @@ class FakeRaid(FakeMixin, RaidInterface):
         task.node.raid_config = {"logical_disks": disks, "last_updated": utcnow().isoformat()}
 
     @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False, asynchronous=True)
+    @deploy_step(priority=0, argsinfo=_RAID_ARGS, asynchronous=True)
     def create_configuration(
         self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
     ) -> None:
@@ -269,9 +281,49 @@ class FakeRaid(FakeMixin, RaidInterface):
         self._create(task, create_root_volume, create_nonroot_volumes)
 
     @clean_step(priority=0, requires_ramdisk=False)
+    @deploy_step(priority=0)
     def delete_configuration(self, task: DriverTask) -> None:
         """Remove every logical disk."""
         task.node.raid_config = {}
+
+    @deploy_step(
+        priority=0,
+        argsinfo={
+            "raid_config": {
+                "description": 'The RAID configuration to build ({"logical_disks": [...]}).',
+                "required": True,
+            },
+            "delete_existing": {
+                "description": "Remove the current logical disks first (default true).",
+                "required": False,
+            },
+        },
+        asynchronous=True,
+    )
+    def apply_configuration(
+        self, task: DriverTask, raid_config: dict[str, Any], delete_existing: bool = True
+    ) -> None:
+        """Build the RAID configuration given as an argument (a deploy template's RAID).
+
+        Unlike ``create_configuration`` the target comes with the step, so one
+        template can carry it; it also becomes the node's ``target_raid_config``
+        so the node shows what was asked for.
+        """
+        if not isinstance(delete_existing, bool):
+            raise StepFailed(f"invalid argument delete_existing: {delete_existing!r}")
+        if not isinstance(raid_config, dict):
+            raise StepFailed(f"invalid argument raid_config: {raid_config!r} is not an object")
+        try:
+            check_target_raid_config(raid_config)
+        except InvalidRaidConfig as exc:
+            raise StepFailed(f"invalid argument raid_config: {exc}") from None
+        kept = [] if delete_existing else list(task.node.raid_config.get("logical_disks", []))
+        task.node.target_raid_config = raid_config
+        self._create(task)
+        task.node.raid_config = {
+            **task.node.raid_config,
+            "logical_disks": kept + task.node.raid_config["logical_disks"],
+        }
 
 
 class FakeBios(FakeMixin, BiosInterface):
@@ -281,6 +333,12 @@ class FakeBios(FakeMixin, BiosInterface):
             "settings": {"description": "List of {name, value} BIOS settings.", "required": True}
         },
         requires_ramdisk=False,
+    )
+    @deploy_step(
+        priority=0,
+        argsinfo={
+            "settings": {"description": "List of {name, value} BIOS settings.", "required": True}
+        },
     )
     def apply_configuration(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
         """Apply BIOS settings; they are recorded in ``driver_internal_info.bios_settings``."""

@@ -27,7 +27,7 @@ from metalforge.api.schemas import (
 )
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.conductor import history, steps, transitions
+from metalforge.conductor import deploy_plan, history, steps, transitions
 from metalforge.db import queue
 from metalforge.db.models import Node, utcnow
 from metalforge.drivers import base as drivers_base
@@ -242,10 +242,29 @@ def _intent(svc: ApiServices, node: Node, verb: str, body: ProvisionRequest) -> 
     return changes
 
 
+def _check_deploy_plan(
+    svc: ApiServices, session: Session, node: Node, body: ProvisionRequest
+) -> None:
+    """Refuse a deployment the conductor could not plan, before the node moves.
+
+    Requested traits missing from the node, a selected template's step the
+    driver lacks, a core step moved: all would otherwise end in
+    ``deploy failed`` after the node left ``available``.
+    """
+    requested = [
+        {**s.model_dump(), "priority": _priority(s.priority)} for s in body.deploy_steps or []
+    ]
+    overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
+    try:
+        deploy_plan.plan_for_node(session, svc.drivers, node, overrides, requested)
+    except (steps.StepRequestError, UnknownDriver) as exc:
+        raise bad_request(f"Cannot deploy node {node.uuid}: {exc}") from None
+
+
 def _priority(value: int | str) -> int:
     if isinstance(value, int) and value >= 0:
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdigit() and value.isascii():
         return int(value)
     raise bad_request(f"Invalid deploy step priority {value!r}: must be an integer >= 0")
 
@@ -262,7 +281,7 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
     verb = _canonical_verb(body.target, version)
     _check_provision_body(body, verb, version)
     with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, version)
+        node = lookup.load_node(session, node_ident, version)
         if node.reservation is not None:
             raise locked(node)
         if verb in (states.DEPLOY, states.REBUILD) and node.maintenance:
@@ -304,6 +323,8 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 target=node.target_provision_state,
             )
         else:
+            if verb in (states.DEPLOY, states.REBUILD):
+                _check_deploy_plan(svc, session, node, body)
             changes = _intent(svc, node, verb, body)
             try:
                 transitions.apply(session, node, verb, changes=changes)
@@ -511,6 +532,7 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     version = request_version(request)
     result: dict[str, Any] = {}
+    deploy_overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, version)
         task = ReadOnlyTask(node)
@@ -525,7 +547,10 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
                 continue
             try:
                 iface.validate(task)
+                if family == "deploy":
+                    # The deployment this node would run: its traits and templates.
+                    deploy_plan.plan_for_node(session, svc.drivers, node, deploy_overrides)
                 result[family] = {"result": True}
-            except DriverError as exc:
+            except (DriverError, steps.StepRequestError) as exc:
                 result[family] = {"result": False, "reason": str(exc)}
     return JSONResponse(result)

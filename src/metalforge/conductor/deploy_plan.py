@@ -1,0 +1,182 @@
+"""The deploy plan: default steps, then deploy templates, then the request's steps.
+
+One function builds it for the conductor (``flows.deploy``), for the API's
+check of a deploy request and for the plan preview, so a preview shows
+exactly what a deployment would run and a request that could not be planned
+is refused before the node moves.
+
+Layers, lowest first:
+
+1. the driver's enabled deploy steps (priority above 0 after
+   ``conductor.deploy_step_priority_override``);
+2. the steps of every deploy template whose name is in
+   ``instance_info.traits``, templates in the order of those traits;
+3. the ``deploy_steps`` of the provision request.
+
+A layer that names a step (``interface.step``) replaces every entry of that
+step from the layers below: its priority and arguments win, and priority 0
+removes the step. Within a layer the same step may appear several times
+(two templates, or a request listing it twice); each occurrence with a
+non-zero priority runs, which is how one step is repeated with different
+arguments. A template itself may hold a step only once (the API refuses
+duplicates). Core steps -- the deploy interface's steps that run by default
+-- can be disabled but never moved or repeated: the other steps are placed
+around them. The plan runs by priority, highest first; ties keep interface
+order, then layer order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from metalforge.conductor import steps
+from metalforge.db.models import DeployTemplate, Node, NodeTrait
+from metalforge.drivers.hardware import DriverRegistry
+
+
+class PlanError(steps.StepRequestError):
+    """The deployment cannot be planned; the message names the template or step at fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where requested steps come from, for error messages and history."""
+
+    label: str
+    """``deploy template CUSTOM_X`` or ``deploy_steps``."""
+    steps: Sequence[Mapping[str, Any]]
+    """Entries with ``interface``, ``step``, ``args`` and ``priority``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    steps: list[steps.Step]
+    templates: list[str]
+    """Names of the templates that contributed, in the order they were applied."""
+
+
+def _priority(label: str, name: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise PlanError(f"{label}: invalid priority {raw!r} for {name}")
+    if isinstance(raw, int) and raw >= 0:
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        return int(raw)
+    raise PlanError(f"{label}: invalid priority {raw!r} for {name}; it must be an integer >= 0")
+
+
+def merge(supported: Sequence[steps.Step], layers: Sequence[Sequence[Source]]) -> list[steps.Step]:
+    """The ordered plan: enabled ``supported`` steps overridden layer by layer.
+
+    Raises ``PlanError`` for a step the node does not support, arguments the
+    step does not take (or a missing required one), and a core step given a
+    new priority or listed twice.
+    """
+    by_name = {s.name: s for s in supported}
+    core = {s.name: s.priority for s in supported if s.interface == "deploy" and s.priority > 0}
+    chosen: dict[str, list[steps.Step]] = {s.name: [s] for s in supported if s.priority > 0}
+    for layer in layers:
+        mentioned: dict[str, list[steps.Step]] = {}
+        for source in layer:
+            for entry in source.steps:
+                name = f"{entry['interface']}.{entry['step']}"
+                base = by_name.get(name)
+                if base is None:
+                    raise PlanError(
+                        f"{source.label}: the node does not support the deploy step {name}"
+                    )
+                priority = _priority(source.label, name, entry.get("priority"))
+                if name in core and priority not in (0, core[name]):
+                    raise PlanError(
+                        f"{source.label}: {name} is a core deploy step; it can be disabled "
+                        f"(priority 0) but not moved from priority {core[name]}"
+                    )
+                args = dict(entry.get("args") or {})
+                group = mentioned.setdefault(name, [])
+                if priority == 0:
+                    continue
+                try:
+                    steps.check_args(base, args)
+                except steps.StepRequestError as exc:
+                    raise PlanError(f"{source.label}: {exc}") from None
+                if name in core and group:
+                    raise PlanError(
+                        f"{source.label}: the core deploy step {name} can run only once"
+                    )
+                group.append(dataclasses.replace(base, priority=priority, args=args))
+        chosen.update(mentioned)
+    merged = [s for group in chosen.values() for s in group]
+    return sorted(merged, key=steps.sort_key)  # stable: ties keep layer order
+
+
+def requested_traits(instance_info: Mapping[str, Any]) -> list[str]:
+    """``instance_info.traits`` as a list of names (an allocation or the operator sets it)."""
+    raw = instance_info.get("traits") or []
+    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+        raise PlanError(f"instance_info.traits must be a list of trait names, not {raw!r}")
+    return list(dict.fromkeys(raw))
+
+
+def node_traits(session: Session, node: Node) -> set[str]:
+    """The node's traits, read by id (the conductor's node is a detached copy)."""
+    return set(session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node.id)))
+
+
+def check_traits(requested: Iterable[str], available: set[str]) -> None:
+    missing = [t for t in requested if t not in available]
+    if missing:
+        raise PlanError(
+            f"The requested trait(s) {', '.join(missing)} are not traits of the node "
+            "(instance_info.traits must be a subset of the node's traits)"
+        )
+
+
+def template_sources(session: Session, traits: Sequence[str]) -> list[Source]:
+    """The templates named by ``traits``, in the order of ``traits``; other traits select none."""
+    if not traits:
+        return []
+    found = {
+        t.name: t
+        for t in session.scalars(select(DeployTemplate).where(DeployTemplate.name.in_(traits)))
+    }
+    return [
+        Source(
+            f"deploy template {name}",
+            [
+                {"interface": s.interface, "step": s.step, "args": s.args, "priority": s.priority}
+                for s in found[name].steps
+            ],
+        )
+        for name in traits
+        if name in found
+    ]
+
+
+def plan_for_node(
+    session: Session,
+    drivers: DriverRegistry,
+    node: Node,
+    overrides: Mapping[str, int],
+    requested: Sequence[Mapping[str, Any]] = (),
+    traits: Sequence[str] | None = None,
+) -> Plan:
+    """The plan a deployment of ``node`` runs, with ``traits`` in place of the node's own.
+
+    Checks first that the traits are the node's, so a refusal names the
+    missing trait rather than a template's step.
+    """
+    wanted = requested_traits(node.instance_info) if traits is None else list(traits)
+    check_traits(wanted, node_traits(session, node))
+    templates = template_sources(session, wanted)
+    supported = steps.supported_steps(drivers, node, "deploy", overrides)
+    layers: list[list[Source]] = [templates]
+    if requested:
+        layers.append([Source("deploy_steps", requested)])
+    plan = merge(supported, layers)
+    return Plan(plan, [t.label.removeprefix("deploy template ") for t in templates])

@@ -1,0 +1,170 @@
+"""The deploy plan's merge rules: defaults, then templates, then the request's steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metalforge.conductor import steps
+from metalforge.conductor.deploy_plan import PlanError, Source, check_traits, merge
+from metalforge.db.models import Node
+from metalforge.drivers.fake import HARDWARE_TYPES
+from metalforge.drivers.hardware import DriverRegistry
+
+CORE = [
+    ("deploy.deploy", 100),
+    ("deploy.write_image", 80),
+    ("deploy.prepare_instance_boot", 60),
+    ("deploy.tear_down_agent", 40),
+    ("deploy.boot_instance", 20),
+]
+RAID1 = {"logical_disks": [{"raid_level": "1", "size_gb": "MAX", "is_root_volume": True}]}
+
+
+def _supported(overrides: dict[str, int] | None = None) -> list[steps.Step]:
+    node = Node(uuid="u", driver="fake-hardware", driver_info={}, provision_state="deploying")
+    return steps.supported_steps(
+        DriverRegistry(HARDWARE_TYPES.values()), node, "deploy", overrides or {}
+    )
+
+
+def _step(name: str, priority: Any, **args: Any) -> dict[str, Any]:
+    interface, step = name.split(".")
+    return {"interface": interface, "step": step, "args": args, "priority": priority}
+
+
+def _template(name: str, *entries: dict[str, Any]) -> Source:
+    return Source(f"deploy template {name}", list(entries))
+
+
+def _names(plan: list[steps.Step]) -> list[tuple[str, int]]:
+    return [(s.name, s.priority) for s in plan]
+
+
+def test_defaults_alone_are_the_core_steps_in_ironic_order() -> None:
+    assert _names(merge(_supported(), [])) == CORE
+
+
+def test_optional_steps_are_deploy_steps_at_priority_zero() -> None:
+    optional = {s.name: s.priority for s in _supported() if s.interface != "deploy"}
+    assert optional == {
+        "management.reset_bios": 0,
+        "bios.apply_configuration": 0,
+        "raid.apply_configuration": 0,
+        "raid.create_configuration": 0,
+        "raid.delete_configuration": 0,
+    }
+
+
+def test_a_template_enables_a_step_between_core_steps_with_its_arguments() -> None:
+    plan = merge(
+        _supported(),
+        [[_template("CUSTOM_RAID1", _step("raid.apply_configuration", 90, raid_config=RAID1))]],
+    )
+    assert _names(plan)[:3] == [
+        ("deploy.deploy", 100),
+        ("raid.apply_configuration", 90),
+        ("deploy.write_image", 80),
+    ]
+    assert dict(plan[1].args) == {"raid_config": RAID1}
+
+
+def test_user_steps_override_template_priority_and_arguments() -> None:
+    template = _template(
+        "CUSTOM_BIOS", _step("bios.apply_configuration", 95, settings=[{"name": "a", "value": 1}])
+    )
+    user = Source("deploy_steps", [_step("bios.apply_configuration", "85", settings=[])])
+    plan = merge(_supported(), [[template], [user]])
+    bios = [s for s in plan if s.interface == "bios"]
+    assert [(s.priority, dict(s.args)) for s in bios] == [(85, {"settings": []})]
+
+
+def test_priority_zero_disables_a_template_step_and_a_core_step() -> None:
+    template = _template("CUSTOM_X", _step("raid.delete_configuration", 70))
+    user = Source(
+        "deploy_steps",
+        [_step("raid.delete_configuration", 0), _step("deploy.boot_instance", 0)],
+    )
+    plan = merge(_supported(), [[template], [user]])
+    assert _names(plan) == CORE[:-1]
+
+
+def test_repetition_across_templates_runs_each_occurrence_in_priority_order() -> None:
+    disk = {"logical_disks": [{"raid_level": "0", "size_gb": 10}]}
+    first = _template("CUSTOM_A", _step("raid.apply_configuration", 70, raid_config=RAID1))
+    second = _template(
+        "CUSTOM_B",
+        _step("raid.apply_configuration", 90, raid_config=disk, delete_existing=False),
+    )
+    plan = merge(_supported(), [[first, second]])
+    raid = [(s.priority, dict(s.args)) for s in plan if s.interface == "raid"]
+    assert raid == [
+        (90, {"raid_config": disk, "delete_existing": False}),
+        (70, {"raid_config": RAID1}),
+    ]
+    assert [s.name for s in plan].index("raid.apply_configuration") == 1
+
+
+def test_equal_priorities_keep_template_order() -> None:
+    a = _template("CUSTOM_A", _step("raid.apply_configuration", 70, raid_config=RAID1))
+    b = _template("CUSTOM_B", _step("raid.apply_configuration", 70, raid_config={}))
+    plan = merge(_supported(), [[b, a]])
+    raid = [dict(s.args)["raid_config"] for s in plan if s.interface == "raid"]
+    assert raid == [{}, RAID1]
+
+
+def test_user_layer_replaces_every_template_occurrence() -> None:
+    a = _template("CUSTOM_A", _step("raid.apply_configuration", 70, raid_config=RAID1))
+    b = _template("CUSTOM_B", _step("raid.apply_configuration", 60, raid_config=RAID1))
+    user = Source("deploy_steps", [_step("raid.apply_configuration", 50, raid_config={})])
+    plan = merge(_supported(), [[a, b], [user]])
+    assert [(s.priority, dict(s.args)) for s in plan if s.interface == "raid"] == [
+        (50, {"raid_config": {}})
+    ]
+
+
+def test_core_steps_cannot_be_reordered_or_repeated() -> None:
+    moved = _template("CUSTOM_X", _step("deploy.prepare_instance_boot", 90))
+    with pytest.raises(PlanError, match=r"CUSTOM_X: deploy\.prepare_instance_boot is a core"):
+        merge(_supported(), [[moved]])
+    same = _template("CUSTOM_Y", _step("deploy.write_image", "80"))
+    assert _names(merge(_supported(), [[same]])) == CORE
+    twice = [_template("CUSTOM_A", _step("deploy.write_image", 80)), same]
+    with pytest.raises(PlanError, match="can run only once"):
+        merge(_supported(), [twice])
+
+
+def test_operator_override_moves_the_core_priority_the_rules_compare_with() -> None:
+    supported = _supported({"deploy.boot_instance": 10})
+    ok = Source("deploy_steps", [_step("deploy.boot_instance", 10)])
+    assert _names(merge(supported, [[ok]]))[-1] == ("deploy.boot_instance", 10)
+    with pytest.raises(PlanError, match="not moved from priority 10"):
+        merge(supported, [[Source("deploy_steps", [_step("deploy.boot_instance", 20)])]])
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (_step("raid.nope", 10), r"CUSTOM_X: the node does not support the deploy step raid\.nope"),
+        (_step("deploy.erase_devices", 10), "does not support the deploy step"),
+        (_step("bios.apply_configuration", 10), r"requires argument\(s\) settings"),
+        (_step("raid.delete_configuration", 10, colour=1), "does not accept argument"),
+        (_step("raid.delete_configuration", -1), "invalid priority"),
+        (_step("raid.delete_configuration", True), "invalid priority"),
+    ],
+)
+def test_refusals_name_the_template_and_step(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        merge(_supported(), [[_template("CUSTOM_X", entry)]])
+
+
+def test_disabling_a_step_needs_none_of_its_arguments() -> None:
+    plan = merge(_supported(), [[_template("CUSTOM_X", _step("bios.apply_configuration", 0))]])
+    assert _names(plan) == CORE
+
+
+def test_requested_traits_must_be_the_nodes() -> None:
+    check_traits(["CUSTOM_A"], {"CUSTOM_A", "CUSTOM_B"})
+    with pytest.raises(PlanError, match="CUSTOM_C are not traits of the node"):
+        check_traits(["CUSTOM_A", "CUSTOM_C"], {"CUSTOM_A"})
