@@ -77,6 +77,8 @@ class ConductorSettings(BaseModel):
     """Seconds between checks of a node waiting on an asynchronous step."""
     takeover_interval: float = 10.0
     """Seconds between checks for nodes and work left by dead conductors; 0 disables."""
+    allocation_takeover_interval: float = 60.0
+    """Seconds between adoptions of allocations whose conductor died; 0 disables."""
     sync_power_interval: float = 60.0
     """Seconds between power-state syncs of idle nodes; 0 disables."""
     enabled_hardware_types: list[str] = Field(default_factory=lambda: ["fake-hardware"])

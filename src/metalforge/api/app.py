@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from metalforge.api import errors
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
+    allocations,
     conductors,
     deploy_templates,
     drivers,
@@ -33,6 +34,7 @@ RESOURCE_ROUTERS = (
     conductors.router,
     drivers.router,
     deploy_templates.router,
+    allocations.router,
 )
 
 

@@ -144,10 +144,11 @@ _COMPUTED: dict[str, Callable[[Any], Any]] = {
     "provision_updated_at": _iso,
     "inspection_started_at": _iso,
     "inspection_finished_at": _iso,
-    "allocation_uuid": _none,
     "health": _none,
 }
 """Fields shown as a function of their column's value (``None`` for those without one)."""
+_SOURCES = {"allocation_uuid": "allocation_id"}
+"""Fields shown from a column of another name."""
 _NODE_COLUMNS = frozenset(c.key for c in Node.__table__.columns)
 
 
@@ -179,6 +180,9 @@ class ViewPlan:
     """Node columns the view reads (``uuid`` always, ``id`` when traits are shown)."""
     old_states: bool
     """The version predates ``available`` or ``inspect wait``: rewrite them."""
+    allocation: tuple[int, ...] = ()
+    """Where ``allocation_uuid`` is: read as ``allocation_id``, shown as the node's
+    ``instance_uuid``, which an allocation always sets to its own UUID."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -199,9 +203,10 @@ def view_plan(
     links_at: list[tuple[int, str]] = []
     conductor_at: list[int] = []
     traits_at: list[int] = []
+    allocation_at: list[int] = []
     columns = {"uuid"}
     for index, name in enumerate(names):
-        source = name if name in _NODE_COLUMNS else "uuid"
+        source = name if name in _NODE_COLUMNS else _SOURCES.get(name, "uuid")
         sources.append(source)
         columns.add(source)
         if name in LINK_FIELDS:
@@ -209,6 +214,9 @@ def view_plan(
         elif name == "conductor":
             conductor_at.append(index)
             columns.update(("driver", "conductor_group"))
+        elif name == "allocation_uuid":
+            allocation_at.append(index)
+            columns.add("instance_uuid")
         elif name == "traits":
             traits_at.append(index)
             columns.add("id")
@@ -238,6 +246,7 @@ def view_plan(
         sub_links=tuple(links_at),
         conductor=tuple(conductor_at),
         traits=tuple(traits_at),
+        allocation=tuple(allocation_at),
         columns=ordered,
         old_states=version < (1, 39),
     )
@@ -261,6 +270,8 @@ def render(
         values[index] = sub_links(base, "nodes", uuid, name)
     for index in plan.conductor:
         values[index] = conductor(node) if conductor else None
+    for index in plan.allocation:
+        values[index] = node.instance_uuid if values[index] is not None else None
     for index in plan.traits:
         values[index] = traits(node) if traits else [t.trait for t in node.traits]
     body = dict(zip(plan.names, values, strict=True))

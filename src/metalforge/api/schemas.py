@@ -7,7 +7,7 @@ need a newer microversion are checked by the routes, which know the version.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import MaxLen
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -238,3 +238,16 @@ class PortCreate(Body):
     description: str | None = Field(default=None, max_length=255)
     vendor: str | None = Field(default=None, max_length=255)
     category: str | None = Field(default=None, max_length=80)
+
+
+class AllocationCreate(Body):
+    """``POST /v1/allocations``; every key may be an explicit ``null`` (openstacksdk sends them)."""
+
+    resource_class: Annotated[str, MaxLen(80)] | None = None
+    traits: list[str] | None = None
+    candidate_nodes: list[str] | None = None
+    name: Annotated[str, MaxLen(255)] | None = None
+    uuid: str | None = None
+    extra: dict[str, Any] | None = None
+    owner: Annotated[str, MaxLen(255)] | None = None
+    node: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from metalforge import states
-from metalforge.conductor import deploy_plan, history, stepflow, steps
+from metalforge.conductor import allocations, deploy_plan, history, stepflow, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import utcnow
 from metalforge.drivers.base import (
@@ -148,10 +148,16 @@ def tear_down(task: NodeTask) -> None:
         "requested_clean_steps",
     ):
         info.pop(key, None)
+    allocation_id = task.node.allocation_id
+    if allocation_id is not None:
+        # The instance is gone, so is the node's allocation: in this very
+        # transaction, so no one sees a node without instance but still allocated.
+        task.with_next_transition(lambda s: allocations.delete_allocation(s, allocation_id))
     task.transition(
         states.DONE,
         instance_info={},
         instance_uuid=None,
+        allocation_id=None,
         deploy_step={},
         driver_internal_info=info,
         last_error=None,

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import String, cast, exists, literal, select, update
+from sqlalchemy import String, bindparam, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import flows, history
+from metalforge.conductor import allocations, flows, history
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import (
     Interrupted,
@@ -32,7 +32,7 @@ from metalforge.conductor.task import (
     lock,
 )
 from metalforge.db import queue
-from metalforge.db.models import Conductor, Node, WorkItem, utcnow
+from metalforge.db.models import Conductor, Node, UTCDateTime, WorkItem, utcnow
 
 LOG = logging.getLogger(__name__)
 
@@ -55,6 +55,11 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
     flows.abort(task)
     flows.advance(task)
 
+
+_LIVE_CONDUCTORS = select(Conductor.__table__.c.hostname).where(
+    Conductor.__table__.c.online.is_(True),
+    Conductor.__table__.c.heartbeat_at >= bindparam("b_cutoff", type_=UTCDateTime()),
+)
 
 HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
     "provision": _run_provision,
@@ -80,6 +85,7 @@ class ConductorService:
             ("dispatcher", self._dispatch_loop),
             ("heartbeat", self._heartbeat_loop),
             ("periodic", self._periodic_loop),
+            ("allocations", self._allocation_loop),
         ):
             thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
             thread.start()
@@ -132,6 +138,10 @@ class ConductorService:
                 .values(state=queue.PENDING, lease_owner=None, not_before=utcnow())
             )
 
+        # Allocations this conductor was processing when it stopped: their items
+        # were handed back above; queue those that have none.
+        allocations.resume_own(self.ctx)
+
     # -- loops -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         while not self.ctx.stopping.wait(self.ctx.settings.heartbeat_interval):
@@ -161,6 +171,17 @@ class ConductorService:
             except Exception:
                 LOG.exception("periodic task failed")
 
+    def _allocation_loop(self) -> None:
+        """Adopt the unfinished allocations of dead conductors, every interval."""
+        interval = self.ctx.settings.allocation_takeover_interval
+        if interval <= 0:
+            return
+        while not self.ctx.stopping.wait(interval):
+            try:
+                allocations.adopt_orphans(self.ctx)
+            except Exception:
+                LOG.exception("allocation takeover failed")
+
     def _dispatch_loop(self) -> None:
         while not self.ctx.stopping.is_set():
             claimed = 0
@@ -181,15 +202,11 @@ class ConductorService:
             free = 1
         try:
             with self.ctx.db.write() as session:
-                live = [
-                    h
-                    for (h,) in session.execute(
-                        select(Conductor.hostname).where(
-                            Conductor.online.is_(True),
-                            Conductor.heartbeat_at >= utcnow() - self.ctx.dead_after,
-                        )
+                live = list(
+                    session.connection().scalars(
+                        _LIVE_CONDUCTORS, {"b_cutoff": utcnow() - self.ctx.dead_after}
                     )
-                ]
+                )
                 items = queue.claim(
                     session,
                     self.ctx.hostname,
@@ -247,6 +264,9 @@ class ConductorService:
     def run_item(self, item: queue.ClaimedItem, locked: Node | None = None) -> None:
         """Run ``item`` under its node's reservation (``locked``: already taken for it)."""
         host = self.ctx.hostname
+        if item.kind == allocations.KIND:
+            self._run_allocation(item)
+            return
         handler = HANDLERS.get(item.kind)
         if handler is None or item.node_id is None:
             self._finish(item, f"unknown work kind {item.kind!r}")
@@ -271,6 +291,26 @@ class ConductorService:
         except LockLost as exc:
             LOG.warning("item %s: %s", item.id, exc)
             self._finish(item, f"lock lost: {exc}")
+
+    def _run_allocation(self, item: queue.ClaimedItem) -> None:
+        """Process an allocation (no node reservation: it takes candidates' as it goes)."""
+        allocation_id = int(str(item.payload["allocation_id"]))
+        try:
+            done = allocations.process(self.ctx, allocation_id, item.attempts)
+        except Exception as exc:
+            LOG.exception("processing allocation %s failed unexpectedly", allocation_id)
+            allocations.let_go(self.ctx, allocation_id)
+            with self.ctx.db.write() as session:
+                if item.attempts < MAX_ATTEMPTS:
+                    queue.retry(session, item.id, self.ctx.hostname, float(2**item.attempts))
+                else:
+                    queue.finish(session, item.id, self.ctx.hostname, error=str(exc))
+            return
+        with self.ctx.db.write() as session:
+            if done:
+                queue.finish(session, item.id, self.ctx.hostname)
+            else:
+                queue.retry(session, item.id, self.ctx.hostname, 0.5)
 
     def _finish(self, item: queue.ClaimedItem, error: str | None) -> None:
         with self.ctx.db.write() as session:

@@ -115,6 +115,7 @@ class NodeTask:
         self._saved = self._snapshot()
         self._history: list[tuple[str, str, str, float | None]] = []
         self._on_release: list[Callable[[Session], object]] = []
+        self._with_transition: list[Callable[[Session], object]] = []
         self._released = False
 
     @property
@@ -216,6 +217,11 @@ class NodeTask:
         with self.ctx.db.write() as session:
             self._flush(session)
 
+    def with_next_transition(self, func: Callable[[Session], object]) -> None:
+        """Run ``func`` in the transaction of the next ``transition`` (a write that
+        must happen with it or not at all)."""
+        self._with_transition.append(func)
+
     def transition(
         self, event: str, *, note: str | None = None, severity: str = history.INFO, **changes: Any
     ) -> None:
@@ -224,7 +230,8 @@ class NodeTask:
         One fenced statement writes the unsaved changes, the new state and, when
         the flow parks the node (a stable, failure, wait or hold state), the
         release of the reservation, so nobody sees the new state while it is
-        still locked; the release hooks run in the same transaction.
+        still locked; the release hooks run in the same transaction, and so do
+        those given to ``with_next_transition``.
         """
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
@@ -246,6 +253,9 @@ class NodeTask:
                 )
             except transitions.TransitionConflict as exc:
                 raise LockLost(str(exc)) from exc
+            for func in self._with_transition:
+                func(session)
+            self._with_transition.clear()
             if moved.released:
                 self._run_release_hooks(session)
         self._remember()

@@ -157,6 +157,8 @@ class Node(TimestampMixin, Base):
     rescue_interface: Mapped[str | None] = mapped_column(String(255))
     storage_interface: Mapped[str | None] = mapped_column(String(255))
     vendor_interface: Mapped[str | None] = mapped_column(String(255))
+    allocation_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    """The allocation holding the node; its UUID is then also the node's ``instance_uuid``."""
 
     traits: Mapped[list[NodeTrait]] = relationship(
         back_populates="node",
@@ -305,3 +307,44 @@ class NodeHistory(Base):
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     """How long the recorded operation took (steps, flows), when it has a duration."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+
+
+class Allocation(TimestampMixin, Base):
+    """A request to reserve one available node matching a resource class and traits.
+
+    ``node_id`` is unique: the database itself refuses a node in two
+    allocations. ``conductor_affinity`` is the conductor processing it; every
+    conductor write is conditional on it, so two conductors never both do.
+    """
+
+    __tablename__ = "allocations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    node_id: Mapped[int | None] = mapped_column(Integer, unique=True)
+    resource_class: Mapped[str | None] = mapped_column(String(80))
+    candidate_nodes: Mapped[list[str]] = mapped_column(JsonType, nullable=False, default=list)
+    state: Mapped[str] = mapped_column(String(15), nullable=False, index=True)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    conductor_affinity: Mapped[str | None] = mapped_column(String(255), index=True)
+    owner: Mapped[str | None] = mapped_column(String(255))
+    extra: Mapped[dict[str, Any]] = _json_dict()
+
+    traits: Mapped[list[AllocationTrait]] = relationship(
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="AllocationTrait.trait",
+    )
+
+
+class AllocationTrait(Base):
+    """A trait the allocated node must have."""
+
+    __tablename__ = "allocation_traits"
+
+    allocation_id: Mapped[int] = mapped_column(
+        ForeignKey("allocations.id", ondelete="CASCADE"), primary_key=True
+    )
+    trait: Mapped[str] = mapped_column(String(255), primary_key=True)

@@ -11,15 +11,30 @@ handlers must be idempotent: at-least-once delivery.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, false, func, insert, or_, select, true, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    String,
+    Table,
+    bindparam,
+    delete,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from metalforge.db.models import WorkItem, utcnow
+from metalforge.db.models import UTCDateTime, WorkItem, utcnow
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -100,6 +115,50 @@ def enqueue(
     connection.execute(_UPSERT[connection.dialect.name], values)
 
 
+@functools.cache
+def _claim_query(with_live: bool, with_kinds: bool) -> Select[Any]:
+    # Built once per shape: the dispatcher claims after every finished item,
+    # and building this statement cost more than running it.
+    c = _ITEMS.c
+    now = bindparam("b_now", type_=UTCDateTime())
+    owner = bindparam("b_owner", type_=String())
+    live = bindparam("b_live", expanding=True, type_=String())
+    due = or_(
+        (c.state == PENDING) & (c.not_before <= now),
+        (c.state == CLAIMED) & (c.lease_expires_at < now),
+        (c.state == CLAIMED) & c.lease_owner.not_in(live) & (c.lease_owner != owner)
+        if with_live
+        else false(),
+    )
+    affinity = or_(
+        c.preferred_owner.is_(None),
+        c.preferred_owner == owner,
+        c.preferred_owner.not_in(live) if with_live else true(),
+        c.not_before <= bindparam("b_grace", type_=UTCDateTime()),
+    )
+    query = (
+        select(c.id, c.kind, c.node_id, c.payload, c.attempts)
+        .where(due, affinity)
+        .order_by(c.not_before, c.id)
+    )
+    if with_kinds:
+        query = query.where(c.kind.in_(bindparam("b_kinds", expanding=True, type_=String())))
+    return query.limit(bindparam("b_limit", type_=Integer())).with_for_update(skip_locked=True)
+
+
+_CLAIM = (
+    update(_ITEMS)
+    .where(_ITEMS.c.id.in_(bindparam("b_ids", expanding=True)))
+    .values(
+        state=CLAIMED,
+        lease_owner=bindparam("b_owner", type_=String()),
+        lease_expires_at=bindparam("b_until", type_=UTCDateTime()),
+        attempts=_ITEMS.c.attempts + 1,
+        rerun=False,
+    )
+)
+
+
 def claim(
     session: Session,
     owner: str,
@@ -121,44 +180,22 @@ def claim(
     own items are never reclaimed here: they are still running in its workers.
     """
     now = utcnow()
-    due = or_(
-        (WorkItem.state == PENDING) & (WorkItem.not_before <= now),
-        (WorkItem.state == CLAIMED) & (WorkItem.lease_expires_at < now),
-        (WorkItem.state == CLAIMED)
-        & WorkItem.lease_owner.not_in(list(live_owners))
-        & (WorkItem.lease_owner != owner)
-        if live_owners
-        else false(),
-    )
-    affinity = or_(
-        WorkItem.preferred_owner.is_(None),
-        WorkItem.preferred_owner == owner,
-        WorkItem.preferred_owner.not_in(list(live_owners)) if live_owners else true(),
-        WorkItem.not_before <= now - affinity_grace,
-    )
-    query = (
-        select(_ITEMS.c.id, _ITEMS.c.kind, _ITEMS.c.node_id, _ITEMS.c.payload, _ITEMS.c.attempts)
-        .where(due, affinity)
-        .order_by(WorkItem.not_before, WorkItem.id)
-    )
+    params: dict[str, Any] = {
+        "b_now": now,
+        "b_owner": owner,
+        "b_grace": now - affinity_grace,
+        "b_limit": limit,
+        "b_until": now + lease,
+    }
+    if live_owners:
+        params["b_live"] = list(live_owners)
     if kinds is not None:
-        query = query.where(WorkItem.kind.in_(list(kinds)))
-    query = query.limit(limit).with_for_update(skip_locked=True)
+        params["b_kinds"] = list(kinds)
     connection = session.connection()
-    rows = connection.execute(query).all()
+    rows = connection.execute(_claim_query(bool(live_owners), kinds is not None), params).all()
     if not rows:
         return []
-    connection.execute(
-        update(_ITEMS)
-        .where(_ITEMS.c.id.in_([row.id for row in rows]))
-        .values(
-            state=CLAIMED,
-            lease_owner=owner,
-            lease_expires_at=now + lease,
-            attempts=_ITEMS.c.attempts + 1,
-            rerun=False,
-        )
-    )
+    connection.execute(_CLAIM, {**params, "b_ids": [row.id for row in rows]})
     return [
         ClaimedItem(row.id, row.kind, row.node_id, dict(row.payload), row.attempts + 1)
         for row in rows

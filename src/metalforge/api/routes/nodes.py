@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import uuid as uuidlib
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Select, bindparam, delete, or_, select, update
+from sqlalchemy import Insert, Select, Table, bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,10 +26,11 @@ from metalforge.api.node_view import (
 )
 from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
 from metalforge.api.responses import JSONResponse
+from metalforge.api.routes import node_allocation
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.conductor import history
+from metalforge.conductor import allocations, history
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
 
@@ -321,6 +323,14 @@ def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> ApiError:
     return conflict(f"A node with UUID {values.get('uuid')} already exists.")
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_node(columns: tuple[str, ...]) -> Insert:
+    """``INSERT INTO nodes ... RETURNING`` ``columns`` then ``id`` (column defaults applied)."""
+    table = cast(Table, Node.__table__)
+    returned = [table.c[name] for name in dict.fromkeys([*columns, "id"])]
+    return insert(table).returning(*returned)
+
+
 @router.post("/nodes", status_code=201, summary="Enroll a node")
 def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     svc = services(request)
@@ -341,22 +351,28 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     if values["provision_state"] == states.AVAILABLE:
         values["power_state"] = None
     values.setdefault("conductor_group", "")
+    plan = view_plan(version)
     try:
         with svc.db.write() as session:
-            node = Node(**values, epoch=0, provision_updated_at=utcnow())
-            session.add(node)
-            session.flush()
+            # One Core INSERT ... RETURNING of what the view shows: the ORM's
+            # flush and refresh took most of the request, inside the write lock.
+            node = (
+                session.connection()
+                .execute(_insert_node(plan.columns), {**values, "provision_updated_at": utcnow()})
+                .one()
+            )
             history.record(
                 session,
                 node.id,
                 "provisioning",
-                f"node enrolled in {node.provision_state}",
-                state=node.provision_state,
+                f"node enrolled in {values['provision_state']}",
+                state=values["provision_state"],
             )
-            session.refresh(node)
-            view = node_view(node, version, base_url(request), conductor=_conductor(svc))
     except IntegrityError as exc:
         raise _duplicate(exc, values) from None
+    view = render(
+        node, plan, version, base_url(request), conductor=_conductor(svc), traits=lambda _: []
+    )
     return JSONResponse(
         view,
         status_code=201,
@@ -440,6 +456,8 @@ def patch_node(
         changes = _normalise(before, after)
         _check_patch_allowed(node, changes)
         _check_values(changes)
+        if "instance_uuid" in changes and node.allocation_id is not None:
+            node_allocation.release_for_patch(session, node, changes)
         if {"driver", *(f"{f}_interface" for f in INTERFACES)} & set(changes):
             driver = changes.get("driver", node.driver)
             requested = {
@@ -547,6 +565,8 @@ def delete_node(node_ident: str, request: Request) -> Response:
                 f'"{node.provision_state}". Valid provision states to start deletion are: '
                 f"{', '.join(sorted(allowed))}, or set the node into maintenance mode"
             )
+        if node.allocation_id is not None:
+            allocations.delete_allocation(session, node.allocation_id)
         session.execute(delete(Port).where(Port.node_id == node.id))
         session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
         result = session.execute(
