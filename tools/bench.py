@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import platform
 import socket
@@ -137,7 +138,7 @@ def list_latency(client: Client, path: str, rounds: int) -> tuple[float, float]:
         items = body["nodes"]
         marker = items[-1]["uuid"] if len(items) == 1000 and "next" in body else None
     samples.sort()
-    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.95) - 1] * 1000
+    return statistics.median(samples) * 1000, percentile(samples, 0.95) * 1000
 
 
 POLL_FIRST = 0.05
@@ -147,6 +148,12 @@ POLL_MAX = 0.2
 """Longest pause between two checks of one node."""
 POLL_GROWTH = 1.5
 """Each pause is this much longer than the one before (up to ``POLL_MAX``)."""
+
+
+def percentile(sorted_samples: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of already sorted samples."""
+    rank = math.ceil(fraction * len(sorted_samples))
+    return sorted_samples[min(max(rank, 1), len(sorted_samples)) - 1]
 
 
 def wait_state(client: Client, uuid: str, state: str, timeout: float = 300) -> None:
@@ -198,8 +205,31 @@ def lifecycle(client: Client, uuids: list[str], concurrency: int) -> tuple[float
 
     took = run_parallel(one, range(len(uuids)), concurrency)
     latencies.sort()
-    p95 = latencies[max(int(len(latencies) * 0.95) - 1, 0)]
+    p95 = percentile(latencies, 0.95)
     return len(uuids) / took, statistics.median(latencies), p95
+
+
+def allocate(client: Client, count: int, concurrency: int) -> float:
+    """Allocations per second: each client posts one and polls it until it is decided.
+
+    The lifecycle leaves its nodes ``available`` with a known power state, so
+    they are the candidates; every allocation must end ``active``.
+    """
+
+    def one(_i: int) -> None:
+        status, body = client.request("POST", "/v1/allocations", {"resource_class": "bench"})
+        if status != 201:
+            raise RuntimeError(f"allocation failed: {status} {body}")
+        uuid, delay = body["uuid"], POLL_FIRST
+        while body["state"] == "allocating":
+            time.sleep(delay)
+            delay = min(delay * POLL_GROWTH, POLL_MAX)
+            _, body = client.request("GET", f"/v1/allocations/{uuid}")
+        if body["state"] != "active":
+            raise RuntimeError(f"allocation {uuid} ended {body['state']}: {body['last_error']}")
+
+    took = run_parallel(one, range(count), concurrency)
+    return count / took
 
 
 def machine() -> str:
@@ -223,11 +253,25 @@ def main() -> None:
     parser.add_argument("--lifecycle-concurrency", type=int, default=50)
     parser.add_argument("--list-rounds", type=int, default=20)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="run on a throwaway PostgreSQL cluster started for the bench",
+    )
     parser.add_argument("--output", type=Path, help="append the Markdown results here")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="metalforge-bench-") as tmp:
         workdir = Path(tmp)
+        cluster = None
+        if args.postgres:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+            from tests.support.postgres import PostgresCluster
+
+            cluster = PostgresCluster()
+            cluster.start()
+            cluster.execute("CREATE DATABASE bench")
+            args.database_url = cluster.url("bench")
         db_url = args.database_url or f"sqlite:///{workdir}/bench.sqlite"
         proc, port = start_service(db_url, workdir)
         try:
@@ -238,9 +282,12 @@ def main() -> None:
             life_rate, life_p50, life_p95 = lifecycle(
                 client, uuids[: args.lifecycle_nodes], args.lifecycle_concurrency
             )
+            alloc_rate = allocate(client, args.lifecycle_nodes, args.lifecycle_concurrency)
         finally:
             proc.terminate()
             proc.wait(30)
+            if cluster is not None:
+                cluster.stop()
     engine = "PostgreSQL" if args.database_url else "SQLite (embedded default)"
     rows = [
         f"| enroll ({args.enroll_concurrency} clients) | {enroll_rate:.0f} nodes/s |",
@@ -253,6 +300,8 @@ def main() -> None:
         f"| one node's manage/provide/deploy/undeploy (polled, {POLL_FIRST * 1000:.0f} ms "
         f"growing to {POLL_MAX * 1000:.0f} ms) | p50 {life_p50 * 1000:.0f} ms, "
         f"p95 {life_p95 * 1000:.0f} ms |",
+        f"| allocations by resource class, {args.lifecycle_nodes} allocations, "
+        f"{args.lifecycle_concurrency} clients | {alloc_rate:.1f} allocations/s |",
     ]
     report = "\n".join(
         [
