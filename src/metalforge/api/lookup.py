@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.api.errors import ApiError, bad_request, not_found
 from metalforge.api.versions import Version
-from metalforge.db.models import Node
+from metalforge.db.models import Node, node_from_row
 
 _NAME = re.compile(r"^[A-Za-z0-9\-._~]{1,255}$")
 RESERVED_NODE_NAMES = frozenset(
@@ -100,4 +100,4 @@ def load_node(session: Session, ident: str, version: Version) -> Node:
     transaction's writes, and on SQLite the transaction holds the write lock.
     The object is not in the session: changing it writes nothing.
     """
-    return Node(**find_node_row(session, ident, version, NODE_COLUMNS)._mapping)
+    return node_from_row(dict(find_node_row(session, ident, version, NODE_COLUMNS)._mapping))

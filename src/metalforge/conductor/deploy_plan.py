@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import steps
@@ -123,9 +123,17 @@ def requested_traits(instance_info: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(raw))
 
 
+_NODE_TRAITS = select(NodeTrait.__table__.c.trait).where(
+    NodeTrait.__table__.c.node_id == bindparam("b_node")
+)
+
+
 def node_traits(session: Session, node: Node) -> set[str]:
-    """The node's traits, read by id (the conductor's node is a detached copy)."""
-    return set(session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node.id)))
+    """The node's traits, read by id (the conductor's node is a detached copy).
+
+    A statement built once: every deploy request and every deploy plan reads it.
+    """
+    return set(session.connection().scalars(_NODE_TRAITS, {"b_node": node.id}))
 
 
 def check_traits(requested: Iterable[str], available: set[str]) -> None:

@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from sqlalchemy import String, bindparam, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
@@ -228,7 +229,7 @@ class ConductorService:
 
     def _lock_claimed(
         self, session: Session, items: list[queue.ClaimedItem]
-    ) -> list[tuple[queue.ClaimedItem, Node | None]]:
+    ) -> list[tuple[queue.ClaimedItem, dict[str, Any] | None]]:
         """Reserve the node of each claimed item in the claiming transaction.
 
         Claiming and locking are one write instead of two per item: on SQLite
@@ -238,7 +239,7 @@ class ConductorService:
         taken in id order, so two conductors claiming at once cannot deadlock.
         """
         host = self.ctx.hostname
-        ready: list[tuple[queue.ClaimedItem, Node | None]] = []
+        ready: list[tuple[queue.ClaimedItem, dict[str, Any] | None]] = []
         for item in sorted(items, key=lambda i: (i.node_id or 0, i.id)):
             if item.kind not in HANDLERS or item.node_id is None:
                 ready.append((item, None))  # run_item reports it
@@ -251,7 +252,7 @@ class ConductorService:
                 queue.finish(session, item.id, host)
         return ready
 
-    def _run_guarded(self, item: queue.ClaimedItem, node: Node | None) -> None:
+    def _run_guarded(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
         try:
             self.run_item(item, node)
         except Exception:
@@ -261,7 +262,7 @@ class ConductorService:
             self.ctx.waker.notify()
 
     # -- running one item ------------------------------------------------
-    def run_item(self, item: queue.ClaimedItem, locked: Node | None = None) -> None:
+    def run_item(self, item: queue.ClaimedItem, locked: dict[str, Any] | None = None) -> None:
         """Run ``item`` under its node's reservation (``locked``: already taken for it)."""
         host = self.ctx.hostname
         if item.kind == allocations.KIND:

@@ -21,7 +21,7 @@ of a dict cannot reach), not with deep copies.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, cast
 
@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
-from metalforge.db.models import Conductor, Node, utcnow
+from metalforge.db.models import Conductor, Node, node_from_row, utcnow
 
 
 class NodeLocked(RuntimeError):
@@ -154,18 +154,20 @@ class NodeTask:
         self._on_release.clear()
 
     def _snapshot(self) -> dict[str, Any]:
-        node = self._node
+        # The node holds every column in its __dict__ (it is built from a full
+        # row), and reading it there skips the ORM's attribute machinery.
+        values = self._node.__dict__
         return {
             key: _frozen(value) if key in _JSON_COLUMNS else value
             for key in _COLUMNS
-            for value in (getattr(node, key),)
+            for value in (values[key],)
         }
 
     def _changes(self) -> dict[str, Any]:
-        node = self._node
+        values = self._node.__dict__
         changed: dict[str, Any] = {}
         for key, saved in self._saved.items():
-            value = getattr(node, key)
+            value = values[key]
             if (_frozen(value) if key in _JSON_COLUMNS else value) != saved:
                 changed[key] = value
         return changed
@@ -189,10 +191,23 @@ class NodeTask:
         self._history.clear()
         return entries
 
-    def _flush(self, session: Session, extra: dict[str, Any] | None = None) -> None:
+    def _pending(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """What the next write carries: changed columns and history rows.
+
+        Worked out before the write transaction begins: on SQLite it holds the
+        service's only write lock, so everything done inside it is done while
+        every other writer waits.
+        """
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
-        changes = {**self._changes(), **(extra or {})}
+        return self._changes(), self._take_history()
+
+    def _flush(
+        self,
+        session: Session,
+        changes: dict[str, Any],
+        entries: list[dict[str, Any]],
+    ) -> None:
         if changes:
             changes.setdefault("updated_at", utcnow())
             result = session.connection().execute(
@@ -206,16 +221,17 @@ class NodeTask:
             )
             if result.rowcount != 1:
                 raise LockLost(f"lost the reservation of node {self._node.uuid}")
-        history.write(session, self._take_history())
-        self._remember()
+        history.write(session, entries)
 
     def _remember(self) -> None:
         self._saved = self._snapshot()
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
+        changes, entries = self._pending()
         with self.ctx.db.write() as session:
-            self._flush(session)
+            self._flush(session, changes, entries)
+        self._remember()
 
     def with_next_transition(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction of the next ``transition`` (a write that
@@ -233,10 +249,9 @@ class NodeTask:
         still locked; the release hooks run in the same transaction, and so do
         those given to ``with_next_transition``.
         """
-        if self._released:
-            raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         for key, value in changes.items():
             setattr(self._node, key, value)
+        dirty, entries = self._pending()
         with self.ctx.db.write() as session:
             try:
                 moved = transitions.apply(
@@ -244,12 +259,12 @@ class NodeTask:
                     self._node,
                     event,
                     holder=self.ctx.hostname,
-                    changes=self._changes(),
+                    changes=dirty,
                     conductor=self.ctx.hostname,
                     note=note,
                     severity=severity,
                     release=True,
-                    earlier_history=self._take_history(),
+                    earlier_history=entries,
                 )
             except transitions.TransitionConflict as exc:
                 raise LockLost(str(exc)) from exc
@@ -266,23 +281,24 @@ class NodeTask:
         self._on_release.clear()
         self._released = True
 
-    def _release_in(self, session: Session) -> None:
-        self._flush(session, {"reservation": None})
-        self._run_release_hooks(session)
-
     def release(self) -> None:
         if self._released:
             if self._changes() or self._history:
                 raise LockLost(f"node {self._node.uuid} was changed after its release")
             return
+        changes, entries = self._pending()
         with self.ctx.db.write() as session:
-            self._release_in(session)
+            self._flush(session, {**changes, "reservation": None}, entries)
+            self._run_release_hooks(session)
+        self._remember()
 
 
-def lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
-    """Take node ``node_id``'s reservation in the caller's transaction; the node as it is now.
+def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any]:
+    """Take node ``node_id``'s reservation in the caller's transaction.
 
-    Raises ``NodeGone`` or ``NodeLocked``, having written nothing.
+    Returns the node's columns as they are now (for ``acquire``, which builds
+    the node outside the transaction). Raises ``NodeGone`` or ``NodeLocked``,
+    having written nothing.
     """
     connection = session.connection()
     # Read under the row lock the update takes anyway, so the takeover note names
@@ -297,7 +313,6 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
         raise NodeLocked(row.uuid, row.reservation)
     values = dict(row._mapping)
     values.update(reservation=ctx.hostname, epoch=row.epoch + 1, conductor_affinity=ctx.hostname)
-    node = Node(**values)
     previous = row.reservation
     if previous is not None and previous != ctx.hostname:
         # Only a dead conductor's reservation can be taken; without this note the
@@ -310,26 +325,29 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> Node:
             "which stopped heartbeating or went offline",
             severity=history.WARNING,
             conductor=ctx.hostname,
-            state=node.provision_state,
-            target=node.target_provision_state,
+            state=row.provision_state,
+            target=row.target_provision_state,
         )
-    return node
+    return values
 
 
 @contextmanager
 def acquire(
-    ctx: ConductorContext, node_id: int, purpose: str, *, locked: Node | None = None
+    ctx: ConductorContext,
+    node_id: int,
+    purpose: str,
+    *,
+    locked: Mapping[str, Any] | None = None,
 ) -> Iterator[NodeTask]:
     """Hold node ``node_id`` under this conductor's reservation for ``purpose``.
 
-    ``locked`` is the node as ``lock`` returned it in a transaction that has
-    committed (the dispatcher locks nodes while claiming their work).
+    ``locked`` is what ``lock`` returned in a transaction that has committed
+    (the dispatcher locks nodes while claiming their work).
     """
-    node = locked
-    if node is None:
+    if locked is None:
         with ctx.db.write() as session:
-            node = lock(ctx, session, node_id)
-    task = NodeTask(ctx, node, purpose)
+            locked = lock(ctx, session, node_id)
+    task = NodeTask(ctx, node_from_row(locked), purpose)
     try:
         yield task
     except LockLost:

@@ -104,7 +104,9 @@ class Database:
             with self._write() as session, session.begin():
                 yield session
             return
-        with self._write_mutex, self._write() as session, session.begin():
+        # The session is built before the mutex is taken and closed after it is
+        # given back: only the transaction itself runs while other writers wait.
+        with self._write() as session, self._write_mutex, session.begin():
             yield session
 
     @contextmanager

@@ -8,6 +8,7 @@ the API reports it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -26,7 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, configure_mappers, mapped_column, relationship
+from sqlalchemy.orm.instrumentation import manager_of_class
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -348,3 +350,20 @@ class AllocationTrait(Base):
         ForeignKey("allocations.id", ondelete="CASCADE"), primary_key=True
     )
     trait: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+def node_from_row(values: Mapping[str, Any]) -> Node:
+    """A transient ``Node`` holding ``values`` (every column, as read with Core).
+
+    ``Node(**values)`` sets seventy attributes through the ORM's change events,
+    which costs forty times more; the conductor builds one per node it locks
+    and the provision API one per request. The object belongs to no session:
+    changing it writes nothing, and later assignments behave as usual.
+    """
+    # Building an instance this way skips the constructor, which is what
+    # configures the mappers on first use (a fresh API process may build a node
+    # here before any query): do it here, a no-op once done.
+    configure_mappers()
+    node: Node = manager_of_class(Node).new_instance()
+    node.__dict__.update(values)
+    return node

@@ -188,7 +188,7 @@ def _traits(session: Session, node_ids: list[int]) -> dict[int, list[str]]:
     """The traits of ``node_ids``, sorted, read in a few queries for a whole page."""
     found: dict[int, list[str]] = {node_id: [] for node_id in node_ids}
     for start in range(0, len(node_ids), 500):
-        rows = session.execute(
+        rows = session.connection().execute(
             select(NodeTrait.node_id, NodeTrait.trait)
             .where(NodeTrait.node_id.in_(node_ids[start : start + 500]))
             .order_by(NodeTrait.node_id, NodeTrait.trait)
@@ -217,7 +217,7 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         # attributes per node would cost more than the rest of the request.
         columns = dict.fromkeys([*plan.columns, "id"])
         stmt = select(*(table.c[name] for name in columns)).where(*_filters(query, svc, session))
-        nodes = session.execute(_paginate(stmt, session, pg)).all()
+        nodes = session.connection().execute(_paginate(stmt, session, pg)).all()
         traits = _traits(session, [n.id for n in nodes]) if plan.traits else {}
     conductor = _conductor(svc)
     items = [
