@@ -79,13 +79,20 @@ class ConductorDirectory:
 
     def owner(self, node_uuid: str, driver: str, group: str) -> str | None:
         """The conductor that should handle the node, or None when none can."""
+        return self.ring(driver, group).owner(node_uuid)
+
+    def ring(self, driver: str, group: str) -> HashRing:
+        """The ring of the live conductors serving ``driver`` in ``group``.
+
+        A page of nodes asks once per (driver, group), not once per node.
+        """
         with self._lock:
             self._refresh()
             ring = self._rings.get((driver, group))
             if ring is None:
                 ring = HashRing(h for h, g, d in self._live if g == group and driver in d)
                 self._rings[(driver, group)] = ring
-            return ring.owner(node_uuid)
+            return ring
 
     def invalidate(self) -> None:
         with self._lock:

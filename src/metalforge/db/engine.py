@@ -40,6 +40,9 @@ def _json_dumps(value: Any) -> str:
 
 JSON_CODEC: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
 
+SINGLE_STATEMENT = "metalforge_single_statement"
+"""Execution option of a SQLite read that is one statement: no BEGIN is sent."""
+
 
 def _sqlite_engine(url: str, begin: str) -> Engine:
     engine = create_engine(
@@ -62,6 +65,8 @@ def _sqlite_engine(url: str, begin: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(SINGLE_STATEMENT):
+            return  # one SELECT is a consistent snapshot on its own
         conn.exec_driver_sql(begin)
 
     return engine
@@ -116,14 +121,19 @@ class Database:
             yield session
 
     @contextmanager
-    def snapshot(self) -> Iterator[Connection]:
+    def snapshot(self, *, single_statement: bool = False) -> Iterator[Connection]:
         """``read`` as a Core connection, for the hottest read paths.
 
         A status poll's query takes a few microseconds in SQLite; building and
         closing an ORM session around it cost more than the rest of the route.
+        With ``single_statement`` (the caller runs exactly one query) SQLite
+        needs no transaction around it: a lone SELECT sees one snapshot.
         """
-        with self.read_engine.connect() as connection, connection.begin():
-            yield connection
+        with self.read_engine.connect() as connection:
+            if single_statement and self.is_sqlite:
+                connection.execution_options(**{SINGLE_STATEMENT: True})
+            with connection.begin():
+                yield connection
 
     def upgrade(self) -> None:
         """Bring the schema to the newest migration (idempotent)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -31,6 +32,7 @@ from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.conductor import allocations, history
+from metalforge.conductor.hashring import HashRing
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
 
@@ -161,8 +163,18 @@ def _filters(query: Query, svc: ApiServices, session: Session) -> list[Any]:
     return conditions
 
 
-def _conductor(svc: ApiServices) -> Any:
-    return lambda node: svc.preferred_conductor(node.uuid, node.driver, node.conductor_group)
+def _conductor(svc: ApiServices) -> Callable[[Any], str | None]:
+    """The ``conductor`` field's getter for one request: rings looked up once per page."""
+    rings: dict[tuple[str, str], HashRing] = {}
+
+    def owner(node: Any) -> str | None:
+        key = (node.driver, node.conductor_group)
+        ring = rings.get(key)
+        if ring is None:
+            ring = rings[key] = svc.directory.ring(*key)
+        return ring.owner(node.uuid)
+
+    return owner
 
 
 def _paginate(stmt: Select[Any], session: Session, pg: Page) -> Select[Any]:
@@ -257,7 +269,7 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
     query = Query(request, ["fields"])
     wanted = fields(query, SELECTABLE_FIELDS)
     plan = view_plan(query.version, tuple(wanted) if wanted is not None else None)
-    with svc.db.snapshot() as connection:
+    with svc.db.snapshot(single_statement=not plan.traits) as connection:
         node = lookup.find_node_row(connection, node_ident, query.version, plan.columns)
         traits: list[str] = []
         if plan.traits:
