@@ -5,6 +5,10 @@ VENV      ?= .venv
 PYTHON    ?= python3
 STAMP     := $(VENV)/.installed-stamp
 BIN       := $(VENV)/bin
+# The virtual lab runs the real ironic-python-agent from its own virtualenv:
+# its OpenStack dependencies stay out of metalforge's.
+IPA_VENV  ?= .ipa-venv
+IPA_STAMP := $(IPA_VENV)/.installed-stamp
 
 .PHONY: run test lint unit bench clean system-packages
 
@@ -14,6 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(IPA_STAMP): tools/ipa-requirements.txt
+	$(PYTHON) -m venv $(IPA_VENV)
+	$(IPA_VENV)/bin/pip install --quiet --upgrade pip
+	$(IPA_VENV)/bin/pip install --quiet -r tools/ipa-requirements.txt
+	touch $(IPA_STAMP)
 
 run: $(STAMP)
 	@mkdir -p var
@@ -28,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) system-packages lint
+test: $(STAMP) $(IPA_STAMP) system-packages lint
 	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: $(STAMP)
@@ -38,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(IPA_VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian packages a target needs, only if they are missing.
 #   base: what creating the virtualenv needs
-#   test: servers and tools the test suite starts (PostgreSQL, ...)
+#   test: servers and tools the test suite starts (PostgreSQL, ipmitool, the
+#         disk and network tools the virtual lab and ironic-python-agent use)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
-  want+=(postgresql)
+  want+=(postgresql ipmitool gdisk iproute2 util-linux)
 fi
 
 missing=()

@@ -1,0 +1,7 @@
+"""Node management: boot device (``/v1/nodes/{id}/management/...``)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

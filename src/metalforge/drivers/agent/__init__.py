@@ -1,0 +1,1 @@
+"""The ``direct`` deploy interface: cleaning and deploying through ironic-python-agent."""
