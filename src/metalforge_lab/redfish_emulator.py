@@ -1,0 +1,372 @@
+"""A Redfish BMC for tests and the lab: sushy-tools' stock emulator, fake systems driver.
+
+The stock ``sushy-emulator`` app serves the real Redfish routes; this module
+only prepares it, in its own process:
+
+* the fake driver's power changes land after ``random.randint(1, 11)``
+  seconds; here the delay range is chosen (default ``0,0``: the change shows
+  on the next GET, which keeps tests fast; ``2,5`` exercises polling);
+* the stock fake driver answers "not supported" for BIOS, processors, memory
+  and storage, so drivers could not be tested on those routes. ``LabFakeDriver``
+  keeps them in the fake system's dict, as the stock driver keeps the boot
+  device, so they survive restarts of the emulator with the same state dir.
+
+A system in ``SUSHY_EMULATOR_FAKE_SYSTEMS`` may carry, besides the stock keys
+(``uuid``, ``name``, ``power_state``, ``nics``, ``external_notifier``):
+``processors`` (list of ``{id, socket, vendor, model, cores, threads}``),
+``memory_gib``, ``bios`` (current attributes), ``bios_defaults`` (what a BIOS
+reset restores) and ``disks`` (list of ``{name, size_gib}``; without it
+the system has no SimpleStorage, like a BMC that does not report disks).
+
+Use ``EmulatorProcess`` from Python, or run
+``python -m metalforge_lab.redfish_emulator --config FILE [--power-delay LO,HI]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+DEFAULT_BIOS: dict[str, Any] = {
+    "BootMode": "Uefi",
+    "EmbeddedSata": "Raid",
+    "NicBoot1": "NetworkBoot",
+    "ProcTurboMode": "Enabled",
+}
+"""Factory BIOS attributes of a fake system that does not list its own."""
+
+DEFAULT_PROCESSORS: list[dict[str, Any]] = [
+    {
+        "id": "CPU0",
+        "socket": "CPU 0",
+        "vendor": "Lab CPUs Inc.",
+        "model": "Fake x86-64 8-core",
+        "cores": 4,
+        "threads": 8,
+    }
+]
+DEFAULT_MEMORY_GIB = 16
+
+
+@dataclass
+class FakeSystem:
+    """One fake system the emulator serves."""
+
+    uuid: str
+    name: str
+    power_state: str = "Off"
+    macs: Sequence[str] = ()
+    processors: list[dict[str, Any]] = field(
+        default_factory=lambda: copy.deepcopy(DEFAULT_PROCESSORS)
+    )
+    memory_gib: int = DEFAULT_MEMORY_GIB
+    bios: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_BIOS))
+    disks_gib: Sequence[int] = ()
+    """Disk sizes; empty means the BMC reports no storage."""
+    external_notifier: bool = False
+    """Send sushy-tools' external notification (a PUT of the system) on every change."""
+
+    def as_config(self) -> dict[str, Any]:
+        system: dict[str, Any] = {
+            "uuid": self.uuid,
+            "name": self.name,
+            "power_state": self.power_state,
+            "external_notifier": self.external_notifier,
+            "nics": [{"mac": mac, "ip": ""} for mac in self.macs],
+            "processors": self.processors,
+            "memory_gib": self.memory_gib,
+            "bios": self.bios,
+            "bios_defaults": dict(self.bios),
+        }
+        if self.disks_gib:
+            system["disks"] = [
+                {"name": f"disk{i}", "size_gib": size} for i, size in enumerate(self.disks_gib)
+            ]
+        return system
+
+
+@dataclass
+class EmulatorConfig:
+    """Everything one emulator instance needs; ``write`` renders its Python config file."""
+
+    port: int
+    state_dir: Path
+    systems: Sequence[FakeSystem]
+    auth_file: Path | None = None
+    notification_url: str | None = None
+    """Where the stock external notification PUTs a system after a change."""
+
+    def render(self) -> str:
+        lines = [
+            "# Written by metalforge_lab.redfish_emulator; read by flask's from_pyfile.",
+            "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'",
+            f"SUSHY_EMULATOR_LISTEN_PORT = {self.port!r}",
+            "SUSHY_EMULATOR_FAKE_DRIVER = True",
+            f"SUSHY_EMULATOR_STATE_DIR = {str(self.state_dir)!r}",
+            f"SUSHY_EMULATOR_FAKE_SYSTEMS = {[s.as_config() for s in self.systems]!r}",
+        ]
+        if self.auth_file is not None:
+            lines.append(f"SUSHY_EMULATOR_AUTH_FILE = {str(self.auth_file)!r}")
+        if self.notification_url is not None:
+            lines.append(f"EXTERNAL_NOTIFICATION_URL = {self.notification_url!r}")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.render())
+
+
+def write_htpasswd(path: Path, users: dict[str, str]) -> None:
+    """An auth file for the emulator's Basic auth (it accepts bcrypt hashes only)."""
+    import bcrypt
+
+    lines = [
+        f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()}"
+        for user, password in users.items()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+class EmulatorError(RuntimeError):
+    """The emulator did not start or answer."""
+
+
+class EmulatorProcess:
+    """``sushy-emulator`` in a subprocess, with its own state and temporary directories.
+
+    Everything lives under ``workdir``; ``stop`` removes what the emulator
+    wrote (state, downloaded images) but keeps ``emulator.log`` for a failed
+    test to show.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        port: int,
+        systems: Sequence[FakeSystem],
+        *,
+        users: dict[str, str] | None = None,
+        power_delay: tuple[int, int] = (0, 0),
+        notification_url: str | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.port = port
+        self.systems = list(systems)
+        self.users = users
+        self.power_delay = power_delay
+        self.notification_url = notification_url
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """The BMC address a node's ``redfish_address`` names."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def system_path(self, uuid: str) -> str:
+        """The ``redfish_system_id`` of a system."""
+        return f"/redfish/v1/Systems/{uuid}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "emulator.log"
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for sub in ("state", "tmp"):
+            shutil.rmtree(self.workdir / sub, ignore_errors=True)
+            (self.workdir / sub).mkdir()
+        auth_file = None
+        if self.users:
+            auth_file = self.workdir / "htpasswd"
+            write_htpasswd(auth_file, self.users)
+        config_path = self.workdir / "emulator.conf"
+        EmulatorConfig(
+            port=self.port,
+            state_dir=self.workdir / "state",
+            systems=self.systems,
+            auth_file=auth_file,
+            notification_url=self.notification_url,
+        ).write(config_path)
+        low, high = self.power_delay
+        command = [
+            sys.executable,
+            "-m",
+            "metalforge_lab.redfish_emulator",
+            "--config",
+            str(config_path),
+            "--power-delay",
+            f"{low},{high}",
+        ]
+        env = {**os.environ, "TMPDIR": str(self.workdir / "tmp")}
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+            )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise EmulatorError(f"sushy-emulator exited at start:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.address}/redfish/v1/", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EmulatorError(
+                    f"sushy-emulator did not answer on {self.address} within {timeout} s"
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        for sub in ("state", "tmp"):
+            shutil.rmtree(self.workdir / sub, ignore_errors=True)
+
+    def __enter__(self) -> EmulatorProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# -- inside the emulator process -------------------------------------------
+
+
+class _DelayRandom:
+    """Stands in for ``random`` in the fake driver, which only calls ``randint(1, 11)``."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+
+    def randint(self, a: int, b: int) -> int:
+        return random.randint(self.low, self.high)
+
+
+def _lab_driver(base: Any, error: Any) -> Any:
+    """The stock fake driver plus BIOS, processors, memory and storage (see module doc)."""
+
+    class LabFakeDriver(base):  # type: ignore[misc]
+        def get_bios(self, identity: str) -> dict[str, Any]:
+            return dict(self._get(identity).get("bios") or DEFAULT_BIOS)
+
+        def set_bios(self, identity: str, attributes: Any) -> None:
+            system = self._get(identity)
+            if not isinstance(attributes, dict):
+                raise error.BadRequest("BIOS Attributes must be an object")
+            current = self.get_bios(identity)
+            unknown = sorted(set(attributes) - set(current))
+            if unknown:
+                raise error.BadRequest(f"Unknown BIOS attribute(s): {', '.join(unknown)}")
+            self._update(system, bios={**current, **attributes})
+
+        def reset_bios(self, identity: str) -> None:
+            system = self._get(identity)
+            self._update(system, bios=dict(system.get("bios_defaults") or DEFAULT_BIOS))
+
+        def get_versions(self, identity: str) -> dict[str, str]:
+            return {"BiosVersion": "lab-1.0"}
+
+        def get_processors(self, identity: str) -> list[dict[str, Any]]:
+            return list(self._get(identity).get("processors") or DEFAULT_PROCESSORS)
+
+        def get_total_cpus(self, identity: str) -> int:
+            return sum(int(p.get("threads", 1)) for p in self.get_processors(identity))
+
+        def get_total_memory(self, identity: str) -> int:
+            return int(self._get(identity).get("memory_gib") or DEFAULT_MEMORY_GIB)
+
+        def get_simple_storage_collection(self, identity: str) -> dict[str, Any]:
+            disks = self._get(identity).get("disks")
+            if not disks:
+                raise error.NotSupportedError("this fake system reports no storage")
+            devices = [
+                {"Name": d["name"], "CapacityBytes": int(d["size_gib"]) * 1024**3} for d in disks
+            ]
+            return {"ctl0": {"Id": "ctl0", "Name": "ctl0", "DeviceList": devices}}
+
+    return LabFakeDriver
+
+
+def install(power_delay: tuple[int, int]) -> None:
+    """Patch the fake driver in this process only: power delay and the extra resources."""
+    from sushy_tools import error
+    from sushy_tools.emulator.resources.systems import fakedriver
+
+    fakedriver.random = _DelayRandom(*power_delay)
+    if not getattr(fakedriver.FakeDriver, "_metalforge_lab", False):
+        driver = _lab_driver(fakedriver.FakeDriver, error)
+        driver._metalforge_lab = True
+        fakedriver.FakeDriver = driver
+
+
+def _delay(value: str) -> tuple[int, int]:
+    low, _, high = value.partition(",")
+    try:
+        pair = int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI seconds, got {value!r}") from None
+    if pair[0] < 0 or pair[1] < pair[0]:
+        raise argparse.ArgumentTypeError(f"expected 0 <= LO <= HI, got {value!r}")
+    return pair
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m metalforge_lab.redfish_emulator", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="the emulator's Python config file")
+    parser.add_argument(
+        "--power-delay",
+        type=_delay,
+        default=(0, 0),
+        help="seconds (LO,HI) before a power change shows; default 0,0",
+    )
+    args = parser.parse_args(argv)
+    install(args.power_delay)
+    from sushy_tools.emulator import main as emulator
+
+    sys.argv = ["sushy-emulator", "--config", args.config]
+    with contextlib.suppress(KeyboardInterrupt):
+        emulator.main()
+
+
+if __name__ == "__main__":
+    main()
