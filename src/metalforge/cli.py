@@ -10,6 +10,7 @@ import gc
 import ipaddress
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
 from metalforge.db.notify import Listener, Notifier
-from metalforge.drivers.fake import HARDWARE_TYPES
+from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
 LOG = logging.getLogger("metalforge")
@@ -81,6 +82,28 @@ def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) 
     return ConductorService(ctx)
 
 
+def listening_sockets(settings: Settings) -> list[socket.socket]:
+    """The API's socket and, when configured, the agents' endpoint (one server serves both)."""
+    api = settings.api
+    wanted = [(api.host, api.port)]
+    if api.agent_host is not None:
+        if (api.agent_host, api.agent_port) == (api.host, api.port):
+            raise StartupError("api.agent_host/agent_port must differ from api.host/port")
+        wanted.append((api.agent_host, api.agent_port))
+    sockets = []
+    for host, port in wanted:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"cannot listen on {host}:{port}: {exc}") from exc
+        sockets.append(sock)
+    return sockets
+
+
 def _serve(settings: Settings, app: Any) -> None:
     # Everything built so far lives as long as the process: leave it out of the
     # collector's full passes, which otherwise walk it whenever a big response
@@ -94,7 +117,7 @@ def _serve(settings: Settings, app: Any) -> None:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=listening_sockets(settings))
 
 
 def _banner(settings: Settings) -> None:
@@ -103,7 +126,13 @@ def _banner(settings: Settings) -> None:
         f"metalforge is serving {url} (noauth, database {settings.database.url})\n"
         f"  baremetal CLI:  export OS_AUTH_TYPE=none OS_ENDPOINT={url}; baremetal node list\n"
         f"  openstacksdk:   openstack.connect(auth_type='none', baremetal_endpoint_override="
-        f"'{url}')\n",
+        f"'{url}')\n"
+        + (
+            f"  ramdisk agents: http://{settings.api.agent_host}:{settings.api.agent_port} "
+            "(lookup and heartbeat only)\n"
+            if settings.api.agent_host
+            else ""
+        ),
         flush=True,
     )
 

@@ -43,6 +43,15 @@ class ApiSettings(BaseModel):
     """How long a request waits for a node a conductor has locked before answering 409."""
     max_request_body_size: int = 32 * 1024 * 1024
     """Largest request body accepted, in bytes (413 beyond); leaves room for config drives."""
+    agent_host: str | None = None
+    """Address of the ramdisk agents' endpoint (the provisioning network side), or none.
+
+    It serves only what ironic-python-agent calls (version discovery,
+    ``/v1/lookup``, ``/v1/heartbeat``), which the agent token protects, so it
+    may listen on a non-loopback address while the full API stays on ``host``.
+    """
+    agent_port: int = 6385
+    """TCP port of the agents' endpoint."""
 
 
 class DatabaseSettings(BaseModel):
@@ -89,6 +98,14 @@ class ConductorSettings(BaseModel):
     """Seconds a node may wait in ``wait call-back`` before the deploy fails."""
     clean_callback_timeout: float = 1800.0
     """Seconds a node may wait in ``clean wait`` before the clean fails."""
+    agent_heartbeat_timeout: int = 300
+    """Seconds without a heartbeat after which the ramdisk agent is taken for dead.
+
+    Handed to the agent at lookup (it heartbeats every 30-60 % of it), and
+    the limit after which a running agent step fails naming the last heartbeat.
+    """
+    agent_command_timeout: float = 60.0
+    """Seconds to wait for the agent's HTTP API to answer one request."""
     clean_step_priority_override: list[str] = Field(default_factory=list)
     """``interface.step:priority`` entries that replace a clean step's default priority."""
     deploy_step_priority_override: list[str] = Field(default_factory=list)

@@ -13,7 +13,7 @@ from metalforge.conductor.task import LockLost, NodeLocked, acquire
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor, Node, NodeHistory, utcnow
-from metalforge.drivers.fake import HARDWARE_TYPES
+from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
 

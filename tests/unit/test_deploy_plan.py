@@ -9,7 +9,7 @@ import pytest
 from metalforge.conductor import steps
 from metalforge.conductor.deploy_plan import PlanError, Source, check_traits, merge
 from metalforge.db.models import Node
-from metalforge.drivers.fake import HARDWARE_TYPES
+from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
 CORE = [

@@ -7,7 +7,8 @@ import pytest
 from metalforge.conductor import steps
 from metalforge.db.models import Node
 from metalforge.drivers.base import DeployInterface, DriverTask
-from metalforge.drivers.fake import FAKE_HARDWARE, HARDWARE_TYPES
+from metalforge.drivers.catalog import HARDWARE_TYPES
+from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import ConflictingSteps, DriverRegistry, HardwareType
 from metalforge.drivers.steps import clean_step
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from metalforge.api import errors
+from metalforge.api.agent_endpoint import AgentEndpointFilter
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
+    agent,
     allocations,
     conductors,
     deploy_templates,
@@ -52,6 +54,7 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     errors.install(app)
     app.include_router(root.router)
+    app.include_router(agent.router)
     for router in RESOURCE_ROUTERS:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
@@ -62,4 +65,9 @@ def create_app(services: ApiServices) -> FastAPI:
         RequestGuardMiddleware, max_body_size=services.settings.api.max_request_body_size
     )
     app.add_middleware(VersionMiddleware)
+    api = services.settings.api
+    if api.agent_host is not None:
+        app.add_middleware(
+            AgentEndpointFilter, agent_host=api.agent_host, agent_port=api.agent_port
+        )
     return app

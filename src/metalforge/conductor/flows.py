@@ -7,6 +7,8 @@ twice, or after another conductor crashed half-way, is therefore safe.
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from collections.abc import Callable
 
 from metalforge import states
@@ -53,9 +55,80 @@ def _automated_clean_enabled(task: NodeTask) -> bool:
     return task.ctx.settings.automated_clean if node_setting is None else node_setting
 
 
+def _deploy_interface(task: NodeTask) -> DeployInterface:
+    iface = task.ctx.drivers.interface(task.node, "deploy")
+    if not isinstance(iface, DeployInterface):
+        raise DriverError(f"the {iface.name} deploy interface cannot clean or deploy")
+    return iface
+
+
+def _prepare_cleaning(task: NodeTask) -> bool:
+    """Boot what cleaning needs (the agent ramdisk) once per flow; ``True`` when ready.
+
+    With ``disable_ramdisk`` (manual cleaning of out-of-band steps only)
+    nothing boots. When the ramdisk must boot first, the node waits in
+    ``clean wait`` and ``clean_wait`` comes back here once it is up.
+    """
+    info = task.node.driver_internal_info
+    if info.get("clean_prepared") or info.get("clean_disable_ramdisk"):
+        return True
+    try:
+        outcome = _deploy_interface(task).prepare_cleaning(task)
+    except DriverError as exc:
+        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        return False
+    if outcome == "done":
+        task.node.driver_internal_info = {**task.node.driver_internal_info, "clean_prepared": True}
+        return True
+    task.node.driver_internal_info = {
+        **task.node.driver_internal_info,
+        "clean_preparing_since": time.time(),
+    }
+    stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
+    task.transition(states.WAIT, note="waiting for the ramdisk agent to come up")
+    return False
+
+
+def _check_cleaning_prepared(task: NodeTask) -> None:
+    """clean wait before any plan exists: is the ramdisk agent up yet?"""
+    info = task.node.driver_internal_info
+    try:
+        outcome = _deploy_interface(task).check_cleaning_prepared(task)
+    except DriverError as exc:
+        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        return
+    if outcome == "wait":
+        since = float(info.get("clean_preparing_since", time.time()))
+        timeout = task.ctx.settings.clean_callback_timeout
+        if time.time() - since > timeout:
+            booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
+            stepflow.fail(
+                task,
+                "clean",
+                f"the ramdisk agent did not come up within {timeout:.0f}s of booting the node "
+                f"(at {booted}): no heartbeat",
+            )
+            return
+        stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
+        return
+    info = dict(info)
+    info.pop("clean_preparing_since", None)
+    info["clean_prepared"] = True
+    task.node.driver_internal_info = info
+    task.transition(states.RESUME, note="the ramdisk agent is up")
+
+
+def _finish_cleaning(task: NodeTask) -> None:
+    if task.node.driver_internal_info.get("clean_disable_ramdisk"):
+        return
+    _deploy_interface(task).tear_down_cleaning(task)
+
+
 def clean(task: NodeTask) -> None:
-    """cleaning: build the plan once, then run it (automated or manual)."""
+    """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
     if not stepflow.has_plan(task, "clean"):
+        if not _prepare_cleaning(task):
+            return
         try:
             supported = steps.supported_steps(
                 task.ctx.drivers,
@@ -74,6 +147,8 @@ def clean(task: NodeTask) -> None:
         if task.node.target_provision_state == states.MANAGEABLE:
             try:
                 plan = steps.requested_plan(supported, requested or [])
+                if task.node.driver_internal_info.get("clean_disable_ramdisk"):
+                    steps.check_without_ramdisk(plan)
             except steps.StepRequestError as exc:
                 stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
                 return
@@ -83,11 +158,14 @@ def clean(task: NodeTask) -> None:
             task.record("clean_plan", "automated cleaning is disabled; no steps run")
             plan = []
         stepflow.store_plan(task, "clean", plan)
-    stepflow.run(task, "clean")
+    stepflow.run(task, "clean", _finish_cleaning)
 
 
 def clean_wait(task: NodeTask) -> None:
-    stepflow.poll(task, "clean")
+    if not stepflow.has_plan(task, "clean"):
+        _check_cleaning_prepared(task)
+        return
+    stepflow.poll(task, "clean", _finish_cleaning)
 
 
 def deploy(task: NodeTask) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from metalforge import states
@@ -27,11 +27,18 @@ from metalforge.drivers.base import DriverError
 
 FlowKind = Literal["clean", "deploy", "service"]
 
+Finish = Callable[[NodeTask], None]
+"""Run after the last step and before the flow ends (cleaning stops the ramdisk)."""
+
 WAIT_TIMEOUT_SETTING = {
     "clean": "clean_callback_timeout",
     "deploy": "deploy_callback_timeout",
     "service": "clean_callback_timeout",
 }
+
+
+PREPARE_KEYS = ("clean_prepared", "clean_preparing_since", "clean_disable_ramdisk")
+"""Where cleaning remembers that the ramdisk was booted (or is not wanted) for this flow."""
 
 
 def plan_key(kind: FlowKind) -> str:
@@ -59,7 +66,13 @@ def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> No
 
 def clear_plan(task: NodeTask, kind: FlowKind) -> None:
     info = dict(task.node.driver_internal_info)
-    for key in (plan_key(kind), index_key(kind), "step_started_at", "step_heartbeat_at"):
+    for key in (
+        plan_key(kind),
+        index_key(kind),
+        "step_started_at",
+        "step_heartbeat_at",
+        *PREPARE_KEYS,
+    ):
         info.pop(key, None)
     task.node.driver_internal_info = info
     setattr(task.node, f"{kind}_step", {})
@@ -107,7 +120,7 @@ def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
     task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
 
 
-def run(task: NodeTask, kind: FlowKind) -> None:
+def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
     """Run the node's plan from the stored index until it ends, waits or fails."""
     plan, index = _current(task, kind)
     while index < len(plan):
@@ -145,16 +158,22 @@ def run(task: NodeTask, kind: FlowKind) -> None:
         _step_done(task, kind, step)
         index += 1
         _set_index(task, kind, index)
+    if finish is not None:
+        try:
+            finish(task)
+        except DriverError as exc:
+            fail(task, kind, f"{kind} could not be completed after its last step: {exc}")
+            return
     clear_plan(task, kind)
     task.transition(states.DONE)
 
 
-def poll(task: NodeTask, kind: FlowKind) -> None:
+def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
     """The node waits on an asynchronous step: finish it, time it out or check again."""
     plan, index = _current(task, kind)
     if index >= len(plan):
         task.transition(states.RESUME)
-        run(task, kind)
+        run(task, kind, finish)
         return
     step = plan[index]
     started = float(task.node.driver_internal_info.get("step_started_at", time.time()))
@@ -182,7 +201,7 @@ def poll(task: NodeTask, kind: FlowKind) -> None:
         abort(task, kind, step, after=True)
         return
     task.transition(states.RESUME)
-    run(task, kind)
+    run(task, kind, finish)
 
 
 def abort(task: NodeTask, kind: FlowKind, step: steps.Step | None, *, after: bool = False) -> None:

@@ -160,6 +160,15 @@ def requested_plan(supported: Sequence[Step], requested: Sequence[Mapping[str, A
     return plan
 
 
+def check_without_ramdisk(plan: Sequence[Step]) -> None:
+    """Refuse a ``disable_ramdisk`` clean that names a step only the ramdisk agent can run."""
+    needing = [s.name for s in plan if s.requires_ramdisk]
+    if needing:
+        raise StepRequestError(
+            f"step(s) {', '.join(needing)} need the ramdisk; they cannot run with disable_ramdisk"
+        )
+
+
 def from_record(record: Mapping[str, Any]) -> Step:
     """Rebuild a stored plan entry."""
     return Step(

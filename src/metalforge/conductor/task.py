@@ -31,7 +31,10 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
+from metalforge.config import ConductorSettings
+from metalforge.db import agent_sessions
 from metalforge.db.models import Conductor, Node, node_from_row, utcnow
+from metalforge.drivers.base import Interface
 
 
 class NodeLocked(RuntimeError):
@@ -145,6 +148,27 @@ class NodeTask:
         duration: float | None = None,
     ) -> None:
         self._history.append((event_type, event, severity, duration))
+
+    @property
+    def settings(self) -> ConductorSettings:
+        return self.ctx.settings
+
+    def interface(self, family: str) -> Interface:
+        return self.ctx.drivers.interface(self._node, family)
+
+    def agent_session(self) -> agent_sessions.AgentSessionInfo | None:
+        with self.ctx.db.read() as session:
+            return agent_sessions.get(session, self._node.id)
+
+    def begin_agent_session(self) -> None:
+        # Written at once, not with the node: the agent may look up before the
+        # node's next save, and must then find the new session.
+        with self.ctx.db.write() as session:
+            agent_sessions.begin(session, self._node.id)
+
+    def end_agent_session(self) -> None:
+        with self.ctx.db.write() as session:
+            agent_sessions.end(session, self._node.id)
 
     def on_release(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction that releases the reservation."""

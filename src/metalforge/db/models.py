@@ -352,6 +352,35 @@ class AllocationTrait(Base):
     trait: Mapped[str] = mapped_column(String(255), primary_key=True)
 
 
+class AgentSession(Base):
+    """The ramdisk agent the node runs now: its token, address and last heartbeat.
+
+    Kept apart from the node row because the API writes it (lookup issues the
+    token, heartbeats record the agent's address) while a conductor may hold
+    the node's reservation and save its own copy of the node: in the node's
+    JSON columns one of the two writes would be lost.
+    """
+
+    __tablename__ = "agent_sessions"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    booted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """When a conductor last booted the ramdisk; heartbeats before it are from an older agent."""
+    token: Mapped[str | None] = mapped_column(String(128))
+    """The agent token, issued once per ramdisk boot by the first lookup."""
+    token_issued_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    agent_url: Mapped[str | None] = mapped_column(String(255))
+    """The ``callback_url`` of the first heartbeat; later heartbeats must match it."""
+    agent_version: Mapped[str | None] = mapped_column(String(64))
+    verify_ca: Mapped[str | None] = mapped_column(Text)
+    """PEM certificate the agent sent for auto-TLS; its HTTPS API is verified against it."""
+    last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    agent_status: Mapped[str | None] = mapped_column(String(16))
+    agent_status_message: Mapped[str | None] = mapped_column(Text)
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

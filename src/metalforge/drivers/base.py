@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
+from metalforge.config import ConductorSettings
+from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.db.models import Node
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.steps import StepDecl, declared_steps
@@ -67,6 +69,22 @@ class DriverTask(Protocol):
     def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
         """Add an entry to the node's history."""
 
+    @property
+    def settings(self) -> ConductorSettings:
+        """The conductor's settings (timeouts the driver honours)."""
+
+    def interface(self, family: str) -> Interface:
+        """The node's implementation of another interface family (a deploy boots via boot)."""
+
+    def agent_session(self) -> AgentSessionInfo | None:
+        """The ramdisk agent's current session (token, URL, last heartbeat), if any."""
+
+    def begin_agent_session(self) -> None:
+        """The ramdisk is about to boot: void the old agent's token and address now."""
+
+    def end_agent_session(self) -> None:
+        """The agent is gone (the node powered off or boots its instance)."""
+
 
 class ReadOnlyTask:
     """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
@@ -75,8 +93,9 @@ class ReadOnlyTask:
     task must not change the node: it is never saved.
     """
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, settings: ConductorSettings | None = None) -> None:
         self._node = node
+        self._settings = settings or ConductorSettings()
 
     @property
     def node(self) -> Node:
@@ -87,6 +106,22 @@ class ReadOnlyTask:
 
     def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
         return None
+
+    @property
+    def settings(self) -> ConductorSettings:
+        return self._settings
+
+    def interface(self, family: str) -> Interface:
+        raise DriverError(f"a read-only task cannot use the {family} interface")
+
+    def agent_session(self) -> AgentSessionInfo | None:
+        return None
+
+    def begin_agent_session(self) -> None:
+        raise DriverError("a read-only task cannot boot the ramdisk")
+
+    def end_agent_session(self) -> None:
+        raise DriverError("a read-only task cannot end the agent's session")
 
 
 class Interface(ABC):
@@ -189,6 +224,22 @@ class DeployInterface(Interface):
     @abstractmethod
     def tear_down(self, task: DriverTask) -> None:
         """Remove the deployed instance (power off, forget the image)."""
+
+    def prepare_cleaning(self, task: DriverTask) -> StepOutcome:
+        """Get the node ready to run clean steps; ``wait`` while a ramdisk boots.
+
+        In-band implementations learn their steps from the agent, so the
+        cleaning plan is built only once this reports ``done`` (directly, or
+        from ``check_cleaning_prepared`` while the node waits).
+        """
+        return "done"
+
+    def check_cleaning_prepared(self, task: DriverTask) -> StepOutcome:
+        """While the node waits after ``prepare_cleaning``: is it ready now?"""
+        return "done"
+
+    def tear_down_cleaning(self, task: DriverTask) -> None:
+        """Undo ``prepare_cleaning`` once every step succeeded (stop the ramdisk)."""
 
 
 class InspectInterface(Interface):

@@ -386,6 +386,3 @@ FAKE_HARDWARE = HardwareType(
         "firmware": (_fake("firmware"), noop_interface("firmware", "no-firmware")),
     },
 )
-
-HARDWARE_TYPES = {FAKE_HARDWARE.name: FAKE_HARDWARE}
-"""Every hardware type metalforge ships, by name."""

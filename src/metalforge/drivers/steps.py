@@ -52,7 +52,7 @@ def _record(decl: StepDecl) -> Callable[[F], F]:
     return decorate
 
 
-def _argsinfo(argsinfo: Mapping[str, Mapping[str, Any]] | None) -> dict[str, ArgInfo]:
+def parse_argsinfo(argsinfo: Mapping[str, Mapping[str, Any]] | None) -> dict[str, ArgInfo]:
     return {
         name: ArgInfo(str(info.get("description", "")), bool(info.get("required", False)))
         for name, info in (argsinfo or {}).items()
@@ -69,7 +69,13 @@ def clean_step(
     """Declare an interface method as a clean step with a default priority."""
     return _record(
         StepDecl(
-            "clean", "", priority, abortable, _argsinfo(argsinfo), requires_ramdisk, asynchronous
+            "clean",
+            "",
+            priority,
+            abortable,
+            parse_argsinfo(argsinfo),
+            requires_ramdisk,
+            asynchronous,
         )
     )
 
@@ -80,7 +86,9 @@ def deploy_step(
     asynchronous: bool = False,
 ) -> Callable[[F], F]:
     """Declare an interface method as a deploy step with a default priority."""
-    return _record(StepDecl("deploy", "", priority, False, _argsinfo(argsinfo), True, asynchronous))
+    return _record(
+        StepDecl("deploy", "", priority, False, parse_argsinfo(argsinfo), True, asynchronous)
+    )
 
 
 def declared_steps(cls: type) -> list[StepDecl]:

@@ -195,7 +195,14 @@ def _intent(svc: ApiServices, node: Node, verb: str, body: ProvisionRequest) -> 
     info = dict(node.driver_internal_info)
     changes: dict[str, Any] = {}
     if verb in (states.PROVIDE, states.CLEAN, states.MANAGE, states.UNDEPLOY):
-        for key in ("clean_steps", "clean_step_index", "requested_clean_steps"):
+        for key in (
+            "clean_steps",
+            "clean_step_index",
+            "requested_clean_steps",
+            "clean_prepared",
+            "clean_preparing_since",
+            "clean_disable_ramdisk",
+        ):
             info.pop(key, None)
     if verb in (
         states.PROVIDE,
@@ -217,6 +224,8 @@ def _intent(svc: ApiServices, node: Node, verb: str, body: ProvisionRequest) -> 
         except StepsNotKnown:
             pass  # the conductor checks the steps again once the interface knows them
         info["requested_clean_steps"] = requested
+        if body.disable_ramdisk:
+            info["clean_disable_ramdisk"] = True
     if verb in (states.DEPLOY, states.REBUILD):
         for key in ("deploy_steps", "deploy_step_index", "requested_deploy_steps"):
             info.pop(key, None)

@@ -1,11 +1,105 @@
 """``direct``: the deploy interface that drives ironic-python-agent (IPA).
 
-Work in progress: the agent protocol lands here.
+The node boots the agent ramdisk (through its boot and power interfaces);
+the agent looks itself up, heartbeats, and from then on runs the steps the
+conductor sends it through its command API. Cleaning and deploying both
+wait for the first heartbeat of *this* boot: an earlier agent's session is
+voided before the node powers on (``begin_agent_session``).
+
+What the conductor keeps on the node (``driver_internal_info``):
+
+``agent_cached_clean_steps`` / ``agent_cached_deploy_steps``
+    The steps the agent reported, by hardware manager, refreshed at every
+    ramdisk boot; the step catalogue is served from them.
+``agent_hardware_manager_version``
+    Sent back with every step: the agent refuses a step planned against
+    other hardware managers.
+``agent_command``
+    The asynchronous command being waited on (id, name, step).
+``erasure_records``
+    Per-disk records of the last cleaning's erase steps (see ``erasure``).
+
+An agent step is polled, not pushed: every check asks the agent for the
+command's status. Heartbeats only prove the agent is alive; a step fails
+when none arrived for ``agent_heartbeat_timeout`` seconds, naming the step
+and the last heartbeat.
 """
 
 from __future__ import annotations
 
-from metalforge.drivers.base import DeployInterface, DriverTask
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from metalforge.drivers.agent import erasure
+from metalforge.drivers.agent.client import (
+    AgentClient,
+    AgentError,
+    AgentUnreachable,
+    CommandResult,
+)
+from metalforge.drivers.agent.image import image_info
+from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
+    BootInterface,
+    DeployInterface,
+    DriverError,
+    DriverTask,
+    PowerInterface,
+    StepFailed,
+    StepOutcome,
+    StepsNotKnown,
+)
+from metalforge.drivers.steps import StepDecl, deploy_step, parse_argsinfo
+
+ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
+"""Clean steps whose results are erasure records."""
+
+
+def _power(task: DriverTask) -> PowerInterface:
+    iface = task.interface("power")
+    if not isinstance(iface, PowerInterface):
+        raise DriverError(f"the {iface.name} power interface cannot switch power")
+    return iface
+
+
+def _boot(task: DriverTask) -> BootInterface:
+    iface = task.interface("boot")
+    if not isinstance(iface, BootInterface):
+        raise DriverError(f"the {iface.name} boot interface cannot boot a ramdisk")
+    return iface
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _set_info(task: DriverTask, **values: Any) -> None:
+    info = dict(task.node.driver_internal_info)
+    for key, value in values.items():
+        if value is None:
+            info.pop(key, None)
+        else:
+            info[key] = value
+    task.node.driver_internal_info = info
+
+
+def _merge_agent_steps(reported: Any) -> list[dict[str, Any]]:
+    """One list from the agent's ``{manager: [step, ...]}``; the highest priority wins a name."""
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    managers = reported.values() if isinstance(reported, dict) else [reported]
+    for steps in managers:
+        for step in steps or []:
+            if not isinstance(step, dict) or "step" not in step:
+                continue
+            key = (str(step.get("interface", "deploy")), str(step["step"]))
+            if key not in best or int(step.get("priority") or 0) > int(
+                best[key].get("priority") or 0
+            ):
+                best[key] = step
+    return sorted(best.values(), key=lambda s: (-int(s.get("priority") or 0), str(s["step"])))
 
 
 class AgentDeploy(DeployInterface):
@@ -16,5 +110,282 @@ class AgentDeploy(DeployInterface):
     def validate(self, task: DriverTask) -> None:
         return None
 
+    def properties(self) -> dict[str, str]:
+        return {}
+
+    # The ramdisk -----------------------------------------------------------
+
+    def _boot_ramdisk(self, task: DriverTask, purpose: str) -> None:
+        task.begin_agent_session()
+        _boot(task).prepare_ramdisk(task)
+        power = _power(task)
+        target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
+        power.set_power_state(task, target)
+        task.node.power_state = POWER_ON
+        _set_info(task, agent_command=None)
+        task.record("agent", f"booting the ramdisk agent for {purpose}")
+
+    def _stop_ramdisk(self, task: DriverTask) -> None:
+        _power(task).set_power_state(task, POWER_OFF)
+        task.node.power_state = POWER_OFF
+        task.end_agent_session()
+
+    def _client(self, task: DriverTask) -> AgentClient:
+        session = task.agent_session()
+        if session is None or session.agent_url is None or session.token is None:
+            raise StepFailed("the ramdisk agent's session ended (it was powered off or rebooted)")
+        return AgentClient(
+            session.agent_url, session.token, session.verify_ca, task.settings.agent_command_timeout
+        )
+
+    def _agent_up(self, task: DriverTask) -> bool:
+        session = task.agent_session()
+        return session is not None and session.heard_since_boot
+
+    def _check_alive(self, task: DriverTask, what: str) -> None:
+        """Fail ``what`` when the agent has not heartbeated within the timeout."""
+        session = task.agent_session()
+        timeout = task.settings.agent_heartbeat_timeout
+        last = session.last_heartbeat_at if session is not None else None
+        if last is None:
+            raise StepFailed(f"the ramdisk agent never heartbeated while running {what}")
+        age = (_now() - last).total_seconds()
+        if age > timeout:
+            raise StepFailed(
+                f"no heartbeat from the ramdisk agent for {age:.0f}s (timeout {timeout}s) while "
+                f"running {what}; last heartbeat at {last.isoformat(timespec='seconds')}"
+            )
+
+    def _cache_steps(self, task: DriverTask, kind: str) -> None:
+        client = self._client(task)
+        try:
+            params = {"node": self._node_for_agent(task), "ports": []}
+            result = client.run(f"{kind}.get_{kind}_steps", params, wait=True)
+        finally:
+            client.close()
+        if result.status != "SUCCEEDED" or not isinstance(result.result, dict):
+            raise StepFailed(f"the agent could not list its {kind} steps: {result.error_message()}")
+        steps = _merge_agent_steps(result.result.get(f"{kind}_steps", {}))
+        _set_info(
+            task,
+            **{
+                f"agent_cached_{kind}_steps": steps,
+                "agent_hardware_manager_version": result.result.get("hardware_manager_version", {}),
+            },
+        )
+        names = ", ".join(f"{s.get('interface', 'deploy')}.{s['step']}" for s in steps) or "none"
+        task.record("agent", f"the agent reported its {kind} steps: {names}")
+
+    @staticmethod
+    def _node_for_agent(task: DriverTask) -> dict[str, Any]:
+        node = task.node
+        return {
+            "uuid": node.uuid,
+            "properties": node.properties,
+            "instance_info": {k: v for k, v in node.instance_info.items() if k != "configdrive"},
+            "driver_internal_info": {
+                k: v
+                for k, v in node.driver_internal_info.items()
+                if not k.startswith("agent_cached")
+            },
+            "target_raid_config": node.target_raid_config,
+        }
+
+    # Cleaning --------------------------------------------------------------
+
+    def prepare_cleaning(self, task: DriverTask) -> StepOutcome:
+        _set_info(task, erasure_records=[])
+        self._boot_ramdisk(task, "cleaning")
+        return "wait"
+
+    def check_cleaning_prepared(self, task: DriverTask) -> StepOutcome:
+        if not self._agent_up(task):
+            return "wait"
+        self._cache_steps(task, "clean")
+        return "done"
+
+    def tear_down_cleaning(self, task: DriverTask) -> None:
+        self._stop_ramdisk(task)
+        _boot(task).clean_up_instance(task)
+
+    def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
+        cached = task.node.driver_internal_info.get("agent_cached_clean_steps")
+        if cached is None:
+            raise StepsNotKnown(
+                "the ramdisk agent has not reported its clean steps yet; they are known once "
+                "it has booted on the node (during cleaning)"
+            )
+        return [
+            StepDecl(
+                "clean",
+                str(step["step"]),
+                int(step.get("priority") or 0),
+                bool(step.get("abortable", False)),
+                parse_argsinfo(step.get("argsinfo")),
+                True,
+                True,
+            )
+            for step in cached
+            if step.get("interface", "deploy") == self.interface_type
+        ]
+
+    def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        name = str(step["step"])
+        if any(d.method == name and d.kind == "clean" for d in self.steps()):
+            return super().execute_clean_step(task, step)
+        agent_step = {
+            "interface": self.interface_type,
+            "step": name,
+            "priority": step.get("priority", 0),
+            "args": dict(step.get("args") or {}),
+            "abortable": bool(step.get("abortable", False)),
+            "reboot_requested": False,
+        }
+        self._start(
+            task,
+            "clean.execute_clean_step",
+            {
+                "step": agent_step,
+                "node": self._node_for_agent(task),
+                "ports": [],
+                "clean_version": task.node.driver_internal_info.get(
+                    "agent_hardware_manager_version", {}
+                ),
+            },
+            name,
+        )
+        return "wait"
+
+    # Asynchronous agent commands ------------------------------------------
+
+    def _start(self, task: DriverTask, command: str, params: dict[str, Any], step: str) -> None:
+        client = self._client(task)
+        try:
+            result = client.run(command, params)
+        except AgentError as exc:
+            raise StepFailed(f"the agent did not start {step}: {exc}") from None
+        finally:
+            client.close()
+        if result.status == "FAILED":
+            raise StepFailed(f"the agent failed {step}: {result.error_message()}")
+        _set_info(task, agent_command={"id": result.id, "name": command, "step": step})
+
+    def check_step(self, task: DriverTask, method: str) -> StepOutcome:
+        if method == "deploy":
+            return self._check_deploy_boot(task)
+        command = task.node.driver_internal_info.get("agent_command")
+        if not command or command.get("step") != method:
+            return "done"  # a synchronous step; nothing runs on the agent
+        what = f"{self.interface_type}.{method}"
+        client = self._client(task)
+        try:
+            result = client.command(str(command["id"]))
+        except AgentUnreachable:
+            self._check_alive(task, what)
+            return "wait"
+        except AgentError as exc:
+            raise StepFailed(str(exc)) from None
+        finally:
+            client.close()
+        if result is None:
+            raise StepFailed(
+                f"the agent no longer knows command {command['id']} ({what}): it has restarted"
+            )
+        if result.status == "RUNNING":
+            self._check_alive(task, what)
+            return "wait"
+        _set_info(task, agent_command=None)
+        if result.status == "SUCCEEDED":
+            self._finished(task, method, result)
+            return "done"
+        if result.status == "CLEAN_VERSION_MISMATCH":
+            raise StepFailed(
+                f"the agent's hardware managers changed since the plan was made; {what} was not run"
+            )
+        raise StepFailed(f"the agent reported a failure: {result.error_message()}")
+
+    def _finished(self, task: DriverTask, method: str, result: CommandResult) -> None:
+        if method not in ERASE_STEPS or not isinstance(result.result, dict):
+            return
+        records = erasure.records_from_result(
+            result.result.get("clean_result"), method, _now().isoformat(timespec="seconds")
+        )
+        if not records:
+            return
+        kept = list(task.node.driver_internal_info.get("erasure_records", []))
+        _set_info(task, erasure_records=kept + list(records))
+        for record in records:
+            task.record("erasure", erasure.describe(record))
+
+    def abort_step(self, task: DriverTask, method: str) -> None:
+        # The agent cannot stop a running step; powering the node off does.
+        _set_info(task, agent_command=None)
+        try:
+            self._stop_ramdisk(task)
+        except DriverError as exc:
+            task.record("agent", f"could not power off to abort {method}: {exc}", "WARNING")
+
+    # Deploying -------------------------------------------------------------
+
+    @deploy_step(priority=100, asynchronous=True)
+    def deploy(self, task: DriverTask) -> StepOutcome:
+        """Boot the agent ramdisk and wait for its first heartbeat."""
+        self._boot_ramdisk(task, "deployment")
+        return "wait"
+
+    def _check_deploy_boot(self, task: DriverTask) -> StepOutcome:
+        if not self._agent_up(task):
+            return "wait"
+        self._cache_steps(task, "deploy")
+        return "done"
+
+    @deploy_step(priority=80, asynchronous=True)
+    def write_image(self, task: DriverTask) -> StepOutcome:
+        """Have the agent download the image, check its hash and write it to the root disk."""
+        args: dict[str, Any] = {
+            "image_info": image_info(dict(task.node.instance_info), task.node.uuid)
+        }
+        configdrive = task.node.instance_info.get("configdrive")
+        if configdrive:
+            args["configdrive"] = configdrive
+        self._start(
+            task,
+            "deploy.execute_deploy_step",
+            {
+                "step": {
+                    "interface": "deploy",
+                    "step": "write_image",
+                    "priority": 80,
+                    "args": args,
+                    "reboot_requested": False,
+                },
+                "node": self._node_for_agent(task),
+                "ports": [],
+                "deploy_version": task.node.driver_internal_info.get(
+                    "agent_hardware_manager_version", {}
+                ),
+            },
+            "write_image",
+        )
+        return "wait"
+
+    @deploy_step(priority=60)
+    def prepare_instance_boot(self, task: DriverTask) -> None:
+        """Make the written disk the node's boot device."""
+        _boot(task).prepare_instance(task)
+
+    @deploy_step(priority=40)
+    def tear_down_agent(self, task: DriverTask) -> None:
+        """Power the node off: the agent's work is done."""
+        self._stop_ramdisk(task)
+
+    @deploy_step(priority=20)
+    def boot_instance(self, task: DriverTask) -> None:
+        """Power the node on into its instance."""
+        _power(task).set_power_state(task, POWER_ON)
+        task.node.power_state = POWER_ON
+
     def tear_down(self, task: DriverTask) -> None:
-        return None
+        self._stop_ramdisk(task)
+        _boot(task).clean_up_instance(task)
+        _set_info(task, agent_cached_deploy_steps=None)

@@ -1,0 +1,172 @@
+"""The ramdisk agent's session with metalforge: token, address, heartbeats.
+
+Three parties write it, never under the same lock: the conductor that boots
+the ramdisk (``begin``: a new session, older tokens and addresses void), the
+API's lookup (``issue_token``: once per session) and the API's heartbeat
+(``record_heartbeat``). Each write is one conditional statement, so two
+lookups racing each other cannot both receive the token.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge.db.models import AgentSession, utcnow
+
+_TABLE = cast(Table, AgentSession.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSessionInfo:
+    """What the conductor needs to talk to the agent."""
+
+    node_id: int
+    booted_at: dt.datetime | None
+    token: str | None
+    agent_url: str | None
+    agent_version: str | None
+    verify_ca: str | None
+    last_heartbeat_at: dt.datetime | None
+
+    @property
+    def heard_since_boot(self) -> bool:
+        """The agent of the current ramdisk boot has heartbeated and given its address."""
+        if self.last_heartbeat_at is None or self.agent_url is None:
+            return False
+        return self.booted_at is None or self.last_heartbeat_at >= self.booted_at
+
+
+def get(session: Session, node_id: int) -> AgentSessionInfo | None:
+    row = session.execute(select(_TABLE).where(_TABLE.c.node_id == node_id)).one_or_none()
+    if row is None:
+        return None
+    return AgentSessionInfo(
+        node_id=row.node_id,
+        booted_at=_aware(row.booted_at),
+        token=row.token,
+        agent_url=row.agent_url,
+        agent_version=row.agent_version,
+        verify_ca=row.verify_ca,
+        last_heartbeat_at=_aware(row.last_heartbeat_at),
+    )
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    # Core reads go through the column type too, but keep the contract explicit.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+_CLEARED = {
+    "token": None,
+    "token_issued_at": None,
+    "agent_url": None,
+    "agent_version": None,
+    "verify_ca": None,
+    "last_heartbeat_at": None,
+    "agent_status": None,
+    "agent_status_message": None,
+}
+
+
+def begin(session: Session, node_id: int, *, booted: bool = True) -> None:
+    """Start a new session: the ramdisk is (re)booting, or the agent was stopped.
+
+    The next agent must look up again and gets a fresh token; the previous
+    agent's token and address stop working at once.
+    """
+    values = {**_CLEARED, "booted_at": utcnow() if booted else None}
+    result = session.connection().execute(
+        update(_TABLE).where(_TABLE.c.node_id == node_id).values(**values)
+    )
+    if result.rowcount == 0:
+        session.execute(insert(_TABLE).values(node_id=node_id, **values))
+
+
+def end(session: Session, node_id: int) -> None:
+    """The agent is gone (node powered off into its instance): forget its token and address."""
+    begin(session, node_id, booted=False)
+
+
+def issue_token(session: Session, node_id: int) -> str | None:
+    """The session's token if this call is the first to ask for it, else ``None``.
+
+    Ironic's rule: the token is handed out once per agent boot; later lookups
+    see it masked, so a second party on the provisioning network cannot
+    obtain it by looking the node up again.
+    """
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    result = session.connection().execute(
+        update(_TABLE)
+        .where(_TABLE.c.node_id == node_id, _TABLE.c.token.is_(None))
+        .values(token=token, token_issued_at=now)
+    )
+    if result.rowcount == 1:
+        return token
+    exists = session.execute(
+        select(_TABLE.c.node_id).where(_TABLE.c.node_id == node_id)
+    ).one_or_none()
+    if exists is not None:
+        return None
+    try:
+        with session.begin_nested():
+            session.execute(
+                insert(_TABLE).values(
+                    node_id=node_id, **{**_CLEARED, "token": token, "token_issued_at": now}
+                )
+            )
+    except IntegrityError:
+        return None  # another lookup created the session first: it has the token
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    callback_url: str
+    agent_version: str | None
+    verify_ca: str | None
+    status: str | None
+    status_message: str | None
+
+
+class HeartbeatRefused(ValueError):
+    """The heartbeat does not belong to the node's current agent; the message says why."""
+
+
+def record_heartbeat(session: Session, node_id: int, token: str, beat: Heartbeat) -> None:
+    """Check the agent's token and pinned address, then record the heartbeat."""
+    current = get(session, node_id)
+    if current is None or current.token is None or not secrets.compare_digest(current.token, token):
+        raise HeartbeatRefused("Invalid or missing agent token received.")
+    if current.agent_url is not None and current.agent_url != beat.callback_url:
+        raise HeartbeatRefused(
+            f"Agent callback URL {beat.callback_url} does not match the one the agent "
+            f"of this boot gave first ({current.agent_url})."
+        )
+    values: dict[str, object] = {
+        "agent_url": beat.callback_url,
+        "last_heartbeat_at": utcnow(),
+        "agent_version": beat.agent_version,
+        "agent_status": beat.status,
+        "agent_status_message": beat.status_message,
+    }
+    if beat.verify_ca is not None:
+        if current.verify_ca is not None and current.verify_ca != beat.verify_ca:
+            raise HeartbeatRefused(
+                "The agent's TLS certificate changed within one boot; refusing the heartbeat."
+            )
+        values["verify_ca"] = beat.verify_ca
+    session.execute(
+        update(_TABLE)
+        .where(_TABLE.c.node_id == node_id, _TABLE.c.token == current.token)
+        .values(**values)
+    )

@@ -1,0 +1,164 @@
+"""A client of ironic-python-agent's command API (``{agent_url}/v1/commands/``).
+
+The agent token travels in the query string, as IPA expects. With IPA's
+auto-TLS the agent serves HTTPS with a self-signed certificate it sent in its
+heartbeat; requests are verified against exactly that certificate. The
+session ignores the environment (``trust_env``): ``REQUESTS_CA_BUNDLE`` would
+otherwise replace the certificate silently and fail every call.
+
+Errors: ``AgentUnreachable`` (no answer: the agent may be rebooting or dead,
+the caller decides from the heartbeats), ``AgentBusy`` (409, another command
+runs), ``AgentCommandError`` (any other refusal, with the agent's message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from metalforge.drivers.base import DriverError
+
+
+class AgentError(DriverError):
+    """The agent could not be asked, or refused."""
+
+
+class AgentUnreachable(AgentError):
+    """No answer from the agent's API (connection refused, timed out, TLS failure)."""
+
+
+class AgentBusy(AgentError):
+    """The agent is running another asynchronous command."""
+
+
+class AgentCommandError(AgentError):
+    """The agent answered with an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """One entry of the agent's command history."""
+
+    id: str
+    name: str
+    status: str
+    """``RUNNING``, ``SUCCEEDED``, ``FAILED`` or ``CLEAN_VERSION_MISMATCH``."""
+    error: Any
+    result: Any
+
+    @classmethod
+    def parse(cls, body: Any) -> CommandResult:
+        if not isinstance(body, dict) or "command_status" not in body:
+            raise AgentCommandError(
+                f"the agent answered with something that is not a command: {body!r}"
+            )
+        return cls(
+            id=str(body.get("id", "")),
+            name=str(body.get("command_name", "")),
+            status=str(body["command_status"]),
+            error=body.get("command_error"),
+            result=body.get("command_result"),
+        )
+
+    def error_message(self) -> str:
+        error = self.error
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("details") or error)
+        return str(error)
+
+
+def _ca_file(pem: str) -> str:
+    """A file holding ``pem``, named by its digest, so requests can verify against it."""
+    digest = hashlib.sha256(pem.encode()).hexdigest()[:32]
+    directory = Path(tempfile.gettempdir()) / f"metalforge-agent-ca-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / f"{digest}.pem"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(pem)
+        partial.replace(path)
+    return str(path)
+
+
+class AgentClient:
+    """Talks to one agent, with its token and, for HTTPS, its own certificate."""
+
+    def __init__(self, url: str, token: str, verify_ca: str | None, timeout: float) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._verify: bool | str = _ca_file(verify_ca) if verify_ca else True
+        self._timeout = timeout
+        self._http = requests.Session()
+        self._http.trust_env = False
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        params = {**kwargs.pop("params", {}), "agent_token": self._token}
+        try:
+            response = self._http.request(
+                method,
+                f"{self.url}{path}",
+                params=params,
+                timeout=self._timeout,
+                verify=self._verify,
+                **kwargs,
+            )
+        except requests.RequestException as exc:
+            raise AgentUnreachable(f"the agent at {self.url} did not answer {what}: {exc}") from exc
+        if response.status_code == 409:
+            raise AgentBusy(f"the agent at {self.url} is busy with another command ({what})")
+        if response.status_code >= 400:
+            raise AgentCommandError(
+                f"the agent at {self.url} refused {what} with HTTP {response.status_code}: "
+                f"{_fault(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise AgentCommandError(
+                f"the agent at {self.url} sent invalid JSON for {what}"
+            ) from exc
+
+    def run(self, name: str, params: dict[str, Any], *, wait: bool = False) -> CommandResult:
+        """Start command ``name`` (``clean.execute_clean_step``...); ``wait``: until it ends."""
+        body = self._call(
+            "POST",
+            "/v1/commands/",
+            name,
+            params={"wait": "true" if wait else "false"},
+            json={"name": name, "params": params},
+        )
+        return CommandResult.parse(body)
+
+    def commands(self) -> list[CommandResult]:
+        """The agent's command history, oldest first."""
+        body = self._call("GET", "/v1/commands/", "the command status request")
+        items = body.get("commands") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise AgentCommandError(f"the agent at {self.url} sent no command list: {body!r}")
+        return [CommandResult.parse(item) for item in items]
+
+    def command(self, command_id: str) -> CommandResult | None:
+        """Command ``command_id`` from the history; ``None`` if the agent does not know it."""
+        for item in self.commands():
+            if item.id == command_id:
+                return item
+        return None
+
+
+def _fault(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(body, dict):
+        return str(body.get("faultstring") or body.get("message") or body)[:500]
+    return str(body)[:500]

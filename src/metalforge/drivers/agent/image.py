@@ -1,0 +1,66 @@
+"""What the agent needs to write an image: ``image_info`` built from ``instance_info``.
+
+The agent downloads the image itself and verifies its checksum while
+writing; metalforge only passes the URL and the expected hash. A raw image
+is streamed onto the disk without a temporary copy (``stream_raw_images``),
+which is what a RAM-bound ramdisk needs for large images.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+from urllib.parse import urlsplit
+
+from metalforge.drivers.base import StepFailed
+
+_ALGO_BY_LENGTH = {32: "md5", 40: "sha1", 64: "sha256", 128: "sha512"}
+
+
+def _hash(info: dict[str, Any]) -> tuple[str, str]:
+    algo = info.get("image_os_hash_algo")
+    value = info.get("image_os_hash_value")
+    if algo and value:
+        return str(algo), str(value).lower()
+    checksum = info.get("image_checksum")
+    if not checksum:
+        raise StepFailed(
+            "instance_info has no image_checksum (or image_os_hash_algo and "
+            "image_os_hash_value): the agent must verify what it writes"
+        )
+    text = str(checksum)
+    if ":" in text:  # "sha256:<hex>", as metalsmith and Ironic accept
+        algo_part, _, value_part = text.partition(":")
+        return algo_part.lower(), value_part.lower()
+    guessed = _ALGO_BY_LENGTH.get(len(text))
+    if guessed is None:
+        raise StepFailed(f"cannot tell the hash algorithm of image_checksum {text!r}")
+    return guessed, text.lower()
+
+
+def image_info(instance_info: dict[str, Any], node_uuid: str) -> dict[str, Any]:
+    """The ``image_info`` argument of the agent's ``write_image`` step."""
+    source = instance_info.get("image_source")
+    if not source:
+        raise StepFailed("instance_info.image_source is not set: nothing to deploy")
+    parts = urlsplit(str(source))
+    if parts.scheme not in ("http", "https"):
+        raise StepFailed(
+            f"instance_info.image_source {source!r} is not an http(s) URL the agent can download"
+        )
+    algo, value = _hash(instance_info)
+    disk_format = str(instance_info.get("image_disk_format") or "raw")
+    info: dict[str, Any] = {
+        "id": posixpath.basename(parts.path) or node_uuid,
+        "urls": [str(source)],
+        "disk_format": disk_format,
+        "container_format": "bare",
+        "stream_raw_images": disk_format == "raw",
+        "image_type": "whole-disk",
+        "os_hash_algo": algo,
+        "os_hash_value": value,
+        "node_uuid": node_uuid,
+    }
+    if algo == "md5":
+        info["checksum"] = value
+    return info
