@@ -1,0 +1,172 @@
+"""The ramdisk agent's routes: lookup (token issued once), heartbeat (token, pinned URL).
+
+The conductor is not started: the node is put in the state under test
+directly, so nothing moves it while the agent's calls are checked. The
+agent's side of the protocol is exercised by the real ironic-python-agent in
+tests/lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select, text
+
+from metalforge.db.models import WorkItem
+from metalforge.states import AVAILABLE, CLEAN_WAIT
+from tests.support.api import LATEST, create_node, error_text, version
+from tests.support.stack import Stack, start_stack
+from tests.support.stack import test_settings as stack_settings
+
+MAC = "52:54:00:12:34:56"
+AGENT = {"X-OpenStack-Ironic-API-Version": "1.68"}
+
+
+@pytest.fixture
+def idle_stack(db_url: str) -> Iterator[Stack]:
+    running = start_stack(stack_settings(db_url), start_conductor=False)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _node_in(stack: Stack, state: str, mac: str = MAC) -> dict[str, object]:
+    node = create_node(stack.client, name="agent-node")
+    response = stack.client.post(
+        "/v1/ports", json={"node_uuid": node["uuid"], "address": mac}, headers=LATEST
+    )
+    assert response.status_code == 201, response.text
+    with stack.db.write() as session:
+        session.execute(
+            text("UPDATE nodes SET provision_state = :s WHERE uuid = :u"),
+            {"s": state, "u": node["uuid"]},
+        )
+    return node
+
+
+def _lookup(client: TestClient, query: str, headers: dict[str, str] = AGENT) -> object:
+    return client.get(f"/v1/lookup?{query}", headers=headers)
+
+
+def test_first_lookup_gets_the_token_later_ones_see_it_masked(idle_stack: Stack) -> None:
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    first = idle_stack.client.get(
+        f"/v1/lookup?addresses={MAC.upper()},aa:bb:cc:dd:ee:ff", headers=AGENT
+    )
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["node"]["uuid"] == node["uuid"]
+    token = body["config"]["agent_token"]
+    assert len(token) >= 32
+    assert body["config"]["agent_token_required"] is True
+    assert body["config"]["heartbeat_timeout"] == 300
+    again = idle_stack.client.get(f"/v1/lookup?node_uuid={node['uuid']}", headers=AGENT)
+    assert again.status_code == 200
+    assert again.json()["config"]["agent_token"] == "******"
+
+
+def test_lookup_refusals(idle_stack: Stack) -> None:
+    _node_in(idle_stack, AVAILABLE)
+    client = idle_stack.client
+    missing = client.get("/v1/lookup", headers=AGENT)
+    assert missing.status_code == 400
+    assert "At least one of 'addresses' and 'node_uuid'" in error_text(missing)
+    assert client.get(f"/v1/lookup?addresses={MAC}", headers=AGENT).status_code == 404, (
+        "a node that is not booting a ramdisk must not be found"
+    )
+    assert client.get("/v1/lookup?addresses=00:00:00:00:00:01", headers=AGENT).status_code == 404
+    assert client.get(f"/v1/lookup?addresses={MAC}", headers=version("1.21")).status_code == 404
+    bad_uuid = client.get("/v1/lookup?node_uuid=not-a-uuid", headers=AGENT)
+    assert bad_uuid.status_code == 400
+
+
+def _token(stack: Stack) -> str:
+    response = stack.client.get(f"/v1/lookup?addresses={MAC}", headers=AGENT)
+    assert response.status_code == 200, response.text
+    token: str = response.json()["config"]["agent_token"]
+    return token
+
+
+def _beat(stack: Stack, ident: object, **body: object) -> object:
+    return stack.client.post(f"/v1/heartbeat/{ident}", json=body, headers=AGENT)
+
+
+def test_heartbeat_records_the_agent_and_wakes_the_conductor(idle_stack: Stack) -> None:
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    token = _token(idle_stack)
+    response = idle_stack.client.post(
+        f"/v1/heartbeat/{node['uuid']}",
+        json={
+            "callback_url": "https://10.0.0.5:9999",
+            "agent_token": token,
+            "agent_version": "13.0.0",
+            "agent_verify_ca": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+        },
+        headers=AGENT,
+    )
+    assert response.status_code == 202, response.text
+    assert response.content == b""
+    with idle_stack.db.read() as session:
+        row = session.execute(text("SELECT agent_url, agent_version FROM agent_sessions")).one()
+        assert tuple(row) == ("https://10.0.0.5:9999", "13.0.0")
+        kinds = list(session.scalars(select(WorkItem.kind)))
+    assert "provision" in kinds, "a heartbeat in clean wait must queue a check of the node"
+
+
+def test_heartbeat_refusals_change_nothing(idle_stack: Stack) -> None:
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    token = _token(idle_stack)
+    url = "http://10.0.0.5:9999"
+    cases = [
+        ({"callback_url": url}, 400, "Agent token is required"),
+        ({"callback_url": url, "agent_token": "x" * 43}, 400, "Invalid or missing agent token"),
+        ({"agent_token": token}, 400, "callback_url is required"),
+        ({"callback_url": "ftp://x", "agent_token": token}, 400, "not an http(s) URL"),
+        ({"callback_url": url, "agent_token": token, "bogus": 1}, 400, "bogus"),
+        (
+            {"callback_url": url, "agent_token": token, "agent_status": "dancing"},
+            400,
+            "Unknown agent_status",
+        ),
+    ]
+    for body, status, words in cases:
+        response = _beat(idle_stack, node["uuid"], **body)
+        assert response.status_code == status, (body, response.text)
+        assert words in error_text(response), (body, error_text(response))
+    with idle_stack.db.read() as session:
+        assert session.execute(text("SELECT agent_url FROM agent_sessions")).scalar() is None
+    assert _beat(idle_stack, node["uuid"], callback_url=url, agent_token=token).status_code == 202
+    moved = _beat(idle_stack, node["uuid"], callback_url="http://10.0.0.6:9999", agent_token=token)
+    assert moved.status_code == 400
+    assert "does not match" in error_text(moved)
+    too_old = idle_stack.client.post(
+        f"/v1/heartbeat/{node['uuid']}",
+        json={"callback_url": url, "agent_token": token, "agent_verify_ca": "pem"},
+        headers=version("1.67"),
+    )
+    assert too_old.status_code == 400
+    assert "agent_verify_ca" in error_text(too_old)
+    unknown = _beat(
+        idle_stack, "7b1c6e0e-6d0a-4f5e-9d3b-0c0f0f0f0f0f", callback_url=url, agent_token=token
+    )
+    assert unknown.status_code == 404
+
+
+def test_agent_endpoint_serves_only_the_agents_routes(tmp_path: Path) -> None:
+    settings = stack_settings(f"sqlite:///{tmp_path}/mf.sqlite")
+    settings.api.agent_host = "testserver"
+    settings.api.agent_port = 6390
+    stack = start_stack(settings, start_conductor=False)
+    try:
+        agent_side = TestClient(stack.app, base_url="http://testserver:6390")
+        assert agent_side.get("/v1/nodes", headers=LATEST).status_code == 404
+        assert agent_side.get("/v1/lookup?addresses=" + MAC, headers=AGENT).status_code == 404
+        assert agent_side.get("/", headers=LATEST).status_code == 200
+        assert agent_side.post("/v1/heartbeat/x", json={}, headers=AGENT).status_code == 400
+        assert stack.client.get("/v1/nodes", headers=LATEST).status_code == 200
+    finally:
+        stack.stop()
