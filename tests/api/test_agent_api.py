@@ -130,7 +130,7 @@ def test_heartbeat_refusals_change_nothing(idle_stack: Stack) -> None:
         (
             {"callback_url": url, "agent_token": token, "agent_status": "dancing"},
             400,
-            "Unknown agent_status",
+            "Field agent_status is not accepted",
         ),
     ]
     for body, status, words in cases:
