@@ -1,7 +1,143 @@
-"""Node management: boot device (``/v1/nodes/{id}/management/...``)."""
+"""Node management: boot device (``/v1/nodes/{id}/management/boot_device``).
+
+As in Ironic these calls are synchronous: the answer says what the BMC did.
+Setting the boot device takes the node's reservation for the length of the
+BMC call, so it cannot interleave with a conductor's flow on the node (a
+deploy setting its own boot device); a node that a conductor holds answers
+409 after the usual short wait. The reservation is taken under the name of
+this service's conductor (``conductor.hostname``): should the process die
+mid-call, that conductor drops the reservation when it starts again, as it
+does for its own. Reads take no reservation (Ironic takes only a shared
+lock for them).
+
+A BMC failure answers 400 with the driver's message, which names the BMC
+and the reason.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import Field
 
-router = APIRouter()
+from metalforge.api import lookup
+from metalforge.api.errors import ApiError, bad_request
+from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.schemas import Body
+from metalforge.api.services import ApiServices, services
+from metalforge.api.versions import request_version
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.task import NodeGone, NodeLocked, acquire
+from metalforge.db.models import Node
+from metalforge.drivers.base import (
+    BOOT_DEVICES,
+    DriverError,
+    DriverTask,
+    ManagementInterface,
+    ReadOnlyTask,
+)
+from metalforge.drivers.hardware import UnknownDriver
+
+router = APIRouter(tags=["node management"])
+
+
+class BootDeviceRequest(Body):
+    boot_device: str = Field(min_length=1, max_length=64)
+    persistent: bool = False
+
+
+def _management(svc: ApiServices, node: Node) -> ManagementInterface:
+    try:
+        iface = svc.drivers.interface(node, "management")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    if not isinstance(iface, ManagementInterface):
+        raise bad_request(f"Node {node.uuid} has no management interface ({iface.name})")
+    return iface
+
+
+def _load(svc: ApiServices, request: Request, node_ident: str) -> Node:
+    with svc.db.read() as session:
+        return lookup.load_node(session, node_ident, request_version(request))
+
+
+def _driver_failure(node: Node, doing: str, exc: DriverError) -> ApiError:
+    return bad_request(f"Failed to {doing} for node {node.uuid}: {exc}")
+
+
+def _supported(iface: ManagementInterface, task: DriverTask) -> list[str]:
+    iface.validate(task)
+    return [d for d in iface.supported_boot_devices(task) if d in BOOT_DEVICES]
+
+
+@router.get("/nodes/{node_ident}/management/boot_device", summary="Show the boot device")
+def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    node = _load(svc, request, node_ident)
+    iface = _management(svc, node)
+    task = ReadOnlyTask(node)
+    try:
+        iface.validate(task)
+        found = iface.get_boot_device(task)
+    except DriverError as exc:
+        raise _driver_failure(node, "read the boot device", exc) from None
+    return JSONResponse(
+        {"boot_device": found.get("boot_device"), "persistent": found.get("persistent")}
+    )
+
+
+@router.get(
+    "/nodes/{node_ident}/management/boot_device/supported",
+    summary="List the boot devices a node supports",
+)
+def get_supported_boot_devices(node_ident: str, request: Request) -> JSONResponse:
+    svc = services(request)
+    node = _load(svc, request, node_ident)
+    iface = _management(svc, node)
+    try:
+        supported = _supported(iface, ReadOnlyTask(node))
+    except DriverError as exc:
+        raise _driver_failure(node, "list the boot devices", exc) from None
+    return JSONResponse({"supported_boot_devices": supported})
+
+
+@router.put(
+    "/nodes/{node_ident}/management/boot_device",
+    status_code=204,
+    summary="Set the boot device",
+)
+@wait_for_lock
+def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) -> Response:
+    svc = services(request)
+    device = body.boot_device
+    if device not in BOOT_DEVICES:
+        raise bad_request(
+            f"Invalid boot device {device!r}; valid devices are {', '.join(BOOT_DEVICES)}"
+        )
+    node = _load(svc, request, node_ident)
+    if node.reservation is not None:
+        raise NodeLockedError(node.uuid, node.reservation)
+    conductor = svc.settings.conductor
+    ctx = ConductorContext(
+        hostname=conductor.hostname, db=svc.db, drivers=svc.drivers, settings=conductor
+    )
+    try:
+        with acquire(ctx, node.id, "set boot device") as task:
+            iface = _management(svc, task.node)
+            try:
+                supported = _supported(iface, task)
+                if device not in supported:
+                    raise bad_request(
+                        f"Boot device {device!r} is not supported by node {node.uuid}; "
+                        f"supported: {', '.join(supported) or 'none'}"
+                    )
+                iface.set_boot_device(task, device, body.persistent)
+            except DriverError as exc:
+                raise _driver_failure(node, f"set the boot device to {device}", exc) from None
+            how = "persistent" if body.persistent else "next boot only"
+            task.record("management", f"boot device set to {device} ({how})")
+    except NodeLocked as exc:
+        raise NodeLockedError(node.uuid, exc.holder) from None
+    except NodeGone:
+        raise lookup.node_not_found(node_ident) from None
+    return Response(status_code=204)

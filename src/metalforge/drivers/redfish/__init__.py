@@ -1,0 +1,21 @@
+"""The ``redfish`` interfaces: a node's BMC driven over DMTF Redfish with sushy.
+
+One module per interface; ``connection`` holds what they share (the
+``driver_info`` keys, cached clients, translation of BMC failures into
+``DriverError``). A hardware type composes them with interfaces of other
+families (deploy, network...).
+"""
+
+from metalforge.drivers.redfish.bios import RedfishBios
+from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
+from metalforge.drivers.redfish.inspect import RedfishInspect
+from metalforge.drivers.redfish.management import RedfishManagement
+from metalforge.drivers.redfish.power import RedfishPower
+
+__all__ = [
+    "RedfishBios",
+    "RedfishInspect",
+    "RedfishManagement",
+    "RedfishPower",
+    "RedfishVirtualMediaBoot",
+]

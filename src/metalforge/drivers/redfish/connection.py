@@ -1,0 +1,296 @@
+"""Reaching a node's BMC: ``driver_info``, cached sushy clients, errors an operator can act on.
+
+``driver_info`` keys (all interfaces share them):
+
+``redfish_address``
+    The BMC's URL, ``http://127.0.0.1:8000``; a bare host means https.
+``redfish_system_id``
+    The system's path, ``/redfish/v1/Systems/<id>`` (a bare ``<id>`` is
+    taken as that path). Optional when the BMC has exactly one system.
+``redfish_username``, ``redfish_password``
+    Credentials; Redfish session auth is tried first, then Basic.
+``redfish_verify_ca``
+    ``true`` (default), ``false`` or the path of a CA bundle. The CLI sends
+    every value as a string, so ``"false"``/``"no"``/``"0"`` count as false.
+
+A ``sushy.Sushy`` client costs a GET of the service root (and a session
+login), so one client per (address, username, password, verify) is kept and
+shared between threads; it is dropped after a connection or credential
+failure so the next call starts afresh. Every request has a connect and a
+read timeout, so a dead BMC cannot hold a node's reservation for long.
+
+Errors: every sushy or requests failure leaves this module as ``DriverError``
+whose message names the BMC and what went wrong (unreachable and why,
+credentials refused, no such system, what the BMC answered).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import sushy  # type: ignore[import-untyped]
+from sushy import exceptions as sushy_errors
+
+from metalforge.drivers.base import DriverError, DriverTask
+
+SYSTEMS_PREFIX = "/redfish/v1/Systems/"
+
+PROPERTIES: dict[str, str] = {
+    "redfish_address": (
+        "URL of the BMC, e.g. https://bmc.example.com or http://127.0.0.1:8000 "
+        "(a bare host means https). Required."
+    ),
+    "redfish_system_id": (
+        "Path of the system, e.g. /redfish/v1/Systems/1. Optional when the BMC "
+        "manages exactly one system."
+    ),
+    "redfish_username": "User name for the BMC. Optional.",
+    "redfish_password": "Password for the BMC. Optional.",
+    "redfish_verify_ca": (
+        "true (default) to verify the BMC's TLS certificate, false to skip it, "
+        "or the path of a CA bundle."
+    ),
+}
+"""``driver_info`` keys every redfish interface reads, for ``properties()``."""
+
+_TRUE = frozenset({"true", "1", "yes", "on", "y", "t"})
+_FALSE = frozenset({"false", "0", "no", "off", "n", "f"})
+
+
+@dataclass(frozen=True)
+class RedfishInfo:
+    """A node's BMC as ``driver_info`` describes it (checked)."""
+
+    address: str
+    """Scheme and authority only: ``https://host:port``."""
+    system_id: str | None
+    username: str | None
+    password: str | None
+    verify: bool | str
+
+    @property
+    def key(self) -> tuple[str, str | None, str | None, bool | str]:
+        return (self.address, self.username, self.password, self.verify)
+
+    @property
+    def who(self) -> str:
+        return self.username if self.username else "(none)"
+
+
+def _optional_str(info: Mapping[str, Any], key: str, invalid: list[str]) -> str | None:
+    value = info.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        invalid.append(f"{key} must be a string, not {type(value).__name__}")
+        return None
+    return value
+
+
+def _address(raw: Any, invalid: list[str]) -> str | None:
+    if not isinstance(raw, str) or not raw.strip():
+        invalid.append(f"redfish_address must be a URL or host, not {raw!r}")
+        return None
+    text = raw.strip()
+    if "://" not in text:
+        text = f"https://{text}"
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        invalid.append(f"redfish_address {raw!r} is not a valid URL: {exc}")
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        invalid.append(f"redfish_address {raw!r} must be an http(s) URL with a host")
+        return None
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _verify(raw: Any, invalid: list[str]) -> bool | str:
+    if raw is None or isinstance(raw, bool):
+        return True if raw is None else raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        if os.path.exists(raw):
+            return raw
+    invalid.append(
+        f"redfish_verify_ca must be true, false or the path of an existing CA bundle, not {raw!r}"
+    )
+    return True
+
+
+def parse_driver_info(info: Mapping[str, Any]) -> RedfishInfo:
+    """The node's BMC settings; ``DriverError`` names every missing or invalid key."""
+    missing = [key for key in ("redfish_address",) if not info.get(key)]
+    invalid: list[str] = []
+    address = _address(info["redfish_address"], invalid) if not missing else None
+    system_id = _optional_str(info, "redfish_system_id", invalid)
+    if system_id is not None and not system_id.startswith("/"):
+        system_id = SYSTEMS_PREFIX + system_id
+    username = _optional_str(info, "redfish_username", invalid)
+    password = _optional_str(info, "redfish_password", invalid)
+    verify = _verify(info.get("redfish_verify_ca"), invalid)
+    problems = []
+    if missing:
+        problems.append(f"missing driver_info: {', '.join(missing)}")
+    problems.extend(invalid)
+    if problems or address is None:
+        raise DriverError("Invalid redfish driver_info: " + "; ".join(problems))
+    return RedfishInfo(address, system_id, username, password, verify)
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How patient to be with a BMC; one request never waits longer than these."""
+
+    connect_timeout: float = 10.0
+    """Seconds to open the TCP connection: a BMC that is down fails this fast."""
+    read_timeout: float = 60.0
+    """Seconds for an answer once connected; some BMCs are slow on actions."""
+    attempts: int = 2
+    """Tries per request on connection errors and (for GET) server-side errors."""
+    retry_delay: float = 1.0
+    """Seconds between those tries (sushy sleeps them; keep them short)."""
+
+
+class Connections:
+    """One sushy client per BMC identity, shared by the threads of a service."""
+
+    def __init__(self, options: ClientOptions | None = None) -> None:
+        self.options = options or ClientOptions()
+        self._clients: dict[tuple[str, str | None, str | None, bool | str], Any] = {}
+        self._lock = threading.Lock()
+
+    def client(self, info: RedfishInfo) -> Any:
+        """The ``sushy.Sushy`` for ``info`` (created, and the service root read, on first use)."""
+        with self._lock:
+            found = self._clients.get(info.key)
+        if found is not None:
+            return found
+        # Built outside the lock: a slow BMC must not stall calls to the others.
+        opts = self.options
+        created = sushy.Sushy(
+            f"{info.address}/redfish/v1/",
+            username=info.username,
+            password=info.password,
+            verify=info.verify,
+            read_timeout=opts.read_timeout,
+            connect_timeout=opts.connect_timeout,
+            server_side_retries=opts.attempts,
+            server_side_retries_delay=opts.retry_delay,
+        )
+        with self._lock:
+            return self._clients.setdefault(info.key, created)
+
+    def forget(self, info: RedfishInfo) -> None:
+        with self._lock:
+            self._clients.pop(info.key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clients.clear()
+
+
+CONNECTIONS = Connections()
+"""The clients of this process (interfaces are built without arguments by the registry)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """The low-level cause of a connection failure, without requests' wrapping."""
+    text = str(exc.__context__ or exc)
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if errno:
+        return errno.group(1).strip().rstrip(".").lower()
+    for marker, reason in (
+        ("timed out", "the connection timed out"),
+        ("CERTIFICATE_VERIFY_FAILED", "its TLS certificate could not be verified"),
+        ("SSLError", "the TLS handshake failed"),
+        ("RemoteDisconnected", "it closed the connection without answering"),
+    ):
+        if marker in text:
+            return reason
+    return text
+
+
+def _http_detail(exc: Any) -> str:
+    detail = getattr(exc, "detail", None)
+    return str(detail) if detail else str(exc)
+
+
+def translate(info: RedfishInfo, exc: Exception, doing: str) -> DriverError:
+    """A sushy failure while ``doing`` something, as a message for ``last_error``."""
+    bmc = f"Redfish BMC at {info.address}"
+    if isinstance(exc, sushy_errors.ConnectionError):
+        return DriverError(f"{bmc} is unreachable ({_reason(exc)}) while trying to {doing}")
+    if isinstance(exc, sushy_errors.AccessError):
+        if exc.status_code == 401:
+            return DriverError(f"{bmc} refused the credentials for user {info.who}")
+        return DriverError(
+            f"{bmc} denied user {info.who} permission to {doing}: {_http_detail(exc)}"
+        )
+    if isinstance(exc, sushy_errors.ResourceNotFoundError):
+        return DriverError(f"{bmc} has no such resource while trying to {doing}: {exc}")
+    if isinstance(exc, sushy_errors.HTTPError):
+        return DriverError(
+            f"{bmc} answered HTTP {exc.status_code} while trying to {doing}: {_http_detail(exc)}"
+        )
+    if isinstance(exc, sushy_errors.InvalidParameterValueError):
+        return DriverError(f"{bmc} does not accept what was asked while trying to {doing}: {exc}")
+    if isinstance(exc, sushy_errors.MissingAttributeError | sushy_errors.MissingActionError):
+        return DriverError(f"{bmc} does not support what is needed to {doing}: {exc}")
+    if isinstance(exc, sushy_errors.SushyError):
+        return DriverError(f"{bmc} failed while trying to {doing}: {exc}")
+    return DriverError(f"{bmc}: unexpected {type(exc).__name__} while trying to {doing}: {exc}")
+
+
+_EXPECTED = (sushy_errors.SushyError,)
+
+
+@contextmanager
+def redfish_errors(info: RedfishInfo, doing: str) -> Iterator[None]:
+    """Turn sushy failures in the block into ``DriverError``; drop a client that broke."""
+    try:
+        yield
+    except _EXPECTED as exc:
+        if isinstance(exc, sushy_errors.ConnectionError | sushy_errors.AccessError):
+            CONNECTIONS.forget(info)
+        raise translate(info, exc, doing) from exc
+
+
+def _get_system(info: RedfishInfo, root: Any) -> Any:
+    try:
+        return root.get_system(info.system_id)
+    except sushy_errors.ResourceNotFoundError:
+        raise DriverError(
+            f"Redfish BMC at {info.address} has no system {info.system_id} "
+            "(check driver_info.redfish_system_id)"
+        ) from None
+    except sushy_errors.UnknownDefaultError:
+        count = len(root.get_system_collection().members_identities)
+        raise DriverError(
+            f"Redfish BMC at {info.address} manages {count} systems; "
+            "driver_info.redfish_system_id must say which one"
+        ) from None
+
+
+@contextmanager
+def system(task: DriverTask, doing: str) -> Iterator[Any]:
+    """The node's ``sushy`` System, freshly read; errors in the block become ``DriverError``.
+
+    ``doing`` completes "while trying to ..." in messages, e.g. "power on".
+    """
+    info = parse_driver_info(task.node.driver_info)
+    with redfish_errors(info, doing):
+        root = CONNECTIONS.client(info)
+        yield _get_system(info, root)
