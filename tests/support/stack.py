@@ -9,7 +9,7 @@ from typing import Any
 import uvicorn
 from fastapi.testclient import TestClient
 
-from metalforge.cli import build_api, build_conductor, build_registry
+from metalforge.cli import build_api, build_conductor, build_registry, listening_sockets
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
@@ -72,7 +72,15 @@ class LiveServer:
             stack.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        # The agents' endpoint, when configured, is served by the same server.
+        self.sockets = listening_sockets(
+            stack.settings.model_copy(
+                update={"api": stack.settings.api.model_copy(update={"port": self.port})}
+            )
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True
+        )
 
     def start(self) -> None:
         self.thread.start()

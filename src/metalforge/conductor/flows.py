@@ -358,6 +358,16 @@ def abort(task: NodeTask) -> None:
             )
             task.save()
             return
+        if (
+            step is None
+            and kind == "clean"
+            and task.node.driver_internal_info.get("clean_preparing_since")
+        ):
+            # Aborted while the ramdisk boots: nothing runs on it yet, stop it.
+            try:
+                _deploy_interface(task).tear_down_cleaning(task)
+            except DriverError as exc:
+                task.record("clean_abort", f"could not stop the ramdisk: {exc}", history.WARNING)
         stepflow.abort(task, kind, step)
         return
     if states.ABORT in states.allowed_events(state):
