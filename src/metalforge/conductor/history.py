@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
@@ -59,33 +59,19 @@ def write(session: Session, entries: Sequence[dict[str, Any]]) -> None:
         session.connection().execute(_INSERT, list(entries))
 
 
+class EntryDetails(TypedDict, total=False):
+    """The optional fields of an entry, as ``entry`` and ``record`` take them."""
+
+    severity: str
+    conductor: str | None
+    user: str | None
+    state: str | None
+    target: str | None
+    duration: float | None
+
+
 def record(
-    session: Session,
-    node_id: int,
-    event_type: str,
-    event: str,
-    *,
-    severity: str = INFO,
-    conductor: str | None = None,
-    user: str | None = None,
-    state: str | None = None,
-    target: str | None = None,
-    duration: float | None = None,
+    session: Session, node_id: int, event_type: str, event: str, **details: Unpack[EntryDetails]
 ) -> None:
     """Add one history entry in the caller's transaction."""
-    write(
-        session,
-        [
-            entry(
-                node_id,
-                event_type,
-                event,
-                severity=severity,
-                conductor=conductor,
-                user=user,
-                state=state,
-                target=target,
-                duration=duration,
-            )
-        ],
-    )
+    write(session, [entry(node_id, event_type, event, **details)])
