@@ -182,8 +182,9 @@ class Connections:
         opts = self.options
         created = sushy.Sushy(
             f"{info.address}/redfish/v1/",
-            username=info.username,
-            password=info.password,
+            # Empty, not None: requests deprecates non-string Basic credentials.
+            username=info.username or "",
+            password=info.password or "",
             verify=info.verify,
             read_timeout=opts.read_timeout,
             connect_timeout=opts.connect_timeout,

@@ -1,0 +1,564 @@
+"""The redfish interfaces against the real sushy-emulator, checked with raw HTTP on the emulator.
+
+Each test gets its own fake system of a module-wide emulator; BMC failures
+(closed port, refused credentials, unknown system) use real peers too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from metalforge.config import load_settings
+from metalforge.db.models import Node
+from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
+    SOFT_POWER_OFF,
+    SOFT_REBOOT,
+    DriverError,
+    StepFailed,
+)
+from metalforge.drivers.redfish import (
+    RedfishBios,
+    RedfishInspect,
+    RedfishManagement,
+    RedfishPower,
+    RedfishVirtualMediaBoot,
+)
+from metalforge.drivers.redfish.connection import CONNECTIONS, parse_driver_info
+from metalforge_lab.redfish_emulator import FakeSystem
+from tests.support.api import LATEST, create_node, error_text, get_node, provision, wait_for_state
+from tests.support.postgres import free_port
+from tests.support.redfish import (
+    PASSWORD,
+    USER,
+    Bmc,
+    fake_system,
+    serve_directory,
+    start_bmc,
+    start_redfish_stack,
+)
+from tests.support.stack import FAST_CONDUCTOR, Stack
+
+pytestmark = pytest.mark.timeout(120)
+
+POWER = RedfishPower()
+MANAGEMENT = RedfishManagement()
+BOOT = RedfishVirtualMediaBoot()
+INSPECT = RedfishInspect()
+BIOS = RedfishBios()
+
+
+class Task:
+    """A ``DriverTask`` with a real sleep and a node that is never saved."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        self.node = Node(
+            uuid="00000000-0000-4000-8000-000000000001",
+            driver="redfish",
+            driver_info=info,
+            driver_internal_info={},
+            properties={},
+            boot_mode=None,
+        )
+        self.records: list[tuple[str, str, str]] = []
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
+        self.records.append((event_type, event, severity))
+
+
+@pytest.fixture(scope="module")
+def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
+    """An emulator without auth and with instant power changes, shared by the module."""
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=24)
+
+
+@pytest.fixture(scope="module")
+def auth_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
+    """An emulator that wants Basic auth (``USER``/``PASSWORD``)."""
+    yield from start_bmc(tmp_path_factory.mktemp("auth-bmc"), count=6, users={USER: PASSWORD})
+
+
+@pytest.fixture
+def system(bmc: Bmc) -> FakeSystem:
+    return bmc.take()
+
+
+@pytest.fixture
+def task(bmc: Bmc, system: FakeSystem) -> Task:
+    return Task(bmc.driver_info(system))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An HTTP server with a small ``deploy.iso`` (the emulator downloads what it inserts)."""
+    www = tmp_path_factory.mktemp("www")
+    (www / "deploy.iso").write_bytes(b"\0" * 4096)
+    yield from serve_directory(www)
+
+
+# -- driver_info -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("info", "message"),
+    [
+        ({}, "missing driver_info: redfish_address"),
+        ({"redfish_address": "ftp://bmc"}, "redfish_address 'ftp://bmc' must be an http(s) URL"),
+        ({"redfish_address": "http://bmc:notaport"}, "is not a valid URL"),
+        ({"redfish_address": "bmc", "redfish_verify_ca": "maybe"}, "redfish_verify_ca must be"),
+        ({"redfish_address": "bmc", "redfish_system_id": 7}, "redfish_system_id must be a string"),
+    ],
+)
+def test_validate_names_the_missing_or_invalid_key(info: dict[str, Any], message: str) -> None:
+    for iface in (POWER, MANAGEMENT, INSPECT, BIOS):
+        with pytest.raises(DriverError, match="Invalid redfish driver_info") as caught:
+            iface.validate(Task(info))
+        assert message in str(caught.value)
+
+
+def test_driver_info_defaults_and_string_values() -> None:
+    parsed = parse_driver_info(
+        {"redfish_address": "bmc.example.com:8443/", "redfish_system_id": "1"}
+    )
+    assert parsed.address == "https://bmc.example.com:8443"
+    assert parsed.system_id == "/redfish/v1/Systems/1"
+    assert parsed.verify is True
+    for text, expected in (("false", False), ("No", False), ("1", True)):
+        info = {"redfish_address": "http://b", "redfish_verify_ca": text}
+        assert parse_driver_info(info).verify is expected
+    assert parse_driver_info({"redfish_address": "b", "redfish_verify_ca": "/"}).verify == "/"
+
+
+def test_properties_describe_the_keys() -> None:
+    for iface in (POWER, MANAGEMENT, INSPECT, BIOS):
+        assert set(iface.properties()) == {
+            "redfish_address",
+            "redfish_system_id",
+            "redfish_username",
+            "redfish_password",
+            "redfish_verify_ca",
+        }
+    assert "redfish_deploy_iso" in BOOT.properties()
+    with pytest.raises(DriverError, match="missing driver_info: redfish_deploy_iso"):
+        BOOT.validate(Task({"redfish_address": "http://b"}))
+    with pytest.raises(DriverError, match="redfish_deploy_iso must be an http"):
+        BOOT.validate(Task({"redfish_address": "http://b", "redfish_deploy_iso": "/tmp/x.iso"}))
+
+
+# -- power ---------------------------------------------------------------------
+
+
+def test_power_transitions_are_what_the_bmc_shows(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    assert POWER.get_power_state(task) == POWER_OFF
+    for target, expected in (
+        (POWER_ON, "On"),
+        (POWER_ON, "On"),  # already there: nothing is sent
+        (SOFT_REBOOT, "On"),
+        (REBOOT, "On"),
+        (SOFT_POWER_OFF, "Off"),
+        (REBOOT, "On"),  # from off, a reboot powers on
+        (POWER_OFF, "Off"),
+    ):
+        POWER.set_power_state(task, target)
+        assert bmc.system(system)["PowerState"] == expected, target
+        assert POWER.get_power_state(task) == (POWER_ON if expected == "On" else POWER_OFF)
+
+
+def test_power_change_waits_for_a_slow_bmc_and_times_out_clearly(tmp_path: Path) -> None:
+    # The emulator applies the change 2-3 s after the request (int(now) + 3).
+    for slow in start_bmc(tmp_path, count=2, power_delay=(3, 3)):
+        waited, timed_out = slow.take(), slow.take()
+        task = Task(slow.driver_info(waited))
+        started = time.monotonic()
+        POWER.set_power_state(task, POWER_ON)
+        assert time.monotonic() - started > 1.5
+        assert slow.system(waited)["PowerState"] == "On"
+
+        task = Task(slow.driver_info(timed_out))
+        started = time.monotonic()
+        with pytest.raises(DriverError) as caught:
+            POWER.set_power_state(task, POWER_ON, timeout=1)
+        assert time.monotonic() - started < 1.9
+        message = str(caught.value)
+        assert "Timed out after 1 s waiting for the node to reach 'power on'" in message
+        assert "the BMC still reports 'Off'" in message
+
+
+# -- management ----------------------------------------------------------------
+
+
+def test_boot_device_once_and_persistent(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    assert MANAGEMENT.supported_boot_devices(task) == ["pxe", "disk", "cdrom", "uefi http"]
+    MANAGEMENT.set_boot_device(task, "pxe")
+    boot = bmc.system(system)["Boot"]
+    assert boot["BootSourceOverrideTarget"] == "Pxe"
+    # The emulator accepts Once but always reads back Continuous.
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": "pxe", "persistent": True}
+    MANAGEMENT.set_boot_device(task, "cdrom", persistent=True)
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert MANAGEMENT.get_boot_device(task)["boot_device"] == "cdrom"
+
+
+def test_unsupported_boot_device_is_refused_before_anything_is_sent(
+    bmc: Bmc, system: FakeSystem, task: Task
+) -> None:
+    with pytest.raises(DriverError, match="Boot device 'bios' is not supported") as caught:
+        MANAGEMENT.set_boot_device(task, "bios")
+    assert "supported: pxe, disk, cdrom" in str(caught.value)
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
+
+
+def test_boot_mode(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    assert MANAGEMENT.get_boot_mode(task) == "uefi"
+    MANAGEMENT.set_boot_mode(task, "bios")
+    assert bmc.system(system)["Boot"]["BootSourceOverrideMode"] == "Legacy"
+    assert MANAGEMENT.get_boot_mode(task) == "bios"
+    assert task.node.boot_mode == "bios"
+    with pytest.raises(DriverError, match="Invalid boot mode 'efi'"):
+        MANAGEMENT.set_boot_mode(task, "efi")
+
+
+# -- virtual media boot --------------------------------------------------------
+
+
+def test_virtual_media_ramdisk_then_instance(
+    bmc: Bmc, system: FakeSystem, task: Task, images: str
+) -> None:
+    iso = f"{images}/deploy.iso"
+    task.node.driver_info = {**task.node.driver_info, "redfish_deploy_iso": iso}
+    BOOT.validate(task)
+    for _ in range(2):  # the second insert ejects the first
+        BOOT.prepare_ramdisk(task)
+        cd = bmc.system(system, "/VirtualMedia/Cd")
+        assert (cd["Inserted"], cd["Image"]) == (True, iso)
+        assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+        assert task.node.driver_internal_info["redfish_virtual_media"] == iso
+
+    BOOT.prepare_instance(task)
+    assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
+    assert "redfish_virtual_media" not in task.node.driver_internal_info
+    BOOT.clean_up_instance(task)  # nothing inserted: nothing to do
+
+
+def test_virtual_media_the_bmc_cannot_download(
+    bmc: Bmc, system: FakeSystem, task: Task, images: str
+) -> None:
+    task.node.driver_info = {
+        **task.node.driver_info,
+        "redfish_deploy_iso": f"{images}/missing.iso",
+    }
+    with pytest.raises(DriverError) as caught:
+        BOOT.prepare_ramdisk(task)
+    message = str(caught.value)
+    assert f"Redfish BMC at {bmc.address} answered HTTP 400" in message
+    assert "insert virtual media" in message
+    assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+
+
+# -- inspection ----------------------------------------------------------------
+
+
+def test_inspection_reads_cpus_memory_disks_and_macs(bmc: Bmc) -> None:
+    with_disk = next(s for s in (bmc.take(), bmc.take()) if s.disks_gib)
+    task = Task(bmc.driver_info(with_disk))
+    task.node.properties = {"capabilities": "boot_mode:uefi", "local_gb": 1}
+    assert INSPECT.inspect_hardware(task) == "done"
+    assert task.node.properties == {
+        "capabilities": "boot_mode:uefi",
+        "cpus": 8,
+        "cpu_arch": "x86_64",
+        "memory_mb": 16384,
+        "local_gb": 99,
+    }
+    assert task.node.driver_internal_info["inspected_macs"] == [m.lower() for m in with_disk.macs]
+
+
+def test_inspection_leaves_local_gb_when_the_bmc_reports_no_disks(bmc: Bmc) -> None:
+    without = next(s for s in (bmc.take(), bmc.take()) if not s.disks_gib)
+    task = Task(bmc.driver_info(without))
+    task.node.properties = {"local_gb": 40}
+    INSPECT.inspect_hardware(task)
+    assert task.node.properties["local_gb"] == 40
+    assert task.node.properties["memory_mb"] == 16384
+
+
+# -- BIOS ----------------------------------------------------------------------
+
+
+def test_bios_steps_are_declared_for_cleaning_without_ramdisk_and_for_deploy() -> None:
+    declared = {(d.kind, d.method): d for d in RedfishBios.steps()}
+    assert set(declared) == {
+        ("clean", "apply_configuration"),
+        ("deploy", "apply_configuration"),
+        ("clean", "factory_reset"),
+        ("deploy", "factory_reset"),
+    }
+    assert all(d.priority == 0 for d in declared.values())
+    assert not declared["clean", "apply_configuration"].requires_ramdisk
+    assert declared["clean", "apply_configuration"].argsinfo["settings"].required
+
+
+def test_bios_apply_and_factory_reset(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    settings = [{"name": "ProcTurboMode", "value": "Disabled"}, {"name": "NicBoot1", "value": "x"}]
+    assert (
+        BIOS.execute_clean_step(
+            task, {"step": "apply_configuration", "args": {"settings": settings}}
+        )
+        == "done"
+    )
+    current = bmc.system(system, "/BIOS")["Attributes"]
+    assert (current["ProcTurboMode"], current["NicBoot1"]) == ("Disabled", "x")
+    assert task.node.driver_internal_info["bios_settings"] == current
+    assert "bios_settings_pending" not in task.node.driver_internal_info
+
+    BIOS.factory_reset(task)
+    current = bmc.system(system, "/BIOS")["Attributes"]
+    assert current["ProcTurboMode"] == "Enabled"
+    assert task.node.driver_internal_info["bios_settings"] == current
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ([{"name": "NoSuchKnob", "value": 1}], "BIOS setting(s) NoSuchKnob are not known"),
+        ([{"name": "ProcTurboMode"}], "is not a list of {name, value} objects"),
+        ({"ProcTurboMode": "Disabled"}, "is not a list of {name, value} objects"),
+        ([], "the list is empty"),
+    ],
+)
+def test_bios_invalid_settings_fail_the_step(
+    bmc: Bmc, system: FakeSystem, task: Task, settings: Any, message: str
+) -> None:
+    with pytest.raises(StepFailed) as caught:
+        BIOS.apply_configuration(task, settings)
+    assert message in str(caught.value)
+    assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Enabled"
+
+
+# -- BMC failures ----------------------------------------------------------------
+
+
+def test_unreachable_bmc_names_the_address_and_the_reason() -> None:
+    address = f"http://127.0.0.1:{free_port()}"
+    task = Task({"redfish_address": address, "redfish_system_id": "/redfish/v1/Systems/x"})
+    started = time.monotonic()
+    with pytest.raises(DriverError) as caught:
+        POWER.get_power_state(task)
+    assert time.monotonic() - started < 5
+    assert str(caught.value) == (
+        f"Redfish BMC at {address} is unreachable (connection refused) "
+        "while trying to read the power state"
+    )
+
+
+@pytest.mark.parametrize(
+    ("credentials", "who"),
+    [({"redfish_password": "wrong"}, USER), ({"redfish_username": None}, "(none)")],
+)
+def test_refused_credentials(auth_bmc: Bmc, credentials: dict[str, Any], who: str) -> None:
+    info = {**auth_bmc.driver_info(auth_bmc.take()), **credentials}
+    with pytest.raises(DriverError) as caught:
+        POWER.get_power_state(Task(info))
+    assert str(caught.value) == (
+        f"Redfish BMC at {auth_bmc.address} refused the credentials for user {who}"
+    )
+
+
+def test_good_credentials_work_and_a_fixed_password_is_used_at_once(auth_bmc: Bmc) -> None:
+    info = auth_bmc.driver_info(auth_bmc.take())
+    with pytest.raises(DriverError, match="refused the credentials"):
+        POWER.get_power_state(Task({**info, "redfish_password": "wrong"}))
+    assert POWER.get_power_state(Task(info)) == POWER_OFF
+
+
+def test_unknown_system_is_named(bmc: Bmc) -> None:
+    info = {"redfish_address": bmc.address, "redfish_system_id": "/redfish/v1/Systems/nope"}
+    with pytest.raises(DriverError) as caught:
+        MANAGEMENT.get_boot_device(Task(info))
+    assert str(caught.value) == (
+        f"Redfish BMC at {bmc.address} has no system /redfish/v1/Systems/nope "
+        "(check driver_info.redfish_system_id)"
+    )
+
+
+def test_system_id_may_be_omitted_only_when_the_bmc_has_one_system(
+    bmc: Bmc, tmp_path: Path
+) -> None:
+    with pytest.raises(DriverError, match=r"manages 24 systems; driver_info\.redfish_system_id"):
+        POWER.get_power_state(Task({"redfish_address": bmc.address}))
+    for single in start_bmc(tmp_path, count=1):
+        assert POWER.get_power_state(Task({"redfish_address": single.address})) == POWER_OFF
+
+
+def test_clients_are_shared_and_dropped_after_a_failure(bmc: Bmc, task: Task) -> None:
+    info = parse_driver_info(task.node.driver_info)
+    assert CONNECTIONS.client(info) is CONNECTIONS.client(info)
+    first = CONNECTIONS.client(info)
+    CONNECTIONS.forget(info)
+    assert CONNECTIONS.client(info) is not first
+
+
+# -- through the API -------------------------------------------------------------
+
+
+@pytest.fixture
+def stack(sqlite_url: str) -> Iterator[Stack]:
+    settings = load_settings(
+        database={"url": sqlite_url},
+        conductor={**FAST_CONDUCTOR, "hostname": "test-conductor"},
+        api={"lock_wait_seconds": 0.2},
+    )
+    running = start_redfish_stack(settings)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _redfish_node(stack: Stack, info: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return create_node(stack.client, driver="redfish", driver_info=info, **fields)
+
+
+def _wait_power_settled(stack: Stack, uuid: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while True:
+        node = get_node(stack.client, uuid)
+        if node["target_power_state"] is None:
+            return node
+        assert time.monotonic() < deadline, node
+        time.sleep(0.05)
+
+
+def test_api_masks_the_bmc_password(stack: Stack, bmc: Bmc) -> None:
+    node = _redfish_node(stack, bmc.driver_info(bmc.take(), redfish_password="hunter2"))
+    assert node["driver_info"]["redfish_password"] == "******"
+    assert get_node(stack.client, node["uuid"])["driver_info"]["redfish_password"] == "******"
+
+
+def test_api_wrong_password_leaves_nodes_not_stuck(stack: Stack, auth_bmc: Bmc) -> None:
+    info = {**auth_bmc.driver_info(auth_bmc.take()), "redfish_password": "wrong"}
+    refused = f"Redfish BMC at {auth_bmc.address} refused the credentials for user {USER}"
+
+    node = _redfish_node(stack, info)
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    enrolled = wait_for_state(stack.client, node["uuid"], "enroll")
+    assert enrolled["last_error"] == f"Failed to verify node: {refused}"
+
+    answer = stack.client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": POWER_ON}, headers=LATEST
+    )
+    assert answer.status_code == 202, answer.text
+    settled = _wait_power_settled(stack, node["uuid"])
+    assert settled["last_error"] == f"Failed to change power state to 'power on': {refused}"
+    assert settled["target_power_state"] is None
+
+
+def test_api_power_manage_and_inspect(stack: Stack, bmc: Bmc) -> None:
+    system = next(s for s in (bmc.take(), bmc.take()) if s.disks_gib)
+    node = _redfish_node(stack, bmc.driver_info(system))
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    assert wait_for_state(stack.client, node["uuid"], "manageable")["power_state"] == POWER_OFF
+    answer = stack.client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": POWER_ON}, headers=LATEST
+    )
+    assert answer.status_code == 202
+    assert _wait_power_settled(stack, node["uuid"])["power_state"] == POWER_ON
+    assert bmc.system(system)["PowerState"] == "On"
+
+    assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    inspected = wait_for_state(stack.client, node["uuid"], "manageable")
+    assert inspected["properties"]["cpus"] == 8
+    assert inspected["properties"]["local_gb"] == 99
+    assert inspected["driver_internal_info"]["inspected_macs"] == list(system.macs)
+
+
+def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:
+    system = bmc.take()
+    node = _redfish_node(stack, bmc.driver_info(system), name="bd-1")
+    path = "/v1/nodes/bd-1/management/boot_device"
+
+    supported = stack.client.get(f"{path}/supported", headers=LATEST)
+    assert supported.json() == {"supported_boot_devices": ["pxe", "disk", "cdrom", "uefi http"]}
+    answer = stack.client.put(path, json={"boot_device": "pxe"}, headers=LATEST)
+    assert answer.status_code == 204, answer.text
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert stack.client.get(path, headers=LATEST).json() == {
+        "boot_device": "pxe",
+        "persistent": True,  # the emulator reads back Continuous
+    }
+    history = stack.client.get(f"/v1/nodes/{node['uuid']}/history", headers=LATEST).json()
+    assert any("boot device set to pxe" in e["event"] for e in history["history"])
+    assert get_node(stack.client, node["uuid"])["reservation"] is None
+
+    answer = stack.client.put(path, json={"boot_device": "bios"}, headers=LATEST)
+    assert answer.status_code == 400
+    assert error_text(answer) == (
+        f"Boot device 'bios' is not supported by node {node['uuid']}; "
+        "supported: pxe, disk, cdrom, uefi http"
+    )
+    answer = stack.client.put(path, json={"boot_device": "floppy"}, headers=LATEST)
+    assert answer.status_code == 400
+    assert "Invalid boot device 'floppy'" in error_text(answer)
+    missing = stack.client.put(
+        "/v1/nodes/no-such-node/management/boot_device", json={"boot_device": "pxe"}
+    )
+    assert missing.status_code == 404
+
+
+def test_api_boot_device_on_a_locked_node_or_a_failing_bmc(
+    stack: Stack, bmc: Bmc, auth_bmc: Bmc
+) -> None:
+    node = _redfish_node(stack, bmc.driver_info(bmc.take()))
+    with stack.db.write() as session:
+        session.execute(update(Node).where(Node.uuid == node["uuid"]).values(reservation="other"))
+    path = f"/v1/nodes/{node['uuid']}/management/boot_device"
+    answer = stack.client.put(path, json={"boot_device": "pxe"}, headers=LATEST)
+    assert answer.status_code == 409
+    assert "is locked by host other" in error_text(answer)
+
+    info = {**auth_bmc.driver_info(auth_bmc.take()), "redfish_password": "wrong"}
+    failing = _redfish_node(stack, info)
+    path = f"/v1/nodes/{failing['uuid']}/management/boot_device"
+    for answer in (
+        stack.client.put(path, json={"boot_device": "pxe", "persistent": True}, headers=LATEST),
+        stack.client.get(path, headers=LATEST),
+    ):
+        assert answer.status_code == 400
+        assert "refused the credentials for user admin" in error_text(answer)
+    assert get_node(stack.client, failing["uuid"])["reservation"] is None
+
+
+def test_api_boot_device_on_fake_hardware(stack: Stack) -> None:
+    node = create_node(stack.client, name="fake-bd")
+    path = "/v1/nodes/fake-bd/management/boot_device"
+    answer = stack.client.put(
+        path, json={"boot_device": "disk", "persistent": True}, headers=LATEST
+    )
+    assert answer.status_code == 204
+    assert stack.client.get(path, headers=LATEST).json() == {
+        "boot_device": "disk",
+        "persistent": True,
+    }
+    # Names need API 1.5; the default version (1.1) knows nodes by UUID only.
+    assert stack.client.get(path).status_code == 404
+    assert get_node(stack.client, node["uuid"])["driver_internal_info"]["fake_boot_device"] == (
+        "disk"
+    )
+
+
+def test_fake_system_helper_gives_unique_systems() -> None:
+    a, b = fake_system(), fake_system()
+    assert a.uuid != b.uuid
+    assert a.macs != b.macs

@@ -1,0 +1,170 @@
+"""Redfish test peers: sushy-emulator subprocesses, an image server, a stack with ``redfish``.
+
+Test modules wrap the generators here in fixtures of the scope they need
+(an emulator starts in under a second; a module shares one and hands each
+test its own fake system).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import itertools
+import json
+import threading
+import urllib.request
+from base64 import b64encode
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from metalforge.cli import build_api, build_conductor
+from metalforge.config import Settings
+from metalforge.db.engine import Database
+from metalforge.drivers import catalog
+from metalforge.drivers.fake import FAKE_HARDWARE
+from metalforge.drivers.hardware import DriverRegistry, HardwareType
+from metalforge.drivers.redfish import (
+    RedfishBios,
+    RedfishInspect,
+    RedfishManagement,
+    RedfishPower,
+    RedfishVirtualMediaBoot,
+)
+from metalforge.drivers.redfish.connection import CONNECTIONS
+from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
+from tests.support.postgres import free_port
+from tests.support.stack import Stack
+
+USER = "admin"
+PASSWORD = "s3cret-bmc"
+_serial = itertools.count(1)
+
+
+def fake_system(*, disks_gib: tuple[int, ...] = (), power_state: str = "Off") -> FakeSystem:
+    """A fake system with a unique UUID and MAC."""
+    n = next(_serial)
+    return FakeSystem(
+        uuid=f"52f0e6a4-0000-4000-8000-{n:012d}",
+        name=f"redfish-{n}",
+        power_state=power_state,
+        macs=[f"52:54:00:00:{n // 256:02x}:{n % 256:02x}"],
+        disks_gib=disks_gib,
+    )
+
+
+class Bmc:
+    """One emulator and its systems, handed out one per test so tests share no state."""
+
+    def __init__(self, emulator: EmulatorProcess, users: dict[str, str] | None) -> None:
+        self.emulator = emulator
+        self.users = users
+        self._unused = list(emulator.systems)
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return self.emulator.address
+
+    def take(self) -> FakeSystem:
+        with self._lock:
+            if not self._unused:
+                raise RuntimeError("every fake system of this emulator is in use; start more")
+            return self._unused.pop(0)
+
+    def driver_info(self, system: FakeSystem, **extra: Any) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "redfish_address": self.address,
+            "redfish_system_id": self.emulator.system_path(system.uuid),
+        }
+        if self.users:
+            user, password = next(iter(self.users.items()))
+            info.update(redfish_username=user, redfish_password=password)
+        return {**info, **extra}
+
+    def get(self, path: str) -> dict[str, Any]:
+        """A raw GET on the emulator (with the BMC's credentials), bypassing sushy."""
+        request = urllib.request.Request(f"{self.address}{path}")
+        if self.users:
+            user, password = next(iter(self.users.items()))
+            token = b64encode(f"{user}:{password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            body: dict[str, Any] = json.loads(answer.read())
+        return body
+
+    def system(self, system: FakeSystem, sub: str = "") -> dict[str, Any]:
+        return self.get(self.emulator.system_path(system.uuid) + sub)
+
+
+def start_bmc(
+    workdir: Path,
+    count: int = 8,
+    *,
+    users: dict[str, str] | None = None,
+    power_delay: tuple[int, int] = (0, 0),
+    systems: list[FakeSystem] | None = None,
+) -> Iterator[Bmc]:
+    """An emulator with ``count`` fresh fake systems; stopped (and clients forgotten) after."""
+    chosen = systems or [fake_system(disks_gib=(100,) if i % 2 else ()) for i in range(count)]
+    emulator = EmulatorProcess(workdir, free_port(), chosen, users=users, power_delay=power_delay)
+    emulator.start()
+    try:
+        yield Bmc(emulator, users)
+    finally:
+        emulator.stop()
+        CONNECTIONS.clear()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def serve_directory(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` on 127.0.0.1 (the emulator downloads images); yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def redfish_hardware() -> HardwareType:
+    """The ``redfish`` hardware type: the shipped one if the catalog has it, else one for tests.
+
+    Families without a redfish implementation use fake-hardware's.
+    """
+    shipped = catalog.HARDWARE_TYPES.get("redfish")
+    if shipped is not None:
+        return shipped
+    return HardwareType(
+        name="redfish",
+        supported={
+            **FAKE_HARDWARE.supported,
+            "power": (RedfishPower,),
+            "management": (RedfishManagement,),
+            "boot": (RedfishVirtualMediaBoot, *FAKE_HARDWARE.supported["boot"]),
+            "inspect": (RedfishInspect, *FAKE_HARDWARE.supported["inspect"]),
+            "bios": (RedfishBios, *FAKE_HARDWARE.supported["bios"]),
+        },
+    )
+
+
+def start_redfish_stack(settings: Settings) -> Stack:
+    """Like ``start_stack``, with ``redfish`` enabled beside ``fake-hardware``."""
+    db = Database(settings.database.url)
+    db.upgrade()
+    registry = DriverRegistry([FAKE_HARDWARE, redfish_hardware()])
+    conductor = build_conductor(settings, db, registry)
+    conductor.start()
+    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
+    client = TestClient(app, raise_server_exceptions=True)
+    return Stack(settings, db, conductor, app, client)
