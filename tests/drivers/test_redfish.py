@@ -6,8 +6,12 @@ Each test gets its own fake system of a module-wide emulator; BMC failures
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -556,6 +560,35 @@ def test_api_boot_device_on_fake_hardware(stack: Stack) -> None:
     assert get_node(stack.client, node["uuid"])["driver_internal_info"]["fake_boot_device"] == (
         "disk"
     )
+
+
+def test_emulator_passes_the_stock_external_notification_through(tmp_path: Path) -> None:
+    received: list[dict[str, Any]] = []
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            length = int(self.headers["Content-Length"])
+            received.append(json.loads(self.rfile.read(length)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/notify"
+    system = replace(fake_system(), external_notifier=True)
+    try:
+        for notifying in start_bmc(tmp_path, systems=[system], notification_url=url):
+            POWER.set_power_state(Task(notifying.driver_info(system)), POWER_ON)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert received, "the emulator sent no notification"
+    assert received[-1]["uuid"] == system.uuid
+    assert received[-1]["power_state"] == "On"
 
 
 def test_fake_system_helper_gives_unique_systems() -> None:

@@ -106,10 +106,18 @@ def start_bmc(
     users: dict[str, str] | None = None,
     power_delay: tuple[int, int] = (0, 0),
     systems: list[FakeSystem] | None = None,
+    notification_url: str | None = None,
 ) -> Iterator[Bmc]:
     """An emulator with ``count`` fresh fake systems; stopped (and clients forgotten) after."""
     chosen = systems or [fake_system(disks_gib=(100,) if i % 2 else ()) for i in range(count)]
-    emulator = EmulatorProcess(workdir, free_port(), chosen, users=users, power_delay=power_delay)
+    emulator = EmulatorProcess(
+        workdir,
+        free_port(),
+        chosen,
+        users=users,
+        power_delay=power_delay,
+        notification_url=notification_url,
+    )
     emulator.start()
     try:
         yield Bmc(emulator, users)

@@ -51,14 +51,17 @@ def _state_name(value: Any) -> str:
 
 
 def _reset_for(target: str, current: Any) -> Any | None:
-    """The ResetType that moves a system in ``current`` to ``target``; None: already there."""
+    """The ResetType that moves a system in ``current`` to ``target``.
+
+    None: the system is there or already on its way (only the wait is left).
+    """
     is_off = current in (sushy.PowerState.OFF, sushy.PowerState.POWERING_OFF)
     if target == POWER_ON:
-        return None if current == sushy.PowerState.ON else sushy.ResetType.ON
+        return None if _REPORTED.get(current) == POWER_ON else sushy.ResetType.ON
     if target == POWER_OFF:
-        return None if current == sushy.PowerState.OFF else sushy.ResetType.FORCE_OFF
+        return None if is_off else sushy.ResetType.FORCE_OFF
     if target == SOFT_POWER_OFF:
-        return None if current == sushy.PowerState.OFF else sushy.ResetType.GRACEFUL_SHUTDOWN
+        return None if is_off else sushy.ResetType.GRACEFUL_SHUTDOWN
     if target == REBOOT:
         return sushy.ResetType.ON if is_off else sushy.ResetType.FORCE_RESTART
     if target == SOFT_REBOOT:
@@ -112,8 +115,10 @@ class RedfishPower(PowerInterface):
         with connection.system(task, target) as system:
             reset = _reset_for(target, system.power_state)
             if reset is None:
-                return
-            system.reset_system(reset)
-            wait_for_power(
-                task, system, wanted, timeout or DEFAULT_TIMEOUT, f"{_state_name(reset)}"
-            )
+                if system.power_state == _FINAL[wanted]:
+                    return
+                doing = f"a transition already under way ({_state_name(system.power_state)})"
+            else:
+                system.reset_system(reset)
+                doing = _state_name(reset)
+            wait_for_power(task, system, wanted, timeout or DEFAULT_TIMEOUT, doing)
