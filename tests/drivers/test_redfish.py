@@ -157,7 +157,7 @@ def test_properties_describe_the_keys() -> None:
     with pytest.raises(DriverError, match="missing driver_info: redfish_deploy_iso"):
         BOOT.validate(Task({"redfish_address": "http://b"}))
     with pytest.raises(DriverError, match="redfish_deploy_iso must be an http"):
-        BOOT.validate(Task({"redfish_address": "http://b", "redfish_deploy_iso": "/tmp/x.iso"}))
+        BOOT.validate(Task({"redfish_address": "http://b", "redfish_deploy_iso": "images/x.iso"}))
 
 
 # -- power ---------------------------------------------------------------------
