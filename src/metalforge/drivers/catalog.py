@@ -1,12 +1,51 @@
 """Every hardware type metalforge ships, by name.
 
 A conductor enables some of them (``conductor.enabled_hardware_types``);
-the registry built from that list is what flows and the API use.
+the registry built from that list is what flows and the API use. Real
+hardware types deploy and clean through ironic-python-agent (``direct``),
+boot it from the network (``pxe``) or, on Redfish, from virtual media.
 """
 
 from __future__ import annotations
 
+from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.base import Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
+from metalforge.drivers.pxe import PxeBoot
+from metalforge.drivers.redfish.bios import RedfishBios
+from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
+from metalforge.drivers.redfish.inspect import RedfishInspect
+from metalforge.drivers.redfish.management import RedfishManagement
+from metalforge.drivers.redfish.power import RedfishPower
 
-HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE,)}
+
+def _none(family: str) -> tuple[type[Interface], ...]:
+    return (noop_interface(family, f"no-{family}"),)
+
+
+_COMMON: dict[str, tuple[type[Interface], ...]] = {
+    "deploy": (AgentDeploy,),
+    "raid": _none("raid"),
+    "rescue": _none("rescue"),
+    "console": _none("console"),
+    "network": (noop_interface("network", "noop"),),
+    "storage": (noop_interface("storage", "noop"),),
+    "vendor": _none("vendor"),
+    "firmware": _none("firmware"),
+}
+"""Families real hardware types share: the agent deploys; the rest is not offered yet."""
+
+REDFISH = HardwareType(
+    name="redfish",
+    supported={
+        **_COMMON,
+        "power": (RedfishPower,),
+        "management": (RedfishManagement,),
+        "boot": (PxeBoot, RedfishVirtualMediaBoot),
+        "inspect": (RedfishInspect, *_none("inspect")),
+        "bios": (RedfishBios, *_none("bios")),
+    },
+)
+
+HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE, REDFISH)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sushy import exceptions as sushy_errors  # type: ignore[import-untyped]
+from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import BiosInterface, DriverTask, StepFailed
 from metalforge.drivers.redfish import connection

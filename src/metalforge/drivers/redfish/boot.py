@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-import sushy  # type: ignore[import-untyped]
+import sushy
 
 from metalforge.drivers.base import BootInterface, DriverError, DriverTask
 from metalforge.drivers.redfish import connection, management

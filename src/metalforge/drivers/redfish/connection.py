@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import sushy  # type: ignore[import-untyped]
+import sushy
 from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import DriverError, DriverTask

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import sushy  # type: ignore[import-untyped]
+import sushy
 from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import DriverTask, InspectInterface, StepOutcome

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import sushy  # type: ignore[import-untyped]
+import sushy
 
 from metalforge.drivers.base import DriverError, DriverTask, ManagementInterface
 from metalforge.drivers.redfish import connection

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import sushy  # type: ignore[import-untyped]
+import sushy
 
 from metalforge.drivers.base import (
     POWER_OFF,
