@@ -13,6 +13,7 @@ from metalforge.cli import build_api, build_conductor, build_registry, listening
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
+from metalforge.drivers.hardware import DriverRegistry
 from tests.support.postgres import free_port
 
 FAST_CONDUCTOR = {
@@ -33,6 +34,9 @@ def test_settings(db_url: str, **conductor: Any) -> Settings:
     )
 
 
+test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
 @dataclass
 class Stack:
     settings: Settings
@@ -47,10 +51,12 @@ class Stack:
         self.db.dispose()
 
 
-def start_stack(settings: Settings, *, start_conductor: bool = True) -> Stack:
+def start_stack(
+    settings: Settings, *, start_conductor: bool = True, registry: DriverRegistry | None = None
+) -> Stack:
     db = Database(settings.database.url)
     db.upgrade()
-    registry = build_registry(settings)
+    registry = registry or build_registry(settings)
     conductor = build_conductor(settings, db, registry)
     if start_conductor:
         conductor.start()
