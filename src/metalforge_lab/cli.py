@@ -1,0 +1,129 @@
+"""``metalforge-lab``: run the virtual lab in the foreground (``up``) and take it down (``down``).
+
+``up`` keeps running: it is the process that turns the emulator's
+notifications into agent starts and stops. It prints the nodes as JSON once
+everything is ready (and writes the same into ``STATE_DIR/lab.json``), so a
+script can start it in the background and enrol the nodes in metalforge.
+SIGTERM or SIGINT takes the lab down. ``down`` sends that SIGTERM, and then
+removes whatever a lab killed without a chance to clean up left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, clean_up
+
+
+def _delay(value: str) -> tuple[int, int]:
+    low, _, high = value.partition(",")
+    return int(low), int(high or low)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metalforge-lab", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start the lab and keep it running until SIGTERM")
+    up.add_argument("--nodes", type=int, default=2)
+    up.add_argument(
+        "--api-url",
+        required=True,
+        help="metalforge's agents' endpoint as the agent reaches it, e.g. http://10.251.0.1:6385",
+    )
+    up.add_argument("--state-dir", type=Path, required=True)
+    up.add_argument("--bridge", default="mflab0", help="host bridge name (default mflab0)")
+    up.add_argument("--subnet", default="10.251.0.0/24", help="bridge subnet (default %(default)s)")
+    up.add_argument("--disks", type=int, default=1, help="loop disks per node")
+    up.add_argument("--disk-size-mib", type=int, default=64)
+    up.add_argument("--emulator-port", type=int, default=0, help="Redfish port (0: any free one)")
+    up.add_argument("--power-delay", type=_delay, default=(0, 0), help="LO,HI seconds")
+    up.add_argument(
+        "--kernel-param",
+        action="append",
+        default=[],
+        help="extra ipa-* parameter for the agents' kernel command line (repeatable)",
+    )
+    down = commands.add_parser("down", help="stop a running lab and remove what it left")
+    down.add_argument("--state-dir", type=Path, required=True)
+    down.add_argument("--timeout", type=float, default=30.0)
+    return parser
+
+
+def _up(args: argparse.Namespace) -> int:
+    lab = Lab(
+        LabConfig(
+            nodes=args.nodes,
+            api_url=args.api_url,
+            state_dir=args.state_dir,
+            bridge=args.bridge,
+            subnet=args.subnet,
+            disks_per_node=args.disks,
+            disk_size_mib=args.disk_size_mib,
+            emulator_port=args.emulator_port,
+            power_delay=args.power_delay,
+            extra_kernel_params=args.kernel_param,
+        )
+    )
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    lab.start()
+    try:
+        print(json.dumps(lab.describe(), indent=2), flush=True)
+        while not stopping.wait(1.0):
+            pass
+    finally:
+        lab.stop()
+    return 0
+
+
+def _is_lab_manager(pid: int) -> bool:
+    """Whether ``pid`` still is a lab manager: PIDs get reused after a crash."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"metalforge-lab" in cmdline or b"metalforge_lab" in cmdline
+
+
+def _down(args: argparse.Namespace) -> int:
+    state_file = args.state_dir / STATE_FILE
+    if not state_file.exists():
+        print(f"no lab state in {state_file}", file=sys.stderr)
+        return 1
+    state = json.loads(state_file.read_text())
+    pid = int(state.get("pid") or 0)
+    if state.get("running") and pid and pid != os.getpid() and _is_lab_manager(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + args.timeout
+        while _is_lab_manager(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _is_lab_manager(pid):
+            os.kill(pid, signal.SIGKILL)
+    removed = clean_up(state_file)
+    for item in removed:
+        print(f"removed leftover {item}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sys.exit(_up(args) if args.command == "up" else _down(args))
+
+
+if __name__ == "__main__":
+    main()
