@@ -10,7 +10,10 @@ labs (two test runs) can live on one host side by side.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -107,12 +110,28 @@ class NodeNetwork:
             self.delete()
             raise
 
+    def processes(self) -> list[int]:
+        """PIDs of the processes inside the namespace (an agent and its helpers)."""
+        if self.namespace not in namespaces():
+            return []
+        return [int(pid) for pid in ip("netns", "pids", self.namespace).split()]
+
     def delete(self) -> None:
-        """Delete the namespace; its veth pair goes with it."""
+        """SIGKILL whatever still runs inside, then delete the namespace and its veth pair.
+
+        ``ip netns del`` only unmounts the name: a namespace with processes
+        in it would live on, unnamed and out of reach.
+        """
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if self.namespace in namespaces():
             ip("netns", "del", self.namespace)
+        # The veth usually goes with the namespace, a moment later: either outcome is fine.
         if exists(self.host_veth):
-            ip("link", "del", self.host_veth)
+            ip("link", "del", self.host_veth, check=False)
+            if exists(self.host_veth):
+                raise NetworkError(f"could not delete {self.host_veth}")
 
 
 def exists(interface: str) -> bool:
