@@ -40,6 +40,8 @@ IPA_PYTHON_ENV = "METALFORGE_IPA_PYTHON"
 """Overrides where the agent's virtualenv's Python is."""
 DISKS_ENV = "METALFORGE_LAB_DISKS"
 SERIALS_ENV = "METALFORGE_LAB_DISK_SERIALS"
+_REAP_GRACE = 5.0
+"""Seconds ``unshare`` gets to reap the killed agent and exit by itself."""
 
 _SCRIPT = """set -e
 mount -t tmpfs -o mode=0755,size=1m mflab-dev /dev
@@ -205,9 +207,14 @@ class AgentProcess:
             for child in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(child), signal.SIGKILL)
-            # unshare's --kill-child covers a child forked after the read above.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
+            # unshare reaps the agent and exits; killed first, it would leave the
+            # agent a zombie that this host's PID 1 never reaps.
+            try:
+                process.wait(_REAP_GRACE if children else 0)
+            except subprocess.TimeoutExpired:
+                # --kill-child takes down a child forked after the read above.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:

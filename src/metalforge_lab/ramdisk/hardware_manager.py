@@ -89,7 +89,7 @@ def _record(device: str, serial: str, method: str, started: float) -> dict[str, 
     }
 
 
-class LabHardwareManager(hardware.HardwareManager):
+class MetalforgeLabHardwareManager(hardware.HardwareManager):
     """Loop devices as disks, the network namespace's interfaces as NICs."""
 
     HARDWARE_MANAGER_NAME = NAME
@@ -283,11 +283,19 @@ class LabHardwareManager(hardware.HardwareManager):
         return command.wait()
 
 
-def install() -> LabHardwareManager:
-    """Make this manager the agent's only one; call before the agent runs."""
-    manager = LabHardwareManager()
+def install() -> MetalforgeLabHardwareManager:
+    """Make this manager the agent's only one; call before the agent runs.
+
+    The agent keys steps and versions by the manager's class name, so the
+    entry's name must be exactly that.
+    """
+    manager = MetalforgeLabHardwareManager()
     hardware._global_managers = [
-        {"name": NAME, "manager": manager, "support": manager.evaluate_hardware_support()}
+        {
+            "name": type(manager).__name__,
+            "manager": manager,
+            "support": manager.evaluate_hardware_support(),
+        }
     ]
     LOG.info("Lab hardware manager installed with disks %s", [p for p, _ in manager.disks])
     return manager
