@@ -142,3 +142,22 @@ def exists(interface: str) -> bool:
 def namespaces() -> set[str]:
     """Names of the host's network namespaces."""
     return {line.split()[0] for line in ip("netns", "list").splitlines() if line.strip()}
+
+
+def free_subnet(pool: str = "10.251.0.0/16", prefixlen: int = 24, seed: int = 0) -> str:
+    """A subnet of ``pool`` that no host interface's address falls in.
+
+    Concurrent labs (parallel test runs) each take one; ``seed`` (a PID, say)
+    spreads their first guesses apart. The subnet is only free when asked:
+    ``Bridge.create`` checks again.
+    """
+    used = [
+        ipaddress.IPv4Interface(line.split()[3]).network
+        for line in ip("-o", "-4", "addr", "show").splitlines()
+    ]
+    candidates = list(ipaddress.IPv4Network(pool).subnets(new_prefix=prefixlen))[1:]
+    for offset in range(len(candidates)):
+        candidate = candidates[(seed + offset) % len(candidates)]
+        if not any(candidate.overlaps(network) for network in used):
+            return str(candidate)
+    raise NetworkError(f"no free /{prefixlen} left in {pool}")

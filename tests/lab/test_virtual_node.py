@@ -34,7 +34,7 @@ from sqlalchemy import text
 from metalforge.states import CLEAN_WAIT
 from metalforge_lab import loopdev, namespaces
 from metalforge_lab.agent_runner import default_ipa_python
-from metalforge_lab.lab import AGENT, INSTANCE, OFF, Lab, LabConfig, VirtualNode
+from metalforge_lab.lab import AGENT, INSTANCE, NO_BOOT_DEVICE, OFF, Lab, LabConfig, VirtualNode
 from tests.support.api import LATEST, create_node
 from tests.support.postgres import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
@@ -67,22 +67,8 @@ def _requirements() -> None:
     pytest.skip(reason)
 
 
-def _free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.251.0.0/16 that no host interface uses, so parallel runs do not collide."""
-    used = [
-        ipaddress.IPv4Interface(line.split()[3]).network
-        for line in namespaces.ip("-o", "-4", "addr", "show").splitlines()
-    ]
-    start = os.getpid() % 200
-    for offset in range(250):
-        candidate = ipaddress.IPv4Network(f"10.251.{(start + offset) % 250 + 2}.0/24")
-        if not any(candidate.overlaps(network) for network in used):
-            return candidate
-    raise RuntimeError("no free /24 left in 10.251.0.0/16")
-
-
 def _lab_config(state_dir: Path, tag: str, nodes: int, api_url: str | None = None) -> LabConfig:
-    subnet = _free_subnet()
+    subnet = ipaddress.IPv4Network(namespaces.free_subnet(seed=os.getpid()))
     bridge_ip = subnet.network_address + 1
     return LabConfig(
         nodes=nodes,
@@ -418,6 +404,35 @@ def test_disk_boot_starts_no_agent(env: Environment) -> None:
     assert state["nodes"][1]["status"] == INSTANCE
     _reset(node, "ForceOff")
     env.lab.wait_for(lambda: node.status == OFF, 10, "power-off")
+
+
+def test_virtual_media_boot_starts_the_agent_only_with_media(
+    env: Environment, tmp_path: Path
+) -> None:
+    node = env.lab.nodes[1]
+    assert node.agent is not None
+    _set_boot(node, "Cd")
+    _reset(node, "On")
+    env.lab.wait_for(lambda: node.status == NO_BOOT_DEVICE, 10, "boot without media")
+    assert not node.agent.running
+
+    (tmp_path / "ramdisk.iso").write_bytes(b"lab ramdisk")
+    with _image_server(tmp_path, "127.0.0.1") as base:
+        inserted = _redfish(
+            "POST",
+            node,
+            "/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia",
+            {"Image": f"{base}/ramdisk.iso", "Inserted": True, "WriteProtected": True},
+        )
+    assert inserted == 204
+    starts = node.agent_starts
+    _reset(node, "ForceRestart")
+    env.lab.wait_for(lambda: node.agent_starts == starts + 1, 10, "boot from virtual media")
+    assert node.status == AGENT
+    _wait(node.agent.agent_pid, 10, "agent fork")
+    _reset(node, "ForceOff")
+    env.lab.wait_for(lambda: node.status == OFF, 10, "power-off")
+    assert node.network.processes() == []
 
 
 def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
