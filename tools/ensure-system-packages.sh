@@ -7,7 +7,7 @@ set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
-  want+=(postgresql ipmitool gdisk iproute2 util-linux)
+  want+=(postgresql ipmitool gdisk parted iproute2 util-linux)
 fi
 
 missing=()

@@ -10,20 +10,14 @@ real steps on the node's loop disks.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import ipaddress
 import json
 import os
-import shutil
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,54 +27,24 @@ from sqlalchemy import text
 
 from metalforge.states import CLEAN_WAIT
 from metalforge_lab import loopdev, namespaces
-from metalforge_lab.agent_runner import default_ipa_python
-from metalforge_lab.lab import AGENT, INSTANCE, NO_BOOT_DEVICE, OFF, Lab, LabConfig, VirtualNode
+from metalforge_lab.lab import AGENT, INSTANCE, NO_BOOT_DEVICE, OFF, Lab, VirtualNode
 from tests.support.api import LATEST, create_node
-from tests.support.postgres import free_port
+from tests.support.lab import (
+    MIB,
+    image_server,
+    lab_config,
+    nonzero_bytes,
+    partition_table,
+    require_lab,
+)
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 pytestmark = pytest.mark.slow
 
-IN_CI = bool(os.environ.get("CI"))
-TOOLS = ("ip", "unshare", "losetup", "sgdisk", "parted", "wipefs", "shred", "blkid")
-MIB = 1 << 20
-
-
-def _missing_requirements() -> str | None:
-    if os.geteuid() != 0:
-        return "virtual nodes need root (network namespaces, loop devices, mounts)"
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if missing:
-        return f"missing tools: {', '.join(missing)} (make system-packages)"
-    if not os.access(default_ipa_python(), os.X_OK):
-        return f"no agent virtualenv at {default_ipa_python()} (make .ipa-venv/.installed-stamp)"
-    return None
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _requirements() -> None:
-    reason = _missing_requirements()
-    if reason is None:
-        return
-    if IN_CI:
-        pytest.fail(f"CI must run the virtual lab: {reason}")
-    pytest.skip(reason)
-
-
-def _lab_config(state_dir: Path, tag: str, nodes: int, api_url: str | None = None) -> LabConfig:
-    subnet = ipaddress.IPv4Network(namespaces.free_subnet(seed=os.getpid()))
-    bridge_ip = subnet.network_address + 1
-    return LabConfig(
-        nodes=nodes,
-        api_url=api_url or f"http://{bridge_ip}:{free_port()}",
-        state_dir=state_dir,
-        bridge=f"mf{tag}{os.getpid() % 100000}",
-        subnet=str(subnet),
-        disks_per_node=2,
-        disk_size_mib=32,
-        # A wrong checksum should fail at once, not after nine downloads.
-        extra_kernel_params=("ipa-image-download-connection-retries=0",),
-    )
+    require_lab()
 
 
 @dataclass
@@ -93,7 +57,7 @@ class Environment:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     workdir = tmp_path_factory.mktemp("lab")
-    config = _lab_config(workdir / "lab", "t", nodes=3)
+    config = lab_config(workdir / "lab", "t", nodes=3)
     lab = Lab(config)
     lab.start()
     agent_port = int(config.api_url.rsplit(":", 1)[1])
@@ -202,41 +166,6 @@ def _wait(condition: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} did not happen within {timeout} s")
 
 
-@contextlib.contextmanager
-def _image_server(directory: Path, host: str) -> Iterator[str]:
-    """Serve ``directory`` on the bridge, where the agent can download from."""
-    handler = partial(_QuietHandler, directory=str(directory))
-    server = ThreadingHTTPServer((host, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{host}:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def _partition_table(device: str) -> str:
-    done = subprocess.run(
-        ["blkid", "-p", "-o", "value", "-s", "PTTYPE", device], capture_output=True, text=True
-    )
-    return done.stdout.strip()
-
-
-def _nonzero_bytes(path: Path) -> int:
-    count = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(4 * MIB):
-            count += len(chunk) - chunk.count(0)
-    return count
-
-
 # -- tests --------------------------------------------------------------------
 def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
     env: Environment, tmp_path: Path
@@ -269,6 +198,7 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
     assert [(s["step"], s["priority"], s["abortable"]) for s in manager_steps] == [
         ("erase_devices_metadata", 99, True),
         ("erase_devices", 10, True),
+        ("burnin_disks", 0, True),
     ]
     version = steps["command_result"]["hardware_manager_version"]
     assert version == {"MetalforgeLabHardwareManager": "1.0"}
@@ -279,7 +209,7 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
         with disk.backing_file.open("r+b") as handle:
             handle.seek(10 * MIB)
             handle.write(b"\xa5" * MIB)
-        assert _partition_table(disk.device) == "gpt"
+        assert partition_table(disk.device) == "gpt"
 
     def clean(step: str) -> dict[str, Any]:
         done = client.command(
@@ -302,15 +232,15 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
     assert all(isinstance(r["duration"], float) for r in records)
     assert erased["command_result"]["clean_step"]["step"] == "erase_devices_metadata"
     for disk in node.disks:
-        assert _partition_table(disk.device) == ""
-        assert _nonzero_bytes(disk.backing_file) > 0, "metadata erasure leaves the data"
+        assert partition_table(disk.device) == ""
+        assert nonzero_bytes(disk.backing_file) > 0, "metadata erasure leaves the data"
 
     zeroed = clean("erase_devices")["command_result"]["clean_result"]
     assert [(r["device"], r["method"], r["result"]) for r in zeroed] == [
         (d.device, "zero-overwrite", "erased") for d in node.disks
     ]
     for disk in node.disks:
-        assert _nonzero_bytes(disk.backing_file) == 0
+        assert nonzero_bytes(disk.backing_file) == 0
 
     deploy_steps = client.command("deploy.get_deploy_steps", {"node": node_body, "ports": []})
     listed = deploy_steps["command_result"]["deploy_steps"]["MetalforgeLabHardwareManager"]
@@ -347,7 +277,7 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
             },
         )
 
-    with _image_server(image.parent, env.lab.bridge.address) as base:
+    with image_server(image.parent, env.lab.bridge.address) as base:
         refused = write_image("0" * 64)
         assert refused["command_status"] == "FAILED"
         assert "ImageChecksumError" in json.dumps(refused["command_error"])
@@ -359,8 +289,8 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
     with node.disks[0].backing_file.open("rb") as root:
         root.seek(2 * MIB)
         assert root.read(MIB) == content[2 * MIB : 3 * MIB]
-    assert _partition_table(node.disks[0].device) == "gpt"
-    assert _nonzero_bytes(node.disks[1].backing_file) == 0, "only the root disk is written"
+    assert partition_table(node.disks[0].device) == "gpt"
+    assert nonzero_bytes(node.disks[1].backing_file) == 0, "only the root disk is written"
 
 
 def test_power_off_and_restart_kill_the_agent_and_keep_the_node(env: Environment) -> None:
@@ -417,7 +347,7 @@ def test_virtual_media_boot_starts_the_agent_only_with_media(
     assert not node.agent.running
 
     (tmp_path / "ramdisk.iso").write_bytes(b"lab ramdisk")
-    with _image_server(tmp_path, "127.0.0.1") as base:
+    with image_server(tmp_path, "127.0.0.1") as base:
         inserted = _redfish(
             "POST",
             node,
@@ -436,7 +366,7 @@ def test_virtual_media_boot_starts_the_agent_only_with_media(
 
 
 def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
-    lab = Lab(_lab_config(tmp_path / "lab", "d", nodes=1))
+    lab = Lab(lab_config(tmp_path / "lab", "d", nodes=1))
     started = time.monotonic()
     with lab:
         node = lab.nodes[0]

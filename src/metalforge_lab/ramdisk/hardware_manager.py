@@ -205,6 +205,16 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
                 "reboot_requested": False,
                 "abortable": True,
             },
+            {
+                "step": "burnin_disks",
+                "priority": 0,
+                "interface": "deploy",
+                "reboot_requested": False,
+                "abortable": True,
+                "argsinfo": {
+                    "seconds": {"description": "How long to read the disks.", "required": False}
+                },
+            },
         ]
 
     def get_deploy_steps(self, node, ports):
@@ -270,6 +280,23 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
                 raise errors.BlockDeviceEraseError(f"Failed to overwrite {device.name} with zeros")
             records.append(_record(device.name, device.serial, "zero-overwrite", started))
         return records
+
+    def burnin_disks(self, node, ports, seconds=10):
+        """Read every loop disk over and over for ``seconds``: a long-running, abortable step.
+
+        Real burn-in (IPA's fio-based steps) takes hours; this one exists so
+        the lab can show what happens to a long step when the agent dies.
+        """
+        deadline = time.monotonic() + float(seconds)
+        rounds = 0
+        while time.monotonic() < deadline:
+            for path, _serial in self.disks:
+                with open(path, "rb") as disk:
+                    while disk.read(1 << 20) and time.monotonic() < deadline:
+                        pass
+            rounds += 1
+            time.sleep(0.05)
+        return {"rounds": rounds}
 
     def write_image(self, node, ports, image_info, configdrive=None):
         """Download and write the image onto the root loop disk through the standby extension.
