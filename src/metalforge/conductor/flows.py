@@ -111,7 +111,7 @@ def _check_cleaning_prepared(task: NodeTask) -> None:
             return
         stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
         return
-    info = dict(info)
+    info = dict(task.node.driver_internal_info)  # the interface may have changed it
     info.pop("clean_preparing_since", None)
     info["clean_prepared"] = True
     task.node.driver_internal_info = info

@@ -69,7 +69,9 @@ class CommandResult:
     def error_message(self) -> str:
         error = self.error
         if isinstance(error, dict):
-            return str(error.get("message") or error.get("details") or error)
+            # IPA: a generic ``message`` ("Deploy step failed") and the real cause in ``details``.
+            parts = [str(error[key]) for key in ("message", "details") if error.get(key)]
+            return ": ".join(parts) if parts else str(error)
         return str(error)
 
 

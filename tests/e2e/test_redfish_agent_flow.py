@@ -1,0 +1,254 @@
+"""The whole flow on virtual nodes: the real CLI, the Redfish emulator, the real agent.
+
+Two virtual nodes (a sushy-emulator system each, whose power-on boots the
+real ironic-python-agent in namespaces on two loop disks) are enrolled with
+the ``redfish`` hardware type and driven through the ``baremetal`` CLI, as
+an operator would:
+
+* manage; provide: automated cleaning by the agent wipes the disks (the bytes
+  are checked) and leaves erasure records on the node;
+* deploy an image served over HTTP: the agent verifies its checksum and the
+  root disk holds it; the node then boots from disk;
+* undeploy: cleaned again;
+* a manual clean;
+* the agent killed in the middle of a long clean step: the clean fails after
+  the heartbeat timeout, naming the step and the last heartbeat.
+
+The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAGEABLE
+from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
+from tests.clients.conftest import BAREMETAL, BaremetalCli
+from tests.support.api import LATEST, get_node
+from tests.support.lab import MIB, agent_port, image_server, lab_config, nonzero_bytes, require_lab
+from tests.support.stack import LiveServer, Stack, start_stack, test_settings
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_TIMEOUT = 6
+"""Seconds: the agent heartbeats every 1.8-3.6 s, and a dead one is noticed after 6."""
+
+
+@dataclass
+class Environment:
+    lab: Lab
+    stack: Stack
+    cli: BaremetalCli
+    images: str
+    image_dir: Path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
+    require_lab()
+    if not BAREMETAL.exists():
+        pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
+    workdir = tmp_path_factory.mktemp("e2e")
+    config = lab_config(workdir / "lab", "e", nodes=2)
+    image_dir = workdir / "images"
+    image_dir.mkdir()
+    with Lab(config) as lab:
+        settings = test_settings(
+            f"sqlite:///{workdir}/metalforge.sqlite",
+            enabled_hardware_types=["fake-hardware", "redfish"],
+            agent_heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        )
+        settings.api.agent_host = lab.bridge.address
+        settings.api.agent_port = agent_port(config)
+        stack = start_stack(settings)
+        server = LiveServer(stack)
+        server.start()
+        try:
+            with image_server(image_dir, lab.bridge.address) as images:
+                yield Environment(lab, stack, BaremetalCli(server.url), images, image_dir)
+        finally:
+            server.stop()
+            stack.stop()
+        assert not lab.errors, lab.errors
+
+
+def _wait_state(env: Environment, name: str, wanted: str, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    node: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        node = get_node(env.stack.client, name)
+        settled = node["target_provision_state"] is None or wanted == CLEAN_FAILED
+        if node["provision_state"] == wanted and settled:
+            return node
+        if node["provision_state"] in (CLEAN_FAILED, "deploy failed") and wanted != CLEAN_FAILED:
+            break
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{name} is {node.get('provision_state')} (wanted {wanted}); last_error: "
+        f"{node.get('last_error')}; history: {_history(env, name)[-6:]}"
+    )
+
+
+def _history(env: Environment, name: str) -> list[str]:
+    response = env.stack.client.get(f"/v1/nodes/{name}/history?detail=true", headers=LATEST)
+    return [f"{e['severity']} {e['event']}" for e in response.json()["history"]]
+
+
+def _enroll(env: Environment, vnode: VirtualNode) -> None:
+    env.cli.run(
+        "node", "create", "--driver", "redfish", "--name", vnode.name,
+        "--driver-info", f"redfish_address={vnode.redfish_address}",
+        "--driver-info", f"redfish_system_id={vnode.redfish_system_id}",
+        "--driver-info", "redfish_username=admin",
+        "--driver-info", "redfish_password=password",
+        "--boot-interface", "pxe", "--deploy-interface", "direct",
+    )  # fmt: skip
+    env.cli.run("port", "create", vnode.mac, "--node", vnode.name)
+    env.cli.run("node", "manage", vnode.name)
+    _wait_state(env, vnode.name, MANAGEABLE)
+
+
+def _fill_disks(vnode: VirtualNode) -> None:
+    """Data and a partition table on every disk, so that erasing them shows."""
+    for disk in vnode.disks:
+        with disk.backing_file.open("r+b") as handle:
+            handle.write(os.urandom(disk.backing_file.stat().st_size))
+        subprocess.run(
+            ["sgdisk", "-o", "-n", "1:2048:0", disk.device], check=True, capture_output=True
+        )
+
+
+def _whole_disk_image(path: Path) -> slice:
+    """A 4 MiB whole-disk image: a GPT and one 2 MiB partition of random bytes.
+
+    The agent refuses to finish writing an image without a partition table.
+    Returns where the partition's bytes are.
+    """
+    path.write_bytes(bytes(4 * MIB))
+    subprocess.run(["sgdisk", "-n", "1:2048:6143", str(path)], check=True, capture_output=True)
+    with path.open("r+b") as handle:
+        handle.seek(MIB)
+        handle.write(os.urandom(2 * MIB))
+    return slice(MIB, 3 * MIB)
+
+
+def _records(env: Environment, name: str) -> list[dict[str, Any]]:
+    shown = env.cli.json("node", "show", name, "--fields", "driver_internal_info")
+    records: list[dict[str, Any]] = shown["driver_internal_info"].get("erasure_records", [])
+    return records
+
+
+def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
+    vnode = env.lab.nodes[0]
+    _enroll(env, vnode)
+    catalogue = env.stack.client.get(f"/v1/nodes/{vnode.name}/cleaning/steps", headers=LATEST)
+    assert catalogue.status_code == 202, "no agent has reported its steps yet"
+    assert "Retry-Request-After" in catalogue.headers
+
+    # provide: automated cleaning by the agent, on disks full of data.
+    _fill_disks(vnode)
+    env.cli.run("node", "provide", vnode.name)
+    node = _wait_state(env, vnode.name, AVAILABLE)
+    assert node["power_state"] == "power off", "cleaning ends with the ramdisk powered off"
+    for disk in vnode.disks:
+        assert nonzero_bytes(disk.backing_file) == 0, f"{disk.device} was not erased"
+    records = _records(env, vnode.name)
+    assert {(r["device"], r["step"]) for r in records} == {
+        (disk.device, step)
+        for disk in vnode.disks
+        for step in ("erase_devices_metadata", "erase_devices")
+    }
+    assert all(r["result"] == "erased" and r["serial"] for r in records), records
+    assert {r["serial"] for r in records} == {disk.serial for disk in vnode.disks}
+    assert sum("erasure" in line or "/dev/loop" in line for line in _history(env, vnode.name)) >= 4
+    steps = env.stack.client.get(f"/v1/nodes/{vnode.name}/cleaning/steps", headers=LATEST)
+    assert steps.status_code == 200
+    names = {(s["interface"], s["step"]) for s in steps.json()["steps"]}
+    assert {("deploy", "erase_devices"), ("deploy", "burnin_disks")} <= names
+
+    # deploy an image the agent downloads from the bridge and verifies.
+    image_file = env.image_dir / "disk.raw"
+    partition = _whole_disk_image(image_file)
+    image = image_file.read_bytes()
+    checksum = hashlib.sha256(image).hexdigest()
+    env.cli.run(
+        "node", "set", vnode.name,
+        "--instance-info", f"image_source={env.images}/disk.raw",
+        "--instance-info", f"image_checksum=sha256:{checksum}",
+    )  # fmt: skip
+    env.cli.run("node", "deploy", vnode.name)
+    node = _wait_state(env, vnode.name, ACTIVE)
+    assert node["power_state"] == "power on"
+    root = vnode.disks[0].backing_file
+    with root.open("rb") as handle:
+        handle.seek(partition.start)
+        written = handle.read(partition.stop - partition.start)
+    # The agent moves the image's backup GPT to the end of the bigger disk, which
+    # rewrites the GPT headers; the partition's bytes must be exactly the image's.
+    assert written == image[partition], "the root disk does not hold the image"
+    env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")
+    assert vnode.boot_device == "Hdd"
+
+    # undeploy: the agent cleans again.
+    env.cli.run("node", "undeploy", vnode.name)
+    _wait_state(env, vnode.name, AVAILABLE)
+    assert nonzero_bytes(root) == 0, "the deployed image survived cleaning"
+
+    # a manual clean of the metadata only.
+    env.cli.run("node", "manage", vnode.name)
+    _wait_state(env, vnode.name, MANAGEABLE)
+    _fill_disks(vnode)
+    env.cli.run(
+        "node", "clean", vnode.name, "--clean-steps",
+        json.dumps([{"interface": "deploy", "step": "erase_devices_metadata"}]),
+    )  # fmt: skip
+    _wait_state(env, vnode.name, MANAGEABLE)
+    records = _records(env, vnode.name)
+    assert {r["step"] for r in records} == {"erase_devices_metadata"}
+    for disk in vnode.disks:
+        with disk.backing_file.open("rb") as handle:
+            assert handle.read(34 * 512).count(0) == 34 * 512, "the GPT is still there"
+        assert nonzero_bytes(disk.backing_file) > 0, "a metadata erase keeps the data"
+
+
+def test_agent_killed_mid_clean_fails_after_the_heartbeat_timeout(env: Environment) -> None:
+    vnode = env.lab.nodes[1]
+    _enroll(env, vnode)
+    env.cli.run(
+        "node", "clean", vnode.name, "--clean-steps",
+        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 120}}]),
+    )  # fmt: skip
+
+    def burning() -> bool:
+        node = get_node(env.stack.client, vnode.name)
+        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
+            "burnin_disks"
+        )
+
+    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+    time.sleep(1)
+    assert vnode.agent is not None
+    pid = vnode.agent.agent_pid()
+    assert pid is not None
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    node = _wait_state(env, vnode.name, CLEAN_FAILED, timeout=HEARTBEAT_TIMEOUT + 60)
+    took = time.monotonic() - killed_at
+    assert took < HEARTBEAT_TIMEOUT + 30, f"the failure took {took:.0f} s"
+    error = node["last_error"]
+    assert "deploy.burnin_disks" in error, error
+    assert "no heartbeat from the ramdisk agent" in error, error
+    assert "last heartbeat at" in error, error
+    assert node["maintenance"] is True
+    assert node["clean_step"] == {}
