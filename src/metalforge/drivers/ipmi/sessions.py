@@ -1,0 +1,126 @@
+"""Opening, closing and waiting on pyghmi sessions without tripping over its process-wide state.
+
+Five things in pyghmi 1.6 need care when sessions come and go in a
+long-running, multi-threaded service:
+
+* While a session logs in, pyghmi records it by (host, user, password, port,
+  kg) so a concurrent login can join it. The record survives the login
+  (it is deleted with ``bytes`` keys but stored with ``str`` ones), and the
+  next ``Command`` to the same BMC joins the finished login and waits
+  forever. ``login`` deletes the record once it is finished.
+* Every logged-in session gets a keepalive, sent by whichever thread next
+  waits for any IPMI answer. A keepalive to a BMC that went away stalls that
+  unrelated caller for pyghmi's full timeout. Sessions here are used in
+  short bursts and closed after, so they get no keepalive.
+* An idle session is dropped by the BMC after its own timeout (often 60 s),
+  and BMCs have few session slots, so a session idle for longer than
+  ``MAX_IDLE`` is closed rather than reused.
+* A synchronous caller sleeps until pyghmi's I/O thread sees a packet or the
+  earliest retry deadline of *any* session passes. When another thread
+  handled the caller's last answer, nothing wakes it, and it sleeps up to a
+  second or more (long enough to miss a short ``ipmi_timeout``). While calls
+  are under way ``nudging`` wakes every waiter every ``NUDGE_INTERVAL`` so each
+  looks at its own session again.
+* Two module locks guard its session tables, and some paths take them in
+  opposite orders (sending takes the keepalive lock then the waiting lock,
+  timing out takes the waiting lock then, on a re-login, the keepalive one):
+  two threads can deadlock every IPMI call of the process for good. Both
+  names are bound here to one reentrant lock, which has no order to get wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyghmi.ipmi import command as pyghmi_command
+from pyghmi.ipmi.private import session as pyghmi_session
+
+MAX_IDLE = 10.0
+"""Seconds an open session may sit unused before it is closed instead of reused."""
+
+_TABLES_LOCK = threading.RLock()
+pyghmi_session.KEEPALIVE_SESSIONS = _TABLES_LOCK
+pyghmi_session.WAITING_SESSIONS = _TABLES_LOCK
+
+NUDGE_INTERVAL = 0.05
+"""Seconds between wake-ups of pyghmi's waiters while a call is under way."""
+
+_RECORDS_LOCK = threading.Lock()
+
+
+def forget_login(host: str, port: int, username: str, password: str, *, finished: bool) -> None:
+    """Remove pyghmi's record of a login to the BMC (only a finished one, or any)."""
+    key = (host, username, password, port, None)
+    with _RECORDS_LOCK:
+        entry = pyghmi_session.Session.initting_sessions.get(key)
+        if entry is not None and not (finished and getattr(entry, "logging", False)):
+            del pyghmi_session.Session.initting_sessions[key]
+
+
+def _without_keepalive(session: Any) -> None:
+    session.autokeepalive = False  # pyghmi closes, rather than keeps alive, an idle session
+    with pyghmi_session.util.protect(pyghmi_session.KEEPALIVE_SESSIONS):
+        pyghmi_session.Session.keepalive_sessions.pop(session, None)
+
+
+def login(host: str, port: int, username: str, password: str) -> Any:
+    """A new logged-in pyghmi ``Command``; raises pyghmi's exceptions."""
+    try:
+        command = pyghmi_command.Command(bmc=host, userid=username, password=password, port=port)
+    finally:
+        forget_login(host, port, username, password, finished=True)
+    _without_keepalive(command.ipmi_session)
+    return command
+
+
+def logout(command: Any) -> None:
+    """Close the session, ignoring a BMC that no longer answers (it was going away anyway)."""
+    with contextlib.suppress(Exception):
+        command.ipmi_session.logout()
+    _without_keepalive(command.ipmi_session)
+
+
+def _wake_waiters() -> None:
+    """What pyghmi itself does to interrupt its I/O thread: a one-byte packet to itself."""
+    sockets, myself = pyghmi_session.iosockets, pyghmi_session.myself
+    if sockets and myself is not None:
+        with contextlib.suppress(OSError):
+            sockets[0].sendto(b"\x01", (myself, sockets[0].getsockname()[1]))
+
+
+class _Nudger:
+    """A thread that wakes pyghmi's waiters periodically while any call is active."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self._cond:
+            self._active += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ipmi-nudge", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._active > 0)
+            _wake_waiters()
+            time.sleep(NUDGE_INTERVAL)
+
+
+nudging = _Nudger().active
+"""``with nudging():`` around pyghmi calls keeps their waiters from oversleeping."""

@@ -1,0 +1,106 @@
+"""A node's IPMI settings, read from ``driver_info`` with operator-readable errors.
+
+``driver_info`` arrives as JSON an operator typed, so numbers may be strings
+(``"623"``) as the Ironic client sends them; anything that is not a number,
+or is out of range, is refused naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metalforge.db.models import Node
+from metalforge.drivers.base import DriverError
+from metalforge.drivers.ipmi.client import (
+    DEFAULT_PORT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    BmcAddress,
+)
+
+DEFAULT_POWER_TIMEOUT = 60.0
+"""Seconds a power change may take when the request names none (Ironic's default too)."""
+BOOT_MODES = ("uefi", "bios")
+
+
+@dataclass(frozen=True)
+class IpmiSettings:
+    bmc: BmcAddress
+    retries: int
+    timeout: float
+    power_timeout: float
+    boot_mode: str
+
+
+def _number(info: Mapping[str, Any], key: str, default: float, *, minimum: float) -> float:
+    raw = info.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise DriverError(f"driver_info.{key} must be a number, not {raw!r}") from None
+    if value < minimum:
+        raise DriverError(f"driver_info.{key} must be at least {minimum:g}, not {raw!r}")
+    return value
+
+
+def _integer(info: Mapping[str, Any], key: str, default: int, *, minimum: int) -> int:
+    value = _number(info, key, default, minimum=minimum)
+    if value != int(value):
+        raise DriverError(f"driver_info.{key} must be a whole number, not {info[key]!r}")
+    return int(value)
+
+
+def _capability(properties: Mapping[str, Any], name: str) -> str | None:
+    """A value from ``properties.capabilities`` (``"k:v,k2:v2"`` as Ironic, or a mapping)."""
+    raw = properties.get("capabilities")
+    if isinstance(raw, Mapping):
+        value = raw.get(name)
+        return None if value is None else str(value)
+    if isinstance(raw, str):
+        for item in raw.split(","):
+            key, sep, value = item.partition(":")
+            if sep and key.strip() == name:
+                return value.strip()
+    return None
+
+
+def boot_mode(node: Node) -> str:
+    """``uefi`` or ``bios``: driver_info, then the node's field, then its capabilities."""
+    for source, value in (
+        ("driver_info.ipmi_boot_mode", node.driver_info.get("ipmi_boot_mode")),
+        ("boot_mode", node.boot_mode),
+        ("properties.capabilities boot_mode", _capability(node.properties, "boot_mode")),
+    ):
+        if value:
+            mode = str(value).lower()
+            if mode not in BOOT_MODES:
+                raise DriverError(f"{source} must be uefi or bios, not {value!r}")
+            return mode
+    return "uefi"
+
+
+def parse_settings(node: Node) -> IpmiSettings:
+    """The node's settings; ``DriverError`` naming the first key that is missing or wrong."""
+    info = node.driver_info
+    address = info.get("ipmi_address")
+    if not address or not isinstance(address, str):
+        raise DriverError("driver_info.ipmi_address is required by the ipmitool interfaces")
+    port = _integer(info, "ipmi_port", DEFAULT_PORT, minimum=1)
+    if port > 65535:
+        raise DriverError(f"driver_info.ipmi_port must be a UDP port, not {info['ipmi_port']!r}")
+    return IpmiSettings(
+        bmc=BmcAddress(
+            host=address,
+            port=port,
+            username=str(info.get("ipmi_username") or ""),
+            password=str(info.get("ipmi_password") or ""),
+        ),
+        retries=_integer(info, "ipmi_retries", DEFAULT_RETRIES, minimum=0),
+        timeout=_number(info, "ipmi_timeout", DEFAULT_TIMEOUT, minimum=0.1),
+        power_timeout=_number(info, "ipmi_power_timeout", DEFAULT_POWER_TIMEOUT, minimum=1),
+        boot_mode=boot_mode(node),
+    )

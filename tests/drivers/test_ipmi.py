@@ -1,0 +1,253 @@
+"""The ipmitool power and management interfaces against the IPMI simulator, checked by ipmitool."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metalforge.db.models import Node
+from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
+    SOFT_POWER_OFF,
+    SOFT_REBOOT,
+    DriverError,
+    ReadOnlyTask,
+)
+from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
+from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
+from metalforge_lab.ipmi_bmc import BmcProcess
+from tests.support.api import LATEST, create_node, get_node
+from tests.support.ipmi import (
+    driver_info,
+    free_udp_ports,
+    ipmitool,
+    power_status,
+    start_bmcs,
+    start_ipmi_stack,
+)
+from tests.support.stack import test_settings as settings_for
+
+pytestmark = pytest.mark.timeout(60)
+
+POWER = IpmiPower()
+MANAGEMENT = IpmiManagement()
+
+
+class Task(ReadOnlyTask):
+    """A driver task with a real sleep, on a node that is never saved."""
+
+    def __init__(self, **info: Any) -> None:
+        super().__init__(Node(driver="ipmi", driver_info=info, properties={}, boot_mode=None))
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@pytest.fixture
+def bmc(tmp_path: Path) -> Iterator[BmcProcess]:
+    """One simulated BMC whose power changes take 0.1 s, so the driver must wait."""
+    yield from start_bmcs(tmp_path, power_delay=0.1)
+
+
+def test_power_changes_wait_until_reached_and_ipmitool_agrees(bmc: BmcProcess) -> None:
+    port = bmc.ports[0]
+    task = Task(**driver_info(port))
+    assert POWER.get_power_state(task) == POWER_OFF
+
+    for target, expected in (
+        (POWER_ON, "on"),
+        (POWER_OFF, "off"),
+        (REBOOT, "on"),
+        (SOFT_REBOOT, "on"),
+        (SOFT_POWER_OFF, "off"),
+    ):
+        POWER.set_power_state(task, target)
+        assert power_status(port) == expected, target
+        assert POWER.get_power_state(task) == (POWER_ON if expected == "on" else POWER_OFF)
+
+
+def test_reboot_boots_the_node_again(bmc: BmcProcess) -> None:
+    """A one-time boot device is used up by the boot a reboot causes (not a no-op reset)."""
+    port = bmc.ports[0]
+    task = Task(**driver_info(port))
+    POWER.set_power_state(task, POWER_ON)
+    MANAGEMENT.set_boot_device(task, "pxe", persistent=False)
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": "pxe", "persistent": False}
+    POWER.set_power_state(task, REBOOT)
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": None, "persistent": None}
+
+
+def test_power_change_that_does_not_happen_in_time_names_target_and_state(
+    tmp_path: Path,
+) -> None:
+    for bmcs in start_bmcs(tmp_path, power_delay=30):
+        task = Task(**driver_info(bmcs.ports[0]))
+        started = time.monotonic()
+        with pytest.raises(DriverError, match=r"did not reach power on .*still reports power off"):
+            POWER.set_power_state(task, POWER_ON, timeout=1)
+        assert time.monotonic() - started < 3
+
+
+def test_persistent_boot_device_is_what_ipmitool_reads(bmc: BmcProcess) -> None:
+    port = bmc.ports[0]
+    task = Task(**driver_info(port))
+    MANAGEMENT.set_boot_device(task, "pxe", persistent=True)
+    shown = ipmitool(port, "chassis", "bootparam", "get", "5")
+    assert "Boot parameter data: e004000000" in shown
+    assert "Options apply to all future boots" in shown
+    assert "BIOS EFI boot" in shown
+    assert "Force PXE" in shown
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": "pxe", "persistent": True}
+
+    ipmitool(port, "power", "on")
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": "pxe", "persistent": True}
+
+
+def test_one_time_legacy_boot_device_is_used_up_by_the_next_boot(bmc: BmcProcess) -> None:
+    port = bmc.ports[0]
+    task = Task(**driver_info(port, ipmi_boot_mode="bios"))
+    MANAGEMENT.set_boot_device(task, "disk", persistent=False)
+    shown = ipmitool(port, "chassis", "bootparam", "get", "5")
+    assert "Boot parameter data: 8008000000" in shown
+    assert "Options apply to only next boot" in shown
+    assert "BIOS PC Compatible (legacy) boot" in shown
+    assert "Force Boot from default Hard-Drive" in shown
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": "disk", "persistent": False}
+
+    ipmitool(port, "power", "on")
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": None, "persistent": None}
+
+
+@pytest.mark.parametrize(
+    ("ipmitool_device", "device"),
+    [("cdrom", "cdrom"), ("bios", "bios"), ("disk", "disk"), ("pxe", "pxe")],
+)
+def test_boot_device_set_by_ipmitool_is_read_back(
+    bmc: BmcProcess, ipmitool_device: str, device: str
+) -> None:
+    port = bmc.ports[0]
+    ipmitool(port, "chassis", "bootdev", ipmitool_device, "options=persistent")
+    task = Task(**driver_info(port))
+    assert MANAGEMENT.get_boot_device(task) == {"boot_device": device, "persistent": True}
+
+
+def test_boot_mode_comes_from_capabilities_when_driver_info_has_none(bmc: BmcProcess) -> None:
+    port = bmc.ports[0]
+    task = Task(**driver_info(port))
+    task.node.properties = {"capabilities": "boot_mode:bios,secure_boot:false"}
+    MANAGEMENT.set_boot_device(task, "cdrom", persistent=True)
+    assert "Boot parameter data: c014000000" in ipmitool(port, "chassis", "bootparam", "get", "5")
+
+
+def test_wrong_password_is_refused_quickly_and_clearly(bmc: BmcProcess) -> None:
+    task = Task(**driver_info(bmc.ports[0], ipmi_password="wrong", ipmi_retries=3))
+    started = time.monotonic()
+    with pytest.raises(CredentialsRefused, match="refused the credentials of user 'admin'"):
+        POWER.get_power_state(task)
+    assert time.monotonic() - started < 1.5  # refused at once, not retried
+
+
+def test_unreachable_bmc_fails_within_the_configured_time() -> None:
+    port = free_udp_ports(1)  # nothing listens there
+    task = Task(**driver_info(port, ipmi_timeout=0.5, ipmi_retries=1))
+    started = time.monotonic()
+    with pytest.raises(NoAnswer) as raised:
+        POWER.set_power_state(task, POWER_ON)
+    elapsed = time.monotonic() - started
+    assert str(raised.value).startswith(
+        f"no answer from IPMI BMC at 127.0.0.1:{port} after 2 tries"
+    )
+    assert elapsed < 2.5, elapsed
+
+
+def test_bmc_that_comes_back_is_reached_again(tmp_path: Path) -> None:
+    """A session to a BMC that restarted is dropped and a new one logs in.
+
+    The first login after a restart can take pyghmi a retransmission (about
+    a second) while the abandoned sessions' packets still arrive, hence the
+    longer timeout once the BMC is back.
+    """
+    port = free_udp_ports(1)
+    patient = driver_info(port, ipmi_timeout=3, ipmi_retries=2)
+    with BmcProcess(port=port, power_on=True, log_path=tmp_path / "one.log"):
+        assert POWER.get_power_state(Task(**patient)) == POWER_ON
+    with pytest.raises(NoAnswer):
+        POWER.get_power_state(Task(**{**patient, "ipmi_timeout": 0.5, "ipmi_retries": 0}))
+    with BmcProcess(port=port, log_path=tmp_path / "two.log"):
+        assert POWER.get_power_state(Task(**patient)) == POWER_OFF
+    SESSIONS.forget()
+
+
+def test_many_threads_share_sessions_without_hanging(tmp_path: Path) -> None:
+    """Worker threads reading several BMCs at once (pyghmi hangs on a second session)."""
+    results: list[tuple[int, str]] = []
+    errors: list[BaseException] = []
+
+    def read(port: int) -> None:
+        try:
+            for _ in range(5):
+                results.append((port, POWER.get_power_state(Task(**driver_info(port)))))
+        except BaseException as exc:
+            errors.append(exc)
+
+    for bmcs in start_bmcs(tmp_path, count=3):
+        ipmitool(bmcs.ports[1], "power", "on")
+        threads = [threading.Thread(target=read, args=(p,)) for p in bmcs.ports * 3]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not errors
+        assert len(results) == 45
+        assert {state for port, state in results if port == bmcs.ports[1]} == {POWER_ON}
+        assert {state for port, state in results if port != bmcs.ports[1]} == {POWER_OFF}
+
+
+@pytest.mark.parametrize(
+    ("info", "message"),
+    [
+        ({}, "ipmi_address is required"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_port": "x"}, "ipmi_port must be a number"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_port": 70000}, "ipmi_port must be a UDP port"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_retries": 1.5}, "ipmi_retries must be a whole"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_timeout": 0}, "ipmi_timeout must be at least"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_boot_mode": "efi"}, "must be uefi or bios"),
+    ],
+)
+def test_validate_names_the_bad_key(info: dict[str, Any], message: str) -> None:
+    with pytest.raises(DriverError, match=message):
+        POWER.validate(Task(**info))
+    with pytest.raises(DriverError, match=message):
+        MANAGEMENT.validate(Task(**info))
+
+
+def test_power_on_with_a_wrong_password_ends_with_last_error(
+    bmc: BmcProcess, sqlite_url: str
+) -> None:
+    """Through the API: the request fails cleanly and no power change stays pending."""
+    stack = start_ipmi_stack(settings_for(sqlite_url))
+    try:
+        info = driver_info(bmc.ports[0], ipmi_password="wrong")
+        node = create_node(stack.client, driver="ipmi", driver_info=info)
+        response = stack.client.put(
+            f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+        )
+        assert response.status_code == 202, response.text
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            node = get_node(stack.client, node["uuid"])
+            if node["target_power_state"] is None and node["last_error"]:
+                break
+            time.sleep(0.05)
+        assert node["target_power_state"] is None
+        assert "refused the credentials of user 'admin'" in node["last_error"]
+        assert power_status(bmc.ports[0]) == "off"
+    finally:
+        stack.stop()

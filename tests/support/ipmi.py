@@ -1,0 +1,145 @@
+"""IPMI peers for tests: the simulator in a child process, ``ipmitool``, an ``ipmi`` stack.
+
+The simulator runs in its own process because pyghmi's server and client
+share class-level session state; metalforge's driver is the client here.
+``ipmitool`` is the independent witness: what metalforge did must be what a
+stock client sees.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from metalforge.cli import build_api, build_conductor
+from metalforge.config import Settings
+from metalforge.db.engine import Database
+from metalforge.drivers.fake import FAKE_HARDWARE
+from metalforge.drivers.hardware import DriverRegistry, HardwareType
+from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
+from metalforge.drivers.ipmi.client import SESSIONS
+from metalforge_lab.ipmi_bmc import BmcProcess
+from tests.support.stack import Stack
+
+USER = "admin"
+PASSWORD = "password"
+
+IPMI_HARDWARE = HardwareType(
+    name="ipmi",
+    supported={
+        **FAKE_HARDWARE.supported,
+        "power": (IpmiPower,),
+        "management": (IpmiManagement,),
+    },
+)
+"""The ``ipmi`` hardware type as far as it exists: IPMI power and management, fakes elsewhere."""
+
+
+def free_udp_ports(count: int, attempts: int = 50) -> int:
+    """The first of ``count`` consecutive UDP ports free on loopback right now."""
+    for _ in range(attempts):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = int(probe.getsockname()[1])
+        if first + count > 65535:
+            continue
+        held: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+        return first
+    raise RuntimeError(f"no {count} consecutive free UDP ports found")
+
+
+_IPMITOOL = ("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-R", "1", "-N", "1")
+
+
+def ipmitool(port: int, *args: str, password: str = PASSWORD, check: bool = True) -> str:
+    """Run ``ipmitool -I lanplus`` against the simulator on ``port``; its output."""
+    result = subprocess.run(
+        [*_IPMITOOL, "-p", str(port), "-U", USER, "-P", password, *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"ipmitool {' '.join(args)} failed: {result.stderr}")
+    return result.stdout + result.stderr
+
+
+def power_status(port: int) -> str:
+    """``on`` or ``off`` as ipmitool reads it."""
+    return ipmitool(port, "power", "status").strip().rsplit(" ", 1)[-1]
+
+
+def driver_info(port: int, **extra: Any) -> dict[str, Any]:
+    """``driver_info`` of a node whose BMC is the simulator on ``port``; short timeouts."""
+    return {
+        "ipmi_address": "127.0.0.1",
+        "ipmi_port": port,
+        "ipmi_username": USER,
+        "ipmi_password": PASSWORD,
+        "ipmi_timeout": 2,
+        "ipmi_retries": 1,
+        "ipmi_power_timeout": 10,
+        **extra,
+    }
+
+
+def require_ipmitool() -> None:
+    if shutil.which("ipmitool") is None:
+        pytest.skip("ipmitool is not installed (apt-get install ipmitool)")
+
+
+def start_bmcs(tmp_path: Path, count: int = 1, **options: Any) -> Iterator[BmcProcess]:
+    """A simulator serving ``count`` BMCs; yields it and stops it, forgetting cached sessions.
+
+    The driver's sessions outlive a test; a new simulator on reused ports
+    would not know them, so they are dropped with the simulator.
+    """
+    require_ipmitool()
+    bmcs = BmcProcess(
+        port=free_udp_ports(count),
+        count=count,
+        user=USER,
+        password=PASSWORD,
+        log_path=tmp_path / "ipmi-bmc.log",
+        **options,
+    )
+    bmcs.start()
+    try:
+        yield bmcs
+    finally:
+        bmcs.stop()
+        SESSIONS.forget()
+
+
+def ipmi_registry() -> DriverRegistry:
+    return DriverRegistry([FAKE_HARDWARE, IPMI_HARDWARE])
+
+
+def start_ipmi_stack(settings: Settings) -> Stack:
+    """Like ``start_stack``, with the ``ipmi`` hardware type enabled beside ``fake-hardware``."""
+    db = Database(settings.database.url)
+    db.upgrade()
+    registry = ipmi_registry()
+    conductor = build_conductor(settings, db, registry)
+    conductor.start()
+    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
+    client = TestClient(app, raise_server_exceptions=True)
+    return Stack(settings, db, conductor, app, client)
