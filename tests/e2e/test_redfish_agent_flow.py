@@ -12,7 +12,9 @@ an operator would:
 * undeploy: cleaned again;
 * a manual clean;
 * the agent killed in the middle of a long clean step: the clean fails after
-  the heartbeat timeout, naming the step and the last heartbeat.
+  the heartbeat timeout, naming the step and the last heartbeat;
+* an image whose checksum does not match: the deploy fails with the agent's
+  reason, and the node is not left waiting.
 
 The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
 """
@@ -60,7 +62,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     if not BAREMETAL.exists():
         pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
     workdir = tmp_path_factory.mktemp("e2e")
-    config = lab_config(workdir / "lab", "e", nodes=2)
+    config = lab_config(workdir / "lab", "e", nodes=3)
     image_dir = workdir / "images"
     image_dir.mkdir()
     with Lab(config) as lab:
@@ -252,3 +254,30 @@ def test_agent_killed_mid_clean_fails_after_the_heartbeat_timeout(env: Environme
     assert "last heartbeat at" in error, error
     assert node["maintenance"] is True
     assert node["clean_step"] == {}
+
+
+def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
+    env: Environment,
+) -> None:
+    vnode = env.lab.nodes[2]
+    _enroll(env, vnode)
+    env.cli.run("node", "provide", vnode.name)
+    _wait_state(env, vnode.name, AVAILABLE)
+    image_file = env.image_dir / "tampered.raw"
+    _whole_disk_image(image_file)
+    env.cli.run(
+        "node", "set", vnode.name,
+        "--instance-info", f"image_source={env.images}/tampered.raw",
+        "--instance-info", f"image_checksum=sha256:{'0' * 64}",
+    )  # fmt: skip
+    env.cli.run("node", "deploy", vnode.name)
+    deadline = time.monotonic() + 60
+    node = get_node(env.stack.client, vnode.name)
+    while node["provision_state"] != "deploy failed" and time.monotonic() < deadline:
+        assert node["provision_state"] != ACTIVE, "a tampered image was deployed"
+        time.sleep(0.2)
+        node = get_node(env.stack.client, vnode.name)
+    assert node["provision_state"] == "deploy failed", node
+    error = node["last_error"]
+    assert "deploy.write_image" in error, error
+    assert "checksum" in error.lower(), error
