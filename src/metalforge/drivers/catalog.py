@@ -12,6 +12,7 @@ from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.base import Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
+from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.pxe import PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
@@ -48,4 +49,16 @@ REDFISH = HardwareType(
     },
 )
 
-HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE, REDFISH)}
+IPMI = HardwareType(
+    name="ipmi",
+    supported={
+        **_COMMON,
+        "power": (IpmiPower,),
+        "management": (IpmiManagement,),
+        "boot": (PxeBoot,),
+        "inspect": _none("inspect"),
+        "bios": _none("bios"),
+    },
+)
+
+HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IPMI)}
