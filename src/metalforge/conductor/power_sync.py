@@ -1,0 +1,251 @@
+"""Power state sync: find nodes whose hardware no longer has the power state metalforge recorded.
+
+Someone pressed the power button, a BMC rebooted the host, a PDU failed: the
+recorded ``power_state`` drifts from the truth. Every interval each
+conductor checks the idle nodes the hash ring gives it, in three steps:
+
+1. One read picks the candidates: not reserved, not in maintenance, no power
+   change pending, resting in a stable or failure state (a flow would make
+   its own power changes meanwhile), and not ``enroll`` (credentials not
+   verified yet, so every read would fail).
+2. Their power interfaces are read in parallel on a bounded pool, with no
+   database transaction open: a BMC may take seconds to answer, and on
+   SQLite a write transaction held that long would stop every writer.
+3. Only nodes needing a write are reserved, without waiting: a node someone
+   reserved meanwhile is skipped (it is being worked on, and its next sync
+   looks again). Under the reservation, the node must still be as it was
+   read (same epoch plus this lock, nothing pending); then the drift is
+   recorded in the node's history and either the recorded state follows the
+   hardware (default) or, with ``force``, the hardware is set back to the
+   recorded state (Ironic's ``force_power_state_during_sync``).
+
+A BMC that cannot be read is recorded in history once per distinct error
+(the message is kept in ``driver_internal_info``), not every interval, and a
+node that becomes readable again says so once. Nothing here raises for one
+node's trouble: the periodic loop must keep going.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, select
+
+from metalforge import states
+from metalforge.conductor import history
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeLocked, NodeTask, acquire
+from metalforge.db.models import Node, node_from_row
+from metalforge.drivers.base import DriverError, PowerInterface, ReadOnlyTask
+
+LOG = logging.getLogger(__name__)
+
+SYNCED_STATES = (states.STABLE_STATES | states.FAILURE_STATES) - {states.ENROLL}
+"""Provision states whose nodes are synced: nobody is changing their power meanwhile."""
+ERROR_KEY = "power_sync_error"
+"""``driver_internal_info`` key holding the last read error, so it is recorded once."""
+EVENT_TYPE = "power_sync"
+DEFAULT_WORKERS = 8
+"""Power reads at once: enough to hide BMC latency, few enough not to swamp a BMC network."""
+
+_NODES = cast(Table, Node.__table__)
+
+
+@dataclass
+class SyncReport:
+    """What one sync did, for logs and tests."""
+
+    checked: int = 0
+    """Nodes whose power state was read (successfully or not)."""
+    drifted: int = 0
+    """Nodes whose hardware disagreed with the recorded state."""
+    corrected: int = 0
+    """Drifts resolved: the recorded state updated, or (``force``) the hardware set back."""
+    failed: int = 0
+    """Reads that failed, and forced power changes that failed."""
+    skipped: int = 0
+    """Nodes that needed a write but were reserved or changed meanwhile."""
+
+    def add(self, other: SyncReport) -> None:
+        self.checked += other.checked
+        self.drifted += other.drifted
+        self.corrected += other.corrected
+        self.failed += other.failed
+        self.skipped += other.skipped
+
+    def __str__(self) -> str:
+        return (
+            f"checked {self.checked}, drifted {self.drifted}, corrected {self.corrected}, "
+            f"failed {self.failed}, skipped {self.skipped}"
+        )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One node as read without a lock, and what its hardware said."""
+
+    node: Node
+    actual: str | None = None
+    error: str | None = None
+
+    @property
+    def recorded(self) -> str | None:
+        return self.node.power_state
+
+    @property
+    def needs_write(self) -> bool:
+        known_error = self.node.driver_internal_info.get(ERROR_KEY)
+        if self.error is not None:
+            return self.error != known_error
+        return self.actual != self.recorded or known_error is not None
+
+
+class _ReadTask(ReadOnlyTask):
+    """A read-only task whose waits end when the conductor stops."""
+
+    def __init__(self, ctx: ConductorContext, node: Node) -> None:
+        super().__init__(node)
+        self._ctx = ctx
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0 and self._ctx.stopping.wait(seconds):
+            raise Interrupted("conductor stopping during power state sync")
+
+
+def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[Node]:
+    """The nodes this conductor should check now, as detached copies."""
+    query = select(_NODES).where(
+        _NODES.c.reservation.is_(None),
+        _NODES.c.maintenance.is_(False),
+        _NODES.c.target_power_state.is_(None),
+        _NODES.c.provision_state.in_(sorted(SYNCED_STATES)),
+        _NODES.c.driver.in_(sorted(ctx.drivers.types)),
+    )
+    with ctx.db.read() as session:
+        rows = [dict(row._mapping) for row in session.connection().execute(query)]
+    mine = []
+    for row in rows:
+        if directory.ring(row["driver"], row["conductor_group"]).owner(row["uuid"]) == ctx.hostname:
+            mine.append(node_from_row(row))
+    return mine
+
+
+def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
+    iface = ctx.drivers.interface(node, "power")
+    if not isinstance(iface, PowerInterface):
+        raise DriverError(f"the {iface.name} power interface cannot read power states")
+    return iface
+
+
+def _read(ctx: ConductorContext, node: Node) -> _Reading:
+    try:
+        return _Reading(node, actual=_power(ctx, node).get_power_state(_ReadTask(ctx, node)))
+    except (DriverError, LookupError) as exc:
+        return _Reading(node, error=str(exc))
+    except Interrupted:
+        raise
+    except Exception as exc:
+        LOG.exception("reading the power state of node %s failed unexpectedly", node.uuid)
+        return _Reading(node, error=f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _still_as_read(task: NodeTask, reading: _Reading) -> bool:
+    """Nobody reserved the node between the read and this lock, and it still qualifies."""
+    node = task.node
+    return (
+        node.epoch == reading.node.epoch + 1
+        and not node.maintenance
+        and node.target_power_state is None
+        and node.provision_state in SYNCED_STATES
+    )
+
+
+def _act(ctx: ConductorContext, reading: _Reading, force: bool) -> SyncReport:
+    """Record what the reading showed, under the node's reservation (skipped if taken)."""
+    report = SyncReport()
+    try:
+        with acquire(ctx, reading.node.id, "power state sync") as task:
+            if not _still_as_read(task, reading):
+                report.skipped += 1
+            elif reading.error is not None:
+                _record_error(task, reading.error)
+            else:
+                _resolve(task, reading, force, report)
+    except (NodeLocked, NodeGone, LockLost):
+        report.skipped += 1
+    return report
+
+
+def _record_error(task: NodeTask, message: str) -> None:
+    task.node.driver_internal_info = {**task.node.driver_internal_info, ERROR_KEY: message}
+    task.record(EVENT_TYPE, f"cannot read the power state: {message}", history.WARNING)
+
+
+def _resolve(task: NodeTask, reading: _Reading, force: bool, report: SyncReport) -> None:
+    node = task.node
+    info = dict(node.driver_internal_info)
+    if info.pop(ERROR_KEY, None) is not None:
+        node.driver_internal_info = info
+        task.record(EVENT_TYPE, "the power state can be read again")
+    actual, recorded = reading.actual, node.power_state
+    if actual == recorded:
+        return
+    report.drifted += 1
+    drift = f"recorded power state {recorded or 'unknown'}, the hardware reports {actual}"
+    if not force or recorded is None:
+        node.power_state = actual
+        task.record(EVENT_TYPE, f"{drift}; recorded state updated", history.WARNING)
+        report.corrected += 1
+        return
+    try:
+        _power(task.ctx, node).set_power_state(task, recorded)
+    except DriverError as exc:
+        task.record(
+            EVENT_TYPE, f"{drift}; could not switch it back to {recorded}: {exc}", history.ERROR
+        )
+        report.failed += 1
+        return
+    task.record(EVENT_TYPE, f"{drift}; switched it back to {recorded} (forced)", history.WARNING)
+    report.corrected += 1
+
+
+def sync_power_states(
+    ctx: ConductorContext,
+    *,
+    force: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    directory: ConductorDirectory | None = None,
+) -> SyncReport:
+    """Check the power state of this conductor's idle nodes; see the module docstring.
+
+    ``directory`` is the conductor's view of its live peers (one is read
+    now when none is given). Returns early, with what was done, when the
+    conductor starts stopping.
+    """
+    report = SyncReport()
+    ring = directory or ConductorDirectory(ctx.db, ctx.settings.heartbeat_timeout, ttl=0)
+    nodes = _candidates(ctx, ring)
+    if not nodes:
+        return report
+    with ThreadPoolExecutor(min(workers, len(nodes)), thread_name_prefix="power-sync") as pool:
+        try:
+            readings = list(pool.map(lambda node: _read(ctx, node), nodes))
+        except Interrupted:
+            return report
+        report.checked = len(readings)
+        report.failed = sum(1 for r in readings if r.error is not None)
+        todo = [r for r in readings if r.needs_write]
+        for future in [pool.submit(_act, ctx, r, force) for r in todo]:
+            try:
+                report.add(future.result())
+            except Interrupted:
+                pass
+            except Exception:
+                LOG.exception("power state sync of a node failed unexpectedly")
+    if report.drifted or report.failed or report.skipped:
+        LOG.info("power state sync: %s", report)
+    return report
