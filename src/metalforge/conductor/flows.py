@@ -119,14 +119,20 @@ def _check_cleaning_prepared(task: NodeTask) -> None:
 
 
 def _finish_cleaning(task: NodeTask) -> None:
-    if task.node.driver_internal_info.get("clean_disable_ramdisk"):
-        return
+    if not task.node.driver_internal_info.get("clean_prepared"):
+        return  # nothing was booted (automated cleaning off, or disable_ramdisk)
     _deploy_interface(task).tear_down_cleaning(task)
 
 
 def clean(task: NodeTask) -> None:
     """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
     if not stepflow.has_plan(task, "clean"):
+        manual = task.node.target_provision_state == states.MANAGEABLE
+        if not manual and not _automated_clean_enabled(task):
+            task.record("clean_plan", "automated cleaning is disabled; no steps run")
+            stepflow.store_plan(task, "clean", [])
+            stepflow.run(task, "clean", _finish_cleaning)
+            return
         if not _prepare_cleaning(task):
             return
         try:
@@ -144,7 +150,7 @@ def clean(task: NodeTask) -> None:
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_clean_steps", None)
         task.node.driver_internal_info = info
-        if task.node.target_provision_state == states.MANAGEABLE:
+        if manual:
             try:
                 plan = steps.requested_plan(supported, requested or [])
                 if task.node.driver_internal_info.get("clean_disable_ramdisk"):
@@ -152,11 +158,8 @@ def clean(task: NodeTask) -> None:
             except steps.StepRequestError as exc:
                 stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
                 return
-        elif _automated_clean_enabled(task):
-            plan = steps.automated_plan(supported)
         else:
-            task.record("clean_plan", "automated cleaning is disabled; no steps run")
-            plan = []
+            plan = steps.automated_plan(supported)
         stepflow.store_plan(task, "clean", plan)
     stepflow.run(task, "clean", _finish_cleaning)
 
