@@ -1,0 +1,127 @@
+"""The pure parts of the agent deploy interface: image_info, erasure records, step merging."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from metalforge.drivers.agent.client import CommandResult
+from metalforge.drivers.agent.deploy import _merge_agent_steps
+from metalforge.drivers.agent.erasure import describe, records_from_result
+from metalforge.drivers.agent.image import image_info
+from metalforge.drivers.base import StepFailed
+
+SHA256 = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("given", "algo", "value"),
+    [
+        ({"image_checksum": f"sha256:{SHA256.upper()}"}, "sha256", SHA256),
+        ({"image_checksum": SHA256}, "sha256", SHA256),
+        ({"image_checksum": "c" * 128}, "sha512", "c" * 128),
+        ({"image_os_hash_algo": "sha512", "image_os_hash_value": "d" * 128}, "sha512", "d" * 128),
+    ],
+)
+def test_image_info_names_the_hash_the_agent_verifies(
+    given: dict[str, str], algo: str, value: str
+) -> None:
+    info = image_info({"image_source": "http://10.0.0.1/images/disk.raw", **given}, "n1")
+    assert (info["os_hash_algo"], info["os_hash_value"]) == (algo, value)
+    assert info["id"] == "disk.raw"
+    assert info["urls"] == ["http://10.0.0.1/images/disk.raw"]
+    assert info["stream_raw_images"] is True
+    assert "checksum" not in info, "md5 only: IPA refuses it unless told otherwise"
+
+
+def test_image_info_streams_only_raw_images() -> None:
+    info = image_info(
+        {
+            "image_source": "https://x/a.qcow2",
+            "image_checksum": SHA256,
+            "image_disk_format": "qcow2",
+        },
+        "n1",
+    )
+    assert info["stream_raw_images"] is False
+    assert info["disk_format"] == "qcow2"
+
+
+@pytest.mark.parametrize(
+    ("instance_info", "words"),
+    [
+        ({}, "image_source is not set"),
+        ({"image_source": "file:///x.raw", "image_checksum": SHA256}, "not an http(s) URL"),
+        ({"image_source": "http://x/a.raw"}, "no image_checksum"),
+        ({"image_source": "http://x/a.raw", "image_checksum": "abc"}, "cannot tell the hash"),
+    ],
+)
+def test_image_info_refuses_what_the_agent_could_not_verify(
+    instance_info: dict[str, str], words: str
+) -> None:
+    with pytest.raises(StepFailed, match=re.escape(words)):
+        image_info(instance_info, "n1")
+
+
+def test_erasure_records_from_a_detailed_agent() -> None:
+    result = [
+        {
+            "device": "/dev/sda",
+            "serial": "S1",
+            "method": "metadata",
+            "result": "erased",
+            "duration": 1.5,
+        },
+        "not a record",
+    ]
+    records = records_from_result(result, "erase_devices_metadata", "2026-11-22T08:00:00+00:00")
+    assert records == [
+        {
+            "device": "/dev/sda",
+            "serial": "S1",
+            "method": "metadata",
+            "result": "erased",
+            "duration": 1.5,
+            "step": "erase_devices_metadata",
+            "finished_at": "2026-11-22T08:00:00+00:00",
+        }
+    ]
+    assert describe(records[0]) == "/dev/sda (serial S1): metadata erased in 1.50s"
+
+
+def test_erasure_records_from_ipas_stock_mapping() -> None:
+    records = records_from_result({"/dev/sda": None, "/dev/sdb": False}, "erase_devices", "t")
+    assert [(r["device"], r["result"], r["serial"], r["method"]) for r in records] == [
+        ("/dev/sda", "erased", None, "erase_devices"),
+        ("/dev/sdb", "failed", None, "erase_devices"),
+    ]
+    assert records_from_result(None, "erase_devices", "t") == []
+
+
+def test_agent_steps_of_several_managers_merge_by_priority() -> None:
+    reported = {
+        "GenericHardwareManager": [
+            {"step": "erase_devices", "priority": 10, "interface": "deploy"},
+            {"step": "erase_devices_metadata", "priority": 99, "interface": "deploy"},
+        ],
+        "VendorManager": [{"step": "erase_devices", "priority": 50, "interface": "deploy"}],
+    }
+    merged = _merge_agent_steps(reported)
+    assert [(s["step"], s["priority"]) for s in merged] == [
+        ("erase_devices_metadata", 99),
+        ("erase_devices", 50),
+    ]
+
+
+def test_command_errors_keep_ipas_details() -> None:
+    result = CommandResult.parse(
+        {
+            "id": "1",
+            "command_name": "execute_deploy_step",
+            "command_status": "FAILED",
+            "command_error": {"message": "Deploy step failed", "details": "checksum mismatch"},
+            "command_result": None,
+        }
+    )
+    assert result.error_message() == "Deploy step failed: checksum mismatch"
