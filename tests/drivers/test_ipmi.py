@@ -32,7 +32,6 @@ from tests.support.ipmi import (
     start_bmcs,
     start_ipmi_stack,
 )
-from tests.support.stack import test_settings as settings_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -232,7 +231,7 @@ def test_power_on_with_a_wrong_password_ends_with_last_error(
     bmc: BmcProcess, sqlite_url: str
 ) -> None:
     """Through the API: the request fails cleanly and no power change stays pending."""
-    stack = start_ipmi_stack(settings_for(sqlite_url))
+    stack = start_ipmi_stack(sqlite_url)
     try:
         info = driver_info(bmc.ports[0], ipmi_password="wrong")
         node = create_node(stack.client, driver="ipmi", driver_info=info)

@@ -16,30 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from metalforge.cli import build_api, build_conductor
-from metalforge.config import Settings
-from metalforge.db.engine import Database
-from metalforge.drivers.fake import FAKE_HARDWARE
-from metalforge.drivers.hardware import DriverRegistry, HardwareType
-from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
+from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.ipmi.client import SESSIONS
 from metalforge_lab.ipmi_bmc import BmcProcess
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack, test_settings
 
 USER = "admin"
 PASSWORD = "password"
 
-IPMI_HARDWARE = HardwareType(
-    name="ipmi",
-    supported={
-        **FAKE_HARDWARE.supported,
-        "power": (IpmiPower,),
-        "management": (IpmiManagement,),
-    },
-)
-"""The ``ipmi`` hardware type as far as it exists: IPMI power and management, fakes elsewhere."""
+IPMI_HARDWARE = HARDWARE_TYPES["ipmi"]
+"""The product's ``ipmi`` hardware type."""
 
 
 def free_udp_ports(count: int, attempts: int = 50) -> int:
@@ -129,17 +116,6 @@ def start_bmcs(tmp_path: Path, count: int = 1, **options: Any) -> Iterator[BmcPr
         SESSIONS.forget()
 
 
-def ipmi_registry() -> DriverRegistry:
-    return DriverRegistry([FAKE_HARDWARE, IPMI_HARDWARE])
-
-
-def start_ipmi_stack(settings: Settings) -> Stack:
-    """Like ``start_stack``, with the ``ipmi`` hardware type enabled beside ``fake-hardware``."""
-    db = Database(settings.database.url)
-    db.upgrade()
-    registry = ipmi_registry()
-    conductor = build_conductor(settings, db, registry)
-    conductor.start()
-    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
-    client = TestClient(app, raise_server_exceptions=True)
-    return Stack(settings, db, conductor, app, client)
+def start_ipmi_stack(db_url: str) -> Stack:
+    """An in-process API and conductor with the ``ipmi`` hardware type enabled."""
+    return start_stack(test_settings(db_url, enabled_hardware_types=["fake-hardware", "ipmi"]))
