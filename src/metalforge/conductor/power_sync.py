@@ -37,7 +37,7 @@ from sqlalchemy import Table, select
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.hashring import ConductorDirectory, HashRing
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeLocked, NodeTask, acquire
 from metalforge.db.models import Node, node_from_row
 from metalforge.drivers.base import DriverError, PowerInterface, ReadOnlyTask
@@ -127,9 +127,12 @@ def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[No
     )
     with ctx.db.read() as session:
         rows = [dict(row._mapping) for row in session.connection().execute(query)]
+    rings: dict[tuple[str, str], HashRing] = {}
     mine = []
     for row in rows:
-        if directory.ring(row["driver"], row["conductor_group"]).owner(row["uuid"]) == ctx.hostname:
+        key = (row["driver"], row["conductor_group"])
+        ring = rings.get(key) or rings.setdefault(key, directory.ring(*key))
+        if ring.owner(row["uuid"]) == ctx.hostname:
             mine.append(node_from_row(row))
     return mine
 
@@ -227,8 +230,9 @@ def sync_power_states(
     conductor starts stopping.
     """
     report = SyncReport()
-    ring = directory or ConductorDirectory(ctx.db, ctx.settings.heartbeat_timeout, ttl=0)
-    nodes = _candidates(ctx, ring)
+    # A directory of its own is read once, when the first ring is asked for.
+    peers = directory or ConductorDirectory(ctx.db, ctx.settings.heartbeat_timeout, ttl=3600)
+    nodes = _candidates(ctx, peers)
     if not nodes:
         return report
     with ThreadPoolExecutor(min(workers, len(nodes)), thread_name_prefix="power-sync") as pool:
