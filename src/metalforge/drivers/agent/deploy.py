@@ -31,6 +31,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.drivers.agent import erasure
 from metalforge.drivers.agent.client import (
     AgentClient,
@@ -129,6 +130,7 @@ class AgentDeploy(DeployInterface):
         _power(task).set_power_state(task, POWER_OFF)
         task.node.power_state = POWER_OFF
         task.end_agent_session()
+        _set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
 
     def _client(self, task: DriverTask) -> AgentClient:
         session = task.agent_session()
@@ -138,13 +140,31 @@ class AgentDeploy(DeployInterface):
             session.agent_url, session.token, session.verify_ca, task.settings.agent_command_timeout
         )
 
+    @staticmethod
+    def _show(task: DriverTask, session: AgentSessionInfo | None) -> None:
+        """Copy the agent's address, version and last heartbeat where operators look.
+
+        Ironic's clients show them from ``driver_internal_info``; the session
+        itself lives in its own table (see db/agent_sessions.py).
+        """
+        if session is None or session.last_heartbeat_at is None:
+            return
+        _set_info(
+            task,
+            agent_url=session.agent_url,
+            agent_version=session.agent_version,
+            agent_last_heartbeat=session.last_heartbeat_at.isoformat(timespec="seconds"),
+        )
+
     def _agent_up(self, task: DriverTask) -> bool:
         session = task.agent_session()
+        self._show(task, session)
         return session is not None and session.heard_since_boot
 
     def _check_alive(self, task: DriverTask, what: str) -> None:
         """Fail ``what`` when the agent has not heartbeated within the timeout."""
         session = task.agent_session()
+        self._show(task, session)
         timeout = task.settings.agent_heartbeat_timeout
         last = session.last_heartbeat_at if session is not None else None
         if last is None:
