@@ -90,6 +90,15 @@ class ConductorSettings(BaseModel):
     """Seconds between adoptions of allocations whose conductor died; 0 disables."""
     sync_power_interval: float = 60.0
     """Seconds between power-state syncs of idle nodes; 0 disables."""
+    force_power_state_during_sync: bool = False
+    """On drift, set the hardware back to the recorded power state.
+
+    Off by default: the hardware's state is then recorded (and the drift
+    written to the node's history), so a node switched on by hand is not
+    switched off behind the operator's back. Ironic's option of the same name.
+    """
+    sync_power_workers: int = 8
+    """Power reads at once during a sync: hides BMC latency without flooding the BMC network."""
     enabled_hardware_types: list[str] = Field(default_factory=lambda: ["fake-hardware"])
     """Hardware types this conductor can drive; each must exist in the driver registry."""
     automated_clean: bool = True

@@ -21,7 +21,9 @@ from metalforge.drivers.base import POWER_OFF, POWER_ON, DriverTask
 from metalforge.drivers.fake import FAKE_HARDWARE, FakePower
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
 from metalforge_lab.ipmi_bmc import BmcProcess
+from tests.support.api import LATEST, create_node, get_node, provision, wait_for_state
 from tests.support.ipmi import IPMI_HARDWARE, driver_info, ipmitool, power_status, start_bmcs
+from tests.support.stack import start_stack, test_settings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -254,3 +256,23 @@ def test_a_node_changed_and_released_during_the_read_is_skipped(db: Database) ->
 
 def test_nothing_to_check_reads_nothing(db: Database) -> None:
     assert sync_power_states(_context(db)) == SyncReport()
+
+
+def test_a_running_conductor_syncs_power_changed_behind_its_back(
+    sqlite_url: str, bmcs: BmcProcess
+) -> None:
+    """The periodic sync is wired into the conductor: ipmitool's change shows on the node."""
+    settings = test_settings(sqlite_url, enabled_hardware_types=["ipmi"], sync_power_interval=0.3)
+    stack = start_stack(settings)
+    try:
+        port = bmcs.ports[0]
+        node = create_node(stack.client, driver="ipmi", driver_info=driver_info(port))
+        assert provision(stack.client, node["uuid"], "manage").status_code == 202
+        wait_for_state(stack.client, node["uuid"], states.MANAGEABLE)
+        assert get_node(stack.client, node["uuid"])["power_state"] == POWER_OFF
+        ipmitool(port, "power", "on")
+        wait_for_state(stack.client, node["uuid"], POWER_ON, timeout=20, field="power_state")
+        events = stack.client.get(f"/v1/nodes/{node['uuid']}/history", headers=LATEST).json()
+        assert any("power" in e["event"] and "on" in e["event"] for e in events["history"])
+    finally:
+        stack.stop()

@@ -2,8 +2,8 @@
 
 Workers claim work items and run them under the node's reservation. Every
 conductor also runs the (idempotent, fenced) periodic tasks: it takes over
-nodes left busy by dead conductors by queueing their flow again, and purges
-old finished work items. A graceful stop lets running items finish their
+nodes left busy by dead conductors by queueing their flow again, purges
+old finished work items, and syncs the power state of idle nodes. A graceful stop lets running items finish their
 current step, then marks the conductor offline so others take over at once.
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy import String, bindparam, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import allocations, flows, history
+from metalforge.conductor import allocations, flows, history, power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import (
     Interrupted,
@@ -87,6 +87,7 @@ class ConductorService:
             ("heartbeat", self._heartbeat_loop),
             ("periodic", self._periodic_loop),
             ("allocations", self._allocation_loop),
+            ("power-sync", self._power_sync_loop),
         ):
             thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
             thread.start()
@@ -182,6 +183,27 @@ class ConductorService:
                 allocations.adopt_orphans(self.ctx)
             except Exception:
                 LOG.exception("allocation takeover failed")
+
+    def _power_sync_loop(self) -> None:
+        """Compare recorded and real power states of idle nodes, every interval.
+
+        A thread of its own: one sync may wait out several unreachable BMCs,
+        which must not delay takeovers.
+        """
+        interval = self.ctx.settings.sync_power_interval
+        if interval <= 0:
+            return
+        while not self.ctx.stopping.wait(interval):
+            try:
+                report = power_sync.sync_power_states(
+                    self.ctx,
+                    force=self.ctx.settings.force_power_state_during_sync,
+                    workers=self.ctx.settings.sync_power_workers,
+                )
+                if report.drifted or report.failed:
+                    LOG.info("power state sync: %s", report)
+            except Exception:
+                LOG.exception("power state sync failed")
 
     def _dispatch_loop(self) -> None:
         while not self.ctx.stopping.is_set():
