@@ -12,6 +12,7 @@ reported with its type so it can be found.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Protocol
@@ -102,7 +103,9 @@ class ReadOnlyTask:
         return self._node
 
     def sleep(self, seconds: float) -> None:
-        return None
+        # A real pause: a driver that polls must not spin in a tight loop.
+        if seconds > 0:
+            time.sleep(seconds)
 
     def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
         return None
