@@ -115,6 +115,8 @@ class ConductorSettings(BaseModel):
     """
     agent_command_timeout: float = 60.0
     """Seconds to wait for the agent's HTTP API to answer one request."""
+    agent_power_off_timeout: float = 30.0
+    """Seconds the agent's own power-off (end of a deployment) may take before the BMC's."""
     clean_step_priority_override: list[str] = Field(default_factory=list)
     """``interface.step:priority`` entries that replace a clean step's default priority."""
     deploy_step_priority_override: list[str] = Field(default_factory=list)

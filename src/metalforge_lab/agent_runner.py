@@ -52,8 +52,21 @@ mknod -m 666 /dev/urandom c 1 9
 {loop_nodes}
 mount -t tmpfs -o mode=0755 mflab-run /run
 mount --bind "$MFLAB_CMDLINE" /proc/cmdline
+# The agent powers off or reboots through /proc/sysrq-trigger when its
+# poweroff/reboot commands fail: sysrq is not namespaced, it would act on the
+# host. Writes there go to /dev/null, and kernel settings cannot be changed.
+if [ -e /proc/sysrq-trigger ]; then mount --bind /dev/null /proc/sysrq-trigger; fi
+mount --bind /proc/sys /proc/sys
+mount -o remount,bind,ro /proc/sys
 exec "$MFLAB_PYTHON" "$MFLAB_RUN_AGENT"
 """
+
+_POWER_SHIM = """#!/bin/sh
+# The virtual node's {command}: ask the lab to switch the system {action}.
+echo {action} > "$MFLAB_POWER_REQUEST"
+"""
+POWER_COMMANDS = {"poweroff": "off", "shutdown": "off", "halt": "off", "reboot": "restart"}
+"""What the agent runs to power off or reboot its machine, and what it means for the lab."""
 
 
 def default_ipa_python() -> Path:
@@ -123,6 +136,20 @@ class AgentProcess:
         self.started_at: float | None = None
 
     @property
+    def power_request_path(self) -> Path:
+        """Where the agent's poweroff/reboot commands leave their request for the lab."""
+        return self.workdir / "power-request"
+
+    def take_power_request(self) -> str | None:
+        """``off`` or ``restart`` if the agent asked its machine to power off or reboot."""
+        try:
+            action = self.power_request_path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        self.power_request_path.unlink(missing_ok=True)
+        return action or None
+
+    @property
     def log_path(self) -> Path:
         """The agent's output; appended to across starts, so a restart's history stays."""
         return self.workdir / "agent.log"
@@ -144,8 +171,16 @@ class AgentProcess:
         tmpdir.mkdir(exist_ok=True)
         cmdline = self.workdir / "cmdline"
         cmdline.write_text(self.settings.kernel_cmdline())
+        shims = self.workdir / "bin"
+        shims.mkdir(exist_ok=True)
+        for name, action in POWER_COMMANDS.items():
+            shim = shims / name
+            shim.write_text(_POWER_SHIM.format(command=name, action=action))
+            shim.chmod(0o755)
+        self.power_request_path.unlink(missing_ok=True)
         env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{shims}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "MFLAB_POWER_REQUEST": str(self.power_request_path),
             "LANG": "C.UTF-8",
             "HOME": str(self.workdir),
             "TMPDIR": str(tmpdir),

@@ -183,6 +183,7 @@ class Lab:
         self._receiver: _Receiver | None = None
         self._threads: list[threading.Thread] = []
         self._changed = threading.Condition()
+        self._stopping = threading.Event()
         self._bridge_created = False
         self.errors: list[str] = []
         """Failures while handling notifications (an agent that would not start, ...)."""
@@ -254,6 +255,7 @@ class Lab:
         receiver_url = f"http://127.0.0.1:{self._receiver.server_address[1]}/notify"
         self._spawn(self._receiver.serve_forever, "lab-notifications")
         self._spawn(self._handle_events, "lab-events")
+        self._spawn(self._watch_power_requests, "lab-power-requests")
         self.emulator = EmulatorProcess(
             self.state_dir / "redfish",
             port,
@@ -288,6 +290,7 @@ class Lab:
                 LOG.exception("lab teardown step failed")
                 failures.append(exc)
 
+        self._stopping.set()
         if self.emulator is not None:
             attempt(self.emulator.stop)
         if self._receiver is not None:
@@ -345,6 +348,33 @@ class Lab:
             while due and due[0][0] <= time.time():
                 _, system_uuid = heapq.heappop(due)
                 self._read_system(system_uuid)
+
+    def _watch_power_requests(self) -> None:
+        """An agent that runs ``poweroff``/``reboot`` switches its system through the BMC.
+
+        That is what the machine itself would do; the emulator then notifies
+        the power change like any other, and the agent is stopped or restarted.
+        """
+        stopping = self._stopping
+        while not stopping.wait(0.2):
+            for node in self.nodes:
+                action = node.agent.take_power_request() if node.agent is not None else None
+                if action is None or self.emulator is None:
+                    continue
+                reset = {"off": "ForceOff", "restart": "ForceRestart"}.get(action)
+                if reset is None:
+                    continue
+                request = urllib.request.Request(
+                    f"{self.emulator.address}{node.redfish_system_id}/Actions/ComputerSystem.Reset",
+                    data=json.dumps({"ResetType": reset}).encode(),
+                    headers={"Content-Type": "application/json"},
+                    method="POST",
+                )
+                try:
+                    with _NO_PROXY.open(request, timeout=10) as answer:
+                        answer.read()
+                except OSError as exc:
+                    self.errors.append(f"{node.name}: the agent's {action} failed: {exc}")
 
     def _read_system(self, system_uuid: str) -> None:
         """A GET makes the fake driver apply a due power change (and notify us of it)."""

@@ -28,6 +28,7 @@ and the last heartbeat.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -396,8 +397,58 @@ class AgentDeploy(DeployInterface):
 
     @deploy_step(priority=40)
     def tear_down_agent(self, task: DriverTask) -> None:
-        """Power the node off: the agent's work is done."""
+        """Power the node off: the agent's work is done.
+
+        The agent is asked first (``standby.power_off``): it flushes the disks
+        and shuts its system down cleanly. If the node is still on after
+        ``agent_power_off_timeout`` seconds, or the agent refuses, the BMC
+        switches it off.
+        """
+        if self._agent_powers_off(task):
+            task.node.power_state = POWER_OFF
+            task.end_agent_session()
+            _set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
+            task.record("agent", "the agent powered the node off")
+            return
         self._stop_ramdisk(task)
+
+    def _agent_powers_off(self, task: DriverTask) -> bool:
+        power = _power(task)
+        try:
+            client = self._client(task)
+        except StepFailed:
+            return False
+        try:
+            command = client.run("standby.power_off", {})
+            deadline = time.monotonic() + task.settings.agent_power_off_timeout
+            while time.monotonic() < deadline:
+                if power.get_power_state(task) == POWER_OFF:
+                    return True
+                try:
+                    current = client.command(command.id)
+                except AgentUnreachable:
+                    current = None  # expected: the agent goes down with its system
+                if current is not None and current.status == "FAILED":
+                    task.record(
+                        "agent",
+                        f"the agent could not power the node off ({current.error_message()}); "
+                        "powering off through the BMC",
+                        "WARNING",
+                    )
+                    return False
+                task.sleep(0.5)
+        except AgentError as exc:
+            task.record("agent", f"the agent was not asked to power off: {exc}", "WARNING")
+            return False
+        finally:
+            client.close()
+        task.record(
+            "agent",
+            f"the node was still on {task.settings.agent_power_off_timeout:.0f}s after the agent "
+            "was asked to power off; powering off through the BMC",
+            "WARNING",
+        )
+        return False
 
     @deploy_step(priority=20)
     def boot_instance(self, task: DriverTask) -> None:
