@@ -3,8 +3,9 @@
 Workers claim work items and run them under the node's reservation. Every
 conductor also runs the (idempotent, fenced) periodic tasks: it takes over
 nodes left busy by dead conductors by queueing their flow again, purges
-old finished work items, and syncs the power state of idle nodes. A graceful stop lets running items finish their
-current step, then marks the conductor offline so others take over at once.
+old finished work items, and syncs the power state of idle nodes. A graceful
+stop lets running items finish their current step, then marks the conductor
+offline so others take over at once.
 """
 
 from __future__ import annotations

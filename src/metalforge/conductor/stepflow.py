@@ -176,7 +176,11 @@ def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         run(task, kind, finish)
         return
     step = plan[index]
-    started = float(task.node.driver_internal_info.get("step_started_at", time.time()))
+    info = task.node.driver_internal_info
+    started = float(info.get("step_started_at", time.time()))
+    # A step that reports progress (an agent that is alive and still working)
+    # is timed from its last progress, so a many-hour erase is not cut short.
+    last_sign = max(started, float(info.get("step_heartbeat_at", 0)))
     timeout = float(getattr(task.ctx.settings, WAIT_TIMEOUT_SETTING[kind]))
     interface = task.ctx.drivers.interface(task.node, step.interface)
     try:
@@ -185,7 +189,7 @@ def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         fail(task, kind, f"{kind} step {step.name} failed: {exc}")
         return
     if outcome == "wait":
-        if time.time() - started > timeout:
+        if time.time() - last_sign > timeout:
             fail(
                 task,
                 kind,

@@ -5,7 +5,7 @@ to this conductor and bumps the node's epoch (the fencing token). Every later
 write is conditional on both, so a conductor that lost its lock (it stalled
 and another conductor took the node over) cannot overwrite anything: its next
 write raises ``LockLost``. A reservation held by a conductor that stopped
-heartbeating may be taken at once.
+heartbeating (or by a holder that is no live conductor) may be taken at once.
 
 Drivers work on a detached copy of the node; ``save`` writes the columns they
 changed, and leaving the block saves and releases.
@@ -65,9 +65,12 @@ _COLUMNS = [c.key for c in _NODES.columns if c.key not in ("id", "reservation", 
 _JSON_COLUMNS = frozenset(c.key for c in _NODES.columns if isinstance(c.type, JSON))
 _DUMP_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
-_DEAD = select(Conductor.hostname).where(
-    or_(Conductor.heartbeat_at < bindparam("b_cutoff"), Conductor.online.is_(False))
+_LIVE = select(Conductor.hostname).where(
+    Conductor.heartbeat_at >= bindparam("b_cutoff"), Conductor.online.is_(True)
 )
+"""Holders whose reservations stand. Any other holder's is free to take: a dead
+conductor's, and a holder that is no conductor at all (the API's short
+boot-device reservation, if the API process died during the BMC call)."""
 _READ = select(_NODES).where(_NODES.c.id == bindparam("b_id")).with_for_update()
 _TAKE = (
     update(_NODES)
@@ -75,7 +78,7 @@ _TAKE = (
         _NODES.c.id == bindparam("b_id"),
         or_(
             _NODES.c.reservation.is_(None),
-            _NODES.c.reservation.in_(_DEAD),
+            _NODES.c.reservation.not_in(_LIVE),
         ),
     )
     .values(

@@ -4,11 +4,13 @@ As in Ironic these calls are synchronous: the answer says what the BMC did.
 Setting the boot device takes the node's reservation for the length of the
 BMC call, so it cannot interleave with a conductor's flow on the node (a
 deploy setting its own boot device); a node that a conductor holds answers
-409 after the usual short wait. The reservation is taken under the name of
-this service's conductor (``conductor.hostname``): should the process die
-mid-call, that conductor drops the reservation when it starts again, as it
-does for its own. Reads take no reservation (Ironic takes only a shared
-lock for them).
+409 after the usual short wait. The reservation is taken as
+``api@<conductor.hostname>``, a holder that is no conductor: should the API
+process die mid-call, the next conductor (or request) that needs the node
+takes the reservation at once, and the node is never stuck. A conductor that
+takes it while the call runs wins; the fencing epoch then turns this request
+into a 409. Reads take no reservation (Ironic takes only a shared lock for
+them).
 
 A BMC failure answers 400 with the driver's message, which names the BMC
 and the reason.
@@ -21,13 +23,13 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from metalforge.api import lookup
-from metalforge.api.errors import ApiError, bad_request
+from metalforge.api.errors import ApiError, bad_request, conflict
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.schemas import Body
 from metalforge.api.services import ApiServices, services
 from metalforge.api.versions import request_version
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import NodeGone, NodeLocked, acquire
+from metalforge.conductor.task import LockLost, NodeGone, NodeLocked, acquire
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     BOOT_DEVICES,
@@ -119,7 +121,7 @@ def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) 
         raise NodeLockedError(node.uuid, node.reservation)
     conductor = svc.settings.conductor
     ctx = ConductorContext(
-        hostname=conductor.hostname, db=svc.db, drivers=svc.drivers, settings=conductor
+        hostname=f"api@{conductor.hostname}", db=svc.db, drivers=svc.drivers, settings=conductor
     )
     try:
         with acquire(ctx, node.id, "set boot device") as task:
@@ -138,6 +140,11 @@ def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) 
             task.record("management", f"boot device set to {device} ({how})")
     except NodeLocked as exc:
         raise NodeLockedError(node.uuid, exc.holder) from None
+    except LockLost:
+        raise conflict(
+            f"Node {node.uuid} was taken over by a conductor while its boot device was being "
+            "set; check the boot device and retry"
+        ) from None
     except NodeGone:
         raise lookup.node_not_found(node_ident) from None
     return Response(status_code=204)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,16 +77,28 @@ class CommandResult:
         return str(error)
 
 
+_CA_DIR: list[Path] = []
+_CA_LOCK = threading.Lock()
+
+
 def _ca_file(pem: str) -> str:
-    """A file holding ``pem``, named by its digest, so requests can verify against it."""
+    """A file holding ``pem``, so requests can verify the agent against exactly it.
+
+    The files live in a directory this process created (``mkdtemp``: mode
+    0700, a name no one could have chosen in advance), so no other local user
+    can plant a certificate there. Files are named by the certificate's
+    digest and written once.
+    """
     digest = hashlib.sha256(pem.encode()).hexdigest()[:32]
-    directory = Path(tempfile.gettempdir()) / f"metalforge-agent-ca-{os.getuid()}"
-    directory.mkdir(mode=0o700, exist_ok=True)
-    path = directory / f"{digest}.pem"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(pem)
-        partial.replace(path)
+    with _CA_LOCK:
+        if not _CA_DIR:
+            _CA_DIR.append(Path(tempfile.mkdtemp(prefix="metalforge-agent-ca-")))
+        path = _CA_DIR[0] / f"{digest}.pem"
+        if not path.exists():
+            handle, partial = tempfile.mkstemp(dir=_CA_DIR[0], suffix=".tmp")
+            with os.fdopen(handle, "w") as out:
+                out.write(pem)
+            os.replace(partial, path)
     return str(path)
 
 
@@ -114,13 +128,15 @@ class AgentClient:
                 **kwargs,
             )
         except requests.RequestException as exc:
-            raise AgentUnreachable(f"the agent at {self.url} did not answer {what}: {exc}") from exc
+            raise AgentUnreachable(
+                f"the agent at {self.url} did not answer {what}: {_reason(exc)}"
+            ) from None
         if response.status_code == 409:
             raise AgentBusy(f"the agent at {self.url} is busy with another command ({what})")
         if response.status_code >= 400:
             raise AgentCommandError(
                 f"the agent at {self.url} refused {what} with HTTP {response.status_code}: "
-                f"{_fault(response)}"
+                f"{scrub(_fault(response))}"
             )
         try:
             return response.json()
@@ -154,6 +170,32 @@ class AgentClient:
             if item.id == command_id:
                 return item
         return None
+
+
+_TOKEN_IN_TEXT = re.compile(r"agent_token=[^&\s'\"]*")
+
+
+def scrub(text: str) -> str:
+    """``text`` without the agent token (requests puts the whole URL in its errors)."""
+    return _TOKEN_IN_TEXT.sub("agent_token=***", text)
+
+
+def _reason(exc: requests.RequestException) -> str:
+    """Why a request failed, in words an operator can act on, never with the token."""
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "its TLS certificate does not match the one it sent in its heartbeat"
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return "connection timed out"
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return "no answer within the timeout"
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        text = str(exc)
+        if "Connection refused" in text:
+            return "connection refused"
+        if "No route to host" in text:
+            return "no route to host"
+        return "connection failed"
+    return scrub(type(exc).__name__)
 
 
 def _fault(response: requests.Response) -> str:

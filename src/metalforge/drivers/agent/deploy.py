@@ -314,6 +314,11 @@ class AgentDeploy(DeployInterface):
             )
         if result.status == "RUNNING":
             self._check_alive(task, what)
+            # Alive and working: the step's wait timeout counts from now (noted
+            # every few seconds, not at every poll, to spare the database).
+            now = time.time()
+            if now - float(task.node.driver_internal_info.get("step_heartbeat_at", 0)) > 5:
+                _set_info(task, step_heartbeat_at=now)
             return "wait"
         _set_info(task, agent_command=None)
         if result.status == "SUCCEEDED":
