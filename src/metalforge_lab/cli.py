@@ -1,5 +1,8 @@
 """``metalforge-lab``: run the virtual lab in the foreground (``up``) and take it down (``down``).
 
+``demo`` runs a lab together with a metalforge that has its nodes enrolled
+(see ``metalforge_lab.demo``): what ``make run VIRTUAL_NODES=N`` starts.
+
 ``up`` keeps running: it is the process that turns the emulator's
 notifications into agent starts and stops. It prints the nodes as JSON once
 everything is ready (and writes the same into ``STATE_DIR/lab.json``), so a
@@ -21,6 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from metalforge_lab import demo
 from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, clean_up
 
 
@@ -55,6 +59,23 @@ def _parser() -> argparse.ArgumentParser:
     down = commands.add_parser("down", help="stop a running lab and remove what it left")
     down.add_argument("--state-dir", type=Path, required=True)
     down.add_argument("--timeout", type=float, default=30.0)
+    run_demo = commands.add_parser(
+        "demo",
+        help="a lab plus metalforge with the nodes enrolled, until Ctrl-C (needs root)",
+    )
+    run_demo.add_argument("--nodes", type=int, default=2)
+    run_demo.add_argument(
+        "--state-dir", type=Path, default=Path("var/lab"), help="default %(default)s"
+    )
+    run_demo.add_argument(
+        "--api-port",
+        type=int,
+        default=demo.DEFAULT_API_PORT,
+        help="operator API port on 127.0.0.1, also the agents' port on the bridge "
+        "(default %(default)s)",
+    )
+    run_demo.add_argument("--disks", type=int, default=1, help="loop disks per node")
+    run_demo.add_argument("--disk-size-mib", type=int, default=64)
     return parser
 
 
@@ -114,13 +135,29 @@ def _down(args: argparse.Namespace) -> int:
         if _is_lab_manager(pid):
             os.kill(pid, signal.SIGKILL)
     removed = clean_up(state_file)
+    removed.extend(demo.stop_leftover_metalforge(args.state_dir))
     for item in removed:
         print(f"removed leftover {item}")
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    return demo.run(
+        demo.DemoOptions(
+            nodes=args.nodes,
+            state_dir=args.state_dir,
+            api_port=args.api_port,
+            disks_per_node=args.disks,
+            disk_size_mib=args.disk_size_mib,
+        )
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "demo":
+        # The demo logs into its state directory and keeps the terminal for its next steps.
+        sys.exit(_demo(args))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     sys.exit(_up(args) if args.command == "up" else _down(args))
 
