@@ -87,8 +87,12 @@ def listening_sockets(settings: Settings) -> list[socket.socket]:
     api = settings.api
     wanted = [(api.host, api.port)]
     if api.agent_host is not None:
-        if (api.agent_host, api.agent_port) == (api.host, api.port):
-            raise StartupError("api.agent_host/agent_port must differ from api.host/port")
+        wildcard = api.agent_host in ("0.0.0.0", "::", "")
+        if api.agent_port == api.port and (wildcard or api.agent_host == api.host):
+            raise StartupError(
+                "api.agent_host/agent_port must be another address than api.host/port "
+                "(a wildcard agent_host needs its own agent_port)"
+            )
         wanted.append((api.agent_host, api.agent_port))
     sockets = []
     for host, port in wanted:

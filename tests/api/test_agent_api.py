@@ -15,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
+from metalforge.cli import StartupError, listening_sockets
+from metalforge.config import load_settings
 from metalforge.db.models import WorkItem
 from metalforge.states import AVAILABLE, CLEAN_WAIT
 from tests.support.api import LATEST, create_node, error_text, version
@@ -158,15 +160,29 @@ def test_heartbeat_refusals_change_nothing(idle_stack: Stack) -> None:
 
 def test_agent_endpoint_serves_only_the_agents_routes(tmp_path: Path) -> None:
     settings = stack_settings(f"sqlite:///{tmp_path}/mf.sqlite")
-    settings.api.agent_host = "testserver"
+    settings.api.agent_host = "10.251.0.1"
     settings.api.agent_port = 6390
     stack = start_stack(settings, start_conductor=False)
     try:
-        agent_side = TestClient(stack.app, base_url="http://testserver:6390")
-        assert agent_side.get("/v1/nodes", headers=LATEST).status_code == 404
-        assert agent_side.get("/v1/lookup?addresses=" + MAC, headers=AGENT).status_code == 404
-        assert agent_side.get("/", headers=LATEST).status_code == 200
-        assert agent_side.post("/v1/heartbeat/x", json={}, headers=AGENT).status_code == 400
         assert stack.client.get("/v1/nodes", headers=LATEST).status_code == 200
+        # Any socket but the operator API's serves only the agent's paths: the
+        # agents' address, and an address nobody configured (fail closed).
+        for base in ("http://10.251.0.1:6390", "http://[fd00::1]:6385", "http://localhost:6385"):
+            agent_side = TestClient(stack.app, base_url=base)
+            assert agent_side.get("/v1/nodes", headers=LATEST).status_code == 404, base
+            assert agent_side.get("//v1/nodes", headers=LATEST).status_code == 404, base
+            assert agent_side.get("/v1/heartbeat/../nodes", headers=LATEST).status_code == 404
+            lookup = agent_side.get("/v1/lookup?addresses=" + MAC, headers=AGENT)
+            assert lookup.status_code == 404, "no node is booting a ramdisk"
+            assert "could not be found" in error_text(lookup)
+            assert agent_side.get("/", headers=LATEST).status_code == 200
+            assert agent_side.post("/v1/heartbeat/x", json={}, headers=AGENT).status_code == 400
     finally:
         stack.stop()
+
+
+def test_a_wildcard_agents_endpoint_needs_its_own_port() -> None:
+    settings = load_settings()
+    settings.api.agent_host = "0.0.0.0"
+    with pytest.raises(StartupError, match="own agent_port"):
+        listening_sockets(settings)

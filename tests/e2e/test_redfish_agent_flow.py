@@ -39,6 +39,7 @@ from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.api import LATEST, get_node
 from tests.support.lab import MIB, agent_port, image_server, lab_config, nonzero_bytes, require_lab
+from tests.support.postgres import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 pytestmark = pytest.mark.slow
@@ -71,6 +72,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
             enabled_hardware_types=["fake-hardware", "redfish"],
             agent_heartbeat_timeout=HEARTBEAT_TIMEOUT,
         )
+        settings.api.port = free_port()
         settings.api.agent_host = lab.bridge.address
         settings.api.agent_port = agent_port(config)
         stack = start_stack(settings)

@@ -37,6 +37,7 @@ from tests.support.lab import (
     partition_table,
     require_lab,
 )
+from tests.support.postgres import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     agent_port = int(config.api_url.rsplit(":", 1)[1])
     try:
         settings = test_settings(f"sqlite:///{workdir}/metalforge.sqlite")
+        settings.api.port = free_port()
         settings.api.agent_host = lab.bridge.address
         settings.api.agent_port = agent_port
         stack = start_stack(settings, start_conductor=False)

@@ -63,7 +63,12 @@ def start_stack(
     else:
         conductor.register()
     app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
-    client = TestClient(app, raise_server_exceptions=True)
+    # With an agents' endpoint configured only the operator API's own socket
+    # serves the whole API: the test client then calls as if on that socket.
+    base = "http://testserver"
+    if settings.api.agent_host is not None:
+        base = f"http://{settings.api.host}:{settings.api.port}"
+    client = TestClient(app, base_url=base, raise_server_exceptions=True)
     return Stack(settings, db, conductor, app, client)
 
 
@@ -72,7 +77,10 @@ class LiveServer:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.port = free_port()
+        # With an agents' endpoint the app knows its operator port (see
+        # AgentEndpointFilter): serve there; the test picked a free one.
+        agent_endpoint = stack.settings.api.agent_host is not None
+        self.port = stack.settings.api.port if agent_endpoint else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             stack.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False

@@ -9,12 +9,12 @@ and the operator API can stay on loopback with ``noauth``.
 
 from __future__ import annotations
 
-from typing import Any
+import ipaddress
+import socket
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.errors import routing_error_body
-
-Scope = dict[str, Any]
-ASGIApp = Any
 
 _EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup"})
 _PREFIXES = ("/v1/heartbeat/",)
@@ -25,25 +25,48 @@ def is_agent_path(path: str) -> bool:
     return path in _EXACT or path.startswith(_PREFIXES)
 
 
+def _canonical(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def operator_addresses(host: str, port: int) -> frozenset[tuple[str, int]]:
+    """Every (address, port) the operator API's socket may report as its own."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        infos = []
+    found = {(_canonical(str(info[4][0])), port) for info in infos}
+    found.add((_canonical(host), port))
+    return frozenset(found)
+
+
 class AgentEndpointFilter:
-    """Answers 404 to anything but the agent's paths when it arrives on the agents' socket."""
+    """Only the operator API's own socket serves everything; any other, only the agent's paths.
 
-    def __init__(self, app: ASGIApp, agent_host: str, agent_port: int) -> None:
+    Fails closed: a request is let through to the whole API only when the
+    socket it arrived on is the operator API's (``api.host``/``api.port``).
+    Comparing with the agents' address instead would open the whole API to
+    the provisioning network whenever the configured name and the socket's
+    address differ (a host name, an IPv6 address written another way).
+    """
+
+    def __init__(self, app: ASGIApp, operator: frozenset[tuple[str, int]]) -> None:
         self.app = app
-        self.agent_port = agent_port
-        # A wildcard address is told apart by its port alone.
-        self.agent_host = None if agent_host in ("0.0.0.0", "::", "") else agent_host
+        self.operator = operator
 
-    def _on_agent_socket(self, scope: Scope) -> bool:
+    def _on_operator_socket(self, scope: Scope) -> bool:
         server = scope.get("server")
-        if not server or server[1] is None or int(server[1]) != self.agent_port:
+        if not server or server[1] is None:
             return False
-        return self.agent_host is None or server[0] == self.agent_host
+        return (_canonical(str(server[0])), int(server[1])) in self.operator
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] == "http"
-            and self._on_agent_socket(scope)
+            and not self._on_operator_socket(scope)
             and not is_agent_path(scope["path"])
         ):
             body = routing_error_body(404, "The resource could not be found.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from metalforge.api import errors
-from metalforge.api.agent_endpoint import AgentEndpointFilter
+from metalforge.api.agent_endpoint import AgentEndpointFilter, operator_addresses
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
     agent,
@@ -67,7 +67,5 @@ def create_app(services: ApiServices) -> FastAPI:
     app.add_middleware(VersionMiddleware)
     api = services.settings.api
     if api.agent_host is not None:
-        app.add_middleware(
-            AgentEndpointFilter, agent_host=api.agent_host, agent_port=api.agent_port
-        )
+        app.add_middleware(AgentEndpointFilter, operator=operator_addresses(api.host, api.port))
     return app
