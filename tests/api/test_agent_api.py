@@ -17,6 +17,7 @@ from sqlalchemy import select, text
 
 from metalforge.cli import StartupError, listening_sockets
 from metalforge.config import load_settings
+from metalforge.db import agent_sessions
 from metalforge.db.models import WorkItem
 from metalforge.states import AVAILABLE, CLEAN_WAIT
 from tests.support.api import LATEST, create_node, error_text, version
@@ -36,7 +37,8 @@ def idle_stack(db_url: str) -> Iterator[Stack]:
         running.stop()
 
 
-def _node_in(stack: Stack, state: str, mac: str = MAC) -> dict[str, object]:
+def _node_in(stack: Stack, state: str, mac: str = MAC, *, booted: bool = True) -> dict[str, object]:
+    """A node in ``state``; ``booted``: as if a conductor had just booted its ramdisk."""
     node = create_node(stack.client, name="agent-node")
     response = stack.client.post(
         "/v1/ports", json={"node_uuid": node["uuid"], "address": mac}, headers=LATEST
@@ -47,6 +49,11 @@ def _node_in(stack: Stack, state: str, mac: str = MAC) -> dict[str, object]:
             text("UPDATE nodes SET provision_state = :s WHERE uuid = :u"),
             {"s": state, "u": node["uuid"]},
         )
+        if booted:
+            node_id = session.execute(
+                text("SELECT id FROM nodes WHERE uuid = :u"), {"u": node["uuid"]}
+            ).scalar_one()
+            agent_sessions.begin(session, node_id)
     return node
 
 
@@ -69,6 +76,35 @@ def test_first_lookup_gets_the_token_later_ones_see_it_masked(idle_stack: Stack)
     again = idle_stack.client.get(f"/v1/lookup?node_uuid={node['uuid']}", headers=AGENT)
     assert again.status_code == 200
     assert again.json()["config"]["agent_token"] == "******"
+
+
+def test_no_lookup_for_a_node_no_conductor_booted(idle_stack: Stack) -> None:
+    """In a lookup state, but no ramdisk was booted by metalforge: no token for anyone."""
+    _node_in(idle_stack, CLEAN_WAIT, booted=False)
+    response = idle_stack.client.get(f"/v1/lookup?addresses={MAC}", headers=AGENT)
+    assert response.status_code == 404
+    with idle_stack.db.read() as session:
+        assert session.execute(text("SELECT count(*) FROM agent_sessions")).scalar() == 0
+
+
+def test_a_new_boot_voids_the_old_agents_token(idle_stack: Stack) -> None:
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    token = _token(idle_stack)
+    assert (
+        _beat(idle_stack, node["uuid"], callback_url="http://a:9999", agent_token=token).status_code
+        == 202
+    )
+    with idle_stack.db.write() as session:
+        node_id = session.execute(text("SELECT id FROM nodes")).scalar_one()
+        agent_sessions.begin(session, node_id)
+    stale = _beat(idle_stack, node["uuid"], callback_url="http://a:9999", agent_token=token)
+    assert stale.status_code == 400
+    fresh = _token(idle_stack)
+    assert fresh != token
+    assert (
+        _beat(idle_stack, node["uuid"], callback_url="http://b:9999", agent_token=fresh).status_code
+        == 202
+    )
 
 
 def test_lookup_refusals(idle_stack: Stack) -> None:
@@ -152,6 +188,17 @@ def test_heartbeat_refusals_change_nothing(idle_stack: Stack) -> None:
     )
     assert too_old.status_code == 400
     assert "agent_verify_ca" in error_text(too_old)
+    newer = idle_stack.client.post(
+        f"/v1/heartbeat/{node['uuid']}",
+        json={"callback_url": url, "agent_token": token, "agent_status": "dancing"},
+        headers=version("1.72"),
+    )
+    assert newer.status_code == 400
+    assert "Unknown agent_status" in error_text(newer)
+    too_long = _beat(
+        idle_stack, node["uuid"], callback_url="http://x/" + "a" * 300, agent_token=token
+    )
+    assert too_long.status_code == 400
     unknown = _beat(
         idle_stack, "7b1c6e0e-6d0a-4f5e-9d3b-0c0f0f0f0f0f", callback_url=url, agent_token=token
     )

@@ -32,7 +32,7 @@ def test_image_info_names_the_hash_the_agent_verifies(
     assert info["id"] == "disk.raw"
     assert info["urls"] == ["http://10.0.0.1/images/disk.raw"]
     assert info["stream_raw_images"] is True
-    assert "checksum" not in info, "md5 only: IPA refuses it unless told otherwise"
+    assert "checksum" not in info, "the legacy md5 field is never sent"
 
 
 def test_image_info_streams_only_raw_images() -> None:
@@ -55,6 +55,7 @@ def test_image_info_streams_only_raw_images() -> None:
         ({"image_source": "file:///x.raw", "image_checksum": SHA256}, "not an http(s) URL"),
         ({"image_source": "http://x/a.raw"}, "no image_checksum"),
         ({"image_source": "http://x/a.raw", "image_checksum": "abc"}, "cannot tell the hash"),
+        ({"image_source": "http://x/a.raw", "image_checksum": "e" * 32}, "md5 digest"),
     ],
 )
 def test_image_info_refuses_what_the_agent_could_not_verify(

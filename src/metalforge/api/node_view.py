@@ -120,7 +120,8 @@ def mask_secrets(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _instance_info(info: dict[str, Any]) -> dict[str, Any]:
+def masked_instance_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``instance_info`` as shown to anyone: secrets and the config drive masked."""
     masked = mask_secrets(info)
     if masked.get("configdrive"):
         masked["configdrive"] = MASK
@@ -138,7 +139,7 @@ def _none(_value: Any) -> None:
 _COMPUTED: dict[str, Callable[[Any], Any]] = {
     "driver_info": mask_secrets,
     "driver_internal_info": mask_secrets,
-    "instance_info": _instance_info,
+    "instance_info": masked_instance_info,
     "created_at": _iso,
     "updated_at": _iso,
     "provision_updated_at": _iso,

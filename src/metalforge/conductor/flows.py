@@ -289,13 +289,16 @@ def unrescue(task: NodeTask) -> None:
 def service(task: NodeTask) -> None:
     """servicing: run the operator's steps on an active node."""
     if not stepflow.has_plan(task, "service"):
-        supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_service_steps", None) or []
         task.node.driver_internal_info = info
         try:
+            supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
             plan = steps.requested_plan(supported, requested)
-        except steps.StepRequestError as exc:
+            if _deploy_interface(task).boots_ramdisk:
+                # Servicing does not boot the agent yet: only out-of-band steps can run.
+                steps.check_without_ramdisk(plan)
+        except (steps.StepRequestError, DriverError) as exc:
             stepflow.fail(task, "service", f"Servicing refused: {exc}")
             return
         stepflow.store_plan(task, "service", plan)

@@ -101,6 +101,9 @@ def fail(task: NodeTask, kind: FlowKind, message: str) -> None:
         # A half-cleaned node must not be handed out: keep it out of rotation.
         changes.update(maintenance=True, maintenance_reason=message, fault="clean failure")
     task.record(f"{kind}_failed", message, history.ERROR)
+    # A ramdisk agent left running (power stays as it was, for the operator to
+    # look at) must not keep a working token: nothing may drive it any more.
+    task.end_agent_session()
     task.transition(states.FAIL, note=message, severity=history.ERROR, **changes)
 
 

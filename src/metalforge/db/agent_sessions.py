@@ -14,8 +14,7 @@ import secrets
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from metalforge.db.models import AgentSession, utcnow
@@ -77,13 +76,13 @@ _CLEARED = {
 }
 
 
-def begin(session: Session, node_id: int, *, booted: bool = True) -> None:
+def begin(session: Session, node_id: int) -> None:
     """Start a new session: the ramdisk is (re)booting, or the agent was stopped.
 
     The next agent must look up again and gets a fresh token; the previous
     agent's token and address stop working at once.
     """
-    values = {**_CLEARED, "booted_at": utcnow() if booted else None}
+    values = {**_CLEARED, "booted_at": utcnow()}
     result = session.connection().execute(
         update(_TABLE).where(_TABLE.c.node_id == node_id).values(**values)
     )
@@ -92,8 +91,16 @@ def begin(session: Session, node_id: int, *, booted: bool = True) -> None:
 
 
 def end(session: Session, node_id: int) -> None:
-    """The agent is gone (node powered off into its instance): forget its token and address."""
-    begin(session, node_id, booted=False)
+    """The agent is gone, or must be shut out: forget its token and address."""
+    session.connection().execute(
+        update(_TABLE)
+        .where(_TABLE.c.node_id == node_id)
+        .values(**{**_CLEARED, "booted_at": None})
+    )
+
+
+class NoRamdiskBooted(LookupError):
+    """No conductor booted a ramdisk on the node: nothing may look it up."""
 
 
 def issue_token(session: Session, node_id: int) -> str | None:
@@ -101,32 +108,29 @@ def issue_token(session: Session, node_id: int) -> str | None:
 
     Ironic's rule: the token is handed out once per agent boot; later lookups
     see it masked, so a second party on the provisioning network cannot
-    obtain it by looking the node up again.
+    obtain it by looking the node up again. Only a session a conductor began
+    (it booted the ramdisk) hands one out: raises ``NoRamdiskBooted`` otherwise.
     """
     token = secrets.token_urlsafe(32)
-    now = utcnow()
     result = session.connection().execute(
         update(_TABLE)
-        .where(_TABLE.c.node_id == node_id, _TABLE.c.token.is_(None))
-        .values(token=token, token_issued_at=now)
+        .where(
+            _TABLE.c.node_id == node_id,
+            _TABLE.c.token.is_(None),
+            _TABLE.c.booted_at.is_not(None),
+        )
+        .values(token=token, token_issued_at=utcnow())
     )
     if result.rowcount == 1:
         return token
-    exists = session.execute(
-        select(_TABLE.c.node_id).where(_TABLE.c.node_id == node_id)
+    booted = session.execute(
+        select(_TABLE.c.node_id).where(
+            _TABLE.c.node_id == node_id, _TABLE.c.booted_at.is_not(None)
+        )
     ).one_or_none()
-    if exists is not None:
-        return None
-    try:
-        with session.begin_nested():
-            session.execute(
-                insert(_TABLE).values(
-                    node_id=node_id, **{**_CLEARED, "token": token, "token_issued_at": now}
-                )
-            )
-    except IntegrityError:
-        return None  # another lookup created the session first: it has the token
-    return token
+    if booted is None:
+        raise NoRamdiskBooted(node_id)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +147,13 @@ class HeartbeatRefused(ValueError):
 
 
 def record_heartbeat(session: Session, node_id: int, token: str, beat: Heartbeat) -> None:
-    """Check the agent's token and pinned address, then record the heartbeat."""
-    current = get(session, node_id)
-    if current is None or current.token is None or not secrets.compare_digest(current.token, token):
-        raise HeartbeatRefused("Invalid or missing agent token received.")
-    if current.agent_url is not None and current.agent_url != beat.callback_url:
-        raise HeartbeatRefused(
-            f"Agent callback URL {beat.callback_url} does not match the one the agent "
-            f"of this boot gave first ({current.agent_url})."
-        )
+    """Check the agent's token and pinned address, then record the heartbeat.
+
+    One conditional ``UPDATE`` checks and writes: two heartbeats racing with
+    different addresses cannot both pin theirs, and one racing a new boot
+    (``begin``) finds its token gone.
+    """
+    table = _TABLE
     values: dict[str, object] = {
         "agent_url": beat.callback_url,
         "last_heartbeat_at": utcnow(),
@@ -159,14 +161,27 @@ def record_heartbeat(session: Session, node_id: int, token: str, beat: Heartbeat
         "agent_status": beat.status,
         "agent_status_message": beat.status_message,
     }
+    conditions = [
+        table.c.node_id == node_id,
+        table.c.token == token,
+        or_(table.c.agent_url.is_(None), table.c.agent_url == beat.callback_url),
+    ]
     if beat.verify_ca is not None:
-        if current.verify_ca is not None and current.verify_ca != beat.verify_ca:
-            raise HeartbeatRefused(
-                "The agent's TLS certificate changed within one boot; refusing the heartbeat."
-            )
         values["verify_ca"] = beat.verify_ca
-    session.execute(
-        update(_TABLE)
-        .where(_TABLE.c.node_id == node_id, _TABLE.c.token == current.token)
-        .values(**values)
+        conditions.append(or_(table.c.verify_ca.is_(None), table.c.verify_ca == beat.verify_ca))
+    result = session.connection().execute(update(table).where(*conditions).values(**values))
+    if result.rowcount == 1:
+        return
+    current = get(session, node_id)
+    if current is None or current.token is None or not secrets.compare_digest(
+        current.token, token
+    ):
+        raise HeartbeatRefused("Invalid or missing agent token received.")
+    if current.agent_url is not None and current.agent_url != beat.callback_url:
+        raise HeartbeatRefused(
+            f"Agent callback URL {beat.callback_url} does not match the one the agent "
+            f"of this boot gave first ({current.agent_url})."
+        )
+    raise HeartbeatRefused(
+        "The agent's TLS certificate changed within one boot; refusing the heartbeat."
     )

@@ -224,6 +224,9 @@ class BootInterface(Interface):
 class DeployInterface(Interface):
     interface_type = "deploy"
 
+    boots_ramdisk: ClassVar[bool] = False
+    """Its steps run in a ramdisk agent it boots (flows that boot none cannot run them)."""
+
     @abstractmethod
     def tear_down(self, task: DriverTask) -> None:
         """Remove the deployed instance (power off, forget the image)."""

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,7 +25,7 @@ from metalforge import states
 from metalforge.api import lookup
 from metalforge.api.errors import bad_request, not_found
 from metalforge.api.links import links
-from metalforge.api.node_view import mask_secrets
+from metalforge.api.node_view import mask_secrets, masked_instance_info
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
 from metalforge.db import agent_sessions, queue
@@ -51,10 +51,6 @@ LOOKUP_STATES = frozenset(
 
 WAKE_STATES = frozenset({states.CLEAN_WAIT, states.DEPLOY_WAIT, states.SERVICE_WAIT})
 """States whose flow continues when the agent reports: a heartbeat queues a check."""
-
-AGENT_PATHS = ("/", "/v1", "/v1/", "/v1/lookup", "/v1/heartbeat/")
-"""Everything the agents' endpoint serves (``api.agent_host``)."""
-
 
 def _lookup_not_found() -> Exception:
     return not_found("Node could not be found.")
@@ -98,7 +94,13 @@ def lookup_node(
             node = found
         if node.provision_state not in LOOKUP_STATES:
             raise _lookup_not_found()
-        token = agent_sessions.issue_token(session, node.id) if version >= (1, 62) else None
+        try:
+            token = agent_sessions.issue_token(session, node.id)
+        except agent_sessions.NoRamdiskBooted:
+            # metalforge did not boot a ramdisk on this node: no agent belongs to it.
+            raise _lookup_not_found() from None
+        if version < (1, 62):
+            token = None  # the client cannot receive it; the session keeps it
     return JSONResponse(_lookup_body(request, node, token, version))
 
 
@@ -115,9 +117,7 @@ def _lookup_body(request: Request, node: Node, token: str | None, version: Versi
     }
     if version >= (1, 62):
         config["agent_token"] = token if token is not None else "******"
-    instance_info = mask_secrets(dict(node.instance_info))
-    if instance_info.get("configdrive"):
-        instance_info["configdrive"] = "******"
+    instance_info = masked_instance_info(dict(node.instance_info))
     return {
         "node": {
             "uuid": node.uuid,
@@ -131,14 +131,16 @@ def _lookup_body(request: Request, node: Node, token: str | None, version: Versi
 
 
 class HeartbeatBody(BaseModel):
+    """What IPA sends; lengths bounded by the columns that keep them (else a 400, not a 500)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    callback_url: str | None = None
-    agent_token: str | None = None
-    agent_version: str | None = None
-    agent_verify_ca: str | None = None
-    agent_status: str | None = None
-    agent_status_message: str | None = None
+    callback_url: str | None = Field(default=None, max_length=255)
+    agent_token: str | None = Field(default=None, max_length=128)
+    agent_version: str | None = Field(default=None, max_length=64)
+    agent_verify_ca: str | None = Field(default=None, max_length=65536)
+    agent_status: str | None = Field(default=None, max_length=16)
+    agent_status_message: str | None = Field(default=None, max_length=65536)
 
 
 _FIELD_VERSIONS: dict[str, Version] = {

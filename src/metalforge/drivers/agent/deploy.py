@@ -35,6 +35,7 @@ from typing import Any
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.drivers.agent import erasure
 from metalforge.drivers.agent.client import (
+    AgentBusy,
     AgentClient,
     AgentError,
     AgentUnreachable,
@@ -108,6 +109,7 @@ class AgentDeploy(DeployInterface):
     """Deploy and clean through the ramdisk agent."""
 
     name = "direct"
+    boots_ramdisk = True
 
     def validate(self, task: DriverTask) -> None:
         return None
@@ -283,6 +285,11 @@ class AgentDeploy(DeployInterface):
         client = self._client(task)
         try:
             result = client.run(command, params)
+        except AgentBusy:
+            # The agent runs one command at a time. A conductor that died after
+            # starting this step and before recording it leaves it running: the
+            # running command of the same kind is that step, so adopt it.
+            result = self._running(client, command, step)
         except AgentError as exc:
             raise StepFailed(f"the agent did not start {step}: {exc}") from None
         finally:
@@ -291,12 +298,29 @@ class AgentDeploy(DeployInterface):
             raise StepFailed(f"the agent failed {step}: {result.error_message()}")
         _set_info(task, agent_command={"id": result.id, "name": command, "step": step})
 
+    @staticmethod
+    def _running(client: AgentClient, command: str, step: str) -> CommandResult:
+        try:
+            history = client.commands()
+        except AgentError as exc:
+            raise StepFailed(f"the agent is busy and did not say with what: {exc}") from None
+        short = command.split(".", 1)[1]
+        for entry in reversed(history):
+            if entry.status == "RUNNING" and entry.name == short:
+                return entry
+        raise StepFailed(f"the agent is busy with another command; {step} was not started")
+
     def check_step(self, task: DriverTask, method: str) -> StepOutcome:
         if method == "deploy":
             return self._check_deploy_boot(task)
         command = task.node.driver_internal_info.get("agent_command")
         if not command or command.get("step") != method:
-            return "done"  # a synchronous step; nothing runs on the agent
+            # Every asynchronous step here but ``deploy`` runs on the agent and
+            # records its command first; without the record, success is unknown.
+            raise StepFailed(
+                f"no record of the agent command running {self.interface_type}.{method}; "
+                "it cannot be told whether the step ran"
+            )
         what = f"{self.interface_type}.{method}"
         client = self._client(task)
         try:

@@ -49,6 +49,13 @@ def image_info(instance_info: dict[str, Any], node_uuid: str) -> dict[str, Any]:
             f"instance_info.image_source {source!r} is not an http(s) URL the agent can download"
         )
     algo, value = _hash(instance_info)
+    if algo == "md5":
+        # The agent is told at lookup that md5 is not accepted
+        # (agent_md5_checksum_enable); refusing here saves a boot and a download.
+        raise StepFailed(
+            "image_checksum is an md5 digest, which the agent does not accept; "
+            "give a sha256 or sha512 digest (sha256:<hex>)"
+        )
     disk_format = str(instance_info.get("image_disk_format") or "raw")
     info: dict[str, Any] = {
         "id": posixpath.basename(parts.path) or node_uuid,
@@ -61,6 +68,4 @@ def image_info(instance_info: dict[str, Any], node_uuid: str) -> dict[str, Any]:
         "os_hash_value": value,
         "node_uuid": node_uuid,
     }
-    if algo == "md5":
-        info["checksum"] = value
     return info

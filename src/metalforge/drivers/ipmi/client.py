@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pyghmi import exceptions as pyghmi_exceptions
@@ -63,7 +63,7 @@ class BmcAddress:
     host: str
     port: int
     username: str
-    password: str
+    password: str = field(repr=False)
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"

@@ -42,6 +42,16 @@ from pyghmi.ipmi.private import session as pyghmi_session
 MAX_IDLE = 10.0
 """Seconds an open session may sit unused before it is closed instead of reused."""
 
+_PATCHED = ("KEEPALIVE_SESSIONS", "WAITING_SESSIONS", "iosockets", "util")
+if not all(hasattr(pyghmi_session, name) for name in _PATCHED) or not hasattr(
+    pyghmi_session.Session, "initting_sessions"
+):
+    # The workarounds below reach into pyghmi's internals; a pyghmi that moved
+    # them must stop the service at start-up, not hang it later.
+    raise ImportError(
+        "this pyghmi's session internals differ from the 1.6 series the IPMI driver patches"
+    )
+
 _TABLES_LOCK = threading.RLock()
 pyghmi_session.KEEPALIVE_SESSIONS = _TABLES_LOCK
 pyghmi_session.WAITING_SESSIONS = _TABLES_LOCK

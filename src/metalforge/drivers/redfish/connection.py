@@ -31,7 +31,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -72,7 +72,7 @@ class RedfishInfo:
     """Scheme and authority only: ``https://host:port``."""
     system_id: str | None
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     verify: bool | str
 
     @property
@@ -109,6 +109,13 @@ def _address(raw: Any, invalid: list[str]) -> str | None:
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         invalid.append(f"redfish_address {raw!r} must be an http(s) URL with a host")
+        return None
+    if parts.username is not None or parts.password is not None:
+        # The address is shown in every BMC error message: no credentials in it.
+        invalid.append(
+            "redfish_address must not carry credentials; use redfish_username and "
+            "redfish_password"
+        )
         return None
     return f"{parts.scheme}://{parts.netloc}"
 
