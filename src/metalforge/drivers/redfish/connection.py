@@ -26,6 +26,7 @@ credentials refused, no such system, what the BMC answered).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -59,6 +60,8 @@ PROPERTIES: dict[str, str] = {
     ),
 }
 """``driver_info`` keys every redfish interface reads, for ``properties()``."""
+
+LOG = logging.getLogger(__name__)
 
 _TRUE = frozenset({"true", "1", "yes", "on", "y", "t"})
 _FALSE = frozenset({"false", "0", "no", "off", "n", "f"})
@@ -113,8 +116,7 @@ def _address(raw: Any, invalid: list[str]) -> str | None:
     if parts.username is not None or parts.password is not None:
         # The address is shown in every BMC error message: no credentials in it.
         invalid.append(
-            "redfish_address must not carry credentials; use redfish_username and "
-            "redfish_password"
+            "redfish_address must not carry credentials; use redfish_username and redfish_password"
         )
         return None
     return f"{parts.scheme}://{parts.netloc}"
@@ -203,11 +205,39 @@ class Connections:
 
     def forget(self, info: RedfishInfo) -> None:
         with self._lock:
-            self._clients.pop(info.key, None)
+            dropped = self._clients.pop(info.key, None)
+        if dropped is not None:
+            _close_later([dropped])
 
     def clear(self) -> None:
         with self._lock:
+            dropped = list(self._clients.values())
             self._clients.clear()
+        _close_later(dropped)
+
+
+def _close_later(clients: list[Any]) -> None:
+    """End the clients' Redfish sessions now, in a thread of their own.
+
+    Left to the garbage collector, sushy's ``__del__`` would delete the
+    session from whatever thread collects it -- possibly the API's event
+    loop, blocked for a connect timeout when the BMC is the reason the
+    client was dropped -- and BMCs have few session slots to leak.
+    """
+
+    def close() -> None:
+        for client in clients:
+            auth = getattr(client, "_auth", None)
+            if auth is None:
+                continue
+            client._auth = None  # __del__ then has nothing left to do
+            try:
+                auth.close()
+            except Exception as exc:  # the BMC may be gone; that is why it was dropped
+                LOG.debug("closing a Redfish session failed: %s", exc)
+
+    if clients:
+        threading.Thread(target=close, name="redfish-close", daemon=True).start()
 
 
 CONNECTIONS = Connections()
