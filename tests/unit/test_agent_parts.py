@@ -7,9 +7,9 @@ import re
 import pytest
 
 from metalforge.drivers.agent.client import CommandResult
-from metalforge.drivers.agent.deploy import _merge_agent_steps
 from metalforge.drivers.agent.erasure import describe, records_from_result
 from metalforge.drivers.agent.image import image_info
+from metalforge.drivers.agent.session import merge_agent_steps
 from metalforge.drivers.base import StepFailed
 
 SHA256 = "ab" * 32
@@ -108,7 +108,7 @@ def test_agent_steps_of_several_managers_merge_by_priority() -> None:
         ],
         "VendorManager": [{"step": "erase_devices", "priority": 50, "interface": "deploy"}],
     }
-    merged = _merge_agent_steps(reported)
+    merged = merge_agent_steps(reported)
     assert [(s["step"], s["priority"]) for s in merged] == [
         ("erase_devices_metadata", 99),
         ("erase_devices", 50),

@@ -27,12 +27,10 @@ and the last heartbeat.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.drivers.agent import erasure
 from metalforge.drivers.agent.client import (
     AgentBusy,
@@ -42,15 +40,24 @@ from metalforge.drivers.agent.client import (
     CommandResult,
 )
 from metalforge.drivers.agent.image import image_info
+from metalforge.drivers.agent.session import (
+    agent_up,
+    boot_of,
+    cache_steps,
+    check_alive,
+    client_for,
+    node_for_agent,
+    now,
+    power_of,
+    set_info,
+)
 from metalforge.drivers.base import (
     POWER_OFF,
     POWER_ON,
     REBOOT,
-    BootInterface,
     DeployInterface,
     DriverError,
     DriverTask,
-    PowerInterface,
     StepFailed,
     StepOutcome,
     StepsNotKnown,
@@ -59,50 +66,6 @@ from metalforge.drivers.steps import StepDecl, deploy_step, parse_argsinfo
 
 ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 """Clean steps whose results are erasure records."""
-
-
-def _power(task: DriverTask) -> PowerInterface:
-    iface = task.interface("power")
-    if not isinstance(iface, PowerInterface):
-        raise DriverError(f"the {iface.name} power interface cannot switch power")
-    return iface
-
-
-def _boot(task: DriverTask) -> BootInterface:
-    iface = task.interface("boot")
-    if not isinstance(iface, BootInterface):
-        raise DriverError(f"the {iface.name} boot interface cannot boot a ramdisk")
-    return iface
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _set_info(task: DriverTask, **values: Any) -> None:
-    info = dict(task.node.driver_internal_info)
-    for key, value in values.items():
-        if value is None:
-            info.pop(key, None)
-        else:
-            info[key] = value
-    task.node.driver_internal_info = info
-
-
-def _merge_agent_steps(reported: Any) -> list[dict[str, Any]]:
-    """One list from the agent's ``{manager: [step, ...]}``; the highest priority wins a name."""
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    managers = reported.values() if isinstance(reported, dict) else [reported]
-    for steps in managers:
-        for step in steps or []:
-            if not isinstance(step, dict) or "step" not in step:
-                continue
-            key = (str(step.get("interface", "deploy")), str(step["step"]))
-            if key not in best or int(step.get("priority") or 0) > int(
-                best[key].get("priority") or 0
-            ):
-                best[key] = step
-    return sorted(best.values(), key=lambda s: (-int(s.get("priority") or 0), str(s["step"])))
 
 
 class AgentDeploy(DeployInterface):
@@ -121,115 +84,36 @@ class AgentDeploy(DeployInterface):
 
     def _boot_ramdisk(self, task: DriverTask, purpose: str) -> None:
         task.begin_agent_session()
-        _boot(task).prepare_ramdisk(task)
-        power = _power(task)
+        boot_of(task).prepare_ramdisk(task)
+        power = power_of(task)
         target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
         power.set_power_state(task, target)
         task.node.power_state = POWER_ON
-        _set_info(task, agent_command=None)
+        set_info(task, agent_command=None)
         task.record("agent", f"booting the ramdisk agent for {purpose}")
 
     def _stop_ramdisk(self, task: DriverTask) -> None:
-        _power(task).set_power_state(task, POWER_OFF)
+        power_of(task).set_power_state(task, POWER_OFF)
         task.node.power_state = POWER_OFF
         task.end_agent_session()
-        _set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
-
-    def _client(self, task: DriverTask) -> AgentClient:
-        session = task.agent_session()
-        if session is None or session.agent_url is None or session.token is None:
-            raise StepFailed("the ramdisk agent's session ended (it was powered off or rebooted)")
-        return AgentClient(
-            session.agent_url, session.token, session.verify_ca, task.settings.agent_command_timeout
-        )
-
-    @staticmethod
-    def _show(task: DriverTask, session: AgentSessionInfo | None) -> None:
-        """Copy the agent's address, version and last heartbeat where operators look.
-
-        Ironic's clients show them from ``driver_internal_info``; the session
-        itself lives in its own table (see db/agent_sessions.py).
-        """
-        if session is None or session.last_heartbeat_at is None:
-            return
-        _set_info(
-            task,
-            agent_url=session.agent_url,
-            agent_version=session.agent_version,
-            agent_last_heartbeat=session.last_heartbeat_at.isoformat(timespec="seconds"),
-        )
-
-    def _agent_up(self, task: DriverTask) -> bool:
-        session = task.agent_session()
-        self._show(task, session)
-        return session is not None and session.heard_since_boot
-
-    def _check_alive(self, task: DriverTask, what: str) -> None:
-        """Fail ``what`` when the agent has not heartbeated within the timeout."""
-        session = task.agent_session()
-        self._show(task, session)
-        timeout = task.settings.agent_heartbeat_timeout
-        last = session.last_heartbeat_at if session is not None else None
-        if last is None:
-            raise StepFailed(f"the ramdisk agent never heartbeated while running {what}")
-        age = (_now() - last).total_seconds()
-        if age > timeout:
-            raise StepFailed(
-                f"no heartbeat from the ramdisk agent for {age:.0f}s (timeout {timeout}s) while "
-                f"running {what}; last heartbeat at {last.isoformat(timespec='seconds')}"
-            )
-
-    def _cache_steps(self, task: DriverTask, kind: str) -> None:
-        client = self._client(task)
-        try:
-            params = {"node": self._node_for_agent(task), "ports": []}
-            result = client.run(f"{kind}.get_{kind}_steps", params, wait=True)
-        finally:
-            client.close()
-        if result.status != "SUCCEEDED" or not isinstance(result.result, dict):
-            raise StepFailed(f"the agent could not list its {kind} steps: {result.error_message()}")
-        steps = _merge_agent_steps(result.result.get(f"{kind}_steps", {}))
-        _set_info(
-            task,
-            **{
-                f"agent_cached_{kind}_steps": steps,
-                "agent_hardware_manager_version": result.result.get("hardware_manager_version", {}),
-            },
-        )
-        names = ", ".join(f"{s.get('interface', 'deploy')}.{s['step']}" for s in steps) or "none"
-        task.record("agent", f"the agent reported its {kind} steps: {names}")
-
-    @staticmethod
-    def _node_for_agent(task: DriverTask) -> dict[str, Any]:
-        node = task.node
-        return {
-            "uuid": node.uuid,
-            "properties": node.properties,
-            "instance_info": {k: v for k, v in node.instance_info.items() if k != "configdrive"},
-            "driver_internal_info": {
-                k: v
-                for k, v in node.driver_internal_info.items()
-                if not k.startswith("agent_cached")
-            },
-            "target_raid_config": node.target_raid_config,
-        }
+        set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
 
     # Cleaning --------------------------------------------------------------
 
     def prepare_cleaning(self, task: DriverTask) -> StepOutcome:
-        _set_info(task, erasure_records=[])
+        set_info(task, erasure_records=[])
         self._boot_ramdisk(task, "cleaning")
         return "wait"
 
     def check_cleaning_prepared(self, task: DriverTask) -> StepOutcome:
-        if not self._agent_up(task):
+        if not agent_up(task):
             return "wait"
-        self._cache_steps(task, "clean")
+        cache_steps(task, "clean")
         return "done"
 
     def tear_down_cleaning(self, task: DriverTask) -> None:
         self._stop_ramdisk(task)
-        _boot(task).clean_up_instance(task)
+        boot_of(task).clean_up_instance(task)
 
     def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
         cached = task.node.driver_internal_info.get("agent_cached_clean_steps")
@@ -269,7 +153,7 @@ class AgentDeploy(DeployInterface):
             "clean.execute_clean_step",
             {
                 "step": agent_step,
-                "node": self._node_for_agent(task),
+                "node": node_for_agent(task),
                 "ports": [],
                 "clean_version": task.node.driver_internal_info.get(
                     "agent_hardware_manager_version", {}
@@ -282,7 +166,7 @@ class AgentDeploy(DeployInterface):
     # Asynchronous agent commands ------------------------------------------
 
     def _start(self, task: DriverTask, command: str, params: dict[str, Any], step: str) -> None:
-        client = self._client(task)
+        client = client_for(task)
         try:
             result = client.run(command, params)
         except AgentBusy:
@@ -296,7 +180,7 @@ class AgentDeploy(DeployInterface):
             client.close()
         if result.status == "FAILED":
             raise StepFailed(f"the agent failed {step}: {result.error_message()}")
-        _set_info(task, agent_command={"id": result.id, "name": command, "step": step})
+        set_info(task, agent_command={"id": result.id, "name": command, "step": step})
 
     @staticmethod
     def _running(client: AgentClient, command: str, step: str) -> CommandResult:
@@ -322,11 +206,11 @@ class AgentDeploy(DeployInterface):
                 "it cannot be told whether the step ran"
             )
         what = f"{self.interface_type}.{method}"
-        client = self._client(task)
+        client = client_for(task)
         try:
             result = client.command(str(command["id"]))
         except AgentUnreachable:
-            self._check_alive(task, what)
+            check_alive(task, what)
             return "wait"
         except AgentError as exc:
             raise StepFailed(str(exc)) from None
@@ -337,14 +221,14 @@ class AgentDeploy(DeployInterface):
                 f"the agent no longer knows command {command['id']} ({what}): it has restarted"
             )
         if result.status == "RUNNING":
-            self._check_alive(task, what)
+            check_alive(task, what)
             # Alive and working: the step's wait timeout counts from now (noted
             # every few seconds, not at every poll, to spare the database).
             now = time.time()
             if now - float(task.node.driver_internal_info.get("step_heartbeat_at", 0)) > 5:
-                _set_info(task, step_heartbeat_at=now)
+                set_info(task, step_heartbeat_at=now)
             return "wait"
-        _set_info(task, agent_command=None)
+        set_info(task, agent_command=None)
         if result.status == "SUCCEEDED":
             self._finished(task, method, result)
             return "done"
@@ -358,18 +242,18 @@ class AgentDeploy(DeployInterface):
         if method not in ERASE_STEPS or not isinstance(result.result, dict):
             return
         records = erasure.records_from_result(
-            result.result.get("clean_result"), method, _now().isoformat(timespec="seconds")
+            result.result.get("clean_result"), method, now().isoformat(timespec="seconds")
         )
         if not records:
             return
         kept = list(task.node.driver_internal_info.get("erasure_records", []))
-        _set_info(task, erasure_records=kept + list(records))
+        set_info(task, erasure_records=kept + list(records))
         for record in records:
             task.record("erasure", erasure.describe(record))
 
     def abort_step(self, task: DriverTask, method: str) -> None:
         # The agent cannot stop a running step; powering the node off does.
-        _set_info(task, agent_command=None)
+        set_info(task, agent_command=None)
         try:
             self._stop_ramdisk(task)
         except DriverError as exc:
@@ -384,9 +268,9 @@ class AgentDeploy(DeployInterface):
         return "wait"
 
     def _check_deploy_boot(self, task: DriverTask) -> StepOutcome:
-        if not self._agent_up(task):
+        if not agent_up(task):
             return "wait"
-        self._cache_steps(task, "deploy")
+        cache_steps(task, "deploy")
         return "done"
 
     @deploy_step(priority=80, asynchronous=True)
@@ -409,7 +293,7 @@ class AgentDeploy(DeployInterface):
                     "args": args,
                     "reboot_requested": False,
                 },
-                "node": self._node_for_agent(task),
+                "node": node_for_agent(task),
                 "ports": [],
                 "deploy_version": task.node.driver_internal_info.get(
                     "agent_hardware_manager_version", {}
@@ -422,7 +306,7 @@ class AgentDeploy(DeployInterface):
     @deploy_step(priority=60)
     def prepare_instance_boot(self, task: DriverTask) -> None:
         """Make the written disk the node's boot device."""
-        _boot(task).prepare_instance(task)
+        boot_of(task).prepare_instance(task)
 
     @deploy_step(priority=40)
     def tear_down_agent(self, task: DriverTask) -> None:
@@ -436,15 +320,15 @@ class AgentDeploy(DeployInterface):
         if self._agent_powers_off(task):
             task.node.power_state = POWER_OFF
             task.end_agent_session()
-            _set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
+            set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
             task.record("agent", "the agent powered the node off")
             return
         self._stop_ramdisk(task)
 
     def _agent_powers_off(self, task: DriverTask) -> bool:
-        power = _power(task)
+        power = power_of(task)
         try:
-            client = self._client(task)
+            client = client_for(task)
         except StepFailed:
             return False
         try:
@@ -482,10 +366,10 @@ class AgentDeploy(DeployInterface):
     @deploy_step(priority=20)
     def boot_instance(self, task: DriverTask) -> None:
         """Power the node on into its instance."""
-        _power(task).set_power_state(task, POWER_ON)
+        power_of(task).set_power_state(task, POWER_ON)
         task.node.power_state = POWER_ON
 
     def tear_down(self, task: DriverTask) -> None:
         self._stop_ramdisk(task)
-        _boot(task).clean_up_instance(task)
-        _set_info(task, agent_cached_deploy_steps=None)
+        boot_of(task).clean_up_instance(task)
+        set_info(task, agent_cached_deploy_steps=None)

@@ -1,0 +1,145 @@
+"""The agent's session as the deploy interface sees it: client, liveness, reported steps.
+
+Functions of a ``DriverTask``, shared by the ``direct`` deploy interface's
+cleaning and deploying halves (``deploy.py``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from metalforge.db.agent_sessions import AgentSessionInfo
+from metalforge.drivers.agent.client import AgentClient
+from metalforge.drivers.base import (
+    BootInterface,
+    DriverError,
+    DriverTask,
+    PowerInterface,
+    StepFailed,
+)
+
+
+def power_of(task: DriverTask) -> PowerInterface:
+    iface = task.interface("power")
+    if not isinstance(iface, PowerInterface):
+        raise DriverError(f"the {iface.name} power interface cannot switch power")
+    return iface
+
+
+def boot_of(task: DriverTask) -> BootInterface:
+    iface = task.interface("boot")
+    if not isinstance(iface, BootInterface):
+        raise DriverError(f"the {iface.name} boot interface cannot boot a ramdisk")
+    return iface
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def set_info(task: DriverTask, **values: Any) -> None:
+    info = dict(task.node.driver_internal_info)
+    for key, value in values.items():
+        if value is None:
+            info.pop(key, None)
+        else:
+            info[key] = value
+    task.node.driver_internal_info = info
+
+
+def merge_agent_steps(reported: Any) -> list[dict[str, Any]]:
+    """One list from the agent's ``{manager: [step, ...]}``; the highest priority wins a name."""
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    managers = reported.values() if isinstance(reported, dict) else [reported]
+    for steps in managers:
+        for step in steps or []:
+            if not isinstance(step, dict) or "step" not in step:
+                continue
+            key = (str(step.get("interface", "deploy")), str(step["step"]))
+            if key not in best or int(step.get("priority") or 0) > int(
+                best[key].get("priority") or 0
+            ):
+                best[key] = step
+    return sorted(best.values(), key=lambda s: (-int(s.get("priority") or 0), str(s["step"])))
+
+
+def client_for(task: DriverTask) -> AgentClient:
+    session = task.agent_session()
+    if session is None or session.agent_url is None or session.token is None:
+        raise StepFailed("the ramdisk agent's session ended (it was powered off or rebooted)")
+    return AgentClient(
+        session.agent_url, session.token, session.verify_ca, task.settings.agent_command_timeout
+    )
+
+
+def show(task: DriverTask, session: AgentSessionInfo | None) -> None:
+    """Copy the agent's address, version and last heartbeat where operators look.
+
+    Ironic's clients show them from ``driver_internal_info``; the session
+    itself lives in its own table (see db/agent_sessions.py).
+    """
+    if session is None or session.last_heartbeat_at is None:
+        return
+    set_info(
+        task,
+        agent_url=session.agent_url,
+        agent_version=session.agent_version,
+        agent_last_heartbeat=session.last_heartbeat_at.isoformat(timespec="seconds"),
+    )
+
+
+def agent_up(task: DriverTask) -> bool:
+    session = task.agent_session()
+    show(task, session)
+    return session is not None and session.heard_since_boot
+
+
+def check_alive(task: DriverTask, what: str) -> None:
+    """Fail ``what`` when the agent has not heartbeated within the timeout."""
+    session = task.agent_session()
+    show(task, session)
+    timeout = task.settings.agent_heartbeat_timeout
+    last = session.last_heartbeat_at if session is not None else None
+    if last is None:
+        raise StepFailed(f"the ramdisk agent never heartbeated while running {what}")
+    age = (now() - last).total_seconds()
+    if age > timeout:
+        raise StepFailed(
+            f"no heartbeat from the ramdisk agent for {age:.0f}s (timeout {timeout}s) while "
+            f"running {what}; last heartbeat at {last.isoformat(timespec='seconds')}"
+        )
+
+
+def cache_steps(task: DriverTask, kind: str) -> None:
+    client = client_for(task)
+    try:
+        params = {"node": node_for_agent(task), "ports": []}
+        result = client.run(f"{kind}.get_{kind}_steps", params, wait=True)
+    finally:
+        client.close()
+    if result.status != "SUCCEEDED" or not isinstance(result.result, dict):
+        raise StepFailed(f"the agent could not list its {kind} steps: {result.error_message()}")
+    steps = merge_agent_steps(result.result.get(f"{kind}_steps", {}))
+    set_info(
+        task,
+        **{
+            f"agent_cached_{kind}_steps": steps,
+            "agent_hardware_manager_version": result.result.get("hardware_manager_version", {}),
+        },
+    )
+    names = ", ".join(f"{s.get('interface', 'deploy')}.{s['step']}" for s in steps) or "none"
+    task.record("agent", f"the agent reported its {kind} steps: {names}")
+
+
+def node_for_agent(task: DriverTask) -> dict[str, Any]:
+    node = task.node
+    return {
+        "uuid": node.uuid,
+        "properties": node.properties,
+        "instance_info": {k: v for k, v in node.instance_info.items() if k != "configdrive"},
+        "driver_internal_info": {
+            k: v for k, v in node.driver_internal_info.items() if not k.startswith("agent_cached")
+        },
+        "target_raid_config": node.target_raid_config,
+    }
