@@ -14,7 +14,7 @@ import socket
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from metalforge.api.errors import routing_error_body
+from metalforge.api.errors import routing_error_body, send_json_error
 
 _EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup"})
 _PREFIXES = ("/v1/heartbeat/",)
@@ -70,16 +70,6 @@ class AgentEndpointFilter:
             and not is_agent_path(scope["path"])
         ):
             body = routing_error_body(404, "The resource could not be found.")
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 404,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json_error(send, 404, body)
             return
         await self.app(scope, receive, send)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -60,6 +61,24 @@ def routing_error_body(status: int, message: str) -> bytes:
     title = HTTPStatus(status).phrase
     inner = {"code": status, "title": title, "description": message}
     return json.dumps({"error_message": json.dumps(inner)}).encode()
+
+
+async def send_json_error(
+    send: Any, status: int, body: bytes, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer from plain ASGI code (middlewares that refuse before any route runs)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(extra_headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def error_response(

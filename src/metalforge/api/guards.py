@@ -14,7 +14,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from metalforge.api.errors import error_body
+from metalforge.api.errors import error_body, send_json_error
 
 
 class BodyTooLarge(HTTPException):
@@ -76,15 +76,4 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _reject(send: Send, status: int, message: str) -> None:
-    body = error_body(status, message)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json_error(send, status, error_body(status, message))

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from metalforge.api.errors import error_body, routing_error_body
+from metalforge.api.errors import error_body, routing_error_body, send_json_error
 
 Version = tuple[int, int]
 
@@ -92,18 +92,7 @@ class VersionMiddleware:
         except VersionError as exc:
             body = routing_error_body(406, str(exc))
             extra = range_headers if exc.parsable else []
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 406,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        *extra,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json_error(send, 406, body, extra)
             return
         scope.setdefault("state", {})["version"] = version
         request_id = f"req-{uuid.uuid4()}".encode()
