@@ -25,9 +25,15 @@ $(IPA_STAMP): tools/ipa-requirements.txt
 	$(IPA_VENV)/bin/pip install --quiet -r tools/ipa-requirements.txt
 	touch $(IPA_STAMP)
 
-run: $(STAMP)
+# `make run VIRTUAL_NODES=3` (root) adds virtual nodes running the real agent, enrolled and
+# ready to provide and deploy; only then are the agent's virtualenv and system tools installed.
+run: $(STAMP) $(if $(VIRTUAL_NODES),$(IPA_STAMP) system-packages)
 	@mkdir -p var
+ifdef VIRTUAL_NODES
+	$(BIN)/metalforge-lab demo --nodes $(VIRTUAL_NODES) --state-dir var/lab
+else
 	$(BIN)/metalforge $(if $(CONFIG),--config $(CONFIG)) all-in-one
+endif
 
 system-packages:
 	tools/ensure-system-packages.sh test

@@ -69,6 +69,10 @@ DATABASE = "metalforge.sqlite"
 IMAGE_NAME = "demo-disk.raw"
 IMAGE_PARTITION = "metalforge-demo"
 """The GPT name of the image's partition: ``sgdisk -p`` on a deployed node's disk shows it."""
+_IMAGE_DISK_GUID = "6D6A0C4E-1F2B-4C3D-8E9F-0A1B2C3D4E5F"
+_IMAGE_PARTITION_GUID = "3E1F7A2B-5C4D-4E6F-8A9B-C0D1E2F3A4B5"
+IMAGE_PORT = 8080
+"""Where the image is served on the bridge when free: the same URL on every start."""
 TOOLS = ("ip", "unshare", "losetup", "sgdisk", "parted", "wipefs", "shred", "blkid")
 """The lab's and the agent's commands (the ``system-packages`` make target installs them)."""
 BMC_USER, BMC_PASSWORD = "admin", "password"
@@ -129,13 +133,20 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def preflight(options: DemoOptions) -> None:
-    """Refuse at once, with what to do, whatever would otherwise fail half-way or hang."""
+def require_root() -> None:
     if os.geteuid() != 0:
         raise DemoError(
             "virtual nodes need root (a bridge, network namespaces, loop devices, mounts); "
             "run it as root, e.g. `sudo make run VIRTUAL_NODES=3`"
         )
+
+
+def preflight(options: DemoOptions) -> None:
+    """Refuse at once, with what to do, whatever would otherwise fail half-way or hang.
+
+    Run after a killed demo's leftovers are gone: its metalforge would hold the port.
+    """
+    require_root()
     if not 1 <= options.nodes <= MAX_NODES:
         raise DemoError(f"--nodes must be between 1 and {MAX_NODES}, not {options.nodes}")
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
@@ -169,10 +180,15 @@ def stop_leftover_metalforge(state_dir: Path) -> list[str]:
         return []
     removed = []
     pid = int(pid_file.read_text().strip() or 0)
-    if pid and _runs_with(pid, str(state_dir.resolve() / CONFIG_FILE)):
+    config = str(state_dir.resolve() / CONFIG_FILE)
+    if pid and _runs_with(pid, config):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.append(f"metalforge {pid}")
+        # Its port is free once it is dead (a zombie holds no socket, has no command line).
+        deadline = time.monotonic() + 10
+        while _runs_with(pid, config) and time.monotonic() < deadline:
+            time.sleep(0.1)
     pid_file.unlink()
     return removed
 
@@ -248,11 +264,13 @@ def make_image(path: Path) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as handle:
         handle.truncate(4 * _MIB)
+    # Fixed GUIDs: the same image, and so the same checksum to copy, on every start.
     subprocess.run(
-        ["sgdisk", "-n", "1:2048:6143", "-c", f"1:{IMAGE_PARTITION}", str(path)],
+        ["sgdisk", "-U", _IMAGE_DISK_GUID, "-n", "1:2048:6143", "-c", f"1:{IMAGE_PARTITION}",
+         "-u", f"1:{_IMAGE_PARTITION_GUID}", str(path)],
         check=True,
         capture_output=True,
-    )
+    )  # fmt: skip
     text = b"deployed by metalforge from the demo image\n"
     with path.open("r+b") as handle:
         handle.seek(_MIB)
@@ -272,7 +290,11 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def image_server(directory: Path, host: str) -> Iterator[str]:
     """Serve ``directory`` on the bridge, where the agents download images from."""
-    server = ThreadingHTTPServer((host, 0), partial(_QuietHandler, directory=str(directory)))
+    handler = partial(_QuietHandler, directory=str(directory))
+    try:
+        server = ThreadingHTTPServer((host, IMAGE_PORT), handler)
+    except OSError:  # something listens on every address's port 8080
+        server = ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="demo-images", daemon=True)
     thread.start()
@@ -622,11 +644,12 @@ def run(options: DemoOptions) -> int:
     2: refused before anything was built; 1: failed (and torn down); 0: stopped by a signal.
     """
     try:
-        preflight(options)
+        require_root()
         state_dir = options.state_dir.resolve()
         state_dir.mkdir(parents=True, exist_ok=True)
         for item in _clean_previous_run(state_dir):
             _say(f"removed leftover {item} of an earlier demo")
+        preflight(options)
     except DemoError as exc:
         print(f"metalforge-lab demo: {exc}", file=sys.stderr)
         return 2

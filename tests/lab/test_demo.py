@@ -7,8 +7,9 @@ cleans), the image's instance_info, deploy (the sample image lands on the
 node's disk), undeploy, erasure records and history. Then Ctrl-C, sent to
 the demo's process group as a terminal would, must leave no namespace,
 bridge, loop device or process behind; so must a SIGTERM in the middle of
-starting. Refusals (port taken, no agent virtualenv, not root) must be
-immediate and say what to do.
+starting, and what a SIGKILLed demo left the next start removes. Refusals
+(port taken, no agent virtualenv, not root) must be immediate and say what to
+do.
 """
 
 from __future__ import annotations
@@ -134,12 +135,16 @@ class DemoProcess:
 
 
 @contextlib.contextmanager
-def running_demo(state_dir: Path, api_port: int) -> Iterator[DemoProcess]:
+def running_demo(state_dir: Path, api_port: int, clean_up: bool = True) -> Iterator[DemoProcess]:
     process = DemoProcess(state_dir, api_port)
     try:
         yield process
-    finally:
+    except BaseException:
         process.kill()
+        raise
+    finally:
+        if clean_up:
+            process.kill()
 
 
 def printed_commands(output: str) -> list[list[str]]:
@@ -248,6 +253,22 @@ def test_sigterm_while_starting_tears_down_what_was_built(tmp_path: Path) -> Non
     assert code == 0, process.output
     assert demo.READY_LINE not in process.output, "the signal was meant to come while starting"
     assert "stopped" in process.lines[-1], process.output
+    assert_nothing_left(state_dir, port)
+
+
+def test_a_demo_killed_with_sigkill_is_cleaned_up_by_the_next_start(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    port = free_port()
+    with running_demo(state_dir, port, clean_up=False) as killed:
+        killed.wait_for(demo.READY_LINE, READY_TIMEOUT)
+        # Only the demo: its metalforge (own session) and emulator stay, holding port and BMC.
+        assert killed.stop(signal.SIGKILL, group=False) == -signal.SIGKILL
+        assert demo.port_in_use("127.0.0.1", port)
+    with running_demo(state_dir, port) as process:
+        output = process.wait_for(demo.READY_LINE, READY_TIMEOUT)
+        assert "removed leftover metalforge" in output
+        assert "removed leftover emulator" in output
+        assert process.stop(signal.SIGTERM, group=False) == 0, process.output
     assert_nothing_left(state_dir, port)
 
 
