@@ -202,6 +202,8 @@ def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
     # rewrites the GPT headers; the partition's bytes must be exactly the image's.
     assert written == image[partition], "the root disk does not hold the image"
     env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")
+    history = _history(env, vnode.name)
+    assert any("the agent powered the node off" in line for line in history), history[-12:]
     assert vnode.boot_device == "Hdd"
 
     # undeploy: the agent cleans again.
