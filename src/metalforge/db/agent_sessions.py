@@ -93,9 +93,7 @@ def begin(session: Session, node_id: int) -> None:
 def end(session: Session, node_id: int) -> None:
     """The agent is gone, or must be shut out: forget its token and address."""
     session.connection().execute(
-        update(_TABLE)
-        .where(_TABLE.c.node_id == node_id)
-        .values(**{**_CLEARED, "booted_at": None})
+        update(_TABLE).where(_TABLE.c.node_id == node_id).values(**{**_CLEARED, "booted_at": None})
     )
 
 
@@ -124,9 +122,7 @@ def issue_token(session: Session, node_id: int) -> str | None:
     if result.rowcount == 1:
         return token
     booted = session.execute(
-        select(_TABLE.c.node_id).where(
-            _TABLE.c.node_id == node_id, _TABLE.c.booted_at.is_not(None)
-        )
+        select(_TABLE.c.node_id).where(_TABLE.c.node_id == node_id, _TABLE.c.booted_at.is_not(None))
     ).one_or_none()
     if booted is None:
         raise NoRamdiskBooted(node_id)
@@ -173,9 +169,7 @@ def record_heartbeat(session: Session, node_id: int, token: str, beat: Heartbeat
     if result.rowcount == 1:
         return
     current = get(session, node_id)
-    if current is None or current.token is None or not secrets.compare_digest(
-        current.token, token
-    ):
+    if current is None or current.token is None or not secrets.compare_digest(current.token, token):
         raise HeartbeatRefused("Invalid or missing agent token received.")
     if current.agent_url is not None and current.agent_url != beat.callback_url:
         raise HeartbeatRefused(

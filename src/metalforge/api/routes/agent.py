@@ -52,6 +52,7 @@ LOOKUP_STATES = frozenset(
 WAKE_STATES = frozenset({states.CLEAN_WAIT, states.DEPLOY_WAIT, states.SERVICE_WAIT})
 """States whose flow continues when the agent reports: a heartbeat queues a check."""
 
+
 def _lookup_not_found() -> Exception:
     return not_found("Node could not be found.")
 
