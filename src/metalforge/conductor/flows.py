@@ -124,6 +124,26 @@ def _finish_cleaning(task: NodeTask) -> None:
     _deploy_interface(task).tear_down_cleaning(task)
 
 
+def _warn_unknown_overrides(
+    task: NodeTask, kind: str, overrides: dict[str, int], supported: list[steps.Step]
+) -> None:
+    """Say in the node's history when a priority override names a step the node lacks.
+
+    Start-up cannot check the names: an agent's steps are known only once it
+    runs on the node. A typo would otherwise leave a step at its default
+    priority without a trace.
+    """
+    known = {s.name for s in supported}
+    unknown = sorted(name for name in overrides if name not in known)
+    if unknown:
+        task.record(
+            f"{kind}_plan",
+            f"conductor.{kind}_step_priority_override names step(s) this node does not "
+            f"offer, ignored: {', '.join(unknown)}",
+            history.WARNING,
+        )
+
+
 def clean(task: NodeTask) -> None:
     """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
     if not stepflow.has_plan(task, "clean"):
@@ -135,18 +155,15 @@ def clean(task: NodeTask) -> None:
             return
         if not _prepare_cleaning(task):
             return
+        overrides = steps.parse_overrides(task.ctx.settings.clean_step_priority_override)
         try:
-            supported = steps.supported_steps(
-                task.ctx.drivers,
-                task.node,
-                "clean",
-                steps.parse_overrides(task.ctx.settings.clean_step_priority_override),
-            )
+            supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", overrides)
         except StepsNotKnown as exc:
             # Never plan from a partial list: automated cleaning would skip
             # steps silently. Failing keeps the node out of rotation.
             stepflow.fail(task, "clean", f"Cannot plan cleaning: {exc}")
             return
+        _warn_unknown_overrides(task, "clean", overrides, supported)
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_clean_steps", None)
         task.node.driver_internal_info = info
