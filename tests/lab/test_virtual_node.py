@@ -25,6 +25,7 @@ import pytest
 import requests
 from sqlalchemy import text
 
+from metalforge.db import agent_sessions
 from metalforge.states import CLEAN_WAIT
 from metalforge_lab import loopdev, namespaces
 from metalforge_lab.lab import AGENT, INSTANCE, NO_BOOT_DEVICE, OFF, Lab, VirtualNode
@@ -111,6 +112,12 @@ def _enrol_in_clean_wait(stack: Stack, node: VirtualNode) -> str:
             text("UPDATE nodes SET provision_state = :s WHERE uuid = :u"),
             {"s": CLEAN_WAIT, "u": created["uuid"]},
         )
+        # What a conductor does before it powers the node on into the ramdisk:
+        # only then does a lookup hand the agent its token.
+        node_id = session.execute(
+            text("SELECT id FROM nodes WHERE uuid = :u"), {"u": created["uuid"]}
+        ).scalar_one()
+        agent_sessions.begin(session, node_id)
     return str(created["uuid"])
 
 
