@@ -14,7 +14,9 @@ an operator would:
 * the agent killed in the middle of a long clean step: the clean fails after
   the heartbeat timeout, naming the step and the last heartbeat;
 * an image whose checksum does not match: the deploy fails with the agent's
-  reason, and the node is not left waiting.
+  reason, and the node is not left waiting;
+* the conductor replaced while an agent step runs: a new conductor (another
+  name) goes on polling the same agent command, and cleaning completes.
 
 The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
 """
@@ -34,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from metalforge.cli import build_conductor
 from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAGEABLE
 from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
 from tests.clients.conftest import BAREMETAL, BaremetalCli
@@ -63,7 +66,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     if not BAREMETAL.exists():
         pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
     workdir = tmp_path_factory.mktemp("e2e")
-    config = lab_config(workdir / "lab", "e", nodes=3)
+    config = lab_config(workdir / "lab", "e", nodes=4)
     image_dir = workdir / "images"
     image_dir.mkdir()
     with Lab(config) as lab:
@@ -285,3 +288,44 @@ def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
     error = node["last_error"]
     assert "deploy.write_image" in error, error
     assert "checksum" in error.lower(), error
+
+
+def test_another_conductor_finishes_an_agent_step_the_first_one_left(env: Environment) -> None:
+    vnode = env.lab.nodes[3]
+    _enroll(env, vnode)
+    env.cli.run(
+        "node", "clean", vnode.name, "--clean-steps",
+        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 6}}]),
+    )  # fmt: skip
+
+    def burning() -> bool:
+        node = get_node(env.stack.client, vnode.name)
+        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
+            "burnin_disks"
+        )
+
+    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+    starts_before = vnode.agent_starts
+    first = env.stack.conductor
+    first.stop()
+    settings = env.stack.settings.model_copy(
+        update={
+            "conductor": env.stack.settings.conductor.model_copy(
+                update={"hostname": "replacement-conductor"}
+            )
+        }
+    )
+    replacement = build_conductor(settings, env.stack.db, first.ctx.drivers)
+    replacement.start()
+    env.stack.conductor = replacement  # the fixture stops whichever conductor runs last
+    node = _wait_state(env, vnode.name, MANAGEABLE, timeout=60)
+    assert node["last_error"] is None
+    assert vnode.agent_starts == starts_before, "the new conductor did not reboot the ramdisk"
+    history = env.stack.client.get(
+        f"/v1/nodes/{vnode.name}/history?detail=true", headers=LATEST
+    ).json()["history"]
+    finished = [e for e in history if "burnin_disks finished" in e["event"]]
+    assert finished, [e["event"] for e in history][-8:]
+    assert finished[-1]["conductor"] == "replacement-conductor"
+    started = [e for e in history if "burnin_disks started" in e["event"]]
+    assert len(started) == 1, "the step ran once: the new conductor polled the running command"
