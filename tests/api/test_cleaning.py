@@ -221,14 +221,20 @@ def test_catalogue_applies_operator_overrides(sqlite_configured: StackFactory) -
 def test_an_override_naming_no_step_is_reported_in_the_history(
     sqlite_configured: StackFactory,
 ) -> None:
-    stack = sqlite_configured(clean_step_priority_override=["deploy.erase_disks:0"])
+    stack = sqlite_configured(
+        clean_step_priority_override=["deploy.erase_disks:0"],
+        deploy_step_priority_override=["raid.apply_config:10"],
+    )
     client = stack.client
     node = _manageable(client, name="typo-1")
     assert provision(client, "typo-1", "provide").status_code == 202
     wait_for_state(client, node["uuid"], "available")
+    assert provision(client, "typo-1", "active").status_code == 202
+    wait_for_state(client, node["uuid"], "active")
     events = client.get("/v1/nodes/typo-1/history", headers=LATEST).json()["history"]
     warnings = [e["event"] for e in events if e["severity"] == "WARNING"]
     assert any("deploy.erase_disks" in w and "ignored" in w for w in warnings), warnings
+    assert any("raid.apply_config" in w and "ignored" in w for w in warnings), warnings
 
 
 class _AgentLaterDeploy(FakeDeploy):

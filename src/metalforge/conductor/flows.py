@@ -198,18 +198,18 @@ def deploy(task: NodeTask) -> None:
         info = dict(task.node.driver_internal_info)
         requested = info.pop("requested_deploy_steps", None) or []
         task.node.driver_internal_info = info
+        overrides = steps.parse_overrides(task.ctx.settings.deploy_step_priority_override)
         try:
             with task.ctx.db.read() as session:
                 plan = deploy_plan.plan_for_node(
-                    session,
-                    task.ctx.drivers,
-                    task.node,
-                    steps.parse_overrides(task.ctx.settings.deploy_step_priority_override),
-                    requested,
+                    session, task.ctx.drivers, task.node, overrides, requested
                 )
         except steps.StepRequestError as exc:
             stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
             return
+        if overrides:
+            supported = steps.supported_steps(task.ctx.drivers, task.node, "deploy", overrides)
+            _warn_unknown_overrides(task, "deploy", overrides, supported)
         if plan.templates:
             task.record(
                 "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
