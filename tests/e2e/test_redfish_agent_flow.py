@@ -16,7 +16,9 @@ an operator would:
 * an image whose checksum does not match: the deploy fails with the agent's
   reason, and the node is not left waiting;
 * the conductor replaced while an agent step runs: a new conductor (another
-  name) goes on polling the same agent command, and cleaning completes.
+  name) goes on polling the same agent command, and cleaning completes;
+* a conductor lost between the agent accepting a step and the step being
+  recorded: its successor finds the agent busy with it and adopts it.
 
 The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
 """
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from metalforge.cli import build_conductor
 from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAGEABLE
@@ -66,7 +69,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     if not BAREMETAL.exists():
         pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
     workdir = tmp_path_factory.mktemp("e2e")
-    config = lab_config(workdir / "lab", "e", nodes=4)
+    config = lab_config(workdir / "lab", "e", nodes=5)
     image_dir = workdir / "images"
     image_dir.mkdir()
     with Lab(config) as lab:
@@ -329,3 +332,64 @@ def test_another_conductor_finishes_an_agent_step_the_first_one_left(env: Enviro
     assert finished[-1]["conductor"] == "replacement-conductor"
     started = [e for e in history if "burnin_disks started" in e["event"]]
     assert len(started) == 1, "the step ran once: the new conductor polled the running command"
+
+
+def test_a_step_the_agent_accepted_but_nobody_recorded_is_adopted(env: Environment) -> None:
+    """The crash window between ``execute_clean_step`` being accepted and the wait being saved."""
+    vnode = env.lab.nodes[4]
+    _enroll(env, vnode)
+    env.cli.run(
+        "node", "clean", vnode.name, "--clean-steps",
+        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 6}}]),
+    )  # fmt: skip
+
+    def burning() -> bool:
+        node = get_node(env.stack.client, vnode.name)
+        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
+            "burnin_disks"
+        )
+
+    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+    first = env.stack.conductor
+    first.stop()
+    # What the database holds when the conductor died just after the agent accepted
+    # the step: the node still cleaning, the step's index saved, no command recorded.
+    with env.stack.db.write() as session:
+        row = session.execute(
+            text("SELECT id, driver_internal_info FROM nodes WHERE name = :n"),
+            {"n": vnode.name},
+        ).one()
+        info = row.driver_internal_info
+        info = json.loads(info) if isinstance(info, str) else dict(info)
+        info.pop("agent_command")
+        session.execute(
+            text(
+                "UPDATE nodes SET provision_state = 'cleaning', driver_internal_info = :i, "
+                "reservation = NULL WHERE id = :id"
+            ),
+            {"i": json.dumps(info), "id": row.id},
+        )
+    settings = env.stack.settings.model_copy(
+        update={
+            "conductor": env.stack.settings.conductor.model_copy(
+                update={"hostname": "successor-conductor"}
+            )
+        }
+    )
+    successor = build_conductor(settings, env.stack.db, first.ctx.drivers)
+    successor.start()
+    env.stack.conductor = successor
+    node = _wait_state(env, vnode.name, MANAGEABLE, timeout=60)
+    assert node["last_error"] is None
+    events = [
+        e["event"]
+        for e in env.stack.client.get(f"/v1/nodes/{vnode.name}/history", headers=LATEST).json()[
+            "history"
+        ]
+    ]
+    assert sum("burnin_disks started" in e for e in events) == 2, "started again after the loss"
+    assert sum("burnin_disks finished" in e for e in events) == 1
+    log = vnode.agent.log_path.read_text() if vnode.agent is not None else ""
+    assert log.count("Asynchronous command execute_clean_step started") == 1, (
+        "the agent ran the step once: the successor adopted it"
+    )
