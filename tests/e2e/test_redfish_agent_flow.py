@@ -159,6 +159,32 @@ def _records(env: Environment, name: str) -> list[dict[str, Any]]:
     return records
 
 
+def _start_burnin(env: Environment, vnode: VirtualNode, seconds: int) -> None:
+    """A manual clean of one long agent step; returns once the agent runs it."""
+    env.cli.run(
+        "node", "clean", vnode.name, "--clean-steps",
+        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": seconds}}]),
+    )  # fmt: skip
+
+    def burning() -> bool:
+        node = get_node(env.stack.client, vnode.name)
+        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
+            "burnin_disks"
+        )
+
+    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+
+
+def _start_conductor(env: Environment, hostname: str) -> None:
+    """Another conductor on the same database, after the running one stopped."""
+    settings = env.stack.settings.model_copy(
+        update={"conductor": env.stack.settings.conductor.model_copy(update={"hostname": hostname})}
+    )
+    conductor = build_conductor(settings, env.stack.db, env.stack.conductor.ctx.drivers)
+    conductor.start()
+    env.stack.conductor = conductor  # the fixture stops whichever conductor runs last
+
+
 def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
     vnode = env.lab.nodes[0]
     _enroll(env, vnode)
@@ -237,18 +263,7 @@ def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
 def test_agent_killed_mid_clean_fails_after_the_heartbeat_timeout(env: Environment) -> None:
     vnode = env.lab.nodes[1]
     _enroll(env, vnode)
-    env.cli.run(
-        "node", "clean", vnode.name, "--clean-steps",
-        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 120}}]),
-    )  # fmt: skip
-
-    def burning() -> bool:
-        node = get_node(env.stack.client, vnode.name)
-        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
-            "burnin_disks"
-        )
-
-    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+    _start_burnin(env, vnode, seconds=120)
     time.sleep(1)
     assert vnode.agent is not None
     pid = vnode.agent.agent_pid()
@@ -296,31 +311,10 @@ def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
 def test_another_conductor_finishes_an_agent_step_the_first_one_left(env: Environment) -> None:
     vnode = env.lab.nodes[3]
     _enroll(env, vnode)
-    env.cli.run(
-        "node", "clean", vnode.name, "--clean-steps",
-        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 6}}]),
-    )  # fmt: skip
-
-    def burning() -> bool:
-        node = get_node(env.stack.client, vnode.name)
-        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
-            "burnin_disks"
-        )
-
-    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
+    _start_burnin(env, vnode, seconds=6)
     starts_before = vnode.agent_starts
-    first = env.stack.conductor
-    first.stop()
-    settings = env.stack.settings.model_copy(
-        update={
-            "conductor": env.stack.settings.conductor.model_copy(
-                update={"hostname": "replacement-conductor"}
-            )
-        }
-    )
-    replacement = build_conductor(settings, env.stack.db, first.ctx.drivers)
-    replacement.start()
-    env.stack.conductor = replacement  # the fixture stops whichever conductor runs last
+    env.stack.conductor.stop()
+    _start_conductor(env, "replacement-conductor")
     node = _wait_state(env, vnode.name, MANAGEABLE, timeout=60)
     assert node["last_error"] is None
     assert vnode.agent_starts == starts_before, "the new conductor did not reboot the ramdisk"
@@ -338,20 +332,8 @@ def test_a_step_the_agent_accepted_but_nobody_recorded_is_adopted(env: Environme
     """The crash window between ``execute_clean_step`` being accepted and the wait being saved."""
     vnode = env.lab.nodes[4]
     _enroll(env, vnode)
-    env.cli.run(
-        "node", "clean", vnode.name, "--clean-steps",
-        json.dumps([{"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 6}}]),
-    )  # fmt: skip
-
-    def burning() -> bool:
-        node = get_node(env.stack.client, vnode.name)
-        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
-            "burnin_disks"
-        )
-
-    env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
-    first = env.stack.conductor
-    first.stop()
+    _start_burnin(env, vnode, seconds=6)
+    env.stack.conductor.stop()
     # What the database holds when the conductor died just after the agent accepted
     # the step: the node still cleaning, the step's index saved, no command recorded.
     with env.stack.db.write() as session:
@@ -369,16 +351,7 @@ def test_a_step_the_agent_accepted_but_nobody_recorded_is_adopted(env: Environme
             ),
             {"i": json.dumps(info), "id": row.id},
         )
-    settings = env.stack.settings.model_copy(
-        update={
-            "conductor": env.stack.settings.conductor.model_copy(
-                update={"hostname": "successor-conductor"}
-            )
-        }
-    )
-    successor = build_conductor(settings, env.stack.db, first.ctx.drivers)
-    successor.start()
-    env.stack.conductor = successor
+    _start_conductor(env, "successor-conductor")
     node = _wait_state(env, vnode.name, MANAGEABLE, timeout=60)
     assert node["last_error"] is None
     events = [
