@@ -18,25 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastapi.testclient import TestClient
-
-from metalforge.cli import build_api, build_conductor
 from metalforge.config import Settings
-from metalforge.db.engine import Database
-from metalforge.drivers import catalog
-from metalforge.drivers.fake import FAKE_HARDWARE
-from metalforge.drivers.hardware import DriverRegistry, HardwareType
-from metalforge.drivers.redfish import (
-    RedfishBios,
-    RedfishInspect,
-    RedfishManagement,
-    RedfishPower,
-    RedfishVirtualMediaBoot,
-)
 from metalforge.drivers.redfish.connection import CONNECTIONS
 from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
 from tests.support.postgres import free_port
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack
 
 USER = "admin"
 PASSWORD = "s3cret-bmc"
@@ -145,34 +131,9 @@ def serve_directory(directory: Path) -> Iterator[str]:
         thread.join(5)
 
 
-def redfish_hardware() -> HardwareType:
-    """The ``redfish`` hardware type: the shipped one if the catalog has it, else one for tests.
-
-    Families without a redfish implementation use fake-hardware's.
-    """
-    shipped = catalog.HARDWARE_TYPES.get("redfish")
-    if shipped is not None:
-        return shipped
-    return HardwareType(
-        name="redfish",
-        supported={
-            **FAKE_HARDWARE.supported,
-            "power": (RedfishPower,),
-            "management": (RedfishManagement,),
-            "boot": (RedfishVirtualMediaBoot, *FAKE_HARDWARE.supported["boot"]),
-            "inspect": (RedfishInspect, *FAKE_HARDWARE.supported["inspect"]),
-            "bios": (RedfishBios, *FAKE_HARDWARE.supported["bios"]),
-        },
-    )
-
-
 def start_redfish_stack(settings: Settings) -> Stack:
-    """Like ``start_stack``, with ``redfish`` enabled beside ``fake-hardware``."""
-    db = Database(settings.database.url)
-    db.upgrade()
-    registry = DriverRegistry([FAKE_HARDWARE, redfish_hardware()])
-    conductor = build_conductor(settings, db, registry)
-    conductor.start()
-    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
-    client = TestClient(app, raise_server_exceptions=True)
-    return Stack(settings, db, conductor, app, client)
+    """``start_stack`` with the ``redfish`` hardware type enabled beside ``fake-hardware``."""
+    conductor = settings.conductor.model_copy(
+        update={"enabled_hardware_types": ["fake-hardware", "redfish"]}
+    )
+    return start_stack(settings.model_copy(update={"conductor": conductor}))
