@@ -35,12 +35,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import pyghmi.ipmi.bmc as pyghmi_bmc
 import pyghmi.ipmi.private.serversession as serversession
 import pyghmi.ipmi.private.session as pyghmi_session
+
+from metalforge_lab.running import StartStop
 
 _SHA1 = 1
 """RAKP-HMAC-SHA1 (authentication) and HMAC-SHA1-96 (integrity): cipher suite 3."""
@@ -243,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         pyghmi_session.Session.wait_for_rsp(30)
 
 
-class BmcProcess:
+class BmcProcess(StartStop):
     """The simulator in a child process, started and stopped by PID (tests use it).
 
     ``with BmcProcess(port=..., count=3) as bmcs:`` waits until every socket is
@@ -319,18 +320,6 @@ class BmcProcess:
                 process.wait(5)
         if process.stdout is not None:
             process.stdout.close()
-
-    def __enter__(self) -> BmcProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

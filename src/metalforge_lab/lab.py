@@ -41,12 +41,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from metalforge_lab import loopdev, namespaces
 from metalforge_lab.agent_runner import AgentProcess, AgentSettings, default_ipa_python
 from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
+from metalforge_lab.running import StartStop
 
 LOG = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class _NotificationHandler(BaseHTTPRequestHandler):
         LOG.debug("notification: " + format, *args)
 
 
-class Lab:
+class Lab(StartStop):
     """Bridge, namespaces, disks, emulator and notification handling for ``config.nodes`` nodes."""
 
     def __init__(self, config: LabConfig) -> None:
@@ -311,18 +311,6 @@ class Lab:
         attempt(self._write_stopped_state)
         if failures:
             raise failures[0]
-
-    def __enter__(self) -> Lab:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- notifications ------------------------------------------------------
     def _handle_events(self) -> None:

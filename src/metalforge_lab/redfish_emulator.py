@@ -38,8 +38,9 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from metalforge_lab.running import StartStop
 
 DEFAULT_BIOS: dict[str, Any] = {
     "BootMode": "Uefi",
@@ -144,7 +145,7 @@ class EmulatorError(RuntimeError):
     """The emulator did not start or answer."""
 
 
-class EmulatorProcess:
+class EmulatorProcess(StartStop):
     """``sushy-emulator`` in a subprocess, with its own state and temporary directories.
 
     Everything lives under ``workdir``; ``stop`` removes what the emulator
@@ -253,18 +254,6 @@ class EmulatorProcess:
                 process.wait(5)
         for sub in ("state", "tmp"):
             shutil.rmtree(self.workdir / sub, ignore_errors=True)
-
-    def __enter__(self) -> EmulatorProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 # -- inside the emulator process -------------------------------------------
