@@ -237,6 +237,23 @@ def test_an_override_naming_no_step_is_reported_in_the_history(
     assert any("raid.apply_config" in w and "ignored" in w for w in warnings), warnings
 
 
+def test_disable_ramdisk_runs_only_steps_that_need_no_ramdisk(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = _manageable(client, name="noram-1")
+    bios = _step("management.reset_bios")
+    response = provision(client, "noram-1", "clean", clean_steps=[bios], disable_ramdisk=True)
+    assert response.status_code == 202, response.text
+    wait_for_state(client, node["uuid"], "manageable")
+    assert _steps_logged(client, "noram-1", "finished") == ["management.reset_bios"]
+
+    erase = _step("deploy.erase_devices_metadata")
+    response = provision(client, "noram-1", "clean", clean_steps=[erase], disable_ramdisk=True)
+    assert response.status_code == 202, response.text
+    failed = wait_for_state(client, node["uuid"], "clean failed")
+    assert "deploy.erase_devices_metadata" in failed["last_error"]
+    assert "disable_ramdisk" in failed["last_error"]
+
+
 class _AgentLaterDeploy(FakeDeploy):
     """A deploy interface that learns its clean steps from an agent not booted yet."""
 
