@@ -107,6 +107,23 @@ def test_a_new_boot_voids_the_old_agents_token(idle_stack: Stack) -> None:
     )
 
 
+def test_the_agents_certificate_is_pinned_for_the_boot(idle_stack: Stack) -> None:
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    token = _token(idle_stack)
+    url = "https://10.0.0.5:9999"
+    first = _beat(
+        idle_stack, node["uuid"], callback_url=url, agent_token=token, agent_verify_ca="A"
+    )
+    assert first.status_code == 202
+    changed = _beat(
+        idle_stack, node["uuid"], callback_url=url, agent_token=token, agent_verify_ca="B"
+    )
+    assert changed.status_code == 400
+    assert "certificate changed" in error_text(changed)
+    with idle_stack.db.read() as session:
+        assert session.execute(text("SELECT verify_ca FROM agent_sessions")).scalar() == "A"
+
+
 def test_lookup_refusals(idle_stack: Stack) -> None:
     _node_in(idle_stack, AVAILABLE)
     client = idle_stack.client
