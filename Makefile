@@ -9,6 +9,9 @@ BIN       := $(VENV)/bin
 # its OpenStack dependencies stay out of metalforge's.
 IPA_VENV  ?= .ipa-venv
 IPA_STAMP := $(IPA_VENV)/.installed-stamp
+# The tests run a real Keystone (token validation) from its own virtualenv, for the same reason.
+KEYSTONE_VENV  ?= .keystone-venv
+KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed-stamp
 
 .PHONY: run test lint unit bench clean system-packages
 
@@ -24,6 +27,12 @@ $(IPA_STAMP): tools/ipa-requirements.txt
 	$(IPA_VENV)/bin/pip install --quiet --upgrade pip
 	$(IPA_VENV)/bin/pip install --quiet -r tools/ipa-requirements.txt
 	touch $(IPA_STAMP)
+
+$(KEYSTONE_STAMP): tools/keystone-requirements.txt
+	$(PYTHON) -m venv $(KEYSTONE_VENV)
+	$(KEYSTONE_VENV)/bin/pip install --quiet --upgrade pip
+	$(KEYSTONE_VENV)/bin/pip install --quiet -r tools/keystone-requirements.txt
+	touch $(KEYSTONE_STAMP)
 
 # `make run VIRTUAL_NODES=3` (root) adds virtual nodes running the real agent, enrolled and
 # ready to provide and deploy; only then are the agent's virtualenv and system tools installed.
@@ -44,7 +53,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) $(IPA_STAMP) system-packages lint
+test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint
 	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: $(STAMP)

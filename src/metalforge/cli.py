@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from metalforge.api.app import create_app
+from metalforge.api.auth.policy import Policy
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
@@ -69,10 +70,19 @@ def build_api(
     settings: Settings, db: Database, registry: DriverRegistry, notify: Any = None
 ) -> Any:
     directory = ConductorDirectory(db, settings.conductor.heartbeat_timeout)
-    services = ApiServices(settings=settings, db=db, drivers=registry, directory=directory)
+    try:
+        policy = Policy(settings.api.policy_file)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot load the policy: {exc}") from exc
+    services = ApiServices(
+        settings=settings, db=db, drivers=registry, directory=directory, policy=policy
+    )
     if notify is not None:
         services.notify = notify
-    return create_app(services)
+    try:
+        return create_app(services)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) -> ConductorService:

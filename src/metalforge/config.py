@@ -13,13 +13,24 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+
+class UserSettings(BaseModel):
+    """What an ``http_basic`` user may do: roles, and the project it belongs to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    roles: list[str] = Field(default_factory=list)
+    """``admin``, ``member`` or ``reader`` (Ironic's personas); other names are passed on."""
+    project_id: str | None = None
+    """The project the user acts for; none: the user acts for the whole system."""
 
 
 class ApiSettings(BaseModel):
@@ -33,8 +44,35 @@ class ApiSettings(BaseModel):
     """Base URL put in links and ``next``; default: the request's own host."""
     max_limit: int = 1000
     """Largest page a list returns (and the default page size), as Ironic's [api]max_limit."""
-    auth_strategy: Literal["noauth"] = "noauth"
-    """Only ``noauth`` exists so far; it is allowed on loopback addresses only."""
+    auth_strategy: Literal["noauth", "http_basic", "keystone"] = "noauth"
+    """How callers prove who they are (see docs/security.md).
+
+    ``noauth``: every caller is an administrator; allowed on loopback
+    addresses only. ``http_basic``: users and bcrypt hashes in an htpasswd
+    file (``http_basic_auth_user_file``), roles and project from ``users``.
+    ``keystone``: tokens validated by keystonemiddleware against Keystone
+    (the ``keystone_authtoken`` settings), roles and project from the token.
+    """
+    http_basic_auth_user_file: Path = Path("/etc/metalforge/htpasswd")
+    """Apache htpasswd file with bcrypt entries (``htpasswd -B``), read for ``http_basic``.
+
+    Re-read when it changes, so users can be added or removed without a restart.
+    """
+    http_basic_auth_cache_seconds: float = 60.0
+    """How long a verified user and password are remembered (0: verify every request).
+
+    A bcrypt check costs a quarter of a second of CPU by design; a client
+    polling a deployment would otherwise spend it on every poll. Only a
+    keyed hash of a correct password is kept, never the password.
+    """
+    users: dict[str, UserSettings] = Field(default_factory=dict)
+    """Roles and project of each ``http_basic`` user (``[api.users.alice]``)."""
+    policy_file: Path | None = None
+    """A policy file in Ironic's YAML format overriding the default rules; none: the defaults."""
+    tls_cert_file: Path | None = None
+    """PEM certificate (chain) to serve HTTPS on the API and the agents' endpoint."""
+    tls_key_file: Path | None = None
+    """PEM private key of ``tls_cert_file``."""
     allow_delete_available: bool = True
     """Whether an ``available`` node may be deleted (Ironic's default: yes)."""
     workers: int = 1
@@ -52,6 +90,12 @@ class ApiSettings(BaseModel):
     """
     agent_port: int = 6385
     """TCP port of the agents' endpoint."""
+
+    @model_validator(mode="after")
+    def _check_tls_pair(self) -> ApiSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("api.tls_cert_file and api.tls_key_file must be given together")
+        return self
 
 
 class DatabaseSettings(BaseModel):
@@ -146,6 +190,13 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Python logging level for every role."""
     api: ApiSettings = Field(default_factory=ApiSettings)
+    keystone_authtoken: dict[str, Any] = Field(default_factory=dict, repr=False)
+    """keystonemiddleware ``auth_token`` options for ``api.auth_strategy = "keystone"``.
+
+    The same keys as Ironic's ``[keystone_authtoken]`` section
+    (``www_authenticate_uri``, ``auth_type``, ``auth_url``, ``username``,
+    ``password``, ``project_name``, ``user_domain_name``, ...). Never logged.
+    """
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     conductor: ConductorSettings = Field(default_factory=ConductorSettings)
 

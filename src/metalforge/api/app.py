@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from metalforge.api import errors
 from metalforge.api.agent_endpoint import AgentEndpointFilter, operator_addresses
+from metalforge.api.auth.middleware import AuthMiddleware, build_authenticator
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.routes import (
     agent,
@@ -59,6 +60,12 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
         app.include_router(router, include_in_schema=False)
+    app.add_middleware(
+        AuthMiddleware,
+        authenticator=build_authenticator(
+            services.settings.api, services.settings.keystone_authtoken
+        ),
+    )
     # The version middleware is added last, so it is outermost: even the guard's
     # refusals carry the version headers.
     app.add_middleware(

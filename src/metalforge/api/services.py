@@ -11,6 +11,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL
 
+from metalforge.api.auth.policy import Policy
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.config import Settings
 from metalforge.db.engine import Database
@@ -26,6 +27,8 @@ class ApiServices:
     db: Database
     drivers: DriverRegistry
     directory: ConductorDirectory
+    policy: Policy = field(default_factory=Policy)
+    """The authorization rules (defaults, or the operator's policy file)."""
     notify: Callable[[], None] = field(default=lambda: None)
     """Wakes the conductors after work was queued (in-process or NOTIFY)."""
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.locking import NodeLockedError, wait_for_lock
@@ -134,8 +135,16 @@ def find_allocation(session: Session, ident: str) -> Allocation:
 # -- list / show ----------------------------------------------------------------
 
 
-@router.get("/allocations", summary="List allocations")
-@router.get("/allocations/", include_in_schema=False)
+@router.get(
+    "/allocations",
+    summary="List allocations",
+    dependencies=[guard("baremetal:allocation:list_all", "list")],
+)
+@router.get(
+    "/allocations/",
+    include_in_schema=False,
+    dependencies=[guard("baremetal:allocation:list_all", "list")],
+)
 def list_allocations(request: Request) -> JSONResponse:
     _gate_read(request)
     svc = services(request)
@@ -183,7 +192,11 @@ def list_allocations(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/allocations/{allocation_ident}", summary="Show an allocation")
+@router.get(
+    "/allocations/{allocation_ident}",
+    summary="Show an allocation",
+    dependencies=[guard("baremetal:allocation:get", "allocation")],
+)
 def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
     svc = services(request)
@@ -202,7 +215,11 @@ def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
         )
 
 
-@router.get("/nodes/{node_ident}/allocation", summary="Show a node's allocation")
+@router.get(
+    "/nodes/{node_ident}/allocation",
+    summary="Show a node's allocation",
+    dependencies=[guard("baremetal:node:get", "node")],
+)
 def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
     svc = services(request)
@@ -308,7 +325,7 @@ def _backfill(
     "/allocations",
     status_code=201,
     summary="Create an allocation",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:allocation:create", "body")],
 )
 @wait_for_lock
 def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
@@ -391,7 +408,11 @@ def _attach(session: Session, node: Node, allocation: Allocation) -> None:
 @router.patch(
     "/allocations/{allocation_ident}",
     summary="Update an allocation's name or extra",
-    dependencies=[Depends(_gate_write), Depends(_gate_patch)],
+    dependencies=[
+        Depends(_gate_write),
+        Depends(_gate_patch),
+        guard("baremetal:allocation:update", "allocation"),
+    ],
 )
 def patch_allocation(
     allocation_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
@@ -484,7 +505,7 @@ def deallocate(session: Session, allocation: Allocation) -> None:
     "/allocations/{allocation_ident}",
     status_code=204,
     summary="Delete an allocation, freeing its node",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:allocation:delete", "allocation")],
 )
 @wait_for_lock
 def delete_allocation(allocation_ident: str, request: Request) -> Response:
@@ -498,7 +519,7 @@ def delete_allocation(allocation_ident: str, request: Request) -> Response:
     "/nodes/{node_ident}/allocation",
     status_code=204,
     summary="Delete a node's allocation",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:node:get", "node")],
 )
 @wait_for_lock
 def delete_node_allocation(node_ident: str, request: Request) -> Response:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
@@ -48,8 +49,12 @@ def conductor_view(
     return body
 
 
-@router.get("/conductors", summary="List conductors")
-@router.get("/conductors/", include_in_schema=False)
+@router.get(
+    "/conductors", summary="List conductors", dependencies=[guard("baremetal:conductor:get")]
+)
+@router.get(
+    "/conductors/", include_in_schema=False, dependencies=[guard("baremetal:conductor:get")]
+)
 def list_conductors(request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["fields", "detail", "limit", "marker", "sort_key", "sort_dir"])
@@ -82,7 +87,11 @@ def list_conductors(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/conductors/{hostname}", summary="Show a conductor")
+@router.get(
+    "/conductors/{hostname}",
+    summary="Show a conductor",
+    dependencies=[guard("baremetal:conductor:get")],
+)
 def show_conductor(hostname: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["fields"])

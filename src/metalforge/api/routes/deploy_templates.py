@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page
@@ -129,8 +130,16 @@ def _name_taken(name: str) -> ApiError:
     return conflict(f"A deploy template with name {name} already exists.")
 
 
-@router.get("/deploy_templates", summary="List deploy templates")
-@router.get("/deploy_templates/", include_in_schema=False)
+@router.get(
+    "/deploy_templates",
+    summary="List deploy templates",
+    dependencies=[guard("baremetal:deploy_template:get")],
+)
+@router.get(
+    "/deploy_templates/",
+    include_in_schema=False,
+    dependencies=[guard("baremetal:deploy_template:get")],
+)
 def list_templates(request: Request) -> JSONResponse:
     _gate_read(request)
     svc = services(request)
@@ -167,7 +176,11 @@ def list_templates(request: Request) -> JSONResponse:
     return JSONResponse(body)
 
 
-@router.get("/deploy_templates/{template_ident}", summary="Show a deploy template")
+@router.get(
+    "/deploy_templates/{template_ident}",
+    summary="Show a deploy template",
+    dependencies=[guard("baremetal:deploy_template:get")],
+)
 def show_template(template_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
     svc = services(request)
@@ -182,7 +195,7 @@ def show_template(template_ident: str, request: Request) -> JSONResponse:
     "/deploy_templates",
     status_code=201,
     summary="Create a deploy template",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:create")],
 )
 def create_template(request: Request, body: DeployTemplateCreate) -> JSONResponse:
     svc = services(request)
@@ -222,7 +235,7 @@ def _describe(exc: ValidationError) -> str:
 @router.patch(
     "/deploy_templates/{template_ident}",
     summary="Update a deploy template with a JSON patch",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:update")],
 )
 def patch_template(
     template_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
@@ -279,7 +292,7 @@ def patch_template(
     "/deploy_templates/{template_ident}",
     status_code=204,
     summary="Delete a deploy template",
-    dependencies=[Depends(_gate_write)],
+    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:delete")],
 )
 def delete_template(template_ident: str, request: Request) -> Response:
     svc = services(request)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import bad_request, not_found
 from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query
@@ -47,8 +48,8 @@ def driver_view(
     return body
 
 
-@router.get("/drivers", summary="List drivers")
-@router.get("/drivers/", include_in_schema=False)
+@router.get("/drivers", summary="List drivers", dependencies=[guard("baremetal:driver:get")])
+@router.get("/drivers/", include_in_schema=False, dependencies=[guard("baremetal:driver:get")])
 def list_drivers(request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["type", "detail", "fields"])
@@ -70,7 +71,9 @@ def list_drivers(request: Request) -> JSONResponse:
     return JSONResponse({"drivers": items})
 
 
-@router.get("/drivers/{name}", summary="Show a driver")
+@router.get(
+    "/drivers/{name}", summary="Show a driver", dependencies=[guard("baremetal:driver:get")]
+)
 def show_driver(name: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["fields"])
@@ -80,7 +83,11 @@ def show_driver(name: str, request: Request) -> JSONResponse:
     return JSONResponse(driver_view(svc, hw, query.version, base_url(request), True))
 
 
-@router.get("/drivers/{name}/properties", summary="driver_info keys the driver reads")
+@router.get(
+    "/drivers/{name}/properties",
+    summary="driver_info keys the driver reads",
+    dependencies=[guard("baremetal:driver:get_properties")],
+)
 def driver_properties(name: str, request: Request) -> JSONResponse:
     svc = services(request)
     Query(request, [])

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import bad_request
 from metalforge.api.params import Query
 from metalforge.api.services import services
@@ -50,6 +51,7 @@ def step_view(step: steps.Step) -> dict[str, Any]:
     "/nodes/{node_ident}/cleaning/steps",
     summary="List the clean steps a node can run (metalforge addition)",
     responses={202: {"description": "The steps are not known yet; retry later."}},
+    dependencies=[guard("baremetal:node:get", "node")],
 )
 def list_clean_steps(node_ident: str, request: Request) -> Response:
     """Every clean step, highest priority first; ``min_priority=1`` is the automated plan."""

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import bad_request
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
@@ -43,6 +44,7 @@ def plan_entry(step: steps.Step) -> dict[str, Any]:
 @router.get(
     "/nodes/{node_ident}/deploying/steps",
     summary="List a node's deploy steps; preview the plan for traits (metalforge addition)",
+    dependencies=[guard("baremetal:node:get", "node")],
 )
 def list_deploy_steps(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)

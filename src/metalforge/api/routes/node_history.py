@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, page_limit
@@ -43,7 +44,11 @@ def history_view(row: NodeHistory, base: str, node_uuid: str, detail: bool) -> d
     return body
 
 
-@router.get("/nodes/{node_ident}/history", summary="List a node's history")
+@router.get(
+    "/nodes/{node_ident}/history",
+    summary="List a node's history",
+    dependencies=[guard("baremetal:node:history:get", "node")],
+)
 def list_history(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["detail", "limit", "marker"])
@@ -66,7 +71,11 @@ def list_history(node_ident: str, request: Request) -> JSONResponse:
         return JSONResponse({"history": [history_view(r, base, node.uuid, detail) for r in rows]})
 
 
-@router.get("/nodes/{node_ident}/history/{event_uuid}", summary="Show one history event")
+@router.get(
+    "/nodes/{node_ident}/history/{event_uuid}",
+    summary="Show one history event",
+    dependencies=[guard("baremetal:node:history:get", "node")],
+)
 def show_history(node_ident: str, event_uuid: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, [])

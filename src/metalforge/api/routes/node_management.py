@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import Field
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.schemas import Body
@@ -72,7 +73,11 @@ def _supported(iface: ManagementInterface, task: DriverTask) -> list[str]:
     return [d for d in iface.supported_boot_devices(task) if d in BOOT_DEVICES]
 
 
-@router.get("/nodes/{node_ident}/management/boot_device", summary="Show the boot device")
+@router.get(
+    "/nodes/{node_ident}/management/boot_device",
+    summary="Show the boot device",
+    dependencies=[guard("baremetal:node:get_boot_device", "node")],
+)
 def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     node = _load(svc, request, node_ident)
@@ -91,6 +96,7 @@ def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/management/boot_device/supported",
     summary="List the boot devices a node supports",
+    dependencies=[guard("baremetal:node:get_boot_device", "node")],
 )
 def get_supported_boot_devices(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
@@ -107,6 +113,7 @@ def get_supported_boot_devices(node_ident: str, request: Request) -> JSONRespons
     "/nodes/{node_ident}/management/boot_device",
     status_code=204,
     summary="Set the boot device",
+    dependencies=[guard("baremetal:node:set_boot_device", "node")],
 )
 @wait_for_lock
 def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) -> Response:

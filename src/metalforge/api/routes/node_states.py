@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.schemas import (
@@ -94,7 +95,11 @@ def _states_view(node: Node, version: Version) -> dict[str, Any]:
     return body
 
 
-@router.get("/nodes/{node_ident}/states", summary="Show a node's states")
+@router.get(
+    "/nodes/{node_ident}/states",
+    summary="Show a node's states",
+    dependencies=[guard("baremetal:node:get_states", "node")],
+)
 def get_states(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     version = request_version(request)
@@ -282,6 +287,7 @@ def _priority(value: int | str) -> int:
     "/nodes/{node_ident}/states/provision",
     status_code=202,
     summary="Request a provision state change",
+    dependencies=[guard("baremetal:node:set_provision_state", "node")],
 )
 @wait_for_lock
 def set_provision_state(node_ident: str, request: Request, body: ProvisionRequest) -> Response:
@@ -348,7 +354,10 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
 
 
 @router.put(
-    "/nodes/{node_ident}/states/power", status_code=202, summary="Request a power state change"
+    "/nodes/{node_ident}/states/power",
+    status_code=202,
+    summary="Request a power state change",
+    dependencies=[guard("baremetal:node:set_power_state", "node")],
 )
 @wait_for_lock
 def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Response:
@@ -422,6 +431,7 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
     "/nodes/{node_ident}/states/raid",
     status_code=204,
     summary="Set a node's target RAID configuration",
+    dependencies=[guard("baremetal:node:set_raid_state", "node")],
 )
 @wait_for_lock
 def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) -> Response:
@@ -506,7 +516,12 @@ def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | 
         )
 
 
-@router.put("/nodes/{node_ident}/maintenance", status_code=202, summary="Enter maintenance")
+@router.put(
+    "/nodes/{node_ident}/maintenance",
+    status_code=202,
+    summary="Enter maintenance",
+    dependencies=[guard("baremetal:node:set_maintenance", "node")],
+)
 def maintenance_on(
     node_ident: str, request: Request, body: MaintenanceRequest | None = None
 ) -> Response:
@@ -514,7 +529,12 @@ def maintenance_on(
     return Response(status_code=202)
 
 
-@router.delete("/nodes/{node_ident}/maintenance", status_code=202, summary="Leave maintenance")
+@router.delete(
+    "/nodes/{node_ident}/maintenance",
+    status_code=202,
+    summary="Leave maintenance",
+    dependencies=[guard("baremetal:node:clear_maintenance", "node")],
+)
 def maintenance_off(node_ident: str, request: Request) -> Response:
     _set_maintenance(request, node_ident, False, None)
     return Response(status_code=202)
@@ -536,7 +556,11 @@ VALIDATED = (
 )
 
 
-@router.get("/nodes/{node_ident}/validate", summary="Validate a node's driver interfaces")
+@router.get(
+    "/nodes/{node_ident}/validate",
+    summary="Validate a node's driver interfaces",
+    dependencies=[guard("baremetal:node:validate", "node")],
+)
 def validate_node(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     version = request_version(request)

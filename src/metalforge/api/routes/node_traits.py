@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import bad_request, not_found
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.routes.node_states import locked
@@ -52,7 +53,11 @@ def _touch(session: Session, node: Node, text: str) -> None:
     )
 
 
-@router.get("/nodes/{node_ident}/traits", summary="List a node's traits")
+@router.get(
+    "/nodes/{node_ident}/traits",
+    summary="List a node's traits",
+    dependencies=[guard("baremetal:node:traits:list", "node")],
+)
 def list_traits(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     with svc.db.read() as session:
@@ -60,7 +65,12 @@ def list_traits(node_ident: str, request: Request) -> JSONResponse:
         return JSONResponse({"traits": sorted(t.trait for t in node.traits)})
 
 
-@router.put("/nodes/{node_ident}/traits", status_code=204, summary="Replace a node's traits")
+@router.put(
+    "/nodes/{node_ident}/traits",
+    status_code=204,
+    summary="Replace a node's traits",
+    dependencies=[guard("baremetal:node:traits:set", "node")],
+)
 @wait_for_lock
 def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Response:
     svc = services(request)
@@ -73,7 +83,12 @@ def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Re
     return Response(status_code=204)
 
 
-@router.put("/nodes/{node_ident}/traits/{trait}", status_code=204, summary="Add one trait")
+@router.put(
+    "/nodes/{node_ident}/traits/{trait}",
+    status_code=204,
+    summary="Add one trait",
+    dependencies=[guard("baremetal:node:traits:set", "node")],
+)
 async def add_trait(node_ident: str, trait: str, request: Request) -> Response:
     if (await request.body()).strip():
         raise bad_request("No body is accepted when adding a single trait")
@@ -98,7 +113,12 @@ def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.delete("/nodes/{node_ident}/traits", status_code=204, summary="Remove every trait")
+@router.delete(
+    "/nodes/{node_ident}/traits",
+    status_code=204,
+    summary="Remove every trait",
+    dependencies=[guard("baremetal:node:traits:delete", "node")],
+)
 @wait_for_lock
 def remove_traits(node_ident: str, request: Request) -> Response:
     svc = services(request)
@@ -109,7 +129,12 @@ def remove_traits(node_ident: str, request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.delete("/nodes/{node_ident}/traits/{trait}", status_code=204, summary="Remove a trait")
+@router.delete(
+    "/nodes/{node_ident}/traits/{trait}",
+    status_code=204,
+    summary="Remove a trait",
+    dependencies=[guard("baremetal:node:traits:delete", "node")],
+)
 @wait_for_lock
 def remove_trait(node_ident: str, trait: str, request: Request) -> Response:
     svc = services(request)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import (
@@ -245,13 +246,19 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
     return body
 
 
-@router.get("/nodes", summary="List nodes")
-@router.get("/nodes/", include_in_schema=False)
+@router.get("/nodes", summary="List nodes", dependencies=[guard("baremetal:node:list_all", "list")])
+@router.get(
+    "/nodes/", include_in_schema=False, dependencies=[guard("baremetal:node:list_all", "list")]
+)
 def list_nodes(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=False))
 
 
-@router.get("/nodes/detail", summary="List nodes with every field")
+@router.get(
+    "/nodes/detail",
+    summary="List nodes with every field",
+    dependencies=[guard("baremetal:node:list_all", "list")],
+)
 def list_nodes_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=True))
 
@@ -259,7 +266,9 @@ def list_nodes_detail(request: Request) -> JSONResponse:
 # -- show ---------------------------------------------------------------------
 
 
-@router.get("/nodes/{node_ident}", summary="Show a node")
+@router.get(
+    "/nodes/{node_ident}", summary="Show a node", dependencies=[guard("baremetal:node:get", "node")]
+)
 async def show_node(node_ident: str, request: Request) -> JSONResponse:
     return await read_only(services(request), _show_node, node_ident, request)
 
@@ -343,7 +352,12 @@ def _insert_node(columns: tuple[str, ...]) -> Insert:
     return insert(table).returning(*returned)
 
 
-@router.post("/nodes", status_code=201, summary="Enroll a node")
+@router.post(
+    "/nodes",
+    status_code=201,
+    summary="Enroll a node",
+    dependencies=[guard("baremetal:node:create", "body")],
+)
 def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     svc = services(request)
     version = request_version(request)
@@ -447,7 +461,11 @@ def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
-@router.patch("/nodes/{node_ident}", summary="Update a node with a JSON patch")
+@router.patch(
+    "/nodes/{node_ident}",
+    summary="Update a node with a JSON patch",
+    dependencies=[guard("baremetal:node:update", "node_fields")],
+)
 @wait_for_lock
 def patch_node(
     node_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
@@ -552,7 +570,14 @@ def _write_changes(session: Session, node: Node, changes: dict[str, Any]) -> Non
 # -- delete -------------------------------------------------------------------
 
 
-@router.delete("/nodes/{node_ident}", status_code=204, summary="Delete a node")
+@router.delete(
+    "/nodes/{node_ident}",
+    status_code=204,
+    summary="Delete a node",
+    dependencies=[
+        guard("baremetal:node:delete", "node", also=("baremetal:node:delete:self_owned_node",))
+    ],
+)
 @wait_for_lock
 def delete_node(node_ident: str, request: Request) -> Response:
     svc = services(request)

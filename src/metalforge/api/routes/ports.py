@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
+from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
@@ -167,8 +168,10 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     return body
 
 
-@router.get("/ports", summary="List ports")
-@router.get("/ports/", include_in_schema=False)
+@router.get("/ports", summary="List ports", dependencies=[guard("baremetal:port:list_all", "list")])
+@router.get(
+    "/ports/", include_in_schema=False, dependencies=[guard("baremetal:port:list_all", "list")]
+)
 def list_ports(request: Request) -> JSONResponse:
     if "binding:host_id" in request.query_params:
         # Not an Ironic query: standalone metalsmith sends the Networking API's
@@ -179,12 +182,18 @@ def list_ports(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, False))
 
 
-@router.get("/ports/detail", summary="List ports with every field")
+@router.get(
+    "/ports/detail",
+    summary="List ports with every field",
+    dependencies=[guard("baremetal:port:list_all", "list")],
+)
 def list_ports_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True))
 
 
-@router.get("/ports/{port_ident}", summary="Show a port")
+@router.get(
+    "/ports/{port_ident}", summary="Show a port", dependencies=[guard("baremetal:port:get", "port")]
+)
 def show_port(port_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ["fields"])
@@ -201,7 +210,12 @@ def _gate(names: set[str], version: Version) -> None:
             raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
 
 
-@router.post("/ports", status_code=201, summary="Create a port")
+@router.post(
+    "/ports",
+    status_code=201,
+    summary="Create a port",
+    dependencies=[guard("baremetal:port:create", "body")],
+)
 def create_port(request: Request, body: PortCreate) -> JSONResponse:
     svc = services(request)
     version = request_version(request)
@@ -253,7 +267,11 @@ def create_port(request: Request, body: PortCreate) -> JSONResponse:
     )
 
 
-@router.patch("/ports/{port_ident}", summary="Update a port with a JSON patch")
+@router.patch(
+    "/ports/{port_ident}",
+    summary="Update a port with a JSON patch",
+    dependencies=[guard("baremetal:port:update", "port")],
+)
 def patch_port(
     port_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
@@ -330,7 +348,12 @@ def patch_port(
         raise conflict("A port with that MAC address or name already exists.") from None
 
 
-@router.delete("/ports/{port_ident}", status_code=204, summary="Delete a port")
+@router.delete(
+    "/ports/{port_ident}",
+    status_code=204,
+    summary="Delete a port",
+    dependencies=[guard("baremetal:port:delete", "port")],
+)
 def delete_port(port_ident: str, request: Request) -> Response:
     svc = services(request)
     with svc.db.write() as session:

@@ -1,0 +1,195 @@
+"""Authorization of each route, declared on the route itself.
+
+Every operator route carries exactly one guard as a FastAPI dependency
+(``dependencies=[guard(...)]``). The guard names the policy rule and how its
+target is found, runs before the route's body, and leaves what it learnt on
+the request for the route (the caller, the project a list is limited to).
+A test walks the application's routes and fails for any route without one,
+so a new route cannot ship unchecked.
+
+Ironic's visibility rule is kept exactly: a resource the caller may not even
+read is answered 404, as if it did not exist; one it may read but not act on
+is 403. Lists a caller may not see whole are limited to its project.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import Depends, Request
+from sqlalchemy import Connection, select
+
+from metalforge.api import lookup
+from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.middleware import CALLER_KEY
+from metalforge.api.auth.policy import Policy, allocation_target, node_target
+from metalforge.api.errors import ApiError, not_found
+from metalforge.api.services import read_only, services
+from metalforge.api.versions import request_version
+from metalforge.db.models import Allocation, Node, Port
+
+GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
+
+
+def forbidden(rule: str) -> ApiError:
+    return ApiError(403, f"Access was denied to the following resource: {rule}")
+
+
+def caller_of(request: Request) -> Caller:
+    """The authenticated caller (set by the authentication middleware)."""
+    caller: Caller = request.scope["state"][CALLER_KEY]
+    return caller
+
+
+def policy_of(request: Request) -> Policy:
+    return services(request).policy
+
+
+def allows(request: Request, rule: str, target: Mapping[str, str] | None = None) -> bool:
+    return policy_of(request).allows(rule, caller_of(request), target)
+
+
+def require(request: Request, rule: str, target: Mapping[str, str] | None = None) -> None:
+    """403 unless the caller passes ``rule`` on ``target``."""
+    if not allows(request, rule, target):
+        raise forbidden(rule)
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    """What a node guard found: the node's target, for the route's further checks."""
+
+    owner: str | None
+    lessee: str | None
+
+    @property
+    def target(self) -> dict[str, str]:
+        return node_target(self.owner, self.lessee)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One route's authorization: a rule, and where its target comes from.
+
+    ``system``: no target (drivers, conductors, templates). ``node``,
+    ``port``, ``allocation``: the resource named in the path. ``list``: the
+    ``<resource>:list_all`` rule, else ``<resource>:list`` limited to the
+    caller's project. ``body``: the target is in the request body, so the
+    route checks ``rule`` itself once it has parsed it.
+    """
+
+    rule: str
+    kind: GuardKind
+    path_param: str = ""
+    also: tuple[str, ...] = ()
+    """Rules that grant the same access (``delete:self_owned_node`` beside ``delete``)."""
+
+    async def __call__(self, request: Request) -> None:
+        if self.kind == "system":
+            require(request, self.rule)
+        elif self.kind == "list":
+            request.state.project_scope = list_scope(request, self.rule)
+        elif self.kind in ("node", "node_fields", "port", "allocation"):
+            ident = request.path_params[self.path_param]
+            await read_only(services(request), self._check_resource, request, ident)
+
+    def _check_resource(self, request: Request, ident: str) -> None:
+        with services(request).db.snapshot(single_statement=True) as connection:
+            self._check_in(request, connection, ident)
+
+    def _check_in(self, request: Request, connection: Connection, ident: str) -> None:
+        version = request_version(request)
+        if self.kind in ("node", "node_fields"):
+            row = lookup.find_node_row(connection, ident, version, ("owner", "lessee"))
+            access = NodeAccess(row.owner, row.lessee)
+            if not allows(request, "baremetal:node:get", access.target):
+                raise lookup.node_not_found(ident)
+            if self.kind == "node" and not any(
+                allows(request, rule, access.target) for rule in (self.rule, *self.also)
+            ):
+                raise forbidden(self.rule)
+            request.state.node_access = access
+        elif self.kind == "port":
+            owner, lessee = _port_node(connection, ident, version)
+            target = node_target(owner, lessee)
+            if not allows(request, "baremetal:node:get", target):
+                raise not_found(f"Port {ident} could not be found.")
+            require(request, self.rule, target)
+            request.state.node_access = NodeAccess(owner, lessee)
+        else:
+            target = allocation_target(_allocation_owner(connection, ident))
+            if not allows(request, "baremetal:allocation:get", target):
+                raise not_found(f"Allocation {ident} could not be found.")
+            require(request, self.rule, target)
+
+
+_PATH_PARAMS = {
+    "node": "node_ident",
+    "node_fields": "node_ident",
+    "port": "port_ident",
+    "allocation": "allocation_ident",
+}
+
+
+def guard(rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = ()) -> Any:
+    """The dependency a route declares: ``dependencies=[guard("baremetal:node:get", "node")]``."""
+    return Depends(Guard(rule, kind, _PATH_PARAMS.get(kind, ""), also))
+
+
+def list_scope(request: Request, list_all_rule: str) -> str | None:
+    """None to list everything, or the project a listing is limited to (owner or lessee).
+
+    ``list_all_rule`` is ``baremetal:<resource>:list_all``; a caller without it
+    needs ``baremetal:<resource>:list`` and a project.
+    """
+    if allows(request, list_all_rule):
+        return None
+    caller = caller_of(request)
+    list_rule = list_all_rule.removesuffix("_all")
+    if caller.project_id is None:
+        raise forbidden(list_all_rule)
+    require(request, list_rule)
+    return caller.project_id
+
+
+def project_scope(request: Request) -> str | None:
+    """The project a list guard limited this request to (none: unlimited)."""
+    scope: str | None = getattr(request.state, "project_scope", None)
+    return scope
+
+
+def node_access(request: Request) -> NodeAccess:
+    """What the route's node (or port) guard found."""
+    access: NodeAccess = request.state.node_access
+    return access
+
+
+def _port_node(connection: Connection, ident: str, version: Any) -> tuple[str | None, str | None]:
+    query = (
+        select(Node.owner, Node.lessee).select_from(Port).outerjoin(Node, Port.node_id == Node.id)
+    )
+    if lookup.is_uuid(ident):
+        query = query.where(Port.uuid == str(uuidlib.UUID(ident)))
+    elif version >= (1, 88):
+        query = query.where(Port.name == ident)
+    else:
+        raise not_found(f"Port {ident} could not be found.")
+    row = connection.execute(query).first()
+    if row is None:
+        raise not_found(f"Port {ident} could not be found.")
+    return row.owner, row.lessee
+
+
+def _allocation_owner(connection: Connection, ident: str) -> str | None:
+    if lookup.is_uuid(ident):
+        where = Allocation.uuid == str(uuidlib.UUID(ident))
+    else:
+        where = Allocation.name == ident
+    row = connection.execute(select(Allocation.owner).where(where)).first()
+    if row is None:
+        raise not_found(f"Allocation {ident} could not be found.")
+    owner: str | None = row.owner
+    return owner

@@ -1,0 +1,140 @@
+"""Authentication at the edge: every request either names its caller or is refused with 401.
+
+Version discovery (``/``, ``/v1``) and the ramdisk agents' routes (lookup,
+heartbeat) are public, as in Ironic: clients negotiate a version before they
+authenticate, and agents prove themselves with the node's agent token, not
+with operator credentials. Everything else needs credentials under
+``http_basic`` and ``keystone``; under ``noauth`` every caller is an
+administrator (the service refuses to start with ``noauth`` off loopback).
+
+The caller is stored in the ASGI scope's ``state``, where routes read it
+(``request.state.caller``) to authorize.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from metalforge.api.agent_endpoint import is_agent_path
+from metalforge.api.auth.basic import HtpasswdVerifier, parse_basic_header
+from metalforge.api.auth.identity import NOAUTH_ADMIN, Caller
+from metalforge.api.auth.keystone import KeystoneVerifier
+from metalforge.api.errors import error_body, send_json_error
+from metalforge.config import ApiSettings, UserSettings
+
+LOG = logging.getLogger(__name__)
+
+CALLER_KEY = "caller"
+
+
+class Refused(Exception):
+    """Credentials are missing or wrong: a 401 with ``message`` and ``challenge``."""
+
+    def __init__(self, message: str, challenge: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.challenge = challenge
+
+
+class Authenticator(Protocol):
+    """One authentication strategy: the caller a request's headers prove, or ``Refused``."""
+
+    async def authenticate(self, headers: dict[str, str]) -> Caller: ...
+
+
+class NoAuth:
+    """``noauth``: everybody is an administrator."""
+
+    async def authenticate(self, headers: dict[str, str]) -> Caller:
+        return NOAUTH_ADMIN
+
+
+class HttpBasic:
+    """``http_basic``: htpasswd users, with roles and project from the settings."""
+
+    CHALLENGE = 'Basic realm="Baremetal API"'
+
+    def __init__(self, verifier: HtpasswdVerifier, users: dict[str, UserSettings]) -> None:
+        self.verifier = verifier
+        self.users = users
+
+    async def authenticate(self, headers: dict[str, str]) -> Caller:
+        value = headers.get("authorization")
+        if value is None:
+            raise Refused("Authorization required", self.CHALLENGE)
+        parsed = parse_basic_header(value)
+        if parsed is None:
+            raise Refused("Malformed Authorization header", self.CHALLENGE)
+        user, password = parsed
+        if not await run_in_threadpool(self.verifier.verify, user, password):
+            LOG.warning("http_basic: refused credentials for user %r", user[:64])
+            raise Refused("Incorrect username or password", self.CHALLENGE)
+        grant = self.users.get(user, UserSettings())
+        return Caller(user=user, roles=frozenset(grant.roles), project_id=grant.project_id)
+
+
+class Keystone:
+    """``keystone``: the ``X-Auth-Token`` header, validated against Keystone."""
+
+    def __init__(self, verifier: KeystoneVerifier) -> None:
+        self.verifier = verifier
+        self.challenge = f'Keystone uri="{verifier.www_authenticate_uri}"'
+
+    async def authenticate(self, headers: dict[str, str]) -> Caller:
+        token = headers.get("x-auth-token")
+        if not token:
+            raise Refused("The request you have made requires authentication.", self.challenge)
+        caller = await run_in_threadpool(self.verifier.verify, token)
+        if caller is None:
+            raise Refused("The request you have made requires authentication.", self.challenge)
+        return caller
+
+
+def build_authenticator(api: ApiSettings, keystone_options: dict[str, object]) -> Authenticator:
+    """The strategy ``api.auth_strategy`` names; raises ``ValueError`` if it cannot work."""
+    if api.auth_strategy == "http_basic":
+        verifier = HtpasswdVerifier(
+            api.http_basic_auth_user_file, cache_seconds=api.http_basic_auth_cache_seconds
+        )
+        return HttpBasic(verifier, api.users)
+    if api.auth_strategy == "keystone":
+        return Keystone(KeystoneVerifier(keystone_options))
+    return NoAuth()
+
+
+def is_public_path(path: str) -> bool:
+    """Paths served without operator credentials: version discovery and the agents' calls."""
+    return is_agent_path(path)
+
+
+class AuthMiddleware:
+    """Pure ASGI: authenticates every non-public request before any route runs."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app = app
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_public_path(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope["headers"]
+        }
+        try:
+            caller = await self.authenticator.authenticate(headers)
+        except Refused as refused:
+            await send_json_error(
+                send,
+                401,
+                error_body(401, refused.message),
+                [(b"www-authenticate", refused.challenge.encode("latin-1"))],
+            )
+            return
+        scope.setdefault("state", {})[CALLER_KEY] = caller
+        await self.app(scope, receive, send)

@@ -1,0 +1,104 @@
+"""What counts as a secret, and how it is hidden wherever a value could be shown.
+
+Secrets reach metalforge in free-form documents (a node's ``driver_info``
+holds BMC passwords, ``instance_info`` a config drive and image URLs that may
+carry credentials) and in settings (the database URL). Every place that shows
+such a value (API responses, history, ``last_error``, log lines, start-up
+banners) goes through these functions, so the rule is written once.
+
+A key is secret when its name says so: it ends in ``_password``, ``_key``,
+``_secret`` or ``_token`` (or is one of those words), or contains one of the
+words operators and drivers use for credentials (``password``, ``secret``,
+``token``, ``passphrase``, ``private_key``). Matching is case-insensitive and
+applies at every nesting level, so a password inside a nested object or a
+list of objects is masked too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "******"
+_MARKERS = ("password", "passwd", "secret", "token", "passphrase", "private_key")
+_SUFFIXES = ("_key",)
+_WORDS = frozenset({"key", "pass"})
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a value stored under ``key`` must never be shown."""
+    name = key.lower()
+    return name in _WORDS or name.endswith(_SUFFIXES) or any(m in name for m in _MARKERS)
+
+
+def mask_secrets(data: Any) -> Any:
+    """A copy of ``data`` with the value of every secret key replaced by ``******``.
+
+    Objects and lists are walked to any depth; empty values stay empty, so a
+    client can still tell a password that is set from one that is not.
+    """
+    if isinstance(data, dict):
+        return {
+            key: MASK
+            if value not in (None, "") and isinstance(key, str) and is_secret_key(key)
+            else mask_secrets(value)
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [mask_secrets(item) for item in data]
+    return data
+
+
+def has_secrets(data: Any) -> bool:
+    """Whether ``data`` holds a non-empty value under a secret key, at any depth."""
+    if isinstance(data, dict):
+        return any(
+            (value not in (None, "") and isinstance(key, str) and is_secret_key(key))
+            or has_secrets(value)
+            for key, value in data.items()
+        )
+    if isinstance(data, list):
+        return any(has_secrets(item) for item in data)
+    return False
+
+
+def mask_url(url: str) -> str:
+    """``url`` with the password of its user part replaced (``scheme://user:******@host``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` replaced by ``******``.
+
+    For messages built by libraries (a BMC client's exception, a driver's
+    error) that may quote a credential they were given.
+    """
+    for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def secret_values(data: Any) -> list[str]:
+    """The string values stored under secret keys in ``data``, at any depth."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and is_secret_key(key) and isinstance(value, str):
+                found.append(value)
+            else:
+                found.extend(secret_values(value))
+    elif isinstance(data, list):
+        for item in data:
+            found.extend(secret_values(item))
+    return found
