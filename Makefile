@@ -37,7 +37,7 @@ $(KEYSTONE_STAMP): tools/keystone-requirements.txt
 # `make run VIRTUAL_NODES=3` (root) adds virtual nodes running the real agent, enrolled and
 # ready to provide and deploy; only then are the agent's virtualenv and system tools installed.
 run: $(STAMP) $(if $(VIRTUAL_NODES),$(IPA_STAMP) system-packages)
-	@mkdir -p var
+	@install -d -m 0700 var
 ifdef VIRTUAL_NODES
 	$(BIN)/metalforge-lab demo --nodes $(VIRTUAL_NODES) --state-dir var/lab
 else

@@ -9,6 +9,7 @@ import argparse
 import gc
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -28,6 +29,7 @@ from metalforge.db.engine import Database
 from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.redaction import mask_url
 
 LOG = logging.getLogger("metalforge")
 
@@ -118,6 +120,16 @@ def listening_sockets(settings: Settings) -> list[socket.socket]:
     return sockets
 
 
+def _tls_options(settings: Settings) -> dict[str, Any]:
+    api = settings.api
+    if api.tls_cert_file is None or api.tls_key_file is None:
+        return {}
+    for path in (api.tls_cert_file, api.tls_key_file):
+        if not path.is_file():
+            raise StartupError(f"TLS file {path} does not exist")
+    return {"ssl_certfile": str(api.tls_cert_file), "ssl_keyfile": str(api.tls_key_file)}
+
+
 def _serve(settings: Settings, app: Any) -> None:
     # Everything built so far lives as long as the process: leave it out of the
     # collector's full passes, which otherwise walk it whenever a big response
@@ -130,29 +142,50 @@ def _serve(settings: Settings, app: Any) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=10,
+        **_tls_options(settings),
     )
     uvicorn.Server(config).run(sockets=listening_sockets(settings))
 
 
 def _banner(settings: Settings) -> None:
-    url = f"http://{settings.api.host}:{settings.api.port}"
+    api = settings.api
+    scheme = "https" if api.tls_cert_file else "http"
+    url = f"{scheme}://{api.host}:{api.port}"
+    database = mask_url(settings.database.url)
+    if api.auth_strategy == "noauth":
+        how = f"export OS_AUTH_TYPE=none OS_ENDPOINT={url}"
+        sdk = f"openstack.connect(auth_type='none', baremetal_endpoint_override='{url}')"
+    elif api.auth_strategy == "http_basic":
+        how = f"export OS_AUTH_TYPE=http_basic OS_ENDPOINT={url} OS_USERNAME=... OS_PASSWORD=..."
+        sdk = f"openstack.connect(auth_type='http_basic', endpoint='{url}', username=..., ...)"
+    else:
+        how = "use your Keystone credentials (OS_AUTH_URL, OS_USERNAME, ...)"
+        sdk = "openstack.connect(cloud=...)"
     print(
-        f"metalforge is serving {url} (noauth, database {settings.database.url})\n"
-        f"  baremetal CLI:  export OS_AUTH_TYPE=none OS_ENDPOINT={url}; baremetal node list\n"
-        f"  openstacksdk:   openstack.connect(auth_type='none', baremetal_endpoint_override="
-        f"'{url}')\n"
+        f"metalforge is serving {url} ({api.auth_strategy}, database {database})\n"
+        f"  baremetal CLI:  {how}; baremetal node list\n"
+        f"  openstacksdk:   {sdk}\n"
         + (
-            f"  ramdisk agents: http://{settings.api.agent_host}:{settings.api.agent_port} "
+            f"  ramdisk agents: {scheme}://{api.agent_host}:{api.agent_port} "
             "(lookup and heartbeat only)\n"
-            if settings.api.agent_host
+            if api.agent_host
             else ""
         ),
         flush=True,
     )
 
 
+def _private_state_dir(settings: Settings) -> None:
+    """The state directory (the SQLite database by default) is this user's alone."""
+    path = settings.state_dir
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid == os.getuid():
+        path.chmod(0o700)
+
+
 def cmd_all_in_one(settings: Settings) -> None:
     _check_auth(settings)
+    _private_state_dir(settings)
     db = open_database(settings)
     db.upgrade()
     registry = build_registry(settings)

@@ -17,7 +17,7 @@ list of objects is masked too.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "******"
 _MARKERS = ("password", "passwd", "secret", "token", "passphrase", "private_key")
@@ -62,20 +62,34 @@ def has_secrets(data: Any) -> bool:
     return False
 
 
+def _is_secret_parameter(name: str) -> bool:
+    lowered = name.lower()
+    return is_secret_key(name) or lowered.endswith(("sig", "signature", "credential"))
+
+
 def mask_url(url: str) -> str:
-    """``url`` with the password of its user part replaced (``scheme://user:******@host``)."""
+    """``url`` with its credentials masked: a password in its user part, and query
+    parameters that carry secrets (``temp_url_sig``, ``X-Amz-Signature``, ``token``...).
+    """
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return MASK
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:{MASK}@{host}" + (f":{port}" if port else "")
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(_is_secret_parameter(k) for k, _ in pairs):
+            query = urlencode(
+                [(k, MASK if _is_secret_parameter(k) else v) for k, v in pairs], safe="*"
+            )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def scrub(text: str, secrets: list[str]) -> str:

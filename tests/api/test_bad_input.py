@@ -572,12 +572,20 @@ MISSING_FIELDS = [
         json=[{"op": "replace", "path": "/extra"}],
     ),
     _case(
-        "patch-move-no-from",
+        "patch-move-refused",
         "PATCH",
         N,
         400,
-        "'from'",
-        json=[{"op": "move", "path": "/properties"}],
+        "'add', 'replace' or 'remove'",
+        json=[{"op": "move", "from": "/driver_info/password", "path": "/extra/pw"}],
+    ),
+    _case(
+        "patch-copy-refused",
+        "PATCH",
+        N,
+        400,
+        "'add', 'replace' or 'remove'",
+        json=[{"op": "copy", "from": "/driver_info/password", "path": "/extra/pw"}],
     ),
     _case(
         "port-patch-add-no-value",
@@ -1505,11 +1513,11 @@ PATCHES = [
     ),
     _case("unknown-op", "PATCH", N, 400, "op", json=[{"op": "merge", "path": "/extra"}]),
     _case(
-        "failed-test-op",
+        "test-op-refused",
         "PATCH",
         N,
         400,
-        "Couldn't apply patch",
+        "'add', 'replace' or 'remove'",
         json=[{"op": "test", "path": "/extra/keep", "value": "someone else"}],
     ),
     _case(

@@ -24,6 +24,7 @@ from sqlalchemy import Row
 from metalforge.api.links import links, sub_links
 from metalforge.api.versions import Version
 from metalforge.db.models import Node
+from metalforge.redaction import MASK, mask_secrets, mask_url
 
 NODE_FIELDS: dict[str, Version] = {
     "uuid": (1, 1),
@@ -106,26 +107,49 @@ SELECTABLE_FIELDS: dict[str, Version] = {**NODE_FIELDS, **LINK_FIELDS, "links": 
 LIST_FIELDS = ("uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance")
 """What ``GET /v1/nodes`` shows without ``fields`` or ``detail`` (plus ``links``)."""
 
-MASK = "******"
-_SECRET_MARKERS = ("password", "secret", "token", "private_key", "passphrase")
-
-
-def mask_secrets(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``data`` with every secret-looking value replaced by ``******``."""
-    return {
-        key: MASK
-        if value not in (None, "") and any(m in key.lower() for m in _SECRET_MARKERS)
-        else value
-        for key, value in data.items()
-    }
-
 
 def masked_instance_info(info: dict[str, Any]) -> dict[str, Any]:
-    """``instance_info`` as shown to anyone: secrets and the config drive masked."""
-    masked = mask_secrets(info)
+    """``instance_info`` as shown without ``show_instance_secrets``.
+
+    Secret keys and the config drive (which may hold passwords and keys for
+    the instance) are masked, and so are the credentials an image URL may
+    carry (a password, a signed temporary URL's signature).
+    """
+    masked: dict[str, Any] = mask_secrets(info)
     if masked.get("configdrive"):
         masked["configdrive"] = MASK
+    if isinstance(masked.get("image_url"), str):
+        masked["image_url"] = mask_url(masked["image_url"])
     return masked
+
+
+REDACTED: dict[str, Any] = {
+    "last_error": "** Value Redacted - Requires baremetal:node:get:last_error permission. **",
+    "reservation": "** Redacted - requires baremetal:node:get:reservation permission. **",
+    "driver_internal_info": {
+        "content": "** Redacted - Requires baremetal:node:get:driver_internal_info permission. **"
+    },
+    "driver_info": {
+        "content": "** Redacted - requires baremetal:node:get:driver_info permission. **"
+    },
+}
+"""What a caller without the field's ``baremetal:node:get:<field>`` rule sees instead (Ironic's)."""
+
+
+@dataclass(frozen=True)
+class NodeDisclosure:
+    """What one caller may see of one node: secrets, and fields hidden whole."""
+
+    passwords: bool = False
+    """``show_password``: driver_info secrets unmasked."""
+    instance_secrets: bool = False
+    """``show_instance_secrets``: instance_info secrets and the config drive unmasked."""
+    hidden: frozenset[str] = frozenset()
+    """Fields replaced by their ``REDACTED`` text."""
+
+
+MASKED_ONLY = NodeDisclosure()
+"""The default: secrets masked, every field shown (a system reader's view)."""
 
 
 def _iso(value: Any) -> Any:
@@ -184,6 +208,8 @@ class ViewPlan:
     allocation: tuple[int, ...] = ()
     """Where ``allocation_uuid`` is: read as ``allocation_id``, shown as the node's
     ``instance_uuid``, which an allocation always sets to its own UUID."""
+    redactable: tuple[tuple[int, str], ...] = ()
+    """(position, name) of the fields a caller's rules may hide or unmask."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -205,8 +231,12 @@ def view_plan(
     conductor_at: list[int] = []
     traits_at: list[int] = []
     allocation_at: list[int] = []
-    columns = {"uuid"}
+    # Who may see what depends on the node's owner and lessee: always read them.
+    columns = {"uuid", "owner", "lessee"}
+    redactable: list[tuple[int, str]] = []
     for index, name in enumerate(names):
+        if name in REDACTED or name == "instance_info":
+            redactable.append((index, name))
         source = name if name in _NODE_COLUMNS else _SOURCES.get(name, "uuid")
         sources.append(source)
         columns.add(source)
@@ -248,6 +278,7 @@ def view_plan(
         conductor=tuple(conductor_at),
         traits=tuple(traits_at),
         allocation=tuple(allocation_at),
+        redactable=tuple(redactable),
         columns=ordered,
         old_states=version < (1, 39),
     )
@@ -261,12 +292,20 @@ def render(
     *,
     conductor: Callable[[Any], str | None] | None = None,
     traits: Callable[[Any], list[str]] | None = None,
+    disclosure: Callable[[str | None, str | None], NodeDisclosure] | None = None,
 ) -> dict[str, Any]:
-    """The JSON object for ``node``: an ORM ``Node``, or a row starting with ``plan.columns``."""
+    """The JSON object for ``node``: an ORM ``Node``, or a row starting with ``plan.columns``.
+
+    ``disclosure`` tells, from the node's owner and lessee, what the caller
+    may see; without it secrets are masked and every field is shown.
+    """
     uuid = node.uuid
     values = list(plan.fetch_row(node) if isinstance(node, Row) else plan.fetch(node))
+    seen = disclosure(node.owner, node.lessee) if disclosure and plan.redactable else MASKED_ONLY
     for index, func in plan.convert:
         values[index] = func(values[index])
+    if seen is not MASKED_ONLY:
+        _disclose(values, plan, seen, node)
     for index, name in plan.sub_links:
         values[index] = sub_links(base, "nodes", uuid, name)
     for index in plan.conductor:
@@ -286,6 +325,16 @@ def render(
     return body
 
 
+def _disclose(values: list[Any], plan: ViewPlan, seen: NodeDisclosure, node: Any) -> None:
+    for index, name in plan.redactable:
+        if name in seen.hidden:
+            values[index] = REDACTED[name]
+        elif name == "driver_info" and seen.passwords:
+            values[index] = node.driver_info
+        elif name == "instance_info" and seen.instance_secrets:
+            values[index] = node.instance_info
+
+
 def node_view(
     node: Node,
     version: Version,
@@ -294,7 +343,8 @@ def node_view(
     fields: Sequence[str] | None = None,
     list_view: bool = False,
     conductor: Callable[[Any], str | None] | None = None,
+    disclosure: Callable[[str | None, str | None], NodeDisclosure] | None = None,
 ) -> dict[str, Any]:
     """The JSON object for ``node``: full, the short list form, or only ``fields``."""
     plan = view_plan(version, tuple(fields) if fields is not None else None, list_view)
-    return render(node, plan, version, base, conductor=conductor)
+    return render(node, plan, version, base, conductor=conductor, disclosure=disclosure)

@@ -107,8 +107,8 @@ def node_matches(node: Node, req: Request, node_traits: set[str]) -> str | None:
         return f"its resource class is {node.resource_class}, not {req.resource_class}"
     if req.candidate_nodes and node.uuid not in req.candidate_nodes:
         return "it is not one of the candidate nodes"
-    if req.owner is not None and node.owner != req.owner:
-        return f"it does not belong to owner {req.owner}"
+    if req.owner is not None and req.owner not in (node.owner, node.lessee):
+        return f"it does not belong to owner {req.owner} (as its owner or lessee)"
     missing = sorted(set(req.traits) - node_traits)
     if missing:
         return f"it lacks the traits {', '.join(missing)}"
@@ -132,7 +132,7 @@ def candidates(session: Session, req: Request) -> tuple[list[int], str | None]:
     that emptied the list: an operator reading it knows what to change.
     """
     rc = req.resource_class
-    stmt = select(Node.id, Node.uuid, Node.name, Node.owner).where(
+    stmt = select(Node.id, Node.uuid, Node.name, Node.owner, Node.lessee).where(
         Node.provision_state == states.AVAILABLE,
         Node.maintenance.is_(False),
         Node.power_state.is_not(None),
@@ -152,10 +152,12 @@ def candidates(session: Session, req: Request) -> tuple[list[int], str | None]:
                 f"the resource class {rc}"
             )
     if req.owner is not None:
-        rows = [r for r in rows if r.owner == req.owner]
+        # As Ironic: an owned allocation takes a node its owner owns or leases.
+        rows = [r for r in rows if req.owner in (r.owner, r.lessee)]
         if not rows:
             return [], (
-                f"no available nodes matching the resource class {rc} belong to owner {req.owner}"
+                f"no available nodes matching the resource class {rc} belong to owner "
+                f"{req.owner} (as their owner or lessee)"
             )
     if req.traits:
         ids = [r.id for r in rows]

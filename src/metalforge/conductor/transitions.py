@@ -75,6 +75,7 @@ def apply(
     severity: str = history.INFO,
     release: bool = False,
     earlier_history: Sequence[dict[str, Any]] = (),
+    user: str | None = None,
 ) -> Moved:
     """Move ``node`` through ``event``; ``node`` holds the values read before.
 
@@ -85,7 +86,8 @@ def apply(
     also clears the reservation in that statement: nobody can see the new
     state while the node is still locked. ``earlier_history`` (entries from
     ``history.entry``) is written just before the transition's own entry, in
-    one statement. On success an ORM ``node`` is updated in memory too.
+    one statement. ``user`` is who asked for the move, for the history entry.
+    On success an ORM ``node`` is updated in memory too.
 
     Raises ``states.InvalidTransition`` when the table forbids the move and
     ``TransitionConflict`` when the row is not as it was read.
@@ -126,6 +128,7 @@ def apply(
         text,
         severity=severity,
         conductor=conductor,
+        user=user,
         state=new_state,
         target=new_target,
     )

@@ -10,6 +10,7 @@ locked". ``Database.write()`` therefore begins immediately while
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +39,12 @@ def _json_dumps(value: Any) -> str:
         return json.dumps(value)
 
 
-JSON_CODEC: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
+JSON_CODEC: dict[str, Any] = {
+    "json_serializer": _json_dumps,
+    "json_deserializer": orjson.loads,
+    # Errors and logs never carry bound values: they hold BMC credentials.
+    "hide_parameters": True,
+}
 
 SINGLE_STATEMENT = "metalforge_single_statement"
 """Execution option of a SQLite read that is one statement: no BEGIN is sent."""
@@ -72,6 +78,22 @@ def _sqlite_engine(url: str, begin: str) -> Engine:
     return engine
 
 
+def _private_file(path: Path) -> None:
+    """Create the SQLite file (and its directory) readable by this user only.
+
+    The file holds BMC credentials, and SQLite would create it with the
+    process's umask (often 022). Its ``-wal`` and ``-shm`` companions are
+    created by SQLite with the main file's permissions.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for companion in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if companion.exists():
+            companion.chmod(0o600)
+
+
 class Database:
     """The process's way into the database: one per service, passed down."""
 
@@ -81,7 +103,7 @@ class Database:
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
             if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+                _private_file(Path(parsed.database))
             self.write_engine = _sqlite_engine(url, "BEGIN IMMEDIATE")
             self.read_engine = _sqlite_engine(url, "BEGIN")
         else:

@@ -15,7 +15,7 @@ is 403. Lists a caller may not see whole are limited to its project.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.errors import ApiError, not_found
+from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.services import read_only, services
 from metalforge.api.versions import request_version
 from metalforge.db.models import Allocation, Node, Port
@@ -193,3 +194,35 @@ def _allocation_owner(connection: Connection, ident: str) -> str | None:
         raise not_found(f"Allocation {ident} could not be found.")
     owner: str | None = row.owner
     return owner
+
+
+def node_disclosure(request: Request) -> Callable[[str | None, str | None], NodeDisclosure]:
+    """What the caller may see of a node, from its owner and lessee (Ironic's field rules).
+
+    A caller with ``baremetal:node:get:filter_threshold`` (a system reader)
+    sees every field; anyone else loses each field whose
+    ``baremetal:node:get:<field>`` rule it fails for that node. Secrets
+    follow ``show_password`` and ``show_instance_secrets`` for everyone.
+    Answers are kept per (owner, lessee), so a page of a thousand nodes of a
+    few projects asks the policy a few times.
+    """
+    threshold = allows(request, "baremetal:node:get:filter_threshold")
+    known: dict[tuple[str | None, str | None], NodeDisclosure] = {}
+
+    def disclose(owner: str | None, lessee: str | None) -> NodeDisclosure:
+        found = known.get((owner, lessee))
+        if found is None:
+            target = node_target(owner, lessee)
+            hidden = frozenset(
+                name
+                for name in REDACTED
+                if not threshold and not allows(request, f"baremetal:node:get:{name}", target)
+            )
+            found = known[(owner, lessee)] = NodeDisclosure(
+                passwords=allows(request, "show_password", target),
+                instance_secrets=allows(request, "show_instance_secrets", target),
+                hidden=hidden,
+            )
+        return found
+
+    return disclose

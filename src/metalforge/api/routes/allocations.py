@@ -21,7 +21,15 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import (
+    allows,
+    caller_of,
+    forbidden,
+    guard,
+    project_scope,
+    require,
+)
+from metalforge.api.auth.policy import allocation_target, node_target
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.locking import NodeLockedError, wait_for_lock
@@ -64,6 +72,8 @@ SORTABLE = {"id", "uuid", "name", "resource_class", "state", "created_at", "upda
 PATCHABLE = ("name", "extra")
 LIST_PARAMS = ("fields", "node", "resource_class", "state", "owner")
 _TOO_OLD = "The API version does not allow allocations"
+CREATE = "baremetal:allocation:create"
+CREATE_RESTRICTED = "baremetal:allocation:create_restricted"
 
 
 def _gate_read(request: Request) -> None:
@@ -152,10 +162,19 @@ def list_allocations(request: Request) -> JSONResponse:
     pg = page(query, svc.settings.api.max_limit, sortable=SORTABLE)
     wanted = fields(query, ALLOCATION_FIELDS)
     base = base_url(request)
+    owner = query.get("owner", OWNER_SINCE)
+    project = project_scope(request)
+    if project is not None:
+        # A caller limited to its project asks about another's allocations.
+        if owner is not None and owner != project:
+            raise forbidden("baremetal:allocation:list_all")
+        owner = project
     with svc.db.read() as session:
         stmt = select(Allocation)
         if (ident := query.get("node")) is not None:
-            node = lookup.find_node(session, ident, query.version)
+            node = _visible_node(request, session, ident, query.version)
+            if node is None:
+                raise lookup.node_not_found(ident)
             stmt = stmt.where(Allocation.node_id == node.id)
         if (rc := query.get("resource_class")) is not None:
             stmt = stmt.where(Allocation.resource_class == rc)
@@ -163,7 +182,7 @@ def list_allocations(request: Request) -> JSONResponse:
             if state not in (allocations.ALLOCATING, allocations.ACTIVE, allocations.ERROR):
                 raise bad_request(f"Invalid allocation state: {state}")
             stmt = stmt.where(Allocation.state == state)
-        if (owner := query.get("owner", OWNER_SINCE)) is not None:
+        if owner is not None:
             stmt = stmt.where(Allocation.owner == owner)
         after: tuple[Any, int] | None = None
         if pg.marker:
@@ -173,6 +192,8 @@ def list_allocations(request: Request) -> JSONResponse:
             after = (getattr(marker, pg.sort_key), marker.id)
         stmt = keyset(stmt, getattr(Allocation, pg.sort_key), Allocation.id, pg, after)
         found = list(session.scalars(stmt))
+        for allocation in found:  # as Ironic: every one listed must be readable
+            require(request, "baremetal:allocation:get", allocation_target(allocation.owner))
         node_ids = [a.node_id for a in found if a.node_id is not None]
         uuids: dict[int, str] = {}
         if node_ids:
@@ -228,9 +249,21 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, query.version)
         allocation = _allocation_of(session, node)
+        require(request, "baremetal:allocation:get", allocation_target(allocation.owner))
         return JSONResponse(
             allocation_view(allocation, node.uuid, query.version, base_url(request), wanted)
         )
+
+
+def _visible_node(request: Request, session: Session, ident: str, version: Version) -> Node | None:
+    """The node named ``ident`` if it exists and the caller may see it (``node:get``)."""
+    try:
+        node = lookup.find_node(session, ident, version)
+    except ApiError:
+        return None
+    if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
+        return None
+    return node
 
 
 def _allocation_of(session: Session, node: Node) -> Allocation:
@@ -245,14 +278,22 @@ def _allocation_of(session: Session, node: Node) -> Allocation:
 # -- create ---------------------------------------------------------------------
 
 
-def _resolve_candidates(session: Session, names: list[str], version: Version) -> list[str]:
-    """Candidate nodes as UUIDs; an unknown one is a 400 (the request cannot be met as asked)."""
+def _resolve_candidates(
+    session: Session, names: list[str], version: Version, project: str | None
+) -> list[str]:
+    """Candidate nodes as UUIDs; an unknown one is a 400 (the request cannot be met as asked).
+
+    With ``project``, only the nodes it owns or leases can be named (Ironic's
+    rule for callers without ``create_restricted``); others are unknown.
+    """
     resolved: list[str] = []
     for ident in names:
         try:
             node = lookup.find_node(session, ident, version)
         except ApiError:
             raise bad_request(f"Candidate node {ident} could not be found.") from None
+        if project is not None and project not in (node.owner, node.lessee):
+            raise bad_request(f"Candidate node {ident} could not be found.")
         if node.uuid not in resolved:
             resolved.append(node.uuid)
     return resolved
@@ -287,6 +328,7 @@ def _check_unique(session: Session, allocation_uuid: str, name: str | None) -> N
 
 
 def _backfill(
+    request: Request,
     session: Session,
     body: AllocationCreate,
     traits: list[str],
@@ -295,7 +337,9 @@ def _backfill(
 ) -> Node:
     """Attach an already deployed node to ``allocation`` (checked, then written fenced)."""
     assert body.node is not None
-    node = lookup.find_node(session, body.node, version)
+    node = _visible_node(request, session, body.node, version)
+    if node is None:  # missing or hidden: the request cannot be met as asked
+        raise bad_request(f"Node {body.node} could not be found.")
     if node.reservation is not None:
         raise NodeLockedError(node.uuid, node.reservation)
     if node.provision_state != states.ACTIVE:
@@ -331,24 +375,28 @@ def _backfill(
 def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
     svc = services(request)
     version = request_version(request)
+    owner = _authorize_create(request, body.owner)
     traits, allocation_uuid = _check_body(body, version)
     base = base_url(request)
+    # Without create_restricted a caller may only name its project's nodes.
+    project = None if allows(request, CREATE_RESTRICTED) else caller_of(request).project_id
     try:
         with svc.db.write() as session:
-            candidates = _resolve_candidates(session, body.candidate_nodes or [], version)
+            names = body.candidate_nodes or []
+            candidates = _resolve_candidates(session, names, version, project)
             allocation = Allocation(
                 uuid=allocation_uuid,
                 name=body.name,
                 resource_class=body.resource_class,
                 candidate_nodes=candidates,
                 state=allocations.ALLOCATING,
-                owner=body.owner,
+                owner=owner,
                 extra=body.extra or {},
                 traits=[AllocationTrait(trait=t) for t in traits],
             )
             node = None
             if body.node is not None:
-                node = _backfill(session, body, traits, allocation, version)
+                node = _backfill(request, session, body, traits, allocation, version)
                 if not allocation.uuid:
                     allocation.uuid = node.instance_uuid or str(uuidlib.uuid4())
                 elif node.instance_uuid not in (None, allocation.uuid):
@@ -381,6 +429,34 @@ def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
     return JSONResponse(
         view, status_code=201, headers={"Location": f"{base}/v1/allocations/{view['uuid']}"}
     )
+
+
+def _authorize_create(request: Request, owner: str | None) -> str | None:
+    """Ironic's checks for creating an allocation; the owner it is created with.
+
+    ``create`` (any member) or, failing that, ``create_restricted`` for the
+    caller's own project. A caller that is not system-scoped creates for its
+    own project: a different ``owner`` needs ``create_restricted``, none
+    given means its project.
+    """
+    caller = caller_of(request)
+    project = caller.project_id
+    if not allows(request, CREATE):
+        if project and owner and owner != project:
+            raise forbidden(CREATE)
+        require(request, CREATE_RESTRICTED)
+        owner = project
+    if not caller.system_scoped:
+        if not owner:
+            owner = project
+        elif owner != project and not allows(request, CREATE_RESTRICTED):
+            raise ApiError(
+                403,
+                f"Cannot create allocation with an owner Project ID value {owner} not "
+                f"matching the requester Project ID {project}. Policy {CREATE_RESTRICTED} "
+                "is required for this capability.",
+            )
+    return owner
 
 
 def _attach(session: Session, node: Node, allocation: Allocation) -> None:
@@ -526,5 +602,7 @@ def delete_node_allocation(node_ident: str, request: Request) -> Response:
     svc = services(request)
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, request_version(request))
-        deallocate(session, _allocation_of(session, node))
+        allocation = _allocation_of(session, node)
+        require(request, "baremetal:allocation:delete", allocation_target(allocation.owner))
+        deallocate(session, allocation)
     return Response(status_code=204)

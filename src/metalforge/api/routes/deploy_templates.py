@@ -15,7 +15,6 @@ import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
-import jsonpatch
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -28,6 +27,7 @@ from metalforge.api.auth.access import guard
 from metalforge.api.errors import ApiError, bad_request, conflict, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
 from metalforge.api.services import base_url, services
 from metalforge.api.validation import is_valid_trait
@@ -257,11 +257,7 @@ def patch_template(
                 "steps": [step_view(s) for s in template.steps],
                 "extra": template.extra,
             }
-            raw = [op.as_json_patch() for op in patch]
-            try:
-                after = jsonpatch.apply_patch(doc, raw)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+            after = apply_patch(doc, patch)
             if after.get("extra") is None:
                 after["extra"] = {}
             try:

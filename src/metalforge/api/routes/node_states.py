@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import caller_of, guard, node_access, require
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.schemas import (
@@ -295,6 +295,11 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
     version = request_version(request)
     verb = _canonical_verb(body.target, version)
     _check_provision_body(body, verb, version)
+    target = node_access(request).target
+    if body.clean_steps:
+        require(request, "baremetal:node:set_provision_state:clean_steps", target)
+    if body.service_steps:
+        require(request, "baremetal:node:set_provision_state:service_steps", target)
     with svc.db.write() as session:
         node = lookup.load_node(session, node_ident, version)
         if node.reservation is not None:
@@ -336,13 +341,16 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 "abort requested",
                 state=node.provision_state,
                 target=node.target_provision_state,
+                user=caller_of(request).describe(),
             )
         else:
             if verb in (states.DEPLOY, states.REBUILD):
                 _check_deploy_plan(svc, session, node, body)
             changes = _intent(svc, node, verb, body)
             try:
-                transitions.apply(session, node, verb, changes=changes)
+                transitions.apply(
+                    session, node, verb, changes=changes, user=caller_of(request).describe()
+                )
             except transitions.TransitionConflict:
                 raise conflict(
                     f"Node {node.uuid} changed while the request was processed; please retry."
@@ -422,6 +430,7 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
             f"power {body.target} requested",
             state=node.provision_state,
             target=node.target_provision_state,
+            user=caller_of(request).describe(),
         )
     svc.notify()
     return Response(status_code=202, headers=_location(request, node))
@@ -483,6 +492,7 @@ def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) 
             f"target RAID configuration {text}",
             state=node.provision_state,
             target=node.target_provision_state,
+            user=caller_of(request).describe(),
         )
     return Response(status_code=204)
 
@@ -513,6 +523,7 @@ def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | 
             text,
             state=node.provision_state,
             target=node.target_provision_state,
+            user=caller_of(request).describe(),
         )
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlencode
 
-import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
 from sqlalchemy import Insert, Select, Table, bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -16,7 +15,15 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.auth.access import guard
+from metalforge.api.auth import node_fields
+from metalforge.api.auth.access import (
+    allows,
+    caller_of,
+    forbidden,
+    guard,
+    node_disclosure,
+    project_scope,
+)
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import (
@@ -27,6 +34,7 @@ from metalforge.api.node_view import (
     view_plan,
 )
 from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
+from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.routes import node_allocation
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
@@ -116,10 +124,15 @@ MAX_LENGTHS = max_lengths(NodeCreate)
 # -- listing ------------------------------------------------------------------
 
 
-def _filters(query: Query, svc: ApiServices, session: Session) -> list[Any]:
+def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None) -> list[Any]:
     conditions: list[Any] = []
     for name, since in LIST_FILTERS.items():
         query.get(name, since)  # a filter newer than the request's version is a 406
+    if scope is not None:
+        # A project-scoped caller sees the nodes its project owns or leases.
+        if query.get("project") not in (None, scope):
+            raise forbidden("baremetal:node:list_all")
+        conditions.append(or_(Node.owner == scope, Node.lessee == scope))
     if (v := query.bool("associated")) is not None:
         conditions.append(Node.instance_uuid.is_not(None) if v else Node.instance_uuid.is_(None))
     if (v := query.bool("maintenance")) is not None:
@@ -229,12 +242,22 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         # Core rows of the columns the view reads: hydrating seventy ORM
         # attributes per node would cost more than the rest of the request.
         columns = dict.fromkeys([*plan.columns, "id"])
-        stmt = select(*(table.c[name] for name in columns)).where(*_filters(query, svc, session))
+        conditions = _filters(query, svc, session, project_scope(request))
+        stmt = select(*(table.c[name] for name in columns)).where(*conditions)
         nodes = session.connection().execute(_paginate(stmt, session, pg)).all()
         traits = _traits(session, [n.id for n in nodes]) if plan.traits else {}
     conductor = _conductor(svc)
+    disclosure = node_disclosure(request)
     items = [
-        render(n, plan, query.version, base, conductor=conductor, traits=lambda n: traits[n.id])
+        render(
+            n,
+            plan,
+            query.version,
+            base,
+            conductor=conductor,
+            traits=lambda n: traits[n.id],
+            disclosure=disclosure,
+        )
         for n in nodes
     ]
     body: dict[str, Any] = {"nodes": items}
@@ -291,6 +314,7 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
             base_url(request),
             conductor=_conductor(svc),
             traits=lambda _: traits,
+            disclosure=node_disclosure(request),
         )
     )
 
@@ -344,6 +368,26 @@ def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> ApiError:
     return conflict(f"A node with UUID {values.get('uuid')} already exists.")
 
 
+def _authorize_create(request: Request, owner: str | None) -> str | None:
+    """The owner the new node gets, once the caller may enroll it.
+
+    ``baremetal:node:create`` enrolls any node; a project administrator
+    (``baremetal:node:create:self_owned_node``) enrolls nodes its own project
+    owns, as in Ironic.
+    """
+    if allows(request, "baremetal:node:create"):
+        return owner
+    caller = caller_of(request)
+    if caller.project_id is None or not allows(request, "baremetal:node:create:self_owned_node"):
+        raise forbidden("baremetal:node:create")
+    if owner not in (None, caller.project_id):
+        raise bad_request(
+            "Cannot create a node as a project scoped admin with an owner other than "
+            "your own project."
+        )
+    return caller.project_id
+
+
 @functools.lru_cache(maxsize=64)
 def _insert_node(columns: tuple[str, ...]) -> Insert:
     """``INSERT INTO nodes ... RETURNING`` ``columns`` then ``id`` (column defaults applied)."""
@@ -363,6 +407,7 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     version = request_version(request)
     given = body.model_dump(exclude_unset=True)
     _check_version_gates(set(given), version)
+    given["owner"] = _authorize_create(request, given.get("owner"))
     values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
     _check_values(values)
     interfaces = _check_driver(svc, body.driver, values)
@@ -393,11 +438,18 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
                 "provisioning",
                 f"node enrolled in {values['provision_state']}",
                 state=values["provision_state"],
+                user=caller_of(request).describe(),
             )
     except IntegrityError as exc:
         raise _duplicate(exc, values) from None
     view = render(
-        node, plan, version, base_url(request), conductor=_conductor(svc), traits=lambda _: []
+        node,
+        plan,
+        version,
+        base_url(request),
+        conductor=_conductor(svc),
+        traits=lambda _: [],
+        disclosure=node_disclosure(request),
     )
     return JSONResponse(
         view,
@@ -475,14 +527,15 @@ def patch_node(
     version = query.version
     reset_interfaces = query.bool("reset_interfaces", (1, 45))
     _check_patch_paths(patch, version)
+    node_fields.authorize_patch(request, patch)
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
         before = _patch_document(node)
-        raw = [op.as_json_patch() for op in patch]
-        try:
-            after = jsonpatch.apply_patch(before, raw)
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+        after = apply_patch(before, patch)
+        if isinstance(after.get("driver_info"), dict):
+            node_fields.check_bmc_redirect(
+                request, patch, before["driver_info"], after["driver_info"]
+            )
         changes = _normalise(before, after)
         _check_patch_allowed(node, changes)
         _check_values(changes)
@@ -520,9 +573,16 @@ def patch_node(
             if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
                 changes[f"{flag}_reason"] = None
         if changes:
-            _write_changes(session, node, changes)
+            _write_changes(session, node, changes, caller_of(request).describe())
         session.refresh(node)
-        return JSONResponse(node_view(node, version, base_url(request), conductor=_conductor(svc)))
+        view = node_view(
+            node,
+            version,
+            base_url(request),
+            conductor=_conductor(svc),
+            disclosure=node_disclosure(request),
+        )
+        return JSONResponse(view)
 
 
 def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
@@ -544,7 +604,7 @@ def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
 
 
-def _write_changes(session: Session, node: Node, changes: dict[str, Any]) -> None:
+def _write_changes(session: Session, node: Node, changes: dict[str, Any], actor: str) -> None:
     try:
         result = session.execute(
             update(Node)
@@ -564,6 +624,7 @@ def _write_changes(session: Session, node: Node, changes: dict[str, Any]) -> Non
         f"updated {', '.join(sorted(changes))}",
         state=node.provision_state,
         target=node.target_provision_state,
+        user=actor,
     )
 
 

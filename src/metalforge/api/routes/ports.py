@@ -10,12 +10,13 @@ from urllib.parse import urlencode
 import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import allows, guard, project_scope, require
+from metalforge.api.auth.policy import node_target
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
@@ -109,6 +110,17 @@ def _find_port(session: Session, ident: str, version: Version) -> Port:
     return port
 
 
+def _visible_node(request: Request, session: Session, ident: str, version: Version) -> Node | None:
+    """The node named ``ident`` if it exists and the caller may see it (``node:get``)."""
+    try:
+        node = lookup.find_node(session, ident, version)
+    except ApiError:
+        return None
+    if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
+        return None
+    return node
+
+
 def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     svc = services(request)
     allowed = [
@@ -136,20 +148,28 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     if wanted is None and not detail:
         wanted = list(LIST_DEFAULT)
     base = base_url(request)
+    project = project_scope(request)
     with svc.db.read() as session:
         stmt = select(Port)
         node_ident = query.get("node") or query.get("node_uuid")
         if node_ident is not None:
-            node = lookup.find_node(session, node_ident, query.version)
+            # A node the caller may not see is answered as a missing one.
+            node = _visible_node(request, session, node_ident, query.version)
+            if node is None:
+                raise lookup.node_not_found(node_ident)
             stmt = stmt.where(Port.node_id == node.id)
+        shard = query.get("shard")
+        if project is not None or shard is not None:
+            stmt = stmt.join(Node, Node.id == Port.node_id)
+        if project is not None:
+            # As Ironic: the ports of the nodes the project owns or leases.
+            stmt = stmt.where(or_(Node.owner == project, Node.lessee == project))
         if (address := query.get("address")) is not None:
             stmt = stmt.where(Port.address == address.lower())
         if (text := query.get("description_contains")) is not None:
             stmt = stmt.where(Port.description.contains(text, autoescape=True))
-        if (shard := query.get("shard")) is not None:
-            stmt = stmt.join(Node, Node.id == Port.node_id).where(
-                Node.shard.in_([s.strip() for s in shard.split(",")])
-            )
+        if shard is not None:
+            stmt = stmt.where(Node.shard.in_([s.strip() for s in shard.split(",")]))
         after: tuple[Any, int] | None = None
         if pg.marker:
             marker = session.scalar(select(Port).where(Port.uuid == pg.marker))
@@ -232,10 +252,14 @@ def create_port(request: Request, body: PortCreate) -> JSONResponse:
     try:
         with svc.db.write() as session:
             ident = str(body.node_uuid or body.node_ident)
-            try:
-                node = lookup.find_node(session, ident, version)
-            except Exception:
-                raise bad_request(f"Node {ident} could not be found.") from None
+            # As Ironic: the rule is checked on the node (none when it is
+            # missing or hidden) before a missing node is reported, so that a
+            # project learns nothing of nodes it may not see.
+            node = _visible_node(request, session, ident, version)
+            target = node_target(node.owner, node.lessee) if node else node_target(None, None)
+            require(request, "baremetal:port:create", target)
+            if node is None:
+                raise bad_request(f"Node {ident} could not be found.")
             port = Port(
                 uuid=port_uuid,
                 address=address,
@@ -333,10 +357,17 @@ def patch_port(
                 # missing or unknown one is a bad request, not a missing port.
                 if not isinstance(node_uuid, str):
                     raise bad_request("Invalid value for node_uuid: a port needs a node")
-                try:
-                    target = lookup.find_node(session, node_uuid, version)
-                except ApiError:
-                    raise bad_request(f"Node {node_uuid} could not be found.") from None
+                target = _visible_node(request, session, node_uuid, version)
+                if target is None:
+                    # Missing and hidden alike: nothing said about its existence.
+                    raise bad_request(f"Node {node_uuid} could not be found.")
+                if target.owner != port.node.owner:
+                    # As Ironic (for every caller): a port only moves between
+                    # nodes of the same owner.
+                    raise bad_request(
+                        f"Unable to apply the requested node_uuid '{node_uuid}'. "
+                        "Requested value was invalid."
+                    )
                 values["node_id"] = target.id
             session.execute(
                 update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow())

@@ -1,0 +1,51 @@
+"""Applying a client's JSON patch to a stored document without ever quoting the document.
+
+jsonpatch's own messages quote the document they failed on ("member 'x'
+not found in {...}"), which for a node includes its BMC credentials. The
+operations are applied one at a time here, so a failure names the operation
+and its path, and the message is built from those alone; values the client
+sent under secret keys are masked too, since error messages reach logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+
+from metalforge.api.errors import bad_request
+from metalforge.api.schemas import PatchOperation
+from metalforge.redaction import MASK, is_secret_key, mask_secrets
+
+
+def shown_operation(op: PatchOperation) -> dict[str, Any]:
+    """``op`` as it may appear in a message: values under secret keys masked."""
+    shown = op.as_json_patch()
+    if "value" in shown:
+        last = op.path.rstrip("/").rsplit("/", 1)[-1]
+        shown["value"] = MASK if is_secret_key(last) else mask_secrets(shown["value"])
+    return shown
+
+
+def apply_patch(document: dict[str, Any], ops: list[PatchOperation]) -> dict[str, Any]:
+    """``document`` with ``ops`` applied in order; a 400 naming the failing operation."""
+    result = document
+    for op in ops:
+        try:
+            jsonpointer.JsonPointer(op.path)
+        except jsonpointer.JsonPointerException:
+            shown = [shown_operation(o) for o in ops]
+            reason = f"{op.path} is not a valid JSON pointer"
+            raise bad_request(f"Couldn't apply patch '{shown}'. Reason: {reason}") from None
+        try:
+            result = jsonpatch.apply_patch(result, [op.as_json_patch()])
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+            shown = [shown_operation(o) for o in ops]
+            if op.op == "add":
+                reason = f"cannot add at {op.path}: its parent does not exist"
+            else:
+                reason = f"cannot {op.op} {op.path}: it does not exist"
+            raise bad_request(f"Couldn't apply patch '{shown}'. Reason: {reason}") from None
+    patched: dict[str, Any] = result
+    return patched

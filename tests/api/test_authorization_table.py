@@ -1,0 +1,397 @@
+"""Every route x every persona: the status the policy defaults say, and nothing else.
+
+The expected outcome of each request is worked out from the route's own guard
+and the registered policy defaults (``Policy().allows``), never written by
+hand, so changing a default or a guard changes the expectation with it. The
+table of requests must name every route the application serves: a new route
+without a guard, or without a request here, fails ``test_every_route_*``.
+
+Allowed means the policy let the request through: any status but 401/403
+and the 404 that conceals a resource. Refused means exactly that 403 or 404.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+
+from metalforge.api.agent_endpoint import is_agent_path
+from metalforge.api.auth.access import Guard
+from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.node_fields import rules_for
+from metalforge.api.auth.policy import Policy, allocation_target, node_target
+from metalforge.api.schemas import PatchOperation
+from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
+from tests.support.stack import Stack, start_stack
+
+OWNER, LESSEE = "p-owner", "p-lessee"
+POLICY = Policy()
+_macs = itertools.count(1)
+
+
+@dataclass
+class World:
+    """Resources made fresh (by the admin) for one request."""
+
+    node: str
+    port: str
+    allocation: str
+    template: str
+    event: str
+
+
+def _ok(response: Any, *codes: int) -> Any:
+    assert response.status_code in codes, response.text
+    return response.json() if response.content else None
+
+
+def make_world(stack: Stack) -> World:
+    client, h = stack.client, ADMIN.headers
+    node = _ok(
+        client.post(
+            "/v1/nodes",
+            json={"driver": "fake-hardware", "owner": OWNER, "lessee": LESSEE},
+            headers=h,
+        ),
+        201,
+    )["uuid"]
+    client.put(f"/v1/nodes/{node}/traits/CUSTOM_GOLD", headers=h)
+    mac = f"52:54:00:00:{next(_macs) // 256:02x}:{next(_macs) % 256:02x}"
+    port = _ok(client.post("/v1/ports", json={"address": mac, "node_uuid": node}, headers=h), 201)[
+        "uuid"
+    ]
+    allocation = _ok(
+        client.post(
+            "/v1/allocations", json={"resource_class": "none-such", "owner": OWNER}, headers=h
+        ),
+        201,
+    )["uuid"]
+    template = _ok(
+        client.post(
+            "/v1/deploy_templates",
+            json={
+                "name": f"CUSTOM_T{uuid.uuid4().hex[:8].upper()}",
+                "steps": [{"interface": "deploy", "step": "deploy", "args": {}, "priority": 10}],
+            },
+            headers=h,
+        ),
+        201,
+    )["uuid"]
+    events = _ok(client.get(f"/v1/nodes/{node}/history", headers=h), 200)["history"]
+    return World(node, port, allocation, template, events[0]["uuid"])
+
+
+Request = Callable[[World], tuple[str, Any]]
+"""A route's request for one world: (url, JSON body or None)."""
+
+
+def _patch_extra() -> list[dict[str, Any]]:
+    return [{"op": "add", "path": "/extra/note", "value": "x"}]
+
+
+REQUESTS: dict[tuple[str, str], Request] = {
+    ("GET", "/v1/nodes"): lambda w: ("/v1/nodes", None),
+    ("GET", "/v1/nodes/detail"): lambda w: ("/v1/nodes/detail", None),
+    ("GET", "/v1/nodes/{node_ident}"): lambda w: (f"/v1/nodes/{w.node}", None),
+    ("POST", "/v1/nodes"): lambda w: ("/v1/nodes", {"driver": "fake-hardware"}),
+    ("PATCH", "/v1/nodes/{node_ident}"): lambda w: (f"/v1/nodes/{w.node}", _patch_extra()),
+    ("DELETE", "/v1/nodes/{node_ident}"): lambda w: (f"/v1/nodes/{w.node}", None),
+    ("GET", "/v1/nodes/{node_ident}/states"): lambda w: (f"/v1/nodes/{w.node}/states", None),
+    ("PUT", "/v1/nodes/{node_ident}/states/provision"): lambda w: (
+        f"/v1/nodes/{w.node}/states/provision",
+        {"target": "manage"},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/states/power"): lambda w: (
+        f"/v1/nodes/{w.node}/states/power",
+        {"target": "power on"},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/states/raid"): lambda w: (
+        f"/v1/nodes/{w.node}/states/raid",
+        {},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/maintenance"): lambda w: (
+        f"/v1/nodes/{w.node}/maintenance",
+        {"reason": "table"},
+    ),
+    ("DELETE", "/v1/nodes/{node_ident}/maintenance"): lambda w: (
+        f"/v1/nodes/{w.node}/maintenance",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/validate"): lambda w: (f"/v1/nodes/{w.node}/validate", None),
+    ("GET", "/v1/nodes/{node_ident}/cleaning/steps"): lambda w: (
+        f"/v1/nodes/{w.node}/cleaning/steps",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/deploying/steps"): lambda w: (
+        f"/v1/nodes/{w.node}/deploying/steps",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/traits"): lambda w: (f"/v1/nodes/{w.node}/traits", None),
+    ("PUT", "/v1/nodes/{node_ident}/traits"): lambda w: (
+        f"/v1/nodes/{w.node}/traits",
+        {"traits": ["CUSTOM_SILVER"]},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/traits/{trait}"): lambda w: (
+        f"/v1/nodes/{w.node}/traits/CUSTOM_SILVER",
+        None,
+    ),
+    ("DELETE", "/v1/nodes/{node_ident}/traits"): lambda w: (f"/v1/nodes/{w.node}/traits", None),
+    ("DELETE", "/v1/nodes/{node_ident}/traits/{trait}"): lambda w: (
+        f"/v1/nodes/{w.node}/traits/CUSTOM_GOLD",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/history"): lambda w: (f"/v1/nodes/{w.node}/history", None),
+    ("GET", "/v1/nodes/{node_ident}/history/{event_uuid}"): lambda w: (
+        f"/v1/nodes/{w.node}/history/{w.event}",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/management/boot_device"): lambda w: (
+        f"/v1/nodes/{w.node}/management/boot_device",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/management/boot_device/supported"): lambda w: (
+        f"/v1/nodes/{w.node}/management/boot_device/supported",
+        None,
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/management/boot_device"): lambda w: (
+        f"/v1/nodes/{w.node}/management/boot_device",
+        {"boot_device": "pxe"},
+    ),
+    ("GET", "/v1/ports"): lambda w: ("/v1/ports", None),
+    ("GET", "/v1/ports/detail"): lambda w: ("/v1/ports/detail", None),
+    ("GET", "/v1/ports/{port_ident}"): lambda w: (f"/v1/ports/{w.port}", None),
+    ("POST", "/v1/ports"): lambda w: (
+        "/v1/ports",
+        {
+            "address": f"52:54:00:01:{next(_macs) // 256 % 256:02x}:{next(_macs) % 256:02x}",
+            "node_uuid": w.node,
+        },
+    ),
+    ("PATCH", "/v1/ports/{port_ident}"): lambda w: (f"/v1/ports/{w.port}", _patch_extra()),
+    ("DELETE", "/v1/ports/{port_ident}"): lambda w: (f"/v1/ports/{w.port}", None),
+    ("GET", "/v1/conductors"): lambda w: ("/v1/conductors", None),
+    ("GET", "/v1/conductors/{hostname}"): lambda w: ("/v1/conductors/test-conductor", None),
+    ("GET", "/v1/drivers"): lambda w: ("/v1/drivers", None),
+    ("GET", "/v1/drivers/{name}"): lambda w: ("/v1/drivers/fake-hardware", None),
+    ("GET", "/v1/drivers/{name}/properties"): lambda w: (
+        "/v1/drivers/fake-hardware/properties",
+        None,
+    ),
+    ("GET", "/v1/deploy_templates"): lambda w: ("/v1/deploy_templates", None),
+    ("GET", "/v1/deploy_templates/{template_ident}"): lambda w: (
+        f"/v1/deploy_templates/{w.template}",
+        None,
+    ),
+    ("POST", "/v1/deploy_templates"): lambda w: (
+        "/v1/deploy_templates",
+        {
+            "name": f"CUSTOM_N{uuid.uuid4().hex[:8].upper()}",
+            "steps": [{"interface": "deploy", "step": "deploy", "args": {}, "priority": 10}],
+        },
+    ),
+    ("PATCH", "/v1/deploy_templates/{template_ident}"): lambda w: (
+        f"/v1/deploy_templates/{w.template}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/deploy_templates/{template_ident}"): lambda w: (
+        f"/v1/deploy_templates/{w.template}",
+        None,
+    ),
+    ("GET", "/v1/allocations"): lambda w: ("/v1/allocations", None),
+    ("GET", "/v1/allocations/{allocation_ident}"): lambda w: (
+        f"/v1/allocations/{w.allocation}",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/allocation"): lambda w: (
+        f"/v1/nodes/{w.node}/allocation",
+        None,
+    ),
+    ("POST", "/v1/allocations"): lambda w: ("/v1/allocations", {"resource_class": "none-such"}),
+    ("PATCH", "/v1/allocations/{allocation_ident}"): lambda w: (
+        f"/v1/allocations/{w.allocation}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/allocations/{allocation_ident}"): lambda w: (
+        f"/v1/allocations/{w.allocation}",
+        None,
+    ),
+    ("DELETE", "/v1/nodes/{node_ident}/allocation"): lambda w: (
+        f"/v1/nodes/{w.node}/allocation",
+        None,
+    ),
+}
+
+
+def _operator_routes(app: Any) -> Iterator[tuple[str, str, APIRoute]]:
+    """(method, path, route) of every /v1 operator route (not the agents', not discovery)."""
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or not route.path.startswith("/v1"):
+            continue
+        if is_agent_path(route.path) or route.path.endswith("/"):
+            continue
+        for method in sorted(route.methods - {"HEAD"}):
+            yield method, route.path, route
+
+
+def _guards(route: APIRoute) -> list[Guard]:
+    return [d.call for d in route.dependant.dependencies if isinstance(d.call, Guard)]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp: Path = tmp_path_factory.mktemp("authz")
+    running = start_stack(basic_auth_settings(f"sqlite:///{tmp}/mf.sqlite", tmp))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
+    routes = list(_operator_routes(stack.app))
+    assert len(routes) >= 50
+    every = [r for r in stack.app.routes if isinstance(r, APIRoute) and not is_agent_path(r.path)]
+    unguarded = [f"{sorted(r.methods)} {r.path}" for r in every if len(_guards(r)) != 1]
+    assert not unguarded, f"routes without exactly one guard: {unguarded}"
+    untested = [f"{m} {p}" for m, p, _ in routes if (m, p) not in REQUESTS]
+    assert not untested, f"routes missing from the authorization table: {untested}"
+    stale = [f"{m} {p}" for m, p in REQUESTS if (m, p) not in {(m2, p2) for m2, p2, _ in routes}]
+    assert not stale, f"table entries for routes that do not exist: {stale}"
+
+
+def _caller(persona: Persona) -> Caller:
+    return Caller(user=persona.name, roles=frozenset(persona.roles), project_id=persona.project_id)
+
+
+def _node_rule(caller: Caller, guard: Guard, body: Any) -> tuple[bool, int]:
+    target = node_target(OWNER, LESSEE)
+    if not POLICY.allows("baremetal:node:get", caller, target):
+        return False, 404
+    rules = (guard.rule, *guard.also)
+    if guard.kind == "node_fields":
+        needed = rules_for([PatchOperation.model_validate(op) for op in body])
+        return all(POLICY.allows(r, caller, target) for r in needed), 403
+    return any(POLICY.allows(r, caller, target) for r in rules), 403
+
+
+def _body_rule(caller: Caller, guard: Guard) -> bool:
+    if guard.rule == "baremetal:node:create":
+        return POLICY.allows(guard.rule, caller) or (
+            caller.project_id is not None
+            and POLICY.allows("baremetal:node:create:self_owned_node", caller)
+        )
+    if guard.rule == "baremetal:port:create":
+        return POLICY.allows(guard.rule, caller, node_target(OWNER, LESSEE))
+    assert guard.rule == "baremetal:allocation:create", guard.rule
+    return POLICY.allows(guard.rule, caller) or POLICY.allows(
+        "baremetal:allocation:create_restricted", caller
+    )
+
+
+def expected(persona: Persona, guard: Guard, body: Any) -> tuple[bool, int]:
+    """(allowed, the status when refused), from the guard and the policy defaults."""
+    caller = _caller(persona)
+    if guard.kind == "system":
+        return POLICY.allows(guard.rule, caller), 403
+    if guard.kind in ("node", "node_fields"):
+        return _node_rule(caller, guard, body)
+    if guard.kind == "port":
+        target = node_target(OWNER, LESSEE)
+        if not POLICY.allows("baremetal:node:get", caller, target):
+            return False, 404
+        return POLICY.allows(guard.rule, caller, target), 403
+    if guard.kind == "allocation":
+        target = allocation_target(OWNER)
+        if not POLICY.allows("baremetal:allocation:get", caller, target):
+            return False, 404
+        return POLICY.allows(guard.rule, caller, target), 403
+    if guard.kind == "list":
+        if POLICY.allows(guard.rule, caller):
+            return True, 403
+        list_rule = guard.rule.removesuffix("_all")
+        return caller.project_id is not None and POLICY.allows(list_rule, caller), 403
+    return _body_rule(caller, guard), 403
+
+
+def _concealed(response: Any) -> bool:
+    if response.status_code != 404:
+        return False
+    text = json.loads(response.json()["error_message"]).get("faultstring", "")
+    return "could not be found" in text
+
+
+ROUTE_KEYS = sorted(REQUESTS)
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTE_KEYS, ids=[f"{m} {p}" for m, p in ROUTE_KEYS])
+def test_route_answers_each_persona_as_the_policy_says(
+    stack: Stack, method: str, path: str
+) -> None:
+    route = next(r for m, p, r in _operator_routes(stack.app) if (m, p) == (method, path))
+    (guard,) = _guards(route)
+    shared = make_world(stack) if method == "GET" else None
+    failures = []
+    for persona in PERSONAS:
+        world = shared or make_world(stack)
+        url, body = REQUESTS[(method, path)](world)
+        response = stack.client.request(method, url, json=body, headers=persona.headers)
+        allowed, refusal = expected(persona, guard, body)
+        if allowed:
+            ok = response.status_code not in (401, 403) and not _concealed(response)
+        else:
+            ok = response.status_code == refusal
+        if not ok:
+            failures.append(
+                f"{persona.name} {persona.roles} {persona.project_id}: expected "
+                f"{'allowed' if allowed else refusal}, got {response.status_code} {response.text}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+def test_the_table_covers_both_outcomes_for_the_personas() -> None:
+    """The personas are varied enough that rules are both granted and refused."""
+    node_guard = Guard("baremetal:node:set_provision_state", "node", "node_ident")
+    outcomes = {expected(p, node_guard, None) for p in PERSONAS}
+    assert (True, 403) in outcomes
+    assert (False, 403) in outcomes
+    assert (False, 404) in outcomes
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTE_KEYS, ids=[f"{m} {p}" for m, p in ROUTE_KEYS])
+def test_without_credentials_every_operator_route_is_401(
+    stack: Stack, method: str, path: str
+) -> None:
+    url = path.replace("{", "").replace("}", "")
+    response = stack.client.request(
+        method, url, headers={"X-OpenStack-Ironic-API-Version": "latest"}
+    )
+    assert response.status_code == 401, response.text
+    assert response.headers["WWW-Authenticate"].startswith("Basic")
+    inner = json.loads(response.json()["error_message"])
+    assert inner["faultstring"] == "Authorization required"
+
+
+@pytest.mark.parametrize("path", ["/", "/v1", "/v1/"])
+def test_version_discovery_needs_no_credentials(stack: Stack, path: str) -> None:
+    assert stack.client.get(path).status_code == 200
+
+
+def test_agent_routes_need_no_operator_credentials(stack: Stack) -> None:
+    lookup = stack.client.get(
+        "/v1/lookup?addresses=52:54:00:99:99:99", headers={"X-OpenStack-Ironic-API-Version": "1.68"}
+    )
+    assert lookup.status_code == 404, lookup.text  # no such node, but not 401
+    beat = stack.client.post(
+        f"/v1/heartbeat/{uuid.uuid4()}",
+        json={"callback_url": "http://192.0.2.1:9999", "agent_token": "x"},
+        headers={"X-OpenStack-Ironic-API-Version": "1.68"},
+    )
+    assert beat.status_code == 404, beat.text
