@@ -24,6 +24,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from metalforge.api.agent_endpoint import is_agent_path
+from metalforge.api.app import RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.node_fields import rules_for
@@ -230,15 +231,71 @@ REQUESTS: dict[tuple[str, str], Request] = {
 }
 
 
+IRONIC_RULES: dict[tuple[str, str], str] = {
+    ("GET", "/v1/nodes"): "baremetal:node:list_all",
+    ("GET", "/v1/nodes/detail"): "baremetal:node:list_all",
+    ("GET", "/v1/nodes/{node_ident}"): "baremetal:node:get",
+    ("POST", "/v1/nodes"): "baremetal:node:create",
+    ("PATCH", "/v1/nodes/{node_ident}"): "baremetal:node:update",
+    ("DELETE", "/v1/nodes/{node_ident}"): "baremetal:node:delete",
+    ("GET", "/v1/nodes/{node_ident}/states"): "baremetal:node:get_states",
+    ("PUT", "/v1/nodes/{node_ident}/states/provision"): "baremetal:node:set_provision_state",
+    ("PUT", "/v1/nodes/{node_ident}/states/power"): "baremetal:node:set_power_state",
+    ("PUT", "/v1/nodes/{node_ident}/states/raid"): "baremetal:node:set_raid_state",
+    ("PUT", "/v1/nodes/{node_ident}/maintenance"): "baremetal:node:set_maintenance",
+    ("DELETE", "/v1/nodes/{node_ident}/maintenance"): "baremetal:node:clear_maintenance",
+    ("GET", "/v1/nodes/{node_ident}/validate"): "baremetal:node:validate",
+    ("GET", "/v1/nodes/{node_ident}/cleaning/steps"): "baremetal:node:get",
+    ("GET", "/v1/nodes/{node_ident}/deploying/steps"): "baremetal:node:get",
+    ("GET", "/v1/nodes/{node_ident}/traits"): "baremetal:node:traits:list",
+    ("PUT", "/v1/nodes/{node_ident}/traits"): "baremetal:node:traits:set",
+    ("PUT", "/v1/nodes/{node_ident}/traits/{trait}"): "baremetal:node:traits:set",
+    ("DELETE", "/v1/nodes/{node_ident}/traits"): "baremetal:node:traits:delete",
+    ("DELETE", "/v1/nodes/{node_ident}/traits/{trait}"): "baremetal:node:traits:delete",
+    ("GET", "/v1/nodes/{node_ident}/history"): "baremetal:node:history:get",
+    ("GET", "/v1/nodes/{node_ident}/history/{event_uuid}"): "baremetal:node:history:get",
+    ("GET", "/v1/nodes/{node_ident}/management/boot_device"): "baremetal:node:get_boot_device",
+    (
+        "GET",
+        "/v1/nodes/{node_ident}/management/boot_device/supported",
+    ): "baremetal:node:get_boot_device",
+    ("PUT", "/v1/nodes/{node_ident}/management/boot_device"): "baremetal:node:set_boot_device",
+    ("GET", "/v1/ports"): "baremetal:port:list_all",
+    ("GET", "/v1/ports/detail"): "baremetal:port:list_all",
+    ("GET", "/v1/ports/{port_ident}"): "baremetal:port:get",
+    ("POST", "/v1/ports"): "baremetal:port:create",
+    ("PATCH", "/v1/ports/{port_ident}"): "baremetal:port:update",
+    ("DELETE", "/v1/ports/{port_ident}"): "baremetal:port:delete",
+    ("GET", "/v1/conductors"): "baremetal:conductor:get",
+    ("GET", "/v1/conductors/{hostname}"): "baremetal:conductor:get",
+    ("GET", "/v1/drivers"): "baremetal:driver:get",
+    ("GET", "/v1/drivers/{name}"): "baremetal:driver:get",
+    ("GET", "/v1/drivers/{name}/properties"): "baremetal:driver:get_properties",
+    ("GET", "/v1/deploy_templates"): "baremetal:deploy_template:get",
+    ("GET", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:get",
+    ("POST", "/v1/deploy_templates"): "baremetal:deploy_template:create",
+    ("PATCH", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:update",
+    ("DELETE", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:delete",
+    ("GET", "/v1/allocations"): "baremetal:allocation:list_all",
+    ("GET", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:get",
+    ("GET", "/v1/nodes/{node_ident}/allocation"): "baremetal:node:get",
+    ("POST", "/v1/allocations"): "baremetal:allocation:create",
+    ("PATCH", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:update",
+    ("DELETE", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:delete",
+    ("DELETE", "/v1/nodes/{node_ident}/allocation"): "baremetal:node:get",
+}
+"""The Ironic rule guarding each route (Ironic's names, from its API reference and policy)."""
+
+
 def _operator_routes(app: Any) -> Iterator[tuple[str, str, APIRoute]]:
-    """(method, path, route) of every /v1 operator route (not the agents', not discovery)."""
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.path.startswith("/v1"):
-            continue
-        if is_agent_path(route.path) or route.path.endswith("/"):
-            continue
-        for method in sorted(route.methods - {"HEAD"}):
-            yield method, route.path, route
+    """(method, /v1 path, route) of every operator route (served under /v1 and bare)."""
+    for router in RESOURCE_ROUTERS:
+        for route in router.routes:
+            assert isinstance(route, APIRoute)
+            if route.path.endswith("/"):
+                continue  # the trailing-slash twin of a listed route
+            for method in sorted(route.methods - {"HEAD"}):
+                yield method, f"/v1{route.path}", route
 
 
 def _guards(route: APIRoute) -> list[Guard]:
@@ -257,14 +314,53 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
     routes = list(_operator_routes(stack.app))
-    assert len(routes) >= 50
-    every = [r for r in stack.app.routes if isinstance(r, APIRoute) and not is_agent_path(r.path)]
+    assert len(routes) >= 45
+    every = [r for router in RESOURCE_ROUTERS for r in router.routes if isinstance(r, APIRoute)]
     unguarded = [f"{sorted(r.methods)} {r.path}" for r in every if len(_guards(r)) != 1]
+    # Whatever the application serves beyond these routers is public: discovery, agents.
+    served = {p for p in stack.app.openapi()["paths"] if not p.startswith("/v1/nodes")}
+    outside = [
+        p
+        for p in served
+        if not is_agent_path(p) and p not in ("/",) and not any(p == f"/v1{r.path}" for r in every)
+    ]
+    assert not outside, f"paths served outside the guarded routers: {outside}"
     assert not unguarded, f"routes without exactly one guard: {unguarded}"
     untested = [f"{m} {p}" for m, p, _ in routes if (m, p) not in REQUESTS]
     assert not untested, f"routes missing from the authorization table: {untested}"
+    misnamed = [
+        f"{m} {p}: {_guards(r)[0].rule} != {IRONIC_RULES.get((m, p))}"
+        for m, p, r in routes
+        if _guards(r)[0].rule != IRONIC_RULES.get((m, p))
+    ]
+    assert not misnamed, f"routes guarded by another rule than Ironic's: {misnamed}"
+    wrong_target = [
+        f"{m} {p}: {_guards(r)[0].kind}"
+        for m, p, r in routes
+        if _guards(r)[0].kind != _kind_for(m, p, _guards(r)[0].rule)
+    ]
+    assert not wrong_target, f"routes checking their rule on the wrong target: {wrong_target}"
     stale = [f"{m} {p}" for m, p in REQUESTS if (m, p) not in {(m2, p2) for m2, p2, _ in routes}]
     assert not stale, f"table entries for routes that do not exist: {stale}"
+
+
+def _kind_for(method: str, path: str, rule: str) -> str:
+    """Where a rule's target must come from: the resource the path names."""
+    if rule.endswith(":list_all"):
+        return "list"
+    if method == "POST" and rule.startswith(
+        ("baremetal:node:", "baremetal:port:", "baremetal:allocation:")
+    ):
+        return "body"
+    if rule == "baremetal:node:update":
+        return "node_fields"
+    if "{node_ident}" in path:
+        return "node"
+    if "{port_ident}" in path:
+        return "port"
+    if "{allocation_ident}" in path:
+        return "allocation"
+    return "system"
 
 
 def _caller(persona: Persona) -> Caller:

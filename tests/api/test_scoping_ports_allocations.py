@@ -134,9 +134,7 @@ def test_port_list_by_a_hidden_node_is_not_found(stack: Stack, nodes: dict[str, 
     assert error_text(response) == "Node n-free could not be found."
 
 
-def test_single_ports_of_other_projects_are_not_found(
-    stack: Stack, nodes: dict[str, Any]
-) -> None:
+def test_single_ports_of_other_projects_are_not_found(stack: Stack, nodes: dict[str, Any]) -> None:
     client = stack.client
     port = nodes["n-owned"]["port"]
     extra = [{"op": "add", "path": "/extra/k", "value": "v"}]
@@ -200,9 +198,7 @@ def test_port_create_is_checked_on_the_node_before_it_is_looked_for(
     assert _addresses(client, OTHER_ADMIN) == {MACS["n-other"]}
 
 
-def test_a_port_moves_only_between_nodes_of_one_owner(
-    stack: Stack, nodes: dict[str, Any]
-) -> None:
+def test_a_port_moves_only_between_nodes_of_one_owner(stack: Stack, nodes: dict[str, Any]) -> None:
     client = stack.client
     second = create_node(client, name="n-owned-2", owner="p-owner")
     # Leased to p-owner, so p-owner sees it, but p-other owns it.
@@ -431,4 +427,3 @@ def test_backfilling_a_hidden_node_is_a_bad_request(stack: Stack, nodes: dict[st
     response = _allocate(client, OWNER_MEMBER, node="n-owned")
     assert response.status_code == 400, response.text
     assert "backfilling needs an active node" in error_text(response)
-
