@@ -2,12 +2,13 @@
 # Install the Debian packages a target needs, only if they are missing.
 #   base: what creating the virtualenv needs
 #   test: servers and tools the test suite starts (PostgreSQL, ipmitool, the
-#         disk and network tools the virtual lab and ironic-python-agent use)
+#         disk and network tools the virtual lab and ironic-python-agent use,
+#         apache2-utils for a real `htpasswd -B`)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
-  want+=(postgresql ipmitool gdisk parted iproute2 util-linux)
+  want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils)
 fi
 
 missing=()

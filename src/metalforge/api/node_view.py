@@ -113,13 +113,14 @@ def masked_instance_info(info: dict[str, Any]) -> dict[str, Any]:
 
     Secret keys and the config drive (which may hold passwords and keys for
     the instance) are masked, and so are the credentials an image URL may
-    carry (a password, a signed temporary URL's signature).
+    carry (a password, a signed temporary URL's signature) in any URL.
     """
     masked: dict[str, Any] = mask_secrets(info)
     if masked.get("configdrive"):
         masked["configdrive"] = MASK
-    if isinstance(masked.get("image_url"), str):
-        masked["image_url"] = mask_url(masked["image_url"])
+    for key, value in masked.items():
+        if isinstance(value, str) and "://" in value:
+            masked[key] = mask_url(value)  # image_source, image_url, kernel, ramdisk...
     return masked
 
 
