@@ -52,13 +52,17 @@ class ConductorDirectory:
         self._dead_after = dead_after
         self._ttl = ttl
         self._lock = threading.Lock()
-        self._read_at = 0.0
+        self._read_at: float | None = None
+        """When the live conductors were last read (monotonic); none: never.
+
+        Not 0.0: the monotonic clock counts from boot, so on a machine up for
+        less than ``ttl`` a directory would think it had just read them."""
         self._rings: dict[tuple[str, str], HashRing] = {}
         self._live: list[tuple[str, str, list[str]]] = []
 
     def _refresh(self) -> None:
         now = time.monotonic()
-        if now - self._read_at < self._ttl:
+        if self._read_at is not None and now - self._read_at < self._ttl:
             return
         cutoff = utcnow() - dt.timedelta(seconds=self._dead_after)
         with self._db.read() as session:
@@ -96,4 +100,4 @@ class ConductorDirectory:
 
     def invalidate(self) -> None:
         with self._lock:
-            self._read_at = 0.0
+            self._read_at = None
