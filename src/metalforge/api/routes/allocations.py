@@ -13,7 +13,6 @@ import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
-import jsonpatch
 from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -34,6 +33,7 @@ from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptabl
 from metalforge.api.links import links
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import AllocationCreate, PatchOperation
 from metalforge.api.services import base_url, services
@@ -505,11 +505,7 @@ def patch_allocation(
         with svc.db.write() as session:
             allocation = find_allocation(session, allocation_ident)
             doc = {"name": allocation.name, "extra": allocation.extra}
-            raw = [op.as_json_patch() for op in patch]
-            try:
-                after = jsonpatch.apply_patch(doc, raw)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+            after = apply_patch(doc, patch)
             name, extra = after.get("name"), after.get("extra") or {}
             if name is not None:
                 if not isinstance(name, str):

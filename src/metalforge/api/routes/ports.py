@@ -7,7 +7,6 @@ import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
-import jsonpatch
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import delete, or_, select, update
@@ -20,6 +19,7 @@ from metalforge.api.auth.policy import node_target
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
+from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
@@ -317,11 +317,7 @@ def patch_port(
             }
             doc["node_uuid"] = port.node.uuid
             doc["portgroup_uuid"] = None
-            raw = [op.as_json_patch() for op in patch]
-            try:
-                after = jsonpatch.apply_patch(doc, raw)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-                raise bad_request(f"Couldn't apply patch '{raw}'. Reason: {exc}") from None
+            after = apply_patch(doc, patch)
             values: dict[str, Any] = {}
             for name in ("extra", "local_link_connection"):
                 value = after.get(name) or {}
