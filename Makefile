@@ -63,4 +63,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(IPA_VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(IPA_VENV) $(KEYSTONE_VENV) var .pytest_cache .mypy_cache .ruff_cache

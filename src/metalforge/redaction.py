@@ -89,6 +89,8 @@ def mask_url(url: str) -> str:
             query = urlencode(
                 [(k, MASK if _is_secret_parameter(k) else v) for k, v in pairs], safe="*"
             )
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing secret (and ``sqlite:////path`` keeps its empty host)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

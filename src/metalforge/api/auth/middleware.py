@@ -22,13 +22,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.auth.basic import HtpasswdVerifier, parse_basic_header
 from metalforge.api.auth.identity import NOAUTH_ADMIN, Caller
-from metalforge.api.auth.keystone import KeystoneVerifier
+from metalforge.api.auth.keystone import KeystoneUnavailable, KeystoneVerifier
 from metalforge.api.errors import error_body, send_json_error
 from metalforge.config import ApiSettings, UserSettings
 
 LOG = logging.getLogger(__name__)
 
 CALLER_KEY = "caller"
+
+
+class Unavailable(Exception):
+    """The identity service cannot be reached: 503, the client may retry."""
 
 
 class Refused(Exception):
@@ -88,7 +92,10 @@ class Keystone:
         token = headers.get("x-auth-token")
         if not token:
             raise Refused("The request you have made requires authentication.", self.challenge)
-        caller = await run_in_threadpool(self.verifier.verify, token)
+        try:
+            caller = await run_in_threadpool(self.verifier.verify, token)
+        except KeystoneUnavailable as exc:
+            raise Unavailable(str(exc)) from exc
         if caller is None:
             raise Refused("The request you have made requires authentication.", self.challenge)
         return caller
@@ -135,6 +142,9 @@ class AuthMiddleware:
                 error_body(401, refused.message),
                 [(b"www-authenticate", refused.challenge.encode("latin-1"))],
             )
+            return
+        except Unavailable as down:
+            await send_json_error(send, 503, error_body(503, str(down)))
             return
         scope.setdefault("state", {})[CALLER_KEY] = caller
         await self.app(scope, receive, send)
