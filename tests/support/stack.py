@@ -73,17 +73,31 @@ def start_stack(
 
 
 class LiveServer:
-    """The all-in-one service on a real port, for real clients (CLI, openstacksdk)."""
+    """The all-in-one service on a real port, for real clients (CLI, openstacksdk).
+
+    Served over HTTPS when the settings name a certificate and key
+    (``api.tls_cert_file``, ``api.tls_key_file``), as ``metalforge`` serves
+    them; ``url`` then starts with ``https://``.
+    """
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
+        api = stack.settings.api
         # With an agents' endpoint the app knows its operator port (see
         # AgentEndpointFilter): serve there; the test picked a free one.
-        agent_endpoint = stack.settings.api.agent_host is not None
-        self.port = stack.settings.api.port if agent_endpoint else free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        agent_endpoint = api.agent_host is not None
+        self.port = api.port if agent_endpoint else free_port()
+        tls: dict[str, Any] = {}
+        if api.tls_cert_file is not None and api.tls_key_file is not None:
+            tls = {"ssl_certfile": str(api.tls_cert_file), "ssl_keyfile": str(api.tls_key_file)}
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            stack.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+            stack.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            **tls,
         )
         self.server = uvicorn.Server(config)
         # The agents' endpoint, when configured, is served by the same server.
@@ -102,7 +116,8 @@ class LiveServer:
 
         deadline = time.monotonic() + 15
         while not self.server.started:
-            if time.monotonic() > deadline:
+            # A server that cannot start (a bad certificate) ends its thread at once.
+            if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("test server did not start")
             time.sleep(0.02)
 
