@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from fastapi import Depends, Request
 from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
 from metalforge.api.auth.identity import Caller
@@ -29,7 +30,7 @@ from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.errors import ApiError, not_found
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.services import read_only, services
-from metalforge.api.versions import request_version
+from metalforge.api.versions import Version, request_version
 from metalforge.db.models import Allocation, Node, Port
 
 GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
@@ -226,3 +227,18 @@ def node_disclosure(request: Request) -> Callable[[str | None, str | None], Node
         return found
 
     return disclose
+
+
+def visible_node(request: Request, session: Session, ident: str, version: Version) -> Node | None:
+    """The node named ``ident`` if it exists and the caller may see it (``node:get``).
+
+    For a node named in a body or a filter, where a hidden node must read as
+    a missing one.
+    """
+    try:
+        node = lookup.find_node(session, ident, version)
+    except ApiError:
+        return None
+    if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
+        return None
+    return node

@@ -27,8 +27,9 @@ from metalforge.api.auth.access import (
     guard,
     project_scope,
     require,
+    visible_node,
 )
-from metalforge.api.auth.policy import allocation_target, node_target
+from metalforge.api.auth.policy import allocation_target
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.locking import NodeLockedError, wait_for_lock
@@ -172,7 +173,7 @@ def list_allocations(request: Request) -> JSONResponse:
     with svc.db.read() as session:
         stmt = select(Allocation)
         if (ident := query.get("node")) is not None:
-            node = _visible_node(request, session, ident, query.version)
+            node = visible_node(request, session, ident, query.version)
             if node is None:
                 raise lookup.node_not_found(ident)
             stmt = stmt.where(Allocation.node_id == node.id)
@@ -255,17 +256,6 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
         )
 
 
-def _visible_node(request: Request, session: Session, ident: str, version: Version) -> Node | None:
-    """The node named ``ident`` if it exists and the caller may see it (``node:get``)."""
-    try:
-        node = lookup.find_node(session, ident, version)
-    except ApiError:
-        return None
-    if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
-        return None
-    return node
-
-
 def _allocation_of(session: Session, node: Node) -> Allocation:
     allocation = None
     if node.allocation_id is not None:
@@ -337,7 +327,7 @@ def _backfill(
 ) -> Node:
     """Attach an already deployed node to ``allocation`` (checked, then written fenced)."""
     assert body.node is not None
-    node = _visible_node(request, session, body.node, version)
+    node = visible_node(request, session, body.node, version)
     if node is None:  # missing or hidden: the request cannot be met as asked
         raise bad_request(f"Node {body.node} could not be found.")
     if node.reservation is not None:

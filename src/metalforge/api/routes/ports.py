@@ -14,9 +14,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
-from metalforge.api.auth.access import allows, guard, project_scope, require
+from metalforge.api.auth.access import guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
-from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
+from metalforge.api.errors import bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
 from metalforge.api.patching import apply_patch
@@ -110,17 +110,6 @@ def _find_port(session: Session, ident: str, version: Version) -> Port:
     return port
 
 
-def _visible_node(request: Request, session: Session, ident: str, version: Version) -> Node | None:
-    """The node named ``ident`` if it exists and the caller may see it (``node:get``)."""
-    try:
-        node = lookup.find_node(session, ident, version)
-    except ApiError:
-        return None
-    if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
-        return None
-    return node
-
-
 def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     svc = services(request)
     allowed = [
@@ -154,7 +143,7 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
         node_ident = query.get("node") or query.get("node_uuid")
         if node_ident is not None:
             # A node the caller may not see is answered as a missing one.
-            node = _visible_node(request, session, node_ident, query.version)
+            node = visible_node(request, session, node_ident, query.version)
             if node is None:
                 raise lookup.node_not_found(node_ident)
             stmt = stmt.where(Port.node_id == node.id)
@@ -255,7 +244,7 @@ def create_port(request: Request, body: PortCreate) -> JSONResponse:
             # As Ironic: the rule is checked on the node (none when it is
             # missing or hidden) before a missing node is reported, so that a
             # project learns nothing of nodes it may not see.
-            node = _visible_node(request, session, ident, version)
+            node = visible_node(request, session, ident, version)
             target = node_target(node.owner, node.lessee) if node else node_target(None, None)
             require(request, "baremetal:port:create", target)
             if node is None:
@@ -353,7 +342,7 @@ def patch_port(
                 # missing or unknown one is a bad request, not a missing port.
                 if not isinstance(node_uuid, str):
                     raise bad_request("Invalid value for node_uuid: a port needs a node")
-                target = _visible_node(request, session, node_uuid, version)
+                target = visible_node(request, session, node_uuid, version)
                 if target is None:
                     # Missing and hidden alike: nothing said about its existence.
                     raise bad_request(f"Node {node_uuid} could not be found.")
