@@ -29,7 +29,7 @@ class UserSettings(BaseModel):
 
     roles: list[str] = Field(default_factory=list)
     """``admin``, ``member`` or ``reader`` (Ironic's personas); other names are passed on."""
-    project_id: str | None = None
+    project_id: str | None = Field(default=None, min_length=1, pattern=r"^[^\x00-\x1f]+$")
     """The project the user acts for; none: the user acts for the whole system."""
 
 

@@ -16,6 +16,7 @@ list of objects is masked too.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -92,6 +93,73 @@ def mask_url(url: str) -> str:
     if netloc == parts.netloc and query == parts.query:
         return url  # nothing secret (and ``sqlite:////path`` keeps its empty host)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^/\s:@'\"]*)(:[^@\s/'\"]*)?@")
+
+
+def mask_text_urls(text: str) -> str:
+    """``text`` with the user part of every URL in it masked (``scheme://user:******@``).
+
+    A user part without a password is masked whole: it is often a token.
+    """
+
+    def _mask(match: re.Match[str]) -> str:
+        scheme, user, password = match.group(1), match.group(2), match.group(3)
+        if password is None:
+            return f"{scheme}{MASK}@"
+        return f"{scheme}{user}:{MASK}@"
+
+    return _URL_USERINFO.sub(_mask, text)
+
+
+def scrub_message(text: str, *documents: Any) -> str:
+    """A message safe to store or show: the secrets of ``documents`` and URL credentials masked.
+
+    For messages built from what a driver, a BMC or an agent said about a
+    node: they may quote a credential, a config drive or a signed URL.
+    """
+    found: list[str] = []
+    for document in documents:
+        found.extend(secret_values(document))
+        found.extend(_url_secrets(document))
+    return mask_text_urls(scrub(text, found))
+
+
+def _url_secrets(data: Any) -> list[str]:
+    """Passwords and signatures inside the URLs of ``data``, at any depth."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for value in data.values():
+            found.extend(_url_secrets(value))
+    elif isinstance(data, list):
+        for item in data:
+            found.extend(_url_secrets(item))
+    elif isinstance(data, str) and "://" in data:
+        try:
+            parts = urlsplit(data)
+            if parts.password:
+                found.append(parts.password)
+            found.extend(v for k, v in parse_qsl(parts.query) if _is_secret_parameter(k))
+        except ValueError:
+            pass
+    return found
+
+
+def mask_document(data: Any) -> Any:
+    """``mask_secrets`` plus the credentials of every URL, at any depth."""
+    masked = mask_secrets(data)
+    return _mask_urls(masked)
+
+
+def _mask_urls(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: _mask_urls(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_mask_urls(item) for item in data]
+    if isinstance(data, str) and "://" in data:
+        return mask_text_urls(mask_url(data))
+    return data
 
 
 def scrub(text: str, secrets: list[str]) -> str:

@@ -16,10 +16,12 @@ from metalforge.cli import _banner
 from metalforge.config import load_settings
 from metalforge.db.engine import Database
 from metalforge.redaction import mask_secrets, mask_url
-from tests.support.api import error_text
+from tests.support.api import error_text, make_available, provision, wait_for_state
 from tests.support.auth import (
     ADMIN,
     LESSEE_ADMIN,
+    OWNER_ADMIN,
+    OWNER_MEMBER,
     OWNER_READER,
     basic_auth_settings,
     write_htpasswd,
@@ -264,6 +266,16 @@ def test_a_broken_edit_keeps_the_previous_file(tmp_path: Path) -> None:
     assert not verifier.verify("alice", "plain-text")
 
 
+def test_a_removed_file_refuses_everybody(tmp_path: Path) -> None:
+    path = write_htpasswd(tmp_path / "htpasswd", (ADMIN,))
+    verifier = HtpasswdVerifier(path, cache_seconds=60)
+    assert verifier.verify("alice", ADMIN.password)
+    path.unlink()
+    assert not verifier.verify("alice", ADMIN.password)
+    write_htpasswd(path, (ADMIN,))
+    assert verifier.verify("alice", ADMIN.password)
+
+
 def test_verified_passwords_are_remembered_only_for_a_while(tmp_path: Path) -> None:
     now = [0.0]
     path = write_htpasswd(tmp_path / "htpasswd", (ADMIN,))
@@ -274,3 +286,66 @@ def test_verified_passwords_are_remembered_only_for_a_while(tmp_path: Path) -> N
     now[0] = 61.0
     assert verifier.verify("alice", ADMIN.password)
     assert list(verifier._verified.values()) == [121.0]
+
+
+# -- found in review ---------------------------------------------------------------
+
+
+def test_driver_messages_are_scrubbed_of_the_nodes_secrets(stack: Stack) -> None:
+    # The stored "password" is a phrase the fake driver's failure message contains:
+    # whatever a driver quotes, the node's secrets never reach last_error or history.
+    stack.client.headers.update(ADMIN.headers)
+    info = {"fake_fail_steps": "deploy.write_image", "ipmi_password": "was told to fail"}
+    node = make_available(stack.client, driver_info=info)
+    assert provision(stack.client, node["uuid"], "active").status_code == 202
+    failed = wait_for_state(stack.client, node["uuid"], "deploy failed")
+    assert "was told to fail" not in failed["last_error"]
+    assert "fake-hardware ****** deploy.write_image" in failed["last_error"]
+    history = stack.client.get(f"/v1/nodes/{node['uuid']}/history?detail=true")
+    assert "was told to fail" not in history.text
+
+
+def test_automated_clean_off_in_any_spelling_needs_disable_cleaning(stack: Stack) -> None:
+    node = _node(stack, owner="p-owner")
+    for value in ("no", "0", "off", "FALSE", False):
+        ops = [{"op": "replace", "path": "/automated_clean", "value": value}]
+        refused = _patch(stack, node["uuid"], ops, OWNER_MEMBER)
+        assert refused.status_code == 403, (value, refused.text)
+        assert "baremetal:node:disable_cleaning" in error_text(refused)
+    on = [{"op": "replace", "path": "/automated_clean", "value": "yes"}]
+    assert _patch(stack, node["uuid"], on, OWNER_MEMBER).status_code == 200
+
+
+def test_what_a_lessee_may_not_see_stays_hidden_on_every_route(stack: Stack) -> None:
+    node = _node(stack, owner="p-owner", lessee="p-lessee")
+    url = f"/v1/nodes/{node['uuid']}"
+    states = stack.client.get(f"{url}/states", headers=LESSEE_ADMIN.headers)
+    assert states.json()["last_error"] == REDACTED["last_error"]
+    preview = stack.client.get(f"{url}/deploying/steps?traits=", headers=OWNER_READER.headers)
+    assert preview.status_code == 403, preview.text
+    validate = stack.client.get(f"{url}/validate", headers=LESSEE_ADMIN.headers)
+    assert validate.status_code == 200, validate.text
+    _no_secret(validate.text)
+
+
+def test_a_hidden_node_is_no_marker(stack: Stack) -> None:
+    hidden = _node(stack, owner="p-other")
+    _node(stack, owner="p-owner")
+    answer = stack.client.get(f"/v1/nodes?marker={hidden['uuid']}", headers=OWNER_MEMBER.headers)
+    assert answer.status_code == 400
+    assert "could not be found" in error_text(answer)
+    mine = stack.client.get(f"/v1/nodes?marker={hidden['uuid']}", headers=ADMIN.headers)
+    assert mine.status_code == 200
+
+
+def test_a_project_admin_enrolls_only_with_fields_it_may_set(stack: Stack) -> None:
+    ok = stack.client.post(
+        "/v1/nodes", json={"driver": "fake-hardware", "name": "own"}, headers=OWNER_ADMIN.headers
+    )
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["owner"] == "p-owner"
+    for extra in ({"conductor_group": "elsewhere"}, {"automated_clean": False}):
+        refused = stack.client.post(
+            "/v1/nodes", json={"driver": "fake-hardware", **extra}, headers=OWNER_ADMIN.headers
+        )
+        assert refused.status_code == 403, (extra, refused.text)

@@ -24,7 +24,7 @@ from sqlalchemy import Row
 from metalforge.api.links import links, sub_links
 from metalforge.api.versions import Version
 from metalforge.db.models import Node
-from metalforge.redaction import MASK, mask_secrets, mask_url
+from metalforge.redaction import MASK, mask_document, mask_secrets
 
 NODE_FIELDS: dict[str, Version] = {
     "uuid": (1, 1),
@@ -115,12 +115,9 @@ def masked_instance_info(info: dict[str, Any]) -> dict[str, Any]:
     the instance) are masked, and so are the credentials an image URL may
     carry (a password, a signed temporary URL's signature) in any URL.
     """
-    masked: dict[str, Any] = mask_secrets(info)
+    masked: dict[str, Any] = mask_document(info)
     if masked.get("configdrive"):
         masked["configdrive"] = MASK
-    for key, value in masked.items():
-        if isinstance(value, str) and "://" in value:
-            masked[key] = mask_url(value)  # image_source, image_url, kernel, ramdisk...
     return masked
 
 

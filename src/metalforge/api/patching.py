@@ -16,7 +16,7 @@ import jsonpointer
 
 from metalforge.api.errors import bad_request
 from metalforge.api.schemas import PatchOperation
-from metalforge.redaction import MASK, is_secret_key, mask_secrets
+from metalforge.redaction import MASK, is_secret_key, mask_document
 
 
 def shown_operation(op: PatchOperation) -> dict[str, Any]:
@@ -24,7 +24,8 @@ def shown_operation(op: PatchOperation) -> dict[str, Any]:
     shown = op.as_json_patch()
     if "value" in shown:
         last = op.path.rstrip("/").rsplit("/", 1)[-1]
-        shown["value"] = MASK if is_secret_key(last) else mask_secrets(shown["value"])
+        hidden = is_secret_key(last) or last == "configdrive"
+        shown["value"] = MASK if hidden else mask_document(shown["value"])
     return shown
 
 

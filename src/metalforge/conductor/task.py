@@ -35,6 +35,7 @@ from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.models import Conductor, Node, node_from_row, utcnow
 from metalforge.drivers.base import Interface
+from metalforge.redaction import scrub_message
 
 
 class NodeLocked(RuntimeError):
@@ -88,6 +89,9 @@ _TAKE = (
     )
 )
 # The SET clause of a save comes from the keys of its parameters.
+_MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
+"""Columns holding messages built from what drivers, BMCs and agents said."""
+
 _SAVE = update(_NODES).where(
     _NODES.c.id == bindparam("b_id"),
     _NODES.c.reservation == bindparam("b_host"),
@@ -227,7 +231,18 @@ class NodeTask:
         """
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
-        return self._changes(), self._take_history()
+        changes, entries = self._changes(), self._take_history()
+        for key in _MESSAGE_COLUMNS:
+            if isinstance(changes.get(key), str):
+                changes[key] = self._scrub(changes[key])
+        for entry in entries:
+            entry["event"] = self._scrub(entry["event"])
+        return changes, entries
+
+    def _scrub(self, text: str) -> str:
+        """A message about the node with its credentials masked (drivers quote what they used)."""
+        node = self._node
+        return scrub_message(text, node.driver_info, node.instance_info, node.driver_internal_info)
 
     def _flush(
         self,
@@ -279,6 +294,7 @@ class NodeTask:
         for key, value in changes.items():
             setattr(self._node, key, value)
         dirty, entries = self._pending()
+        note = self._scrub(note) if note else note
         with self.ctx.db.write() as session:
             try:
                 moved = transitions.apply(

@@ -118,6 +118,14 @@ class HtpasswdVerifier:
         except OSError:
             mtime = -1
         with self._lock:
+            if mtime == -1:
+                # A removed file removes every user: failing closed is what
+                # an operator who deletes it means.
+                if self._file.hashes:
+                    LOG.error("%s is gone: every http_basic login is refused", self.path)
+                    self._file = UserFile(hashes={}, decoy=self._file.decoy, mtime_ns=-1)
+                    self._verified.clear()
+                return self._file
             if mtime not in (self._file.mtime_ns, self._rejected_mtime):
                 self._verified.clear()
                 try:

@@ -21,6 +21,7 @@ from fastapi import Request
 
 from metalforge.api.auth.access import allows, node_access, require
 from metalforge.api.errors import ApiError
+from metalforge.api.params import parse_bool
 from metalforge.api.schemas import PatchOperation
 from metalforge.redaction import is_secret_key
 
@@ -57,12 +58,30 @@ def rules_for(ops: list[PatchOperation]) -> list[str]:
         rule = FIELD_RULES.get(field)
         if rule is None and field.endswith("_interface"):
             rule = "baremetal:node:update:driver_interfaces"
-        if rule is None and field == "automated_clean" and op.value in (False, "false", "False"):
+        if rule is None and field == "automated_clean" and _turns_off(op):
             rule = "baremetal:node:disable_cleaning"
         rule = rule or GENERIC_RULE
         if rule not in needed:
             needed.append(rule)
     return needed
+
+
+def rules_for_values(values: Mapping[str, Any]) -> list[str]:
+    """The field rules that setting ``values`` (a create's fields) needs, generic rule aside."""
+    ops = [PatchOperation(op="add", path=f"/{name}", value=value) for name, value in values.items()]
+    return [rule for rule in rules_for(ops) if rule != GENERIC_RULE]
+
+
+def _turns_off(op: PatchOperation) -> bool:
+    """Whether ``op`` sets ``automated_clean`` to false, in any spelling the API accepts."""
+    if op.value is False:
+        return True
+    if isinstance(op.value, str):
+        try:
+            return parse_bool("automated_clean", op.value) is False
+        except ApiError:
+            return False  # refused later as not a boolean
+    return False
 
 
 def authorize_patch(request: Request, ops: list[PatchOperation]) -> None:

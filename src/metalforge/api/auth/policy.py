@@ -321,10 +321,15 @@ class Policy:
         return {rule.name: rule.default for rule in RULES}
 
 
+NOBODY = "\x00nobody"
+"""Stands for a missing owner or lessee in a target: no project id can equal it
+(an empty string could, for a caller configured with an empty project)."""
+
+
 def node_target(owner: str | None, lessee: str | None) -> dict[str, str]:
     """The target of a node rule; a missing owner or lessee matches no project."""
-    return {"node.owner": owner or "", "node.lessee": lessee or ""}
+    return {"node.owner": owner or NOBODY, "node.lessee": lessee or NOBODY}
 
 
 def allocation_target(owner: str | None) -> dict[str, str]:
-    return {"allocation.owner": owner or ""}
+    return {"allocation.owner": owner or NOBODY}

@@ -187,7 +187,10 @@ def list_allocations(request: Request) -> JSONResponse:
             stmt = stmt.where(Allocation.owner == owner)
         after: tuple[Any, int] | None = None
         if pg.marker:
-            marker = session.scalar(select(Allocation).where(Allocation.uuid == pg.marker))
+            marker_query = select(Allocation).where(Allocation.uuid == pg.marker)
+            if project is not None:
+                marker_query = marker_query.where(Allocation.owner == project)
+            marker = session.scalar(marker_query)
             if marker is None:
                 raise bad_request(f"Marker {pg.marker} could not be found.")
             after = (getattr(marker, pg.sort_key), marker.id)
@@ -249,11 +252,22 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     wanted = fields(query, ALLOCATION_FIELDS)
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, query.version)
-        allocation = _allocation_of(session, node)
-        require(request, "baremetal:allocation:get", allocation_target(allocation.owner))
+        allocation = _readable_allocation_of(request, session, node)
         return JSONResponse(
             allocation_view(allocation, node.uuid, query.version, base_url(request), wanted)
         )
+
+
+def _readable_allocation_of(request: Request, session: Session, node: Node) -> Allocation:
+    """The node's allocation; one the caller may not read is answered as none."""
+    allocation = _allocation_of(session, node)
+    if not allows(request, "baremetal:allocation:get", allocation_target(allocation.owner)):
+        raise _no_allocation(node)
+    return allocation
+
+
+def _no_allocation(node: Node) -> ApiError:
+    return not_found(f"Node {node.uuid} is not associated with any allocation.")
 
 
 def _allocation_of(session: Session, node: Node) -> Allocation:
@@ -261,7 +275,7 @@ def _allocation_of(session: Session, node: Node) -> Allocation:
     if node.allocation_id is not None:
         allocation = session.get(Allocation, node.allocation_id)
     if allocation is None:
-        raise not_found(f"Node {node.uuid} is not associated with any allocation.")
+        raise _no_allocation(node)
     return allocation
 
 
@@ -588,7 +602,7 @@ def delete_node_allocation(node_ident: str, request: Request) -> Response:
     svc = services(request)
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, request_version(request))
-        allocation = _allocation_of(session, node)
+        allocation = _readable_allocation_of(request, session, node)
         require(request, "baremetal:allocation:delete", allocation_target(allocation.owner))
         deallocate(session, allocation)
     return Response(status_code=204)

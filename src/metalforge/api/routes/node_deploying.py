@@ -20,13 +20,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from metalforge.api import lookup
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import guard, require
 from metalforge.api.errors import bad_request
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
 from metalforge.api.services import services
 from metalforge.conductor import deploy_plan, steps
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.redaction import mask_secrets
 
 router = APIRouter(tags=["node deploying"])
 
@@ -37,7 +38,7 @@ def plan_entry(step: steps.Step) -> dict[str, Any]:
         "interface": step.interface,
         "step": step.step,
         "priority": step.priority,
-        "args": dict(step.args),
+        "args": mask_secrets(dict(step.args)),
     }
 
 
@@ -50,6 +51,9 @@ def list_deploy_steps(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ("traits",))
     raw_traits = query.get("traits")
+    if raw_traits is not None:
+        # The preview shows the templates' steps and arguments.
+        require(request, "baremetal:deploy_template:get")
     overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
     body: dict[str, Any] = {}
     with svc.db.read() as session:

@@ -61,7 +61,11 @@ def list_history(node_ident: str, request: Request) -> JSONResponse:
         stmt = select(NodeHistory).where(NodeHistory.node_id == node.id)
         marker = query.get("marker")
         if marker:
-            marker_row = session.scalar(select(NodeHistory).where(NodeHistory.uuid == marker))
+            marker_row = session.scalar(
+                select(NodeHistory).where(
+                    NodeHistory.uuid == marker, NodeHistory.node_id == node.id
+                )
+            )
             if marker_row is None:
                 raise not_found(f"Node history event {marker} could not be found.")
             stmt = stmt.where(NodeHistory.id > marker_row.id)

@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.auth.access import caller_of, guard, node_access, require
+from metalforge.api.auth.access import caller_of, guard, node_access, node_disclosure, require
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.node_view import REDACTED
 from metalforge.api.schemas import (
     MaintenanceRequest,
     PowerRequest,
@@ -34,6 +35,7 @@ from metalforge.db.models import Node, utcnow
 from metalforge.drivers import base as drivers_base
 from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.redaction import scrub_message
 
 router = APIRouter(tags=["node states"])
 
@@ -105,7 +107,11 @@ def get_states(node_ident: str, request: Request) -> JSONResponse:
     version = request_version(request)
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, version)
-        return JSONResponse(_states_view(node, version))
+        body = _states_view(node, version)
+    seen = node_disclosure(request)(node.owner, node.lessee)
+    if "last_error" in seen.hidden:
+        body["last_error"] = REDACTED["last_error"]
+    return JSONResponse(body)
 
 
 def _queue(
@@ -597,4 +603,14 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
                 result[family] = {"result": True}
             except (DriverError, steps.StepRequestError) as exc:
                 result[family] = {"result": False, "reason": str(exc)}
+    seen = node_disclosure(request)(node.owner, node.lessee)
+    for outcome in result.values():
+        if outcome.get("reason"):
+            # Reasons quote driver_info (addresses, user names): shown to whoever
+            # may read it, and never with its secrets.
+            outcome["reason"] = (
+                REDACTED["driver_info"]["content"]
+                if "driver_info" in seen.hidden
+                else scrub_message(outcome["reason"], node.driver_info, node.instance_info)
+            )
     return JSONResponse(result)

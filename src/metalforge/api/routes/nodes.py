@@ -23,7 +23,9 @@ from metalforge.api.auth.access import (
     guard,
     node_disclosure,
     project_scope,
+    require,
 )
+from metalforge.api.auth.policy import node_target
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import (
@@ -191,12 +193,16 @@ def _conductor(svc: ApiServices) -> Callable[[Any], str | None]:
     return owner
 
 
-def _paginate(stmt: Select[Any], session: Session, pg: Page) -> Select[Any]:
+def _paginate(
+    stmt: Select[Any], session: Session, pg: Page, scope: str | None = None
+) -> Select[Any]:
     after: tuple[Any, int] | None = None
     if pg.marker is not None:
-        marker = session.execute(
-            select(getattr(Node, pg.sort_key), Node.id).where(Node.uuid == pg.marker)
-        ).first()
+        # A marker the caller may not see does not exist for it.
+        query = select(getattr(Node, pg.sort_key), Node.id).where(Node.uuid == pg.marker)
+        if scope is not None:
+            query = query.where(or_(Node.owner == scope, Node.lessee == scope))
+        marker = session.execute(query).first()
         if marker is None:
             raise bad_request(f"Marker {pg.marker} could not be found.")
         after = (marker[0], marker[1])
@@ -242,9 +248,10 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         # Core rows of the columns the view reads: hydrating seventy ORM
         # attributes per node would cost more than the rest of the request.
         columns = dict.fromkeys([*plan.columns, "id"])
-        conditions = _filters(query, svc, session, project_scope(request))
+        scope = project_scope(request)
+        conditions = _filters(query, svc, session, scope)
         stmt = select(*(table.c[name] for name in columns)).where(*conditions)
-        nodes = session.connection().execute(_paginate(stmt, session, pg)).all()
+        nodes = session.connection().execute(_paginate(stmt, session, pg, scope)).all()
         traits = _traits(session, [n.id for n in nodes]) if plan.traits else {}
     conductor = _conductor(svc)
     disclosure = node_disclosure(request)
@@ -368,13 +375,16 @@ def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> ApiError:
     return conflict(f"A node with UUID {values.get('uuid')} already exists.")
 
 
-def _authorize_create(request: Request, owner: str | None) -> str | None:
+def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
     """The owner the new node gets, once the caller may enroll it.
 
     ``baremetal:node:create`` enrolls any node; a project administrator
     (``baremetal:node:create:self_owned_node``) enrolls nodes its own project
-    owns, as in Ironic.
+    owns, as in Ironic, and may set only the fields it could set by PATCH
+    on such a node (not ``conductor_group``, ``shard``, ``automated_clean``
+    off...).
     """
+    owner = given.get("owner")
     if allows(request, "baremetal:node:create"):
         return owner
     caller = caller_of(request)
@@ -385,6 +395,9 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
             "Cannot create a node as a project scoped admin with an owner other than "
             "your own project."
         )
+    target = node_target(caller.project_id, given.get("lessee"))
+    for rule in node_fields.rules_for_values({k: v for k, v in given.items() if k != "owner"}):
+        require(request, rule, target)
     return caller.project_id
 
 
@@ -407,7 +420,7 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     version = request_version(request)
     given = body.model_dump(exclude_unset=True)
     _check_version_gates(set(given), version)
-    given["owner"] = _authorize_create(request, given.get("owner"))
+    given["owner"] = _authorize_create(request, given)
     values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
     _check_values(values)
     interfaces = _check_driver(svc, body.driver, values)

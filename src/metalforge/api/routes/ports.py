@@ -161,7 +161,12 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
             stmt = stmt.where(Node.shard.in_([s.strip() for s in shard.split(",")]))
         after: tuple[Any, int] | None = None
         if pg.marker:
-            marker = session.scalar(select(Port).where(Port.uuid == pg.marker))
+            marker_query = select(Port).where(Port.uuid == pg.marker)
+            if project is not None:
+                marker_query = marker_query.join(Node, Node.id == Port.node_id).where(
+                    or_(Node.owner == project, Node.lessee == project)
+                )
+            marker = session.scalar(marker_query)
             if marker is None:
                 raise bad_request(f"Marker {pg.marker} could not be found.")
             after = (getattr(marker, pg.sort_key), marker.id)
