@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from metalforge.api.auth.basic import HtpasswdVerifier, UserFileError, parse_user_file
+from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.policy import Policy, node_target
 from metalforge.api.node_view import REDACTED
 from metalforge.cli import _banner
 from metalforge.config import load_settings
@@ -349,3 +351,19 @@ def test_a_project_admin_enrolls_only_with_fields_it_may_set(stack: Stack) -> No
             "/v1/nodes", json={"driver": "fake-hardware", **extra}, headers=OWNER_ADMIN.headers
         )
         assert refused.status_code == 403, (extra, refused.text)
+
+
+def test_a_guard_skips_the_owner_only_when_no_owner_could_change_the_answer(
+    tmp_path: Path,
+) -> None:
+    keys = ("node.owner", "node.lessee")
+    admin = Caller("alice", frozenset({"admin"}))
+    member = Caller("carol", frozenset({"member"}), project_id="p-owner")
+    defaults = Policy()
+    assert defaults.allows_any_target("baremetal:node:get", admin, keys)
+    assert not defaults.allows_any_target("baremetal:node:get", member, keys)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text('"baremetal:node:get": "role:admin and not project_id:%(node.owner)s"\n')
+    negated = Policy(policy)
+    assert negated.allows("baremetal:node:get", admin, node_target("p-x", None))
+    assert not negated.allows_any_target("baremetal:node:get", admin, keys)

@@ -44,16 +44,27 @@ class Refused(Exception):
         self.challenge = challenge
 
 
+Headers = list[tuple[bytes, bytes]]
+"""The request's raw ASGI headers (names lower-case)."""
+
+
+def header(headers: Headers, name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 class Authenticator(Protocol):
     """One authentication strategy: the caller a request's headers prove, or ``Refused``."""
 
-    async def authenticate(self, headers: dict[str, str]) -> Caller: ...
+    async def authenticate(self, headers: Headers) -> Caller: ...
 
 
 class NoAuth:
     """``noauth``: everybody is an administrator."""
 
-    async def authenticate(self, headers: dict[str, str]) -> Caller:
+    async def authenticate(self, headers: Headers) -> Caller:
         return NOAUTH_ADMIN
 
 
@@ -66,8 +77,8 @@ class HttpBasic:
         self.verifier = verifier
         self.users = users
 
-    async def authenticate(self, headers: dict[str, str]) -> Caller:
-        value = headers.get("authorization")
+    async def authenticate(self, headers: Headers) -> Caller:
+        value = header(headers, b"authorization")
         if value is None:
             raise Refused("Authorization required", self.CHALLENGE)
         parsed = parse_basic_header(value)
@@ -88,8 +99,8 @@ class Keystone:
         self.verifier = verifier
         self.challenge = f'Keystone uri="{verifier.www_authenticate_uri}"'
 
-    async def authenticate(self, headers: dict[str, str]) -> Caller:
-        token = headers.get("x-auth-token")
+    async def authenticate(self, headers: Headers) -> Caller:
+        token = header(headers, b"x-auth-token")
         if not token:
             raise Refused("The request you have made requires authentication.", self.challenge)
         try:
@@ -129,12 +140,8 @@ class AuthMiddleware:
         if scope["type"] != "http" or is_public_path(scope["path"]):
             await self.app(scope, receive, send)
             return
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in scope["headers"]
-        }
         try:
-            caller = await self.authenticator.authenticate(headers)
+            caller = await self.authenticator.authenticate(scope["headers"])
         except Refused as refused:
             await send_json_error(
                 send,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oslo_config import cfg
+from oslo_policy import _checks
 from oslo_policy import policy as oslo_policy
 
 from metalforge.api.auth.identity import Caller
@@ -256,6 +257,7 @@ class Policy:
         self._next_look = time.monotonic() + 1.0
         self._reload_lock = threading.Lock()
         self._decisions: dict[tuple[str, Caller, tuple[tuple[str, str], ...]], bool] = {}
+        self._monotone: dict[str, bool] = {}
         unused = sorted(
             name for name in self._enforcer.file_rules if name not in RULE_NAMES and ":" in name
         )
@@ -288,6 +290,7 @@ class Policy:
                 finally:
                     self._enforcer.use_conf = False
                 self._decisions.clear()
+                self._monotone.clear()
                 LOG.info("policy file %s reloaded", self._policy_file)
         finally:
             self._reload_lock.release()
@@ -316,9 +319,52 @@ class Policy:
             self._decisions[key] = decision
         return decision
 
+    def allows_any_target(self, rule: str, caller: Caller, target_keys: tuple[str, ...]) -> bool:
+        """True only if ``caller`` passes ``rule`` whatever the target's values.
+
+        Lets a guard skip reading a resource's owner when the answer cannot
+        depend on it (a system administrator, ``noauth``). Sound because a
+        rule built only of and/or over role, rule and field checks is
+        monotone: with target values no project can have, every check on
+        the target is false, so a rule that passes then passes for any
+        target. A rule with ``not`` (or an external check) is never
+        shortcut.
+        """
+        if not self._is_monotone(rule):
+            return False
+        return self.allows(rule, caller, dict.fromkeys(target_keys, NOBODY))
+
+    def _is_monotone(self, rule: str) -> bool:
+        known = self._monotone.get(rule)
+        if known is None:
+            known = self._monotone[rule] = _monotone(self._enforcer.rules, rule, set())
+        return known
+
     def defaults(self) -> dict[str, str]:
         """Every rule's default check string, as a sample policy file lists them."""
         return {rule.name: rule.default for rule in RULES}
+
+
+def _monotone(rules: Mapping[str, object], name: str, seen: set[str]) -> bool:
+    """Whether rule ``name`` is built only of and/or over plain checks (no ``not``)."""
+    if name in seen:
+        return True
+    seen.add(name)
+    check = rules.get(name)
+    return check is not None and _monotone_check(rules, check, seen)
+
+
+def _monotone_check(rules: Mapping[str, object], check: object, seen: set[str]) -> bool:
+    if isinstance(check, _checks.AndCheck | _checks.OrCheck):
+        return all(_monotone_check(rules, sub, seen) for sub in check.rules)
+    if isinstance(check, _checks.RuleCheck):
+        return _monotone(rules, check.match, seen)
+    return type(check) in (
+        _checks.GenericCheck,
+        _checks.RoleCheck,
+        _checks.TrueCheck,
+        _checks.FalseCheck,
+    )
 
 
 NOBODY = "\x00nobody"
