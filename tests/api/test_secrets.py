@@ -303,6 +303,7 @@ def test_driver_messages_are_scrubbed_of_the_nodes_secrets(stack: Stack) -> None
     failed = wait_for_state(stack.client, node["uuid"], "deploy failed")
     assert "was told to fail" not in failed["last_error"]
     assert "fake-hardware ****** deploy.write_image" in failed["last_error"]
+    assert failed["last_error"].endswith("(requested by alice)")  # who asked for the deploy
     history = stack.client.get(f"/v1/nodes/{node['uuid']}/history?detail=true")
     assert "was told to fail" not in history.text
 

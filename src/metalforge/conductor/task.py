@@ -21,6 +21,7 @@ of a dict cannot reach), not with deep copies.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, cast
@@ -33,7 +34,7 @@ from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
-from metalforge.db.models import Conductor, Node, node_from_row, utcnow
+from metalforge.db.models import Conductor, Node, NodeHistory, node_from_row, utcnow
 from metalforge.drivers.base import Interface
 from metalforge.redaction import scrub_message
 
@@ -89,6 +90,9 @@ _TAKE = (
     )
 )
 # The SET clause of a save comes from the keys of its parameters.
+LOG = logging.getLogger(__name__)
+NOAUTH_USER = "noauth"
+"""Who every caller is without authentication: not worth naming in a failure."""
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
@@ -235,9 +239,32 @@ class NodeTask:
         for key in _MESSAGE_COLUMNS:
             if isinstance(changes.get(key), str):
                 changes[key] = self._scrub(changes[key])
+        if changes.get("last_error"):
+            changes["last_error"] = self._with_requester(changes["last_error"])
         for entry in entries:
             entry["event"] = self._scrub(entry["event"])
         return changes, entries
+
+    def _with_requester(self, message: str) -> str:
+        """A failure names who asked for the operation that failed, and is logged so.
+
+        The requester is the user of the node's latest history entry written
+        for a request: read only when a failure is recorded, never on the
+        way to success. Without authentication (``noauth``) nobody is named.
+        """
+        with self.ctx.db.read() as session:
+            requester = session.scalar(
+                select(NodeHistory.user)
+                .where(NodeHistory.node_id == self._node.id, NodeHistory.user.is_not(None))
+                .order_by(NodeHistory.id.desc())
+                .limit(1)
+            )
+        LOG.warning(
+            "node %s: %s (requested by %s)", self._node.uuid, message, requester or "nobody"
+        )
+        if requester is None or requester == NOAUTH_USER or "(requested by " in message:
+            return message
+        return f"{message} (requested by {requester})"
 
     def _scrub(self, text: str) -> str:
         """A message about the node with its credentials masked (drivers quote what they used)."""
