@@ -340,6 +340,37 @@ UNSTORABLE = [
     _case("nul-in-conductor", "GET", "/v1/conductors/a%00", 400, "NUL"),
     _case("nul-in-history-event", "GET", N + "/history/%00", 400, "NUL"),
     _case(
+        "power-timeout-beyond-64-bits",
+        "PUT",
+        N + "/states/power",
+        400,
+        "64-bit",
+        content=b'{"target": "power on", "timeout": 1' + b"0" * 400 + b"}",
+        headers=JSON,
+    ),
+    _case(
+        "configdrive-integer-beyond-64-bits",
+        "PUT",
+        N + "/states/provision",
+        400,
+        "64-bit",
+        content=b'{"target": "active", "configdrive": {"meta_data": {"n": 1' + b"0" * 400 + b"}}}",
+        headers=JSON,
+    ),
+    _case(
+        "extra-nested-33-levels",
+        "PATCH",
+        N,
+        400,
+        "nested deeper than 32",
+        content=b'[{"op": "add", "path": "/extra/deep", "value": '
+        + b'{"a": ' * 33
+        + b"1"
+        + b"}" * 33
+        + b"}]",
+        headers=JSON,
+    ),
+    _case(
         "deep-nesting",
         "POST",
         "/v1/nodes",

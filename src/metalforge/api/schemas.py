@@ -12,22 +12,36 @@ from typing import Annotated, Any, Literal, get_args
 from annotated_types import MaxLen
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+MAX_DEPTH = 32
+"""Deepest nesting of objects and lists a request body may have."""
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""Integers a body may hold: what a 64-bit column, orjson and PostgreSQL's JSONB all read back."""
+
 
 def _storable(data: Any) -> None:
-    """Refuse JSON that parses but cannot be stored or answered.
+    """Refuse JSON that parses but cannot be stored, read back or answered.
 
     ``json.loads`` accepts ``NaN``/``Infinity`` (which the responses cannot
-    encode), lone surrogates (which cannot be encoded as UTF-8) and NUL
-    characters (which PostgreSQL refuses in text and JSONB). Free-form
-    dictionaries (``extra``, ``properties``...) are not typed, so they are
-    checked here, once, for every request body. Iterative, so that deeply
-    nested documents cannot exhaust the stack.
+    encode), integers of any size (which orjson, reading the stored value
+    back, refuses past 64 bits: one such value in a queued request used to
+    stop every conductor's claims), lone surrogates (which cannot be encoded
+    as UTF-8) and NUL characters (which PostgreSQL refuses in text and
+    JSONB). Free-form dictionaries (``extra``, ``properties``...) are not
+    typed, so they are checked here, once, for every request body, with a
+    nesting limit. Iterative, so that deeply nested documents cannot exhaust
+    the stack.
     """
-    pending: list[tuple[str, Any]] = [("body", data)]
+    pending: list[tuple[str, Any, int]] = [("body", data, 0)]
     while pending:
-        where, value = pending.pop()
+        where, value, depth = pending.pop()
+        where = where if len(where) <= 120 else f"{where[:117]}..."
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{where}: {value} is not a valid JSON number")
+        out_of_range = isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]
+        if out_of_range:
+            raise ValueError(f"{where}: the integer is out of the 64-bit range")
+        if isinstance(value, dict | list) and depth >= MAX_DEPTH:
+            raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, str):
             if "\x00" in value:
                 raise ValueError(f"{where}: NUL characters are not allowed")
@@ -37,10 +51,12 @@ def _storable(data: Any) -> None:
                 raise ValueError(f"{where}: the text is not valid Unicode") from None
         elif isinstance(value, dict):
             for key, item in value.items():
-                pending.append((where, key))
-                pending.append((f"{where}/{key}", item))
+                pending.append((where, key, depth + 1))
+                pending.append((f"{where}/{key}", item, depth + 1))
         elif isinstance(value, list):
-            pending.extend((f"{where}/{index}", item) for index, item in enumerate(value))
+            pending.extend(
+                (f"{where}/{index}", item, depth + 1) for index, item in enumerate(value)
+            )
 
 
 class Body(BaseModel):
