@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from metalforge.db.engine import Database
 from tests.support.postgres import PostgresCluster
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
@@ -55,6 +56,15 @@ def stack(db_url: str) -> Iterator[Stack]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def sqlite_db(sqlite_url: str) -> Iterator[Database]:
+    """A fresh SQLite database at the newest schema, for tests below the API."""
+    database = Database(sqlite_url)
+    database.upgrade()
+    yield database
+    database.dispose()
 
 
 @pytest.fixture

@@ -120,7 +120,8 @@ def listening_sockets(settings: Settings) -> list[socket.socket]:
     return sockets
 
 
-def _tls_options(settings: Settings) -> dict[str, Any]:
+def tls_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's HTTPS options for ``api.tls_cert_file``/``api.tls_key_file`` (none: HTTP)."""
     api = settings.api
     if api.tls_cert_file is None or api.tls_key_file is None:
         return {}
@@ -142,7 +143,7 @@ def _serve(settings: Settings, app: Any) -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=10,
-        **_tls_options(settings),
+        **tls_options(settings),
     )
     uvicorn.Server(config).run(sockets=listening_sockets(settings))
 

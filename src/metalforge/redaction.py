@@ -50,19 +50,6 @@ def mask_secrets(data: Any) -> Any:
     return data
 
 
-def has_secrets(data: Any) -> bool:
-    """Whether ``data`` holds a non-empty value under a secret key, at any depth."""
-    if isinstance(data, dict):
-        return any(
-            (value not in (None, "") and isinstance(key, str) and is_secret_key(key))
-            or has_secrets(value)
-            for key, value in data.items()
-        )
-    if isinstance(data, list):
-        return any(has_secrets(item) for item in data)
-    return False
-
-
 def _is_secret_parameter(name: str) -> bool:
     lowered = name.lower()
     return is_secret_key(name) or lowered.endswith(("sig", "signature", "credential"))
@@ -113,17 +100,36 @@ def mask_text_urls(text: str) -> str:
     return _URL_USERINFO.sub(_mask, text)
 
 
-def scrub_message(text: str, *documents: Any) -> str:
-    """A message safe to store or show: the secrets of ``documents`` and URL credentials masked.
+class Scrubber:
+    """Makes messages safe to store or show: the secrets of ``documents`` and URL
+    credentials masked.
 
     For messages built from what a driver, a BMC or an agent said about a
-    node: they may quote a credential, a config drive or a signed URL.
+    node: they may quote a credential, a config drive or a signed URL. The
+    documents are walked once, at the first message, however many follow.
     """
-    found: list[str] = []
-    for document in documents:
-        found.extend(secret_values(document))
-        found.extend(_url_secrets(document))
-    return mask_text_urls(scrub(text, found))
+
+    def __init__(self, *documents: Any) -> None:
+        self._documents = documents
+        self._secrets: list[str] | None = None
+
+    def __call__(self, text: str) -> str:
+        if self._secrets is None:
+            found = {
+                value
+                for document in self._documents
+                for value in (*secret_values(document), *_url_secrets(document))
+                if len(value) >= 3
+            }
+            self._secrets = sorted(found, key=len, reverse=True)
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return mask_text_urls(text)
+
+
+def scrub_message(text: str, *documents: Any) -> str:
+    """``text`` with the secrets of ``documents`` and URL credentials masked (see ``Scrubber``)."""
+    return Scrubber(*documents)(text)
 
 
 def _url_secrets(data: Any) -> list[str]:
@@ -160,17 +166,6 @@ def _mask_urls(data: Any) -> Any:
     if isinstance(data, str) and "://" in data:
         return mask_text_urls(mask_url(data))
     return data
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every occurrence of each of ``secrets`` replaced by ``******``.
-
-    For messages built by libraries (a BMC client's exception, a driver's
-    error) that may quote a credential they were given.
-    """
-    for secret in sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
 
 
 def secret_values(data: Any) -> list[str]:

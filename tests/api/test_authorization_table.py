@@ -454,7 +454,7 @@ def test_route_answers_each_persona_as_the_policy_says(
 
 def test_the_table_covers_both_outcomes_for_the_personas() -> None:
     """The personas are varied enough that rules are both granted and refused."""
-    node_guard = Guard("baremetal:node:set_provision_state", "node", "node_ident")
+    node_guard = Guard("baremetal:node:set_provision_state", "node")
     outcomes = {expected(p, node_guard, None) for p in PERSONAS}
     assert (True, 403) in outcomes
     assert (False, 403) in outcomes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,13 +217,16 @@ def test_masking_rules() -> None:
 def test_sqlite_file_and_its_directory_are_private(tmp_path: Path) -> None:
     path = tmp_path / "state" / "metalforge.sqlite"
     db = Database(f"sqlite:///{path}")
-    db.upgrade()
-    db.dispose()
+    try:
+        db.upgrade()
+        with db.read():  # the WAL and shared-memory files exist while a connection is open
+            for companion in ("-wal", "-shm"):
+                mode = path.with_name(path.name + companion).stat().st_mode
+                assert stat.S_IMODE(mode) == 0o600, companion
+    finally:
+        db.dispose()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists():
-        assert stat.S_IMODE(wal.stat().st_mode) == 0o600
 
 
 def test_the_banner_hides_the_database_password(capsys: pytest.CaptureFixture[str]) -> None:
@@ -368,3 +372,26 @@ def test_a_guard_skips_the_owner_only_when_no_owner_could_change_the_answer(
     negated = Policy(policy)
     assert negated.allows("baremetal:node:get", admin, node_target("p-x", None))
     assert not negated.allows_any_target("baremetal:node:get", admin, keys)
+
+
+def test_the_policy_file_is_followed_as_it_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    path = tmp_path / "policy.yaml"
+    path.write_text('"baremetal:chassis:get": "role:admin"\n')  # Ironic's, unused here
+    policy = Policy(path, clock=lambda: now[0])
+    assert "baremetal:chassis:get" in caplog.text
+    admin = Caller("alice", frozenset({"admin"}))
+    assert not policy.allows("show_password", admin)
+
+    path.write_text('"show_password": "role:admin"\n')
+    os.utime(path, ns=(1, 10**18))
+    assert not policy.allows("show_password", admin)  # looked at most once a second
+    now[0] = 1.5
+    assert policy.allows("show_password", admin)
+
+    path.write_text('"show_password": "role:admin and (\n')  # half-written
+    os.utime(path, ns=(1, 2 * 10**18))
+    now[0] = 3.0
+    assert policy.allows("show_password", admin)  # the rules in force stay

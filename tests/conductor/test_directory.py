@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from metalforge.conductor.hashring import ConductorDirectory
@@ -12,11 +10,8 @@ from metalforge.db.models import Conductor, utcnow
 
 
 @pytest.fixture
-def db(sqlite_url: str) -> Iterator[Database]:
-    database = Database(sqlite_url)
-    database.upgrade()
-    yield database
-    database.dispose()
+def db(sqlite_db: Database) -> Database:
+    return sqlite_db
 
 
 def test_first_use_reads_the_conductors_even_with_a_ttl_longer_than_the_uptime(

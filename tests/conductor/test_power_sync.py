@@ -103,11 +103,8 @@ def _history(db: Database, node_id: int) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def db(sqlite_url: str) -> Iterator[Database]:
-    database = Database(sqlite_url)
-    database.upgrade()
-    yield database
-    database.dispose()
+def db(sqlite_db: Database) -> Database:
+    return sqlite_db
 
 
 @pytest.fixture

@@ -9,7 +9,13 @@ from typing import Any
 import uvicorn
 from fastapi.testclient import TestClient
 
-from metalforge.cli import build_api, build_conductor, build_registry, listening_sockets
+from metalforge.cli import (
+    build_api,
+    build_conductor,
+    build_registry,
+    listening_sockets,
+    tls_options,
+)
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
@@ -87,9 +93,7 @@ class LiveServer:
         # AgentEndpointFilter): serve there; the test picked a free one.
         agent_endpoint = api.agent_host is not None
         self.port = api.port if agent_endpoint else free_port()
-        tls: dict[str, Any] = {}
-        if api.tls_cert_file is not None and api.tls_key_file is not None:
-            tls = {"ssl_certfile": str(api.tls_cert_file), "ssl_keyfile": str(api.tls_key_file)}
+        tls = tls_options(stack.settings)
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             stack.app,

@@ -8,12 +8,12 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, select
+from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from metalforge.api.errors import ApiError, bad_request, not_found
 from metalforge.api.versions import Version
-from metalforge.db.models import Node, node_from_row
+from metalforge.db.models import Allocation, Node, Port, node_from_row
 
 _NAME = re.compile(r"^[A-Za-z0-9\-._~]{1,255}$")
 RESERVED_NODE_NAMES = frozenset(
@@ -45,6 +45,35 @@ def check_name(name: str, *, reserved: frozenset[str] = frozenset()) -> None:
 
 def node_not_found(ident: str) -> ApiError:
     return not_found(f"Node {ident} could not be found.")
+
+
+def held_by(project: str) -> ColumnElement[bool]:
+    """Nodes ``project`` owns or leases: what a project sees (Ironic's ``project`` filter)."""
+    return or_(Node.owner == project, Node.lessee == project)
+
+
+def port_not_found(ident: str) -> ApiError:
+    return not_found(f"Port {ident} could not be found.")
+
+
+def port_where(ident: str, version: Version) -> ColumnElement[bool]:
+    """The port named by UUID or (from 1.88) name; 404 for a name before that."""
+    if is_uuid(ident):
+        return Port.uuid == str(uuidlib.UUID(ident))
+    if version >= (1, 88):
+        return Port.name == ident
+    raise port_not_found(ident)
+
+
+def allocation_not_found(ident: str) -> ApiError:
+    return not_found(f"Allocation {ident} could not be found.")
+
+
+def allocation_where(ident: str) -> ColumnElement[bool]:
+    """The allocation named by UUID or by name."""
+    if is_uuid(ident):
+        return Allocation.uuid == str(uuidlib.UUID(ident))
+    return Allocation.name == ident
 
 
 def find_node(session: Session, ident: str, version: Version, *, for_update: bool = False) -> Node:

@@ -1,10 +1,10 @@
 """Applying a client's JSON patch to a stored document without ever quoting the document.
 
 jsonpatch's own messages quote the document they failed on ("member 'x'
-not found in {...}"), which for a node includes its BMC credentials. The
-operations are applied one at a time here, so a failure names the operation
-and its path, and the message is built from those alone; values the client
-sent under secret keys are masked too, since error messages reach logs.
+not found in {...}"), which for a node includes its BMC credentials. A
+failure's message is built from the failing operation and its path alone;
+values the client sent under secret keys are masked too, since error
+messages reach logs.
 """
 
 from __future__ import annotations
@@ -31,22 +31,36 @@ def shown_operation(op: PatchOperation) -> dict[str, Any]:
 
 def apply_patch(document: dict[str, Any], ops: list[PatchOperation]) -> dict[str, Any]:
     """``document`` with ``ops`` applied in order; a 400 naming the failing operation."""
+    try:
+        patched: dict[str, Any] = jsonpatch.apply_patch(
+            document, [op.as_json_patch() for op in ops]
+        )
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+        raise bad_request(_failure(document, ops)) from None
+    return patched
+
+
+def _failure(document: dict[str, Any], ops: list[PatchOperation]) -> str:
+    """The message for a patch that failed: which operation, from its path alone.
+
+    Only on the error path are the operations replayed one at a time, to
+    find the one that failed.
+    """
+    shown = [shown_operation(o) for o in ops]
     result = document
+    reason = "it could not be applied"
     for op in ops:
         try:
             jsonpointer.JsonPointer(op.path)
         except jsonpointer.JsonPointerException:
-            shown = [shown_operation(o) for o in ops]
             reason = f"{op.path} is not a valid JSON pointer"
-            raise bad_request(f"Couldn't apply patch '{shown}'. Reason: {reason}") from None
+            break
         try:
             result = jsonpatch.apply_patch(result, [op.as_json_patch()])
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
-            shown = [shown_operation(o) for o in ops]
             if op.op == "add":
                 reason = f"cannot add at {op.path}: its parent does not exist"
             else:
                 reason = f"cannot {op.op} {op.path}: it does not exist"
-            raise bad_request(f"Couldn't apply patch '{shown}'. Reason: {reason}") from None
-    patched: dict[str, Any] = result
-    return patched
+            break
+    return f"Couldn't apply patch '{shown}'. Reason: {reason}"

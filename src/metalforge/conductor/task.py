@@ -36,7 +36,7 @@ from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.models import Conductor, Node, NodeHistory, node_from_row, utcnow
 from metalforge.drivers.base import Interface
-from metalforge.redaction import scrub_message
+from metalforge.redaction import Scrubber
 
 
 class NodeLocked(RuntimeError):
@@ -91,8 +91,6 @@ _TAKE = (
 )
 # The SET clause of a save comes from the keys of its parameters.
 LOG = logging.getLogger(__name__)
-NOAUTH_USER = "noauth"
-"""Who every caller is without authentication: not worth naming in a failure."""
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
@@ -226,7 +224,9 @@ class NodeTask:
         self._history.clear()
         return entries
 
-    def _pending(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _pending(
+        self, note: str | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
         """What the next write carries: changed columns and history rows.
 
         Worked out before the write transaction begins: on SQLite it holds the
@@ -236,21 +236,24 @@ class NodeTask:
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
+        node = self._node
+        scrub = Scrubber(node.driver_info, node.instance_info, node.driver_internal_info)
         for key in _MESSAGE_COLUMNS:
             if isinstance(changes.get(key), str):
-                changes[key] = self._scrub(changes[key])
+                changes[key] = scrub(changes[key])
         if changes.get("last_error"):
             changes["last_error"] = self._with_requester(changes["last_error"])
         for entry in entries:
-            entry["event"] = self._scrub(entry["event"])
-        return changes, entries
+            entry["event"] = scrub(entry["event"])
+        return changes, entries, scrub(note) if note else note
 
     def _with_requester(self, message: str) -> str:
         """A failure names who asked for the operation that failed, and is logged so.
 
         The requester is the user of the node's latest history entry written
         for a request: read only when a failure is recorded, never on the
-        way to success. Without authentication (``noauth``) nobody is named.
+        way to success. Without authentication (``noauth``) history names
+        nobody, and neither does the failure.
         """
         with self.ctx.db.read() as session:
             requester = session.scalar(
@@ -262,14 +265,9 @@ class NodeTask:
         LOG.warning(
             "node %s: %s (requested by %s)", self._node.uuid, message, requester or "nobody"
         )
-        if requester is None or requester == NOAUTH_USER or "(requested by " in message:
+        if requester is None or "(requested by " in message:
             return message
         return f"{message} (requested by {requester})"
-
-    def _scrub(self, text: str) -> str:
-        """A message about the node with its credentials masked (drivers quote what they used)."""
-        node = self._node
-        return scrub_message(text, node.driver_info, node.instance_info, node.driver_internal_info)
 
     def _flush(
         self,
@@ -297,7 +295,7 @@ class NodeTask:
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
-        changes, entries = self._pending()
+        changes, entries, _ = self._pending()
         with self.ctx.db.write() as session:
             self._flush(session, changes, entries)
         self._remember()
@@ -320,8 +318,7 @@ class NodeTask:
         """
         for key, value in changes.items():
             setattr(self._node, key, value)
-        dirty, entries = self._pending()
-        note = self._scrub(note) if note else note
+        dirty, entries, note = self._pending(note)
         with self.ctx.db.write() as session:
             try:
                 moved = transitions.apply(
@@ -356,7 +353,7 @@ class NodeTask:
             if self._changes() or self._history:
                 raise LockLost(f"node {self._node.uuid} was changed after its release")
             return
-        changes, entries = self._pending()
+        changes, entries, _ = self._pending()
         with self.ctx.db.write() as session:
             self._flush(session, {**changes, "reservation": None}, entries)
             self._run_release_hooks(session)

@@ -14,7 +14,6 @@ is 403. Lists a caller may not see whole are limited to its project.
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from metalforge.api import lookup
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
-from metalforge.api.errors import ApiError, not_found
+from metalforge.api.errors import ApiError
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
@@ -44,6 +43,11 @@ def caller_of(request: Request) -> Caller:
     """The authenticated caller (set by the authentication middleware)."""
     caller: Caller = request.scope["state"][CALLER_KEY]
     return caller
+
+
+def actor(request: Request) -> str | None:
+    """Who asked, as history records it (none under ``noauth``)."""
+    return caller_of(request).describe()
 
 
 def policy_of(request: Request) -> Policy:
@@ -77,7 +81,9 @@ class Guard:
     """One route's authorization: a rule, and where its target comes from.
 
     ``system``: no target (drivers, conductors, templates). ``node``,
-    ``port``, ``allocation``: the resource named in the path. ``list``: the
+    ``port``, ``allocation``: the resource named in the path. ``node_fields``:
+    the node in the path must be visible; which rules apply depends on the
+    fields the body changes, so the route checks them. ``list``: the
     ``<resource>:list_all`` rule, else ``<resource>:list`` limited to the
     caller's project. ``body``: the target is in the request body, so the
     route checks ``rule`` itself once it has parsed it.
@@ -85,7 +91,6 @@ class Guard:
 
     rule: str
     kind: GuardKind
-    path_param: str = ""
     also: tuple[str, ...] = ()
     """Rules that grant the same access (``delete:self_owned_node`` beside ``delete``)."""
 
@@ -97,7 +102,7 @@ class Guard:
         elif self.kind == "node" and self._granted_whatever_the_node(request):
             return  # the owner cannot change the answer: no read (node_access reads if asked)
         elif self.kind in ("node", "node_fields", "port", "allocation"):
-            ident = request.path_params[self.path_param]
+            ident = request.path_params[_PATH_PARAMS[self.kind]]
             await read_only(services(request), self._check_resource, request, ident)
 
     def _granted_whatever_the_node(self, request: Request) -> bool:
@@ -114,8 +119,7 @@ class Guard:
     def _check_in(self, request: Request, connection: Connection, ident: str) -> None:
         version = request_version(request)
         if self.kind in ("node", "node_fields"):
-            row = lookup.find_node_row(connection, ident, version, ("owner", "lessee"))
-            access = NodeAccess(row.owner, row.lessee)
+            access = _read_node_access(connection, ident, version)
             if not allows(request, "baremetal:node:get", access.target):
                 raise lookup.node_not_found(ident)
             if self.kind == "node" and not any(
@@ -124,16 +128,15 @@ class Guard:
                 raise forbidden(self.rule)
             request.state.node_access = access
         elif self.kind == "port":
-            owner, lessee = _port_node(connection, ident, version)
-            target = node_target(owner, lessee)
-            if not allows(request, "baremetal:node:get", target):
-                raise not_found(f"Port {ident} could not be found.")
-            require(request, self.rule, target)
-            request.state.node_access = NodeAccess(owner, lessee)
+            access = _read_port_access(connection, ident, version)
+            if not allows(request, "baremetal:node:get", access.target):
+                raise lookup.port_not_found(ident)
+            require(request, self.rule, access.target)
+            request.state.node_access = access
         else:
             target = allocation_target(_allocation_owner(connection, ident))
             if not allows(request, "baremetal:allocation:get", target):
-                raise not_found(f"Allocation {ident} could not be found.")
+                raise lookup.allocation_not_found(ident)
             require(request, self.rule, target)
 
 
@@ -147,7 +150,7 @@ _PATH_PARAMS = {
 
 def guard(rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = ()) -> Any:
     """The dependency a route declares: ``dependencies=[guard("baremetal:node:get", "node")]``."""
-    return Depends(Guard(rule, kind, _PATH_PARAMS.get(kind, ""), also))
+    return Depends(Guard(rule, kind, also))
 
 
 def list_scope(request: Request, list_all_rule: str) -> str | None:
@@ -178,37 +181,35 @@ def node_access(request: Request) -> NodeAccess:
     if access is None:
         ident = request.path_params["node_ident"]
         with services(request).db.snapshot(single_statement=True) as connection:
-            row = lookup.find_node_row(
-                connection, ident, request_version(request), ("owner", "lessee")
-            )
-        access = request.state.node_access = NodeAccess(row.owner, row.lessee)
+            access = _read_node_access(connection, ident, request_version(request))
+        request.state.node_access = access
     return access
 
 
-def _port_node(connection: Connection, ident: str, version: Any) -> tuple[str | None, str | None]:
+def _read_node_access(connection: Connection, ident: str, version: Version) -> NodeAccess:
+    row = lookup.find_node_row(connection, ident, version, ("owner", "lessee"))
+    return NodeAccess(row.owner, row.lessee)
+
+
+def _read_port_access(connection: Connection, ident: str, version: Version) -> NodeAccess:
+    """The owner and lessee of the port's node (none for a port without one)."""
     query = (
-        select(Node.owner, Node.lessee).select_from(Port).outerjoin(Node, Port.node_id == Node.id)
+        select(Node.owner, Node.lessee)
+        .select_from(Port)
+        .outerjoin(Node, Port.node_id == Node.id)
+        .where(lookup.port_where(ident, version))
     )
-    if lookup.is_uuid(ident):
-        query = query.where(Port.uuid == str(uuidlib.UUID(ident)))
-    elif version >= (1, 88):
-        query = query.where(Port.name == ident)
-    else:
-        raise not_found(f"Port {ident} could not be found.")
     row = connection.execute(query).first()
     if row is None:
-        raise not_found(f"Port {ident} could not be found.")
-    return row.owner, row.lessee
+        raise lookup.port_not_found(ident)
+    return NodeAccess(row.owner, row.lessee)
 
 
 def _allocation_owner(connection: Connection, ident: str) -> str | None:
-    if lookup.is_uuid(ident):
-        where = Allocation.uuid == str(uuidlib.UUID(ident))
-    else:
-        where = Allocation.name == ident
-    row = connection.execute(select(Allocation.owner).where(where)).first()
+    query = select(Allocation.owner).where(lookup.allocation_where(ident))
+    row = connection.execute(query).first()
     if row is None:
-        raise not_found(f"Allocation {ident} could not be found.")
+        raise lookup.allocation_not_found(ident)
     owner: str | None = row.owner
     return owner
 

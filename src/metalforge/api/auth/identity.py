@@ -37,13 +37,20 @@ class Caller:
     user_id: str | None = None
     domain_id: str | None = None
     """Set for a domain-scoped Keystone token: neither system nor project."""
+    named: bool = True
+    """False for ``noauth``'s caller: nobody in particular, so nobody is recorded."""
 
     @property
     def system_scoped(self) -> bool:
         return self.project_id is None and self.domain_id is None
 
-    def describe(self) -> str:
-        """``alice`` or ``carol (project p-carol)``: who asked, for history and logs."""
+    def describe(self) -> str | None:
+        """``alice`` or ``carol (project p-carol)``: who asked, for history and logs.
+
+        None for ``noauth``, where every caller is the same anonymous administrator.
+        """
+        if not self.named:
+            return None
         if self.project_id is None:
             return self.user
         return f"{self.user} (project {self.project_id})"
@@ -61,5 +68,5 @@ class Caller:
         )
 
 
-NOAUTH_ADMIN = Caller(user="noauth", roles=frozenset({"admin", "member", "reader"}))
+NOAUTH_ADMIN = Caller(user="noauth", roles=frozenset({"admin", "member", "reader"}), named=False)
 """Every caller with ``noauth``: a system administrator, as in Ironic."""

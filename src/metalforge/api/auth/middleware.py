@@ -124,11 +124,6 @@ def build_authenticator(api: ApiSettings, keystone_options: dict[str, object]) -
     return NoAuth()
 
 
-def is_public_path(path: str) -> bool:
-    """Paths served without operator credentials: version discovery and the agents' calls."""
-    return is_agent_path(path)
-
-
 class AuthMiddleware:
     """Pure ASGI: authenticates every non-public request before any route runs."""
 
@@ -137,7 +132,8 @@ class AuthMiddleware:
         self.authenticator = authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_public_path(scope["path"]):
+        # Served without operator credentials: version discovery and the agents' calls.
+        if scope["type"] != "http" or is_agent_path(scope["path"]):
             await self.app(scope, receive, send)
             return
         try:

@@ -50,35 +50,35 @@ GENERIC_RULE = "baremetal:node:update"
 _ADDRESS_SUFFIXES = ("_address", "_host", "_hostname", "_port")
 
 
+def rule_for(field: str, value: Any) -> str:
+    """The rule guarding setting ``field`` (a node field's name) to ``value``."""
+    rule = FIELD_RULES.get(field)
+    if rule is None and field.endswith("_interface"):
+        rule = "baremetal:node:update:driver_interfaces"
+    if rule is None and field == "automated_clean" and _turns_off(value):
+        rule = "baremetal:node:disable_cleaning"
+    return rule or GENERIC_RULE
+
+
 def rules_for(ops: list[PatchOperation]) -> list[str]:
     """The rules a patch needs, in the order Ironic checks them."""
-    needed: list[str] = []
-    for op in ops:
-        field = op.path.lstrip("/").split("/", 1)[0]
-        rule = FIELD_RULES.get(field)
-        if rule is None and field.endswith("_interface"):
-            rule = "baremetal:node:update:driver_interfaces"
-        if rule is None and field == "automated_clean" and _turns_off(op):
-            rule = "baremetal:node:disable_cleaning"
-        rule = rule or GENERIC_RULE
-        if rule not in needed:
-            needed.append(rule)
-    return needed
+    rules = (rule_for(op.path.lstrip("/").split("/", 1)[0], op.value) for op in ops)
+    return list(dict.fromkeys(rules))
 
 
 def rules_for_values(values: Mapping[str, Any]) -> list[str]:
     """The field rules that setting ``values`` (a create's fields) needs, generic rule aside."""
-    ops = [PatchOperation(op="add", path=f"/{name}", value=value) for name, value in values.items()]
-    return [rule for rule in rules_for(ops) if rule != GENERIC_RULE]
+    rules = (rule_for(name, value) for name, value in values.items())
+    return [rule for rule in dict.fromkeys(rules) if rule != GENERIC_RULE]
 
 
-def _turns_off(op: PatchOperation) -> bool:
-    """Whether ``op`` sets ``automated_clean`` to false, in any spelling the API accepts."""
-    if op.value is False:
+def _turns_off(value: Any) -> bool:
+    """Whether ``value`` sets ``automated_clean`` to false, in any spelling the API accepts."""
+    if value is False:
         return True
-    if isinstance(op.value, str):
+    if isinstance(value, str):
         try:
-            return parse_bool("automated_clean", op.value) is False
+            return parse_bool("automated_clean", value) is False
         except ApiError:
             return False  # refused later as not a boolean
     return False

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,7 +223,10 @@ class UnknownRule(KeyError):
 class Policy:
     """The registered rules, with the operator's overrides, checked for one caller."""
 
-    def __init__(self, policy_file: Path | None = None) -> None:
+    def __init__(
+        self, policy_file: Path | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
         conf = cfg.ConfigOpts()
         conf([], project="metalforge", default_config_files=[], default_config_dirs=[])
         self._enforcer = oslo_policy.Enforcer(
@@ -254,7 +257,7 @@ class Policy:
         # Checked for changes here, at most once a second, rather than by
         # oslo.policy on every check (a search of the file system each time).
         self._enforcer.use_conf = False
-        self._next_look = time.monotonic() + 1.0
+        self._next_look = clock() + 1.0
         self._reload_lock = threading.Lock()
         self._decisions: dict[tuple[str, Caller, tuple[tuple[str, str], ...]], bool] = {}
         self._monotone: dict[str, bool] = {}
@@ -273,7 +276,7 @@ class Policy:
             return -1
 
     def _reload_if_changed(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now < self._next_look or not self._reload_lock.acquire(blocking=False):
             return
         try:
@@ -339,10 +342,6 @@ class Policy:
         if known is None:
             known = self._monotone[rule] = _monotone(self._enforcer.rules, rule, set())
         return known
-
-    def defaults(self) -> dict[str, str]:
-        """Every rule's default check string, as a sample policy file lists them."""
-        return {rule.name: rule.default for rule in RULES}
 
 
 def _monotone(rules: Mapping[str, object], name: str, seen: set[str]) -> bool:

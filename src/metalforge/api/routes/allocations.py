@@ -133,13 +133,9 @@ def _node_uuid(session: Session, allocation: Allocation) -> str | None:
 
 def find_allocation(session: Session, ident: str) -> Allocation:
     """By UUID or by name; 404 otherwise."""
-    if lookup.is_uuid(ident):
-        where = Allocation.uuid == str(uuidlib.UUID(ident))
-    else:
-        where = Allocation.name == ident
-    allocation = session.scalar(select(Allocation).where(where))
+    allocation = session.scalar(select(Allocation).where(lookup.allocation_where(ident)))
     if allocation is None:
-        raise not_found(f"Allocation {ident} could not be found.")
+        raise lookup.allocation_not_found(ident)
     return allocation
 
 

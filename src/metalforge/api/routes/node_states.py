@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import lookup
-from metalforge.api.auth.access import caller_of, guard, node_access, node_disclosure, require
+from metalforge.api.auth.access import actor, guard, node_access, node_disclosure, require
 from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.locking import NodeLockedError, wait_for_lock
 from metalforge.api.node_view import REDACTED
@@ -347,16 +347,14 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 "abort requested",
                 state=node.provision_state,
                 target=node.target_provision_state,
-                user=caller_of(request).describe(),
+                user=actor(request),
             )
         else:
             if verb in (states.DEPLOY, states.REBUILD):
                 _check_deploy_plan(svc, session, node, body)
             changes = _intent(svc, node, verb, body)
             try:
-                transitions.apply(
-                    session, node, verb, changes=changes, user=caller_of(request).describe()
-                )
+                transitions.apply(session, node, verb, changes=changes, user=actor(request))
             except transitions.TransitionConflict:
                 raise conflict(
                     f"Node {node.uuid} changed while the request was processed; please retry."
@@ -436,7 +434,7 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
             f"power {body.target} requested",
             state=node.provision_state,
             target=node.target_provision_state,
-            user=caller_of(request).describe(),
+            user=actor(request),
         )
     svc.notify()
     return Response(status_code=202, headers=_location(request, node))
@@ -498,7 +496,7 @@ def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) 
             f"target RAID configuration {text}",
             state=node.provision_state,
             target=node.target_provision_state,
-            user=caller_of(request).describe(),
+            user=actor(request),
         )
     return Response(status_code=204)
 
@@ -529,7 +527,7 @@ def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | 
             text,
             state=node.provision_state,
             target=node.target_provision_state,
-            user=caller_of(request).describe(),
+            user=actor(request),
         )
 
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Insert, Select, Table, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Insert, Select, Table, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -17,6 +17,7 @@ from metalforge import states
 from metalforge.api import lookup
 from metalforge.api.auth import node_fields
 from metalforge.api.auth.access import (
+    actor,
     allows,
     caller_of,
     forbidden,
@@ -134,7 +135,7 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
         # A project-scoped caller sees the nodes its project owns or leases.
         if query.get("project") not in (None, scope):
             raise forbidden("baremetal:node:list_all")
-        conditions.append(or_(Node.owner == scope, Node.lessee == scope))
+        conditions.append(lookup.held_by(scope))
     if (v := query.bool("associated")) is not None:
         conditions.append(Node.instance_uuid.is_not(None) if v else Node.instance_uuid.is_(None))
     if (v := query.bool("maintenance")) is not None:
@@ -166,7 +167,7 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
     if (s := query.get("description_contains")) is not None:
         conditions.append(Node.description.contains(s, autoescape=True))
     if (s := query.get("project")) is not None:
-        conditions.append(or_(Node.owner == s, Node.lessee == s))
+        conditions.append(lookup.held_by(s))
     if (s := query.get("shard")) is not None:
         conditions.append(Node.shard.in_([p.strip() for p in s.split(",") if p.strip()]))
     if (v := query.bool("sharded")) is not None:
@@ -201,7 +202,7 @@ def _paginate(
         # A marker the caller may not see does not exist for it.
         query = select(getattr(Node, pg.sort_key), Node.id).where(Node.uuid == pg.marker)
         if scope is not None:
-            query = query.where(or_(Node.owner == scope, Node.lessee == scope))
+            query = query.where(lookup.held_by(scope))
         marker = session.execute(query).first()
         if marker is None:
             raise bad_request(f"Marker {pg.marker} could not be found.")
@@ -451,7 +452,7 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
                 "provisioning",
                 f"node enrolled in {values['provision_state']}",
                 state=values["provision_state"],
-                user=caller_of(request).describe(),
+                user=actor(request),
             )
     except IntegrityError as exc:
         raise _duplicate(exc, values) from None
@@ -586,7 +587,7 @@ def patch_node(
             if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
                 changes[f"{flag}_reason"] = None
         if changes:
-            _write_changes(session, node, changes, caller_of(request).describe())
+            _write_changes(session, node, changes, actor(request))
         session.refresh(node)
         view = node_view(
             node,
@@ -617,7 +618,7 @@ def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
 
 
-def _write_changes(session: Session, node: Node, changes: dict[str, Any], actor: str) -> None:
+def _write_changes(session: Session, node: Node, changes: dict[str, Any], who: str | None) -> None:
     try:
         result = session.execute(
             update(Node)
@@ -637,7 +638,7 @@ def _write_changes(session: Session, node: Node, changes: dict[str, Any], actor:
         f"updated {', '.join(sorted(changes))}",
         state=node.provision_state,
         target=node.target_provision_state,
-        user=actor,
+        user=who,
     )
 
 

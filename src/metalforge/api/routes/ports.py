@@ -9,14 +9,14 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
-from metalforge.api.errors import bad_request, conflict, not_acceptable, not_found
+from metalforge.api.errors import bad_request, conflict, not_acceptable
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
 from metalforge.api.patching import apply_patch
@@ -99,14 +99,9 @@ def port_view(
 
 
 def _find_port(session: Session, ident: str, version: Version) -> Port:
-    if lookup.is_uuid(ident):
-        port = session.scalar(select(Port).where(Port.uuid == str(uuidlib.UUID(ident))))
-    elif version >= (1, 88):
-        port = session.scalar(select(Port).where(Port.name == ident))
-    else:
-        port = None
+    port = session.scalar(select(Port).where(lookup.port_where(ident, version)))
     if port is None:
-        raise not_found(f"Port {ident} could not be found.")
+        raise lookup.port_not_found(ident)
     return port
 
 
@@ -152,7 +147,7 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
             stmt = stmt.join(Node, Node.id == Port.node_id)
         if project is not None:
             # As Ironic: the ports of the nodes the project owns or leases.
-            stmt = stmt.where(or_(Node.owner == project, Node.lessee == project))
+            stmt = stmt.where(lookup.held_by(project))
         if (address := query.get("address")) is not None:
             stmt = stmt.where(Port.address == address.lower())
         if (text := query.get("description_contains")) is not None:
@@ -164,7 +159,7 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
             marker_query = select(Port).where(Port.uuid == pg.marker)
             if project is not None:
                 marker_query = marker_query.join(Node, Node.id == Port.node_id).where(
-                    or_(Node.owner == project, Node.lessee == project)
+                    lookup.held_by(project)
                 )
             marker = session.scalar(marker_query)
             if marker is None:
