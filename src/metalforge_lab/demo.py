@@ -330,7 +330,9 @@ class MetalforgeProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("METALFORGE_")}
         for name in ("no_proxy", "NO_PROXY"):
             env[name] = ",".join(filter(None, [env.get(name), no_proxy]))
-        with self.log_path.open("ab") as log:
+        # A signal between the child's start and this object learning of it
+        # would leave a metalforge nobody stops: it waits until both are done.
+        with _signals_deferred(), self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -339,7 +341,7 @@ class MetalforgeProcess:
                 env=env,
                 start_new_session=True,
             )
-        self.pid_file.write_text(f"{self.process.pid}\n")
+            self.pid_file.write_text(f"{self.process.pid}\n")
 
     def exited(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -534,6 +536,27 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
+_deferred: dict[str, str | bool | None] = {"active": False, "signal": None}
+"""A signal that arrived inside ``_signals_deferred``, raised when it ends."""
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Holds back ``Interrupted`` until the block is done (starting a child and recording it).
+
+    The signal itself is not blocked: a child started meanwhile would inherit
+    a blocked mask and could not be stopped with SIGTERM.
+    """
+    _deferred.update(active=True, signal=None)
+    try:
+        yield
+    finally:
+        pending = _deferred["signal"]
+        _deferred.update(active=False, signal=None)
+        if isinstance(pending, str):
+            raise Interrupted(pending)
+
+
 def _install_signal_handlers() -> None:
     """The first SIGINT/SIGTERM/SIGHUP raises ``Interrupted``; later ones are ignored.
 
@@ -543,6 +566,9 @@ def _install_signal_handlers() -> None:
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         _ignore_signals()
+        if _deferred["active"]:
+            _deferred["signal"] = signal.Signals(signum).name
+            return
         raise Interrupted(signal.Signals(signum).name)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -52,7 +52,10 @@ def free_udp_ports(count: int, attempts: int = 50) -> int:
     raise RuntimeError(f"no {count} consecutive free UDP ports found")
 
 
-_IPMITOOL = ("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-R", "1", "-N", "1")
+# Three tries of two seconds: the simulator is Python on a loaded two-core machine, and
+# one try of one second made a status read fail now and then ("Unable to establish IPMI
+# v2 / RMCP+ session"). A refused password is answered at once, retries or not.
+_IPMITOOL = ("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-R", "3", "-N", "2")
 
 
 def ipmitool(port: int, *args: str, password: str = PASSWORD, check: bool = True) -> str:
