@@ -25,6 +25,7 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
+from metalforge.db import queue
 from metalforge.db.engine import Database
 from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers.catalog import HARDWARE_TYPES
@@ -244,6 +245,37 @@ def cmd_db_upgrade(settings: Settings) -> None:
     print("database schema is up to date")
 
 
+def cmd_work(settings: Settings, args: argparse.Namespace) -> None:
+    """The operator's view of the work queue: the backlog, dead-lettered items, replay."""
+    db = open_database(settings)
+    try:
+        if args.action == "list":
+            with db.read() as session:
+                found = queue.entries(session, dead=args.dead)
+            print(render_work_items(found, dead=args.dead))
+            return
+        with db.write() as session:
+            replayed = queue.replay(session, args.item)
+        if not replayed:
+            raise StartupError(f"work item {args.item} is not dead-lettered")
+        print(f"work item {args.item} is queued again")
+    finally:
+        db.dispose()
+
+
+def render_work_items(found: list[queue.QueueEntry], *, dead: bool) -> str:
+    """A table an operator reads at a glance (reasons were scrubbed when stored)."""
+    if not found:
+        return "no dead-lettered work items" if dead else "no unfinished work items"
+    lines = [f"{'ID':>6}  {'KIND':<10}  {'NODE':<36}  {'STATE':<8}  {'FAILURES':>8}  REASON"]
+    for item in found:
+        lines.append(
+            f"{item.id:>6}  {item.kind:<10}  {item.node_uuid or '-':<36}  {item.state:<8}  "
+            f"{item.failures:>8}  {item.reason or ''}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="metalforge", description=__doc__)
     parser.add_argument("--config", type=Path, help="TOML configuration file")
@@ -253,6 +285,14 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("conductor", help="a conductor only")
     db_parser = sub.add_parser("db", help="database schema management")
     db_parser.add_argument("action", choices=["upgrade"])
+    work_parser = sub.add_parser("work", help="the work queue: dead-lettered items")
+    work_sub = work_parser.add_subparsers(dest="action", required=True)
+    listing = work_sub.add_parser("list", help="list work items")
+    listing.add_argument(
+        "--dead", action="store_true", help="the dead-lettered items (default: unfinished ones)"
+    )
+    replaying = work_sub.add_parser("replay", help="queue a dead-lettered item again")
+    replaying.add_argument("item", type=int, help="the work item's id")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -269,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
         "conductor": cmd_conductor,
         "db": cmd_db_upgrade,
     }
+    if args.command == "work":
+        cmd_work(settings, args)
+        return
     commands[args.command](settings)
 
 

@@ -79,8 +79,13 @@ class ApiSettings(BaseModel):
     """uvicorn worker processes for the ``api`` role."""
     lock_wait_seconds: float = 3.0
     """How long a request waits for a node a conductor has locked before answering 409."""
-    max_request_body_size: int = 32 * 1024 * 1024
-    """Largest request body accepted, in bytes (413 beyond); leaves room for config drives."""
+    max_request_body_size: int = Field(default=1024 * 1024, ge=1024)
+    """Largest operator request body accepted, in bytes (413 beyond).
+
+    A config drive given as a dictionary is a few kilobytes; a prebuilt ISO
+    image is better given as a URL. Raise it for large inline config drives."""
+    max_agent_request_body_size: int = Field(default=64 * 1024, ge=1024)
+    """Largest body the agents' lookup and heartbeat accept, in bytes (413 beyond)."""
     agent_host: str | None = None
     """Address of the ramdisk agents' endpoint (the provisioning network side), or none.
 
@@ -122,6 +127,9 @@ class ConductorSettings(BaseModel):
     """Seconds without a heartbeat after which a conductor is considered dead."""
     lease_seconds: float = 60.0
     """How long a claimed work item stays claimed before another conductor may retry it."""
+    work_item_max_failures: int = Field(default=5, ge=1)
+    """Failed attempts (the worker died holding the item, or an unexpected error outside
+    any step) after which a work item is dead-lettered and its node's flow failed."""
     poll_interval: float = 1.0
     """Seconds between queue polls when no wake-up arrives (LISTEN/NOTIFY or in-process)."""
     affinity_grace: float = 3.0
@@ -143,8 +151,10 @@ class ConductorSettings(BaseModel):
     """
     sync_power_workers: int = 8
     """Power reads at once during a sync: hides BMC latency without flooding the BMC network."""
-    enabled_hardware_types: list[str] = Field(default_factory=lambda: ["fake-hardware"])
-    """Hardware types this conductor can drive; each must exist in the driver registry."""
+    enabled_hardware_types: list[str] = Field(
+        default_factory=lambda: ["fake-hardware", "ipmi", "redfish"]
+    )
+    """Hardware types this conductor can drive (default: every shipped one)."""
     automated_clean: bool = True
     """Run automated cleaning on provide and after undeploy (node ``automated_clean`` overrides)."""
     deploy_callback_timeout: float = 1800.0

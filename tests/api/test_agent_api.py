@@ -78,6 +78,18 @@ def test_first_lookup_gets_the_token_later_ones_see_it_masked(idle_stack: Stack)
     assert again.json()["config"]["agent_token"] == "******"
 
 
+def test_a_lookup_below_1_62_leaves_the_token_for_the_agent(idle_stack: Stack) -> None:
+    """An old client cannot receive the token, so it must not take it either."""
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    old = _lookup(idle_stack.client, f"addresses={MAC}", version("1.61"))
+    assert old.status_code == 200, old.text  # type: ignore[attr-defined]
+    assert "agent_token" not in old.json()["config"]  # type: ignore[attr-defined]
+    agent = _lookup(idle_stack.client, f"node_uuid={node['uuid']}")
+    token = agent.json()["config"]["agent_token"]  # type: ignore[attr-defined]
+    assert token != "******"
+    assert len(token) >= 32
+
+
 def test_no_lookup_for_a_node_no_conductor_booted(idle_stack: Stack) -> None:
     """In a lookup state, but no ramdisk was booted by metalforge: no token for anyone."""
     _node_in(idle_stack, CLEAN_WAIT, booted=False)

@@ -17,8 +17,9 @@ from fastapi.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
 from metalforge.api.versions import MAX_VERSION, VersionMiddleware, fmt
+from metalforge.config import load_settings
 from tests.support.api import LATEST, create_node, error_text, version
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack
 
 BASE = "http://testserver"
 MAX = fmt(MAX_VERSION)
@@ -85,7 +86,23 @@ def test_v1_nests_the_version_object_and_lists_collections(sqlite_stack: Stack, 
         ]
     # Collections newer than the request's version are not offered.
     assert "conductors" not in body
-    assert "conductors" in client.get(path, headers=LATEST).json()
+    newest = client.get(path, headers=LATEST).json()
+    for collection in ("conductors", "allocations", "deploy_templates"):
+        assert collection not in body
+        assert newest[collection][0] == {"href": f"{BASE}/v1/{collection}/", "rel": "self"}
+    assert "allocations" not in client.get(path, headers=version("1.51")).json()
+    assert "allocations" in client.get(path, headers=version("1.52")).json()
+
+
+def test_the_default_settings_drive_every_shipped_hardware_type(sqlite_url: str) -> None:
+    """``make run`` runs on the defaults: a Redfish or IPMI BMC can be enrolled right away."""
+    stack = start_stack(load_settings(database={"url": sqlite_url}))
+    try:
+        for driver in ("fake-hardware", "ipmi", "redfish"):
+            response = stack.client.post("/v1/nodes", json={"driver": driver}, headers=LATEST)
+            assert response.status_code == 201, response.text
+    finally:
+        stack.stop()
 
 
 @pytest.mark.parametrize("path", ["/", "/v1", "/v1/"])

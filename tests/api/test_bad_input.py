@@ -36,7 +36,7 @@ _counter = itertools.count()
 _UNSET: Any = object()
 MIN_HEADER = "X-OpenStack-Ironic-API-Minimum-Version"
 MAX_HEADER = "X-OpenStack-Ironic-API-Maximum-Version"
-BODY_LIMIT = 32 * 1024 * 1024
+BODY_LIMIT = 1024 * 1024
 
 
 @pytest.fixture(
@@ -856,7 +856,59 @@ TRAITS = [
     _case("traits-put-below-1.37", "PUT", N + "/traits", 404, json={"traits": []}, version="1.36"),
 ]
 
+AGENT_BODY_LIMIT = 64 * 1024
+
 OVERSIZED = [
+    _case(
+        "allocation-51-traits",
+        "POST",
+        "/v1/allocations",
+        400,
+        "traits",
+        json={"resource_class": "x", "traits": [f"CUSTOM_T{i}" for i in range(51)]},
+    ),
+    _case(
+        "allocation-trait-256",
+        "POST",
+        "/v1/allocations",
+        400,
+        "traits",
+        json={"resource_class": "x", "traits": ["CUSTOM_" + "T" * 249]},
+    ),
+    _case(
+        "allocation-10001-candidates",
+        "POST",
+        "/v1/allocations",
+        400,
+        "candidate_nodes",
+        json={"resource_class": "x", "candidate_nodes": [f"n{i}" for i in range(10_001)]},
+    ),
+    _case(
+        "allocation-candidate-256",
+        "POST",
+        "/v1/allocations",
+        400,
+        "candidate_nodes",
+        json={"resource_class": "x", "candidate_nodes": ["n" * 256]},
+    ),
+    _case(
+        "power-timeout-over-a-day",
+        "PUT",
+        N + "/states/power",
+        400,
+        "timeout",
+        json={"target": "power on", "timeout": 86_401},
+    ),
+    _case(
+        "heartbeat-over-the-agent-limit",
+        "POST",
+        "/v1/heartbeat/{node}",
+        413,
+        f"limit of {AGENT_BODY_LIMIT} bytes",
+        content=b'{"callback_url": "http://192.0.2.1:9999", "pad": "PAD"}',
+        pad=AGENT_BODY_LIMIT,
+        headers=JSON,
+    ),
     _case(
         "create-name-256",
         "POST",
@@ -1320,6 +1372,8 @@ LIMITS = [
         ("ports", "/v1/ports"),
         ("conductors", "/v1/conductors"),
         ("history", N + "/history"),
+        ("allocations", "/v1/allocations"),
+        ("templates", "/v1/deploy_templates"),
     ]
     for value, expect in [
         ("0", "Limit must be positive"),
@@ -1685,6 +1739,7 @@ def test_streamed_body_over_the_limit_is_refused(api: TestClient, subject: Subje
         pytest.param({"X-OpenStack-Ironic-API-Version": "2.1"}, True, id="major-2"),
         pytest.param({"X-OpenStack-Ironic-API-Version": "1.0"}, True, id="below-minimum"),
         pytest.param({"X-OpenStack-Ironic-API-Version": "0.9"}, True, id="major-0"),
+        pytest.param({"X-OpenStack-Ironic-API-Version": "1." + "9" * 5000}, True, id="minor-huge"),
         pytest.param({"OpenStack-API-Version": "baremetal 1.999"}, True, id="standard-too-high"),
         pytest.param(
             {"OpenStack-API-Version": "baremetal 1.999", "X-OpenStack-Ironic-API-Version": "1.5"},

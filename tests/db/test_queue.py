@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from metalforge.db import queue
 from metalforge.db.engine import Database
-from metalforge.db.models import WorkItem
+from metalforge.db.models import WorkItem, utcnow
 
 LEASE = dt.timedelta(seconds=30)
 NO_GRACE = dt.timedelta(seconds=0)
@@ -89,4 +89,117 @@ def test_affinity_and_expired_leases(db_url: str) -> None:
     with db.write() as session:
         assert not queue.finish(session, item.id, "c1")  # the old owner lost it
         assert queue.finish(session, item.id, "c2")
+    db.dispose()
+
+
+def _insert_raw_payload(db: Database, kind: str, node_id: int, payload_text: str) -> None:
+    """Store a payload exactly as given, the way an older or buggier writer might have."""
+    with db.write() as session:
+        session.execute(
+            text(
+                "INSERT INTO work_items (kind, node_id, payload, state, attempts, failures, "
+                "rerun, not_before, created_at) VALUES (:kind, :node, :payload, 'pending', 0, 0, "
+                ":rerun, :now, :now)"
+            ),
+            {
+                "rerun": False,
+                "kind": kind,
+                "node": node_id,
+                "payload": payload_text,
+                "now": utcnow() - dt.timedelta(seconds=1),
+            },
+        )
+
+
+def test_a_huge_integer_in_a_payload_is_read_back_as_written(db_url: str) -> None:
+    db = Database(db_url)
+    db.upgrade()
+    huge = 10**400
+    with db.write() as session:
+        queue.enqueue(session, "power", 1, {"target": "power on", "timeout": huge})
+        queue.enqueue(session, "power", 2, {"target": "power on"})
+    items = {item.node_id: item for item in _claim(db, "c1")}
+    assert items[1].payload["timeout"] == huge
+    assert items[1].unreadable is None
+    assert items[2].payload == {"target": "power on"}
+    db.dispose()
+
+
+def test_an_unreadable_payload_is_set_aside_without_failing_the_batch(sqlite_url: str) -> None:
+    # PostgreSQL refuses such a document on insert; SQLite stores any text.
+    db = Database(sqlite_url)
+    db.upgrade()
+    with db.write() as session:
+        queue.enqueue(session, "power", 1, {"target": "power on"})
+    _insert_raw_payload(db, "power", 2, '{"target": ' + "[" * 100_000)
+    _insert_raw_payload(db, "power", 3, "[1, 2]")
+    with db.write() as session:
+        queue.enqueue(session, "power", 4, {"target": "power off"})
+    items = {item.node_id: item for item in _claim(db, "c1")}
+    assert sorted(items) == [1, 2, 3, 4]
+    assert items[1].unreadable is None
+    assert items[4].unreadable is None
+    assert items[2].unreadable is not None
+    assert "cannot be read" in items[2].unreadable
+    assert items[3].unreadable == "a payload must be an object, not list"
+    db.dispose()
+
+
+def test_claims_of_abandoned_items_count_as_failures(db_url: str) -> None:
+    db = Database(db_url)
+    db.upgrade()
+    with db.write() as session:
+        queue.enqueue(session, "provision", 9)
+    [first] = _claim(db, "c1", lease=dt.timedelta(seconds=-1))
+    assert first.failures == 0
+    [second] = _claim(db, "c2", lease=dt.timedelta(seconds=-1))  # c1's lease ran out
+    assert second.failures == 1
+    [third] = _claim(db, "c1", live=["c1"])  # c2 is dead
+    assert third.failures == 2
+    with db.write() as session:
+        assert queue.retry(session, third.id, "c1", 0, failure="boom")
+    [fourth] = _claim(db, "c1")
+    assert fourth.failures == 3
+    db.dispose()
+
+
+def test_dead_letters_are_kept_listed_and_replayable(db_url: str) -> None:
+    db = Database(db_url)
+    db.upgrade()
+    with db.write() as session:
+        queue.enqueue(session, "provision", 5, dedupe_key="provision:5")
+    [item] = _claim(db, "c1")
+    with db.write() as session:
+        assert not queue.bury(session, item.id, "c2", "not c2's to bury")
+        assert queue.bury(session, item.id, "c1", "it failed 5 times")
+        # A new request for the node is not absorbed by the dead item.
+        queue.enqueue(session, "provision", 5, dedupe_key="provision:5")
+        assert queue.purge_finished(session, dt.timedelta(seconds=-60)) == 0
+    [fresh] = _claim(db, "c1")
+    assert fresh.id != item.id
+    with db.read() as session:
+        [dead] = queue.entries(session, dead=True)
+        [unfinished] = queue.entries(session, dead=False)
+    assert (dead.id, dead.state, dead.reason) == (item.id, queue.DEAD, "it failed 5 times")
+    assert unfinished.id == fresh.id
+    assert unfinished.lease_owner == "c1"
+    with db.write() as session:
+        assert queue.replay(session, item.id)
+        assert not queue.replay(session, item.id)  # no longer dead
+    [again] = _claim(db, "c2")
+    assert (again.id, again.attempts, again.failures) == (item.id, 1, 0)
+    db.dispose()
+
+
+def test_the_heartbeat_renews_only_the_items_being_run(db_url: str) -> None:
+    db = Database(db_url)
+    db.upgrade()
+    with db.write() as session:
+        queue.enqueue(session, "power", 1)
+        queue.enqueue(session, "power", 2)
+    running, leaked = _claim(db, "c1", lease=dt.timedelta(seconds=-1))
+    with db.write() as session:
+        assert queue.renew(session, "c1", LEASE, [running.id]) == 1
+    [retaken] = _claim(db, "c2")  # the one nobody runs expires and is claimed again
+    assert retaken.id == leaked.id
     db.dispose()

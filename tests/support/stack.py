@@ -30,6 +30,8 @@ FAST_CONDUCTOR = {
     "takeover_interval": 1.0,
     "affinity_grace": 0.5,
     "workers": 8,
+    # The tests' nodes are fake unless a test enables a real protocol itself.
+    "enabled_hardware_types": ["fake-hardware"],
 }
 
 

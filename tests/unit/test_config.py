@@ -15,7 +15,7 @@ def test_defaults_are_the_embedded_setup() -> None:
     assert settings.api.host == "127.0.0.1"
     assert settings.api.port == 6385
     assert settings.database.url.startswith("sqlite:///")
-    assert settings.conductor.enabled_hardware_types == ["fake-hardware"]
+    assert settings.conductor.enabled_hardware_types == ["fake-hardware", "ipmi", "redfish"]
 
 
 def test_file_then_environment_then_arguments(

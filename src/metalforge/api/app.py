@@ -69,7 +69,9 @@ def create_app(services: ApiServices) -> FastAPI:
     # The version middleware is added last, so it is outermost: even the guard's
     # refusals carry the version headers.
     app.add_middleware(
-        RequestGuardMiddleware, max_body_size=services.settings.api.max_request_body_size
+        RequestGuardMiddleware,
+        max_body_size=services.settings.api.max_request_body_size,
+        max_agent_body_size=services.settings.api.max_agent_request_body_size,
     )
     app.add_middleware(VersionMiddleware)
     api = services.settings.api

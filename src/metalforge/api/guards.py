@@ -33,12 +33,21 @@ def too_large_message(limit: int) -> str:
     return f"Request body is larger than the limit of {limit} bytes."
 
 
-class RequestGuardMiddleware:
-    """Pure ASGI middleware; sits inside the version middleware so errors carry its headers."""
+_AGENT_PATHS = ("/v1/heartbeat/", "/heartbeat/", "/v1/lookup", "/lookup")
 
-    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+
+class RequestGuardMiddleware:
+    """Pure ASGI middleware; sits inside the version middleware so errors carry its headers.
+
+    The agents' calls (which need no credentials) get a limit of their own,
+    far below the operator's: a heartbeat is a few hundred bytes, and
+    anything that can reach the provisioning network may send one.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_size: int, max_agent_body_size: int) -> None:
         self.app = app
-        self.max_body_size = max_body_size
+        self.operator_limit = max_body_size
+        self.agent_limit = max_agent_body_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,9 +56,12 @@ class RequestGuardMiddleware:
         if "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
             await _reject(send, 400, "NUL characters are not allowed in the URL.")
             return
+        limit = self.operator_limit
+        if scope["path"].startswith(_AGENT_PATHS):
+            limit = self.agent_limit
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_size:
-            await _reject(send, 413, too_large_message(self.max_body_size))
+        if declared is not None and declared > limit:
+            await _reject(send, 413, too_large_message(limit))
             return
         received = 0
 
@@ -58,8 +70,8 @@ class RequestGuardMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_size:
-                    raise BodyTooLarge(self.max_body_size)
+                if received > limit:
+                    raise BodyTooLarge(limit)
             return message
 
         await self.app(scope, counting_receive, send)

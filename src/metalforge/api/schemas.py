@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 MAX_DEPTH = 32
 """Deepest nesting of objects and lists a request body may have."""
+MAX_TRAITS = 50
+"""Traits a node or a request may carry (Ironic's limit per node)."""
+MAX_CANDIDATES = 10_000
+"""Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""
+MAX_POWER_TIMEOUT = 24 * 3600
+"""Longest power-change wait a request may ask for, in seconds."""
 INT_RANGE = (-(2**63), 2**64 - 1)
 """Integers a body may hold: what a 64-bit column, orjson and PostgreSQL's JSONB all read back."""
 
@@ -224,7 +230,8 @@ class ProvisionRequest(Body):
 
 class PowerRequest(Body):
     target: str = Field(min_length=1, max_length=64)
-    timeout: int | None = None
+    timeout: int | None = Field(default=None, le=MAX_POWER_TIMEOUT)
+    """Seconds to wait for the new power state; 1 or more is checked by the route."""
 
 
 class RaidConfigRequest(Body):
@@ -238,7 +245,7 @@ class MaintenanceRequest(Body):
 
 
 class TraitsReplace(Body):
-    traits: list[str] = Field(max_length=50)
+    traits: list[str] = Field(max_length=MAX_TRAITS)
 
 
 class PortCreate(Body):
@@ -262,8 +269,10 @@ class AllocationCreate(Body):
     """``POST /v1/allocations``; every key may be an explicit ``null`` (openstacksdk sends them)."""
 
     resource_class: Annotated[str, MaxLen(80)] | None = None
-    traits: list[str] | None = None
-    candidate_nodes: list[str] | None = None
+    traits: Annotated[list[Annotated[str, MaxLen(255)]], MaxLen(MAX_TRAITS)] | None = None
+    candidate_nodes: Annotated[list[Annotated[str, MaxLen(255)]], MaxLen(MAX_CANDIDATES)] | None = (
+        None
+    )
     name: Annotated[str, MaxLen(255)] | None = None
     uuid: str | None = None
     extra: dict[str, Any] | None = None

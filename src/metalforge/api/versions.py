@@ -57,15 +57,19 @@ def parse(headers: dict[bytes, bytes]) -> Version:
         return DEFAULT_VERSION
     if raw.lower() == "latest":
         return MAX_VERSION
+    shown = raw if len(raw) <= 40 else f"{raw[:37]}..."
     match = _PATTERN.match(raw)
     if not match:
         raise VersionError(
-            f"Invalid value for X-OpenStack-Ironic-API-Version header: {raw}", parsable=False
+            f"Invalid value for X-OpenStack-Ironic-API-Version header: {shown}", parsable=False
         )
-    version = (int(match.group(1)), int(match.group(2)))
+    # Past nine digits a part is out of range whatever it says (and converting
+    # thousands of digits to an integer is refused by Python, or slow).
+    major, minor = (int(part) if len(part) <= 9 else 10**9 for part in match.groups())
+    version = (major, minor)
     if version < MIN_VERSION or version > MAX_VERSION:
         raise VersionError(
-            f"Version {raw} was requested but the minor version is not supported by this "
+            f"Version {shown} was requested but the minor version is not supported by this "
             f"service. The supported version range is: [{fmt(MIN_VERSION)}, {fmt(MAX_VERSION)}].",
             parsable=True,
         )

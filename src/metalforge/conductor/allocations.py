@@ -310,6 +310,25 @@ def fail(ctx: ConductorContext, req: Request, reason: str) -> None:
         )
 
 
+def give_up(ctx: ConductorContext, allocation_id: int, reason: str) -> None:
+    """Put an allocation still ``allocating`` in ``error``: its request was given up on.
+
+    Whoever holds it: the work item was dead-lettered, so nobody is processing
+    it, and left ``allocating`` it would be queued again for ever.
+    """
+    with ctx.db.write() as session:
+        session.connection().execute(
+            update(_ALLOCATIONS)
+            .where(_ALLOCATIONS.c.id == allocation_id, _ALLOCATIONS.c.state == ALLOCATING)
+            .values(
+                state=ERROR,
+                last_error=f"Failed to process allocation: {reason}.",
+                conductor_affinity=None,
+                updated_at=utcnow(),
+            )
+        )
+
+
 def let_go(ctx: ConductorContext, allocation_id: int) -> None:
     """Drop this conductor's claim on an allocation it could not finish, for anyone to take."""
     with ctx.db.write() as session:

@@ -35,6 +35,8 @@ class ConductorContext:
     settings: ConductorSettings
     stopping: threading.Event = field(default_factory=threading.Event)
     waker: Waker = field(default_factory=Waker)
+    leaked_reservations: set[tuple[int, int]] = field(default_factory=set)
+    """(node id, epoch) of reservations a failed release could not give back yet."""
 
     @property
     def dead_after(self) -> dt.timedelta:

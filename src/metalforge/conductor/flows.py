@@ -349,6 +349,36 @@ FLOW_OF_WAIT_STATE: dict[str, stepflow.FlowKind] = {
 }
 
 
+STEP_FLOW_OF_STATE: dict[str, stepflow.FlowKind] = {
+    states.CLEANING: "clean",
+    states.CLEAN_WAIT: "clean",
+    states.DEPLOYING: "deploy",
+    states.DEPLOY_WAIT: "deploy",
+    states.SERVICING: "service",
+    states.SERVICE_WAIT: "service",
+}
+
+
+def fail_flow(task: NodeTask, message: str) -> None:
+    """End the node's flow in its failure state, whatever stopped it.
+
+    Used for what no step reported: an unexpected error in metalforge or a
+    driver, or a work item given up on. A step flow fails as a failed step
+    does (cleaning puts the node in maintenance, the step is cleared, the
+    agent's token is voided); another flow takes its ``fail`` transition; a
+    node at rest keeps its state and gets ``last_error``.
+    """
+    task.node.target_power_state = None
+    kind = STEP_FLOW_OF_STATE.get(task.node.provision_state)
+    if kind is not None:
+        stepflow.fail(task, kind, message)
+    elif states.FAIL in states.allowed_events(task.node.provision_state):
+        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+    else:
+        task.record("error", message, history.ERROR)
+        task.node.last_error = message
+
+
 def advance(task: NodeTask) -> None:
     """Continue the node's flow from its current state until it rests or waits."""
     seen = 0

@@ -31,17 +31,17 @@ from metalforge.conductor.task import (
     NodeTask,
     acquire,
     dead_conductors,
+    drop_leaked_reservations,
     lock,
 )
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, UTCDateTime, WorkItem, utcnow
+from metalforge.redaction import scrub_message
 
 LOG = logging.getLogger(__name__)
 
 LOCKED_RETRY_DELAY = 0.2
 """Seconds before retrying an item whose node another conductor holds."""
-MAX_ATTEMPTS = 5
-"""Unexpected errors retried this many times before the node's flow is failed."""
 
 
 def _run_power(task: NodeTask, payload: dict[str, object]) -> None:
@@ -79,6 +79,9 @@ class ConductorService:
         self._pool = ThreadPoolExecutor(ctx.settings.workers, thread_name_prefix="conductor")
         self._slots = threading.Semaphore(ctx.settings.workers)
         self._lease = dt.timedelta(seconds=ctx.settings.lease_seconds)
+        self._running: set[int] = set()
+        """Items this conductor's workers are running: the only leases the heartbeat renews."""
+        self._running_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
@@ -138,7 +141,14 @@ class ConductorService:
             session.execute(
                 update(WorkItem)
                 .where(WorkItem.state == queue.CLAIMED, WorkItem.lease_owner == self.ctx.hostname)
-                .values(state=queue.PENDING, lease_owner=None, not_before=utcnow())
+                # The previous run died holding them: a failed attempt each, so an
+                # item that kills the process is dead-lettered, not run for ever.
+                .values(
+                    state=queue.PENDING,
+                    lease_owner=None,
+                    not_before=utcnow(),
+                    failures=WorkItem.failures + 1,
+                )
             )
 
         # Allocations this conductor was processing when it stopped: their items
@@ -160,7 +170,11 @@ class ConductorService:
                 .where(Conductor.hostname == self.ctx.hostname)
                 .values(heartbeat_at=utcnow(), online=True)
             )
-            queue.renew(session, self.ctx.hostname, self._lease)
+            with self._running_lock:
+                running = list(self._running)
+            queue.renew(session, self.ctx.hostname, self._lease, running)
+        if self.ctx.leaked_reservations:
+            drop_leaked_reservations(self.ctx)
 
     def _periodic_loop(self) -> None:
         interval = self.ctx.settings.takeover_interval
@@ -247,6 +261,8 @@ class ConductorService:
         for _ in range(free - len(ready)):
             self._slots.release()
         for item, node in ready:
+            with self._running_lock:
+                self._running.add(item.id)
             self._pool.submit(self._run_guarded, item, node)
         return len(items)
 
@@ -278,22 +294,45 @@ class ConductorService:
     def _run_guarded(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
         try:
             self.run_item(item, node)
-        except Exception:
+        except Exception as exc:
+            # Outside any step (the release itself, or a bug here): the item goes
+            # back counting one failure, so it cannot be held or retried for ever.
             LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
+            self._let_go(item, f"{type(exc).__name__}: {exc}")
         finally:
+            with self._running_lock:
+                self._running.discard(item.id)
             self._slots.release()
             self.ctx.waker.notify()
+
+    def _let_go(self, item: queue.ClaimedItem, failure: str) -> None:
+        try:
+            with self.ctx.db.write() as session:
+                queue.retry(
+                    session,
+                    item.id,
+                    self.ctx.hostname,
+                    float(2 ** min(item.failures + 1, 6)),
+                    failure=scrub_message(failure),
+                )
+        except Exception:
+            # The lease is no longer renewed: the item expires and is claimed again.
+            LOG.exception("work item %s could not be given back; its lease will expire", item.id)
 
     # -- running one item ------------------------------------------------
     def run_item(self, item: queue.ClaimedItem, locked: dict[str, Any] | None = None) -> None:
         """Run ``item`` under its node's reservation (``locked``: already taken for it)."""
+        reason = self._give_up_reason(item)
+        if reason is not None:
+            self._give_up(item, locked, reason)
+            return
         host = self.ctx.hostname
         if item.kind == allocations.KIND:
             self._run_allocation(item)
             return
         handler = HANDLERS.get(item.kind)
         if handler is None or item.node_id is None:
-            self._finish(item, f"unknown work kind {item.kind!r}")
+            self._bury(item, f"unknown work kind {item.kind!r}")
             return
         try:
             with acquire(self.ctx, item.node_id, item.kind, locked=locked) as task:
@@ -316,19 +355,61 @@ class ConductorService:
             LOG.warning("item %s: %s", item.id, exc)
             self._finish(item, f"lock lost: {exc}")
 
+    def _give_up_reason(self, item: queue.ClaimedItem) -> str | None:
+        if item.unreadable is not None:
+            return f"its request could not be read ({item.unreadable})"
+        limit = self.ctx.settings.work_item_max_failures
+        if item.failures >= limit:
+            return f"it failed {item.failures} times (the limit is {limit})"
+        return None
+
+    def _give_up(self, item: queue.ClaimedItem, locked: dict[str, Any] | None, reason: str) -> None:
+        """Dead-letter ``item`` and fail what it was for, so nothing waits on it for ever."""
+        message = f"Gave up on the {item.kind} request: {reason}"
+        LOG.error("work item %s on node id %s: %s", item.id, item.node_id, message)
+        if item.kind == allocations.KIND:
+            allocation_id = item.payload.get("allocation_id")
+            if isinstance(allocation_id, int):
+                allocations.give_up(self.ctx, allocation_id, message)
+            self._bury(item, message)
+            return
+        if item.node_id is None:
+            self._bury(item, message)
+            return
+        host = self.ctx.hostname
+        try:
+            with acquire(self.ctx, item.node_id, item.kind, locked=locked) as task:
+                task.on_release(lambda session: queue.bury(session, item.id, host, message))
+                flows.fail_flow(task, message)
+        except NodeLocked:
+            with self.ctx.db.write() as session:
+                queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
+        except (NodeGone, LockLost):
+            self._bury(item, message)
+
+    def _bury(self, item: queue.ClaimedItem, reason: str) -> None:
+        with self.ctx.db.write() as session:
+            queue.bury(session, item.id, self.ctx.hostname, reason)
+
     def _run_allocation(self, item: queue.ClaimedItem) -> None:
         """Process an allocation (no node reservation: it takes candidates' as it goes)."""
-        allocation_id = int(str(item.payload["allocation_id"]))
+        allocation_id = item.payload.get("allocation_id")
+        if not isinstance(allocation_id, int):
+            self._bury(item, f"no allocation id in the request: {allocation_id!r}")
+            return
         try:
             done = allocations.process(self.ctx, allocation_id, item.attempts)
         except Exception as exc:
             LOG.exception("processing allocation %s failed unexpectedly", allocation_id)
             allocations.let_go(self.ctx, allocation_id)
             with self.ctx.db.write() as session:
-                if item.attempts < MAX_ATTEMPTS:
-                    queue.retry(session, item.id, self.ctx.hostname, float(2**item.attempts))
-                else:
-                    queue.finish(session, item.id, self.ctx.hostname, error=str(exc))
+                queue.retry(
+                    session,
+                    item.id,
+                    self.ctx.hostname,
+                    float(2 ** min(item.failures + 1, 6)),
+                    failure=scrub_message(f"{type(exc).__name__}: {exc}"),
+                )
             return
         with self.ctx.db.write() as session:
             if done:
@@ -341,23 +422,16 @@ class ConductorService:
             queue.finish(session, item.id, self.ctx.hostname, error=error)
 
     def _handle_bug(self, task: NodeTask, item: queue.ClaimedItem, exc: Exception) -> None:
-        """An unexpected error: retry a few times, then fail the flow so nothing stays stuck."""
+        """An unexpected error in a handler fails the node's flow at once, like a failed step.
+
+        Running it again would most likely fail the same way, with the node
+        showing a step that is not running; the operator sees the error now.
+        """
         LOG.exception("unexpected error running %s on node %s", item.kind, task.node.uuid)
         message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
         if task.released:
             return  # the flow already let go of the node; nothing more to undo here
-        task.record("error", message, history.ERROR)
-        task.node.target_power_state = None
-        if item.attempts < MAX_ATTEMPTS:
-            task.clear_release_hooks()
-            task.on_release(
-                lambda session: queue.retry(
-                    session, item.id, self.ctx.hostname, float(2**item.attempts)
-                )
-            )
-            return
-        if states.FAIL in states.allowed_events(task.node.provision_state):
-            task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        flows.fail_flow(task, message)
 
     # -- takeover --------------------------------------------------------
     def take_over(self) -> int:

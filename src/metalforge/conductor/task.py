@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, cast
 
 import orjson
@@ -423,10 +423,64 @@ def acquire(
         task.clear_release_hooks()
         _release_quietly(task)
         raise
-    else:
+    try:
         task.release()
+    except LockLost:
+        raise
+    except Exception:
+        # Writing what the work changed failed: give the node back without it.
+        _give_back_bare(task)
+        raise
 
 
 def _release_quietly(task: NodeTask) -> None:
-    with suppress(LockLost):
+    """Release after a failure; if even that fails, give the reservation back bare.
+
+    The release writes the task's unsaved changes, which may be what failed
+    (a value the database refuses). The reservation must not outlive the
+    failure whatever it was: this conductor stays alive, so nobody else
+    would ever take the node.
+    """
+    try:
         task.release()
+    except LockLost:
+        pass
+    except Exception:
+        LOG.exception("node %s: releasing after a failure failed", task.node.uuid)
+        _give_back_bare(task)
+
+
+def _give_back_bare(task: NodeTask) -> None:
+    task.ctx.leaked_reservations.add((task.node.id, task.epoch))
+    drop_leaked_reservations(task.ctx)
+
+
+_DROP = (
+    update(_NODES)
+    .where(
+        _NODES.c.id == bindparam("b_id"),
+        _NODES.c.reservation == bindparam("b_host"),
+        _NODES.c.epoch == bindparam("b_epoch"),
+    )
+    .values(reservation=None)
+)
+
+
+def drop_leaked_reservations(ctx: ConductorContext) -> int:
+    """Give back reservations a failed release left; returns how many are still owed.
+
+    Fenced by the epoch the task held, so a reservation taken since (by this
+    conductor for other work) is left alone. Called again by the heartbeat
+    while the database refuses.
+    """
+    for node_id, epoch in sorted(ctx.leaked_reservations):
+        try:
+            with ctx.db.write() as session:
+                session.connection().execute(
+                    _DROP, {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch}
+                )
+        except Exception:
+            LOG.exception("could not give back the reservation of node id %s yet", node_id)
+            continue
+        ctx.leaked_reservations.discard((node_id, epoch))
+    return len(ctx.leaked_reservations)

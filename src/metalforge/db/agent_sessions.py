@@ -121,12 +121,22 @@ def issue_token(session: Session, node_id: int) -> str | None:
     )
     if result.rowcount == 1:
         return token
+    check_booted(session, node_id)
+    return None
+
+
+def check_booted(session: Session, node_id: int) -> None:
+    """Raise ``NoRamdiskBooted`` unless a conductor began an agent session on the node.
+
+    A lookup below microversion 1.62 uses this instead of ``issue_token``:
+    such a client cannot receive the token, and taking it would leave the
+    real agent (which asks with 1.62 or later) without one.
+    """
     booted = session.execute(
         select(_TABLE.c.node_id).where(_TABLE.c.node_id == node_id, _TABLE.c.booted_at.is_not(None))
     ).one_or_none()
     if booted is None:
         raise NoRamdiskBooted(node_id)
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,30 @@ def _json_dumps(value: Any) -> str:
         return json.dumps(value)
 
 
+class UnreadableJson(ValueError):
+    """A stored JSON document that neither reader accepts."""
+
+
+def decode_json(text: str | bytes) -> Any:
+    """Read a JSON column back with the semantics it was written with.
+
+    orjson first (fast); what it refuses (integers beyond 64 bits, which the
+    standard library wrote) goes to the standard library. A document neither
+    reads raises ``UnreadableJson``, which callers handle per document.
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UnreadableJson(f"stored JSON cannot be read: {str(exc)[:200]}") from None
+
+
 JSON_CODEC: dict[str, Any] = {
     "json_serializer": _json_dumps,
-    "json_deserializer": orjson.loads,
+    "json_deserializer": decode_json,
     # Errors and logs never carry bound values: they hold BMC credentials.
     "hide_parameters": True,
 }

@@ -237,6 +237,8 @@ class WorkItem(Base):
     payload: Mapped[dict[str, Any]] = _json_dict()
     state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    failures: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    """Attempts that ended with the worker gone or an unexpected error; bounded."""
     preferred_owner: Mapped[str | None] = mapped_column(String(255))
     """Conductor the hash ring chose when the item was queued."""
     lease_owner: Mapped[str | None] = mapped_column(String(255))

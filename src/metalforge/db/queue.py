@@ -6,6 +6,13 @@ with a lease (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serialises
 writers anyway), renew the lease while they run, and ``finish`` or ``retry``
 them. An item whose lease expired (its worker died) is claimed again, so
 handlers must be idempotent: at-least-once delivery.
+
+An item that keeps failing is not retried for ever: each claim of an item
+whose worker died holding it, and each retry after an unexpected error,
+counts one failure; past the conductor's limit the item is dead-lettered
+(``dead``, with its reason), kept for the operator to list and replay. An
+item whose payload cannot be read is dead-lettered when claimed, on its own:
+it never stops the rest of the batch.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     bindparam,
+    case,
     delete,
     false,
     func,
@@ -31,15 +40,19 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from metalforge.db.models import UTCDateTime, WorkItem, utcnow
+from metalforge.db.engine import UnreadableJson, decode_json
+from metalforge.db.models import Node, UTCDateTime, WorkItem, utcnow
 
 PENDING = "pending"
 CLAIMED = "claimed"
 DONE = "done"
 FAILED = "failed"
+DEAD = "dead"
+"""Given up on: kept with its reason until an operator replays or deletes it."""
 
 # Statements built once: the queue is on the path of every provision step, and
 # building a statement costs more than SQLite takes to run it.
@@ -77,6 +90,10 @@ class ClaimedItem:
     node_id: int | None
     payload: dict[str, Any]
     attempts: int
+    failures: int = 0
+    """Claims that ended with the worker dead or an unexpected error, this one excluded."""
+    unreadable: str | None = None
+    """Why the payload could not be read (the item can only be dead-lettered)."""
 
 
 def enqueue(
@@ -102,6 +119,7 @@ def enqueue(
         "payload": payload or {},
         "state": PENDING,
         "attempts": 0,
+        "failures": 0,
         "rerun": False,
         "preferred_owner": preferred_owner,
         "dedupe_key": dedupe_key,
@@ -136,8 +154,18 @@ def _claim_query(with_live: bool, with_kinds: bool) -> Select[Any]:
         c.preferred_owner.not_in(live) if with_live else true(),
         c.not_before <= bindparam("b_grace", type_=UTCDateTime()),
     )
+    # The payload is read as text and decoded item by item: one that cannot be
+    # decoded must not fail the whole batch.
     query = (
-        select(c.id, c.kind, c.node_id, c.payload, c.attempts)
+        select(
+            c.id,
+            c.kind,
+            c.node_id,
+            sql_cast(c.payload, Text).label("payload_text"),
+            c.attempts,
+            c.failures,
+            (c.state == CLAIMED).label("abandoned"),
+        )
         .where(due, affinity)
         .order_by(c.not_before, c.id)
     )
@@ -154,9 +182,22 @@ _CLAIM = (
         lease_owner=bindparam("b_owner", type_=String()),
         lease_expires_at=bindparam("b_until", type_=UTCDateTime()),
         attempts=_ITEMS.c.attempts + 1,
+        # A claimed item claimed again: its worker died (or its conductor did).
+        failures=_ITEMS.c.failures + case((_ITEMS.c.state == CLAIMED, 1), else_=0),
         rerun=False,
     )
 )
+
+
+def _claimed(row: Any) -> ClaimedItem:
+    failures = row.failures + (1 if row.abandoned else 0)
+    try:
+        payload = decode_json(row.payload_text)
+        if not isinstance(payload, dict):
+            raise UnreadableJson(f"a payload must be an object, not {type(payload).__name__}")
+    except UnreadableJson as exc:
+        return ClaimedItem(row.id, row.kind, row.node_id, {}, row.attempts + 1, failures, str(exc))
+    return ClaimedItem(row.id, row.kind, row.node_id, payload, row.attempts + 1, failures)
 
 
 def claim(
@@ -196,17 +237,22 @@ def claim(
     if not rows:
         return []
     connection.execute(_CLAIM, {**params, "b_ids": [row.id for row in rows]})
-    return [
-        ClaimedItem(row.id, row.kind, row.node_id, dict(row.payload), row.attempts + 1)
-        for row in rows
-    ]
+    return [_claimed(row) for row in rows]
 
 
-def renew(session: Session, owner: str, lease: dt.timedelta) -> int:
-    """Extend the lease of every item ``owner`` holds; returns how many."""
+def renew(session: Session, owner: str, lease: dt.timedelta, item_ids: Iterable[int]) -> int:
+    """Extend the lease of the items ``owner`` is running; returns how many.
+
+    Only the items a worker is running: an item its worker let go of without
+    finishing (a bug outside any step) must expire and be claimed again
+    instead of being held for ever by a conductor that is alive.
+    """
+    ids = list(item_ids)
+    if not ids:
+        return 0
     result = session.execute(
         update(WorkItem)
-        .where(WorkItem.state == CLAIMED, WorkItem.lease_owner == owner)
+        .where(WorkItem.state == CLAIMED, WorkItem.lease_owner == owner, WorkItem.id.in_(ids))
         .values(lease_expires_at=utcnow() + lease)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
@@ -230,6 +276,8 @@ def finish(session: Session, item_id: int, owner: str, *, error: str | None = No
                 **held,
                 "state": PENDING,
                 "rerun": False,
+                # A new request: it starts with a fresh failure budget.
+                "failures": 0,
                 "lease_owner": None,
                 "lease_expires_at": None,
                 "not_before": now,
@@ -250,8 +298,20 @@ def finish(session: Session, item_id: int, owner: str, *, error: str | None = No
     return True
 
 
-def retry(session: Session, item_id: int, owner: str, delay: float, *, count: bool = True) -> bool:
-    """Give an item back to the queue, due in ``delay`` seconds."""
+def retry(
+    session: Session,
+    item_id: int,
+    owner: str,
+    delay: float,
+    *,
+    count: bool = True,
+    failure: str | None = None,
+) -> bool:
+    """Give an item back to the queue, due in ``delay`` seconds.
+
+    ``count=False``: the attempt did not really happen (the node was locked).
+    ``failure``: the attempt failed unexpectedly; it counts towards dead-lettering.
+    """
     values: dict[str, Any] = {
         "state": PENDING,
         "lease_owner": None,
@@ -260,10 +320,93 @@ def retry(session: Session, item_id: int, owner: str, delay: float, *, count: bo
     }
     if not count:
         values["attempts"] = _ITEMS.c.attempts - 1
+    if failure is not None:
+        values["failures"] = _ITEMS.c.failures + 1
+        values["last_error"] = failure
     result = session.connection().execute(
         update(_ITEMS)
         .where(_ITEMS.c.id == item_id, _ITEMS.c.state == CLAIMED, _ITEMS.c.lease_owner == owner)
         .values(**values)
+    )
+    return result.rowcount == 1
+
+
+def bury(session: Session, item_id: int, owner: str, reason: str) -> bool:
+    """Dead-letter an item ``owner`` holds: it is kept with ``reason`` and never claimed."""
+    now = utcnow()
+    result = session.connection().execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.id == item_id, _ITEMS.c.state == CLAIMED, _ITEMS.c.lease_owner == owner)
+        .values(
+            state=DEAD,
+            last_error=reason,
+            dedupe_key=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            finished_at=now,
+        )
+    )
+    return result.rowcount == 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """A work item as the operator sees it."""
+
+    id: int
+    kind: str
+    node_uuid: str | None
+    state: str
+    attempts: int
+    failures: int
+    lease_owner: str | None
+    reason: str | None
+    """The last failure (``dead``: why it was given up on)."""
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+def entries(session: Session, *, dead: bool) -> list[QueueEntry]:
+    """Dead-lettered items, or else the unfinished ones (pending and claimed); oldest first."""
+    c = _ITEMS.c
+    nodes = cast(Table, Node.__table__)
+    wanted = [DEAD] if dead else [PENDING, CLAIMED]
+    rows = session.connection().execute(
+        select(
+            c.id,
+            c.kind,
+            nodes.c.uuid.label("node_uuid"),
+            c.state,
+            c.attempts,
+            c.failures,
+            c.lease_owner,
+            c.last_error.label("reason"),
+            c.created_at,
+            c.finished_at,
+        )
+        .select_from(_ITEMS.outerjoin(nodes, nodes.c.id == c.node_id))
+        .where(c.state.in_(wanted))
+        .order_by(c.id)
+    )
+    return [QueueEntry(**row._mapping) for row in rows]
+
+
+def replay(session: Session, item_id: int) -> bool:
+    """Queue a dead-lettered item again, with a fresh failure budget.
+
+    It gets no dedupe key back: handlers are level-triggered, so running it
+    beside a newer item for the same node does no harm.
+    """
+    result = session.connection().execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.id == item_id, _ITEMS.c.state == DEAD)
+        .values(
+            state=PENDING,
+            attempts=0,
+            failures=0,
+            not_before=utcnow(),
+            finished_at=None,
+        )
     )
     return result.rowcount == 1
 

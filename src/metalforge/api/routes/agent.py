@@ -96,13 +96,15 @@ def lookup_node(
             node = found
         if node.provision_state not in LOOKUP_STATES:
             raise _lookup_not_found()
+        token: str | None = None
         try:
-            token = agent_sessions.issue_token(session, node.id)
+            if version >= (1, 62):
+                token = agent_sessions.issue_token(session, node.id)
+            else:  # the client cannot receive the token: leave it for the agent
+                agent_sessions.check_booted(session, node.id)
         except agent_sessions.NoRamdiskBooted:
             # metalforge did not boot a ramdisk on this node: no agent belongs to it.
             raise _lookup_not_found() from None
-        if version < (1, 62):
-            token = None  # the client cannot receive it; the session keeps it
     return JSONResponse(_lookup_body(request, node, token, version))
 
 

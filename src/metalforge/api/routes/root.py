@@ -17,6 +17,7 @@ COLLECTIONS: dict[str, Version] = {
     "ports": (1, 1),
     "drivers": (1, 1),
     "conductors": (1, 49),
+    "allocations": (1, 52),
     "deploy_templates": (1, 55),
 }
 """Collections this service serves, and the version that introduced each."""

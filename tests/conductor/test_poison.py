@@ -1,0 +1,251 @@
+"""One bad work item, step or release never stops the others, and nothing stays stuck.
+
+A hardware type whose steps raise what no driver should (``buggy-hardware``)
+stands in for a bug in a driver; the work queue is fed payloads no writer of
+ours produces today, the way an older release or a bug might have left them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text, update
+
+from metalforge import cli
+from metalforge.conductor import service as service_module
+from metalforge.conductor.task import NodeTask
+from metalforge.db import queue
+from metalforge.db.models import Allocation, Node, WorkItem, utcnow
+from metalforge.drivers.base import DriverTask, StepOutcome
+from metalforge.drivers.catalog import HARDWARE_TYPES
+from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
+from metalforge.drivers.hardware import DriverRegistry, HardwareType
+from tests.support.api import LATEST, create_node, make_available, provision, wait_for_state
+from tests.support.stack import Stack, start_stack, test_settings
+
+
+class BuggyDeploy(FakeDeploy):
+    """Fake deploy steps; those named in ``driver_info.buggy_steps`` divide by zero."""
+
+    def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
+        if method in str(task.node.driver_info.get("buggy_steps", "")).split(","):
+            return 1 // 0  # type: ignore[no-any-return]
+        return super().run_step(task, method, args)
+
+
+BUGGY_HARDWARE = HardwareType(
+    name="buggy-hardware", supported={**FAKE_HARDWARE.supported, "deploy": (BuggyDeploy,)}
+)
+
+
+def _wait(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def buggy_stack(sqlite_url: str) -> Iterator[Stack]:
+    registry = DriverRegistry([HARDWARE_TYPES["fake-hardware"], BUGGY_HARDWARE])
+    running = start_stack(test_settings(sqlite_url), registry=registry)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _items(stack: Stack, node_uuid: str) -> list[WorkItem]:
+    with stack.db.read() as session:
+        node_id = session.scalar(select(Node.id).where(Node.uuid == node_uuid))
+        return list(session.scalars(select(WorkItem).where(WorkItem.node_id == node_id)))
+
+
+def test_an_unexpected_error_in_a_clean_step_fails_cleaning_once(buggy_stack: Stack) -> None:
+    client = buggy_stack.client
+    node = create_node(
+        client, driver="buggy-hardware", driver_info={"buggy_steps": "erase_devices_metadata"}
+    )
+    assert provision(client, node["uuid"], "manage").status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    assert provision(client, node["uuid"], "provide").status_code == 202
+    failed = wait_for_state(client, node["uuid"], "clean failed")
+    assert failed["maintenance"] is True
+    assert failed["clean_step"] == {}
+    assert "Unexpected ZeroDivisionError during provision" in failed["last_error"]
+    # Failed at once, not retried: the step ran one time.
+    history = client.get(f"/v1/nodes/{node['uuid']}/history", headers=LATEST).json()["history"]
+    started = [e for e in history if "erase_devices_metadata started" in e["event"]]
+    assert len(started) == 1
+    assert all(item.state != queue.PENDING for item in _items(buggy_stack, node["uuid"]))
+
+
+def test_an_unexpected_error_in_a_deploy_step_fails_the_deploy(buggy_stack: Stack) -> None:
+    client = buggy_stack.client
+    node = make_available(client, driver="buggy-hardware")
+    patched = client.patch(
+        f"/v1/nodes/{node['uuid']}",
+        json=[{"op": "add", "path": "/driver_info/buggy_steps", "value": "write_image"}],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    assert provision(client, node["uuid"], "active").status_code == 202
+    failed = wait_for_state(client, node["uuid"], "deploy failed")
+    assert failed["deploy_step"] == {}
+    assert "Unexpected ZeroDivisionError" in failed["last_error"]
+    assert failed["reservation"] is None
+
+
+def _insert_item(stack: Stack, kind: str, node_uuid: str | None, payload: str, **extra: Any) -> int:
+    with stack.db.write() as session:
+        node_id = None
+        if node_uuid is not None:
+            node_id = session.scalar(select(Node.id).where(Node.uuid == node_uuid))
+        values = {
+            "kind": kind,
+            "node": node_id,
+            "payload": payload,
+            "failures": 0,
+            "now": utcnow() - dt.timedelta(seconds=1),
+            **extra,
+        }
+        session.execute(
+            text(
+                "INSERT INTO work_items (kind, node_id, payload, state, attempts, failures, "
+                "rerun, not_before, created_at) VALUES (:kind, :node, :payload, 'pending', 0, "
+                ":failures, false, :now, :now)"
+            ),
+            values,
+        )
+        item_id = session.scalar(select(WorkItem.id).order_by(WorkItem.id.desc()).limit(1))
+    assert item_id is not None
+    buggy_stack_notify(stack)
+    return item_id
+
+
+def buggy_stack_notify(stack: Stack) -> None:
+    stack.conductor.ctx.waker.notify()
+
+
+def _write_config(tmp_path: Path, stack: Stack) -> Path:
+    config = tmp_path / "metalforge.toml"
+    config.write_text(f'[database]\nurl = "{stack.settings.database.url}"\n')
+    return config
+
+
+def test_an_unreadable_request_is_dead_lettered_and_others_move(
+    buggy_stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = buggy_stack.client
+    poisoned = make_available(client, name="poisoned")
+    healthy = make_available(client, name="healthy")
+    dead_id = _insert_item(buggy_stack, "power", poisoned["uuid"], '{"target": ' + "[" * 50_000)
+    assert (
+        client.put(
+            f"/v1/nodes/{healthy['uuid']}/states/power",
+            json={"target": "power on"},
+            headers=LATEST,
+        ).status_code
+        == 202
+    )
+    wait_for_state(client, healthy["uuid"], "power on", field="power_state")
+    node = wait_for_state(client, poisoned["uuid"], "available")
+    _wait(
+        lambda: (
+            "Gave up on the power request"
+            in (
+                client.get(f"/v1/nodes/{poisoned['uuid']}", headers=LATEST).json()["last_error"]
+                or ""
+            )
+        ),
+        "the poisoned node's last_error",
+    )
+    assert node["reservation"] is None
+    config = _write_config(tmp_path, buggy_stack)
+    cli.main(["--config", str(config), "work", "list", "--dead"])
+    listing = capsys.readouterr().out
+    assert str(dead_id) in listing
+    assert poisoned["uuid"] in listing
+    assert "its request could not be read" in listing
+    cli.main(["--config", str(config), "work", "replay", str(dead_id)])
+    assert f"work item {dead_id} is queued again" in capsys.readouterr().out
+    with pytest.raises(cli.StartupError, match="is not dead-lettered"):
+        cli.main(["--config", str(config), "work", "replay", str(dead_id)])
+
+
+def test_an_item_past_its_failure_budget_fails_the_flow(buggy_stack: Stack) -> None:
+    client = buggy_stack.client
+    node = create_node(client)
+    with buggy_stack.db.write() as session:
+        session.execute(
+            update(Node)
+            .where(Node.uuid == node["uuid"])
+            .values(provision_state="cleaning", target_provision_state="available")
+        )
+    _insert_item(buggy_stack, "provision", node["uuid"], "{}", failures=5)
+    failed = wait_for_state(client, node["uuid"], "clean failed")
+    assert failed["maintenance"] is True
+    assert (
+        "Gave up on the provision request: it failed 5 times (the limit is 5)"
+        in (failed["last_error"])
+    )
+    [item] = _items(buggy_stack, node["uuid"])
+    assert item.state == queue.DEAD
+
+
+def test_an_allocation_past_its_failure_budget_ends_in_error(sqlite_url: str) -> None:
+    stack = start_stack(test_settings(sqlite_url), start_conductor=False)
+    try:
+        response = stack.client.post(
+            "/v1/allocations", json={"resource_class": "baremetal"}, headers=LATEST
+        )
+        assert response.status_code == 201, response.text
+        uuid = response.json()["uuid"]
+        with stack.db.write() as session:
+            session.execute(update(WorkItem).values(failures=5))
+        stack.conductor.start()
+
+        def _ended() -> Allocation | None:
+            with stack.db.read() as session:
+                row = session.scalar(select(Allocation).where(Allocation.uuid == uuid))
+                return row if row is not None and row.state != "allocating" else None
+
+        ended = _wait(_ended, "the allocation to end")
+        assert ended.state == "error"
+        assert "it failed 5 times" in (ended.last_error or "")
+    finally:
+        stack.stop()
+
+
+def test_a_failed_release_gives_the_reservation_back(
+    buggy_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = buggy_stack.client
+    node = make_available(client)
+
+    def unsavable(task: NodeTask, payload: dict[str, object]) -> None:
+        task.node.name = object()  # type: ignore[assignment]  # no database stores this
+
+    monkeypatch.setitem(service_module.HANDLERS, "power", unsavable)
+    response = client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+    )
+    assert response.status_code == 202
+
+    def _given_back() -> WorkItem | None:
+        [item] = [i for i in _items(buggy_stack, node["uuid"]) if i.kind == "power"]
+        return item if item.failures == 1 and item.state == queue.PENDING else None
+
+    item = _wait(_given_back, "the power item to come back with one failure")
+    assert item.last_error
+    with buggy_stack.db.read() as session:
+        assert session.scalar(select(Node.reservation).where(Node.uuid == node["uuid"])) is None
+    assert not buggy_stack.conductor.ctx.leaked_reservations
