@@ -24,6 +24,7 @@ from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.service import ConductorService
+from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
 from metalforge.db.engine import Database
@@ -49,8 +50,15 @@ def build_registry(settings: Settings) -> DriverRegistry:
             f"unknown hardware type(s) {', '.join(unknown)}; "
             f"available: {', '.join(sorted(HARDWARE_TYPES))}"
         )
+    conductor = settings.conductor
+    overrides = {
+        "clean": parse_overrides(conductor.clean_step_priority_override),
+        "deploy": parse_overrides(conductor.deploy_step_priority_override),
+    }
     try:
-        return DriverRegistry(HARDWARE_TYPES[n] for n in settings.conductor.enabled_hardware_types)
+        return DriverRegistry(
+            (HARDWARE_TYPES[n] for n in conductor.enabled_hardware_types), overrides
+        )
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from metalforge.cli import StartupError, build_registry
+from metalforge.cli import main as cli_main
 from metalforge.conductor import steps
+from metalforge.config import load_settings
 from metalforge.db.models import Node
 from metalforge.drivers.base import DeployInterface, DriverTask
 from metalforge.drivers.catalog import HARDWARE_TYPES
@@ -102,3 +107,43 @@ def test_equal_priorities_in_one_interface_stop_start_up() -> None:
     bad = HardwareType("clash", {**FAKE_HARDWARE.supported, "deploy": (_Clashing,)})
     with pytest.raises(ConflictingSteps, match=r"deploy\.first and deploy\.second"):
         DriverRegistry([bad])
+
+
+@pytest.mark.parametrize(
+    ("setting", "entry", "steps"),
+    [
+        # erase_devices_metadata is 99 by default, erase_devices 10.
+        (
+            "clean_step_priority_override",
+            "deploy.erase_devices:99",
+            r"clean steps deploy\.erase_devices and deploy\.erase_devices_metadata",
+        ),
+        # The fake deploy interface's core deploy steps: deploy 100, write_image 80.
+        (
+            "deploy_step_priority_override",
+            "deploy.write_image:100",
+            r"deploy steps deploy\.deploy and deploy\.write_image",
+        ),
+        # The same priority in two interfaces is no tie: interfaces run in a fixed order.
+        (
+            "clean_step_priority_override",
+            "raid.delete_configuration:10",
+            None,
+        ),
+    ],
+)
+def test_an_override_that_ties_two_steps_stops_the_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, entry: str, steps: str | None
+) -> None:
+    """Through the ``metalforge`` command, as an operator starts it."""
+    config = tmp_path / "metalforge.toml"
+    config.write_text(
+        f'[database]\nurl = "sqlite:///{tmp_path}/db.sqlite"\n'
+        f'[conductor]\n{setting} = ["{entry}"]\n'
+    )
+    if steps is None:  # no tie: the service may start (only its registry is built here)
+        settings = load_settings(config)
+        build_registry(settings)
+        return
+    with pytest.raises(StartupError, match=steps + r" both have priority \d+ \(after the op"):
+        cli_main(["--config", str(config), "conductor"])

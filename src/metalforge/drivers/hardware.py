@@ -39,26 +39,42 @@ class ConflictingSteps(ValueError):
     """Two steps of one interface share a non-zero priority, so their order is undefined."""
 
 
-def _check_steps(impl: type[Interface]) -> None:
+def _check_steps(impl: type[Interface], overrides: Mapping[str, Mapping[str, int]]) -> None:
+    """Two enabled steps of one interface and kind may not share a priority.
+
+    The order between them would be undefined. Checked with the operator's
+    priority overrides applied (``overrides[kind]["interface.step"]``), so a
+    tie an override creates stops the service at start-up, naming both steps.
+    """
     for kind in ("clean", "deploy"):
+        changed = overrides.get(kind, {})
         seen: dict[int, str] = {}
         for decl in impl.steps():
-            if decl.kind != kind or decl.priority == 0:
+            if decl.kind != kind:
                 continue
-            other = seen.get(decl.priority)
+            name = f"{impl.interface_type}.{decl.method}"
+            priority = changed.get(name, decl.priority)
+            if priority == 0:
+                continue
+            other = seen.get(priority)
             if other is not None:
+                source = " (after the operator's priority overrides)" if changed else ""
                 raise ConflictingSteps(
                     f"{impl.interface_type} interface {impl.name!r}: {kind} steps "
-                    f"{impl.interface_type}.{other} and {impl.interface_type}.{decl.method} "
-                    f"both have priority {decl.priority}"
+                    f"{other} and {name} both have priority {priority}{source}"
                 )
-            seen[decl.priority] = decl.method
+            seen[priority] = name
 
 
 class DriverRegistry:
     """The hardware types one service can drive, by name."""
 
-    def __init__(self, hardware_types: Iterable[HardwareType]) -> None:
+    def __init__(
+        self,
+        hardware_types: Iterable[HardwareType],
+        step_priority_overrides: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
+        """``step_priority_overrides``: per step kind, ``{"interface.step": priority}``."""
         self.types = {hw.name: hw for hw in hardware_types}
         self._instances: dict[type[Interface], Interface] = {}
         for hw in self.types.values():
@@ -67,7 +83,7 @@ class DriverRegistry:
                 raise ValueError(f"hardware type {hw.name} does not define {missing}")
             for impls in hw.supported.values():
                 for impl in impls:
-                    _check_steps(impl)
+                    _check_steps(impl, step_priority_overrides or {})
                     self._instances.setdefault(impl, impl())
 
     def hardware_type(self, name: str) -> HardwareType:
