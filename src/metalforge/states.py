@@ -200,6 +200,9 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
     _t(CLEAN_HOLD, UNHOLD, CLEAN_WAIT),
     _t(CLEAN_HOLD, ABORT, CLEAN_FAILED),
     _t(CLEAN_FAILED, MANAGE, MANAGEABLE),
+    # The operator retries a failed clean (seed 000): automated, or manual with steps.
+    _t(CLEAN_FAILED, PROVIDE, CLEANING, AVAILABLE),
+    _t(CLEAN_FAILED, CLEAN, CLEANING, MANAGEABLE),
     _t(AVAILABLE, DEPLOY, DEPLOYING),
     _t(AVAILABLE, MANAGE, MANAGEABLE),
     _t(DEPLOYING, DONE, GOAL),

@@ -536,6 +536,50 @@ def test_failing_step_leaves_clean_failed_in_maintenance_power_untouched(stack: 
     assert (node["maintenance"], node["fault"], node["maintenance_reason"]) == (False, None, None)
 
 
+def _failed_clean(client: TestClient, name: str) -> None:
+    """A node in ``clean failed`` whose fault the operator has since fixed."""
+    _manageable(client, name=name, driver_info={"fake_fail_steps": "deploy.erase_devices"})
+    assert provision(client, name, "provide").status_code == 202
+    wait_for_state(client, name, "clean failed")
+    fixed = client.patch(
+        f"/v1/nodes/{name}",
+        json=[{"op": "remove", "path": "/driver_info/fake_fail_steps"}],
+        headers=LATEST,
+    )
+    assert fixed.status_code == 200, fixed.text
+
+
+def test_provide_from_clean_failed_cleans_again_once_maintenance_is_off(stack: Stack) -> None:
+    """Seed 000: from CLEANFAIL the operator retries cleaning or goes on to AVAILABLE."""
+    client = stack.client
+    _failed_clean(client, "retry-1")
+    refused = provision(client, "retry-1", "provide")
+    assert refused.status_code == 400
+    assert "retrying cleaning needs it turned off first" in error_text(refused)
+    assert get_node(client, "retry-1")["provision_state"] == "clean failed"
+    assert client.delete("/v1/nodes/retry-1/maintenance", headers=LATEST).status_code == 202
+    assert provision(client, "retry-1", "provide").status_code == 202
+    node = wait_for_state(client, "retry-1", "available")
+    assert node["last_error"] is None
+    assert node["maintenance"] is False
+    assert _steps_logged(client, "retry-1", "finished")[-2:] == [
+        "deploy.erase_devices_metadata",
+        "deploy.erase_devices",
+    ]
+
+
+def test_manual_clean_from_clean_failed_runs_the_steps_asked_for(stack: Stack) -> None:
+    client = stack.client
+    _failed_clean(client, "retry-2")
+    assert client.delete("/v1/nodes/retry-2/maintenance", headers=LATEST).status_code == 202
+    before = len(_steps_logged(client, "retry-2", "finished"))
+    response = _clean(client, "retry-2", _step("deploy.erase_devices"))
+    assert response.status_code == 202, response.text
+    node = wait_for_state(client, "retry-2", "manageable")
+    assert node["last_error"] is None
+    assert _steps_logged(client, "retry-2", "finished")[before:] == ["deploy.erase_devices"]
+
+
 def test_step_rejecting_its_arguments_fails_after_earlier_steps(stack: Stack) -> None:
     client = stack.client
     node = _manageable(client, name="args-1")

@@ -325,11 +325,13 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 f'The requested action "{body.target}" can not be performed on node '
                 f'"{node.uuid}" while it is in state "{node.provision_state}".'
             )
-        if verb == states.CLEAN and node.maintenance:
+        retrying = verb == states.PROVIDE and node.provision_state == states.CLEAN_FAILED
+        if (verb == states.CLEAN or retrying) and node.maintenance:
             # As Ironic: a failed clean leaves the node in maintenance, and the
             # operator confirms it is fit to clean again by turning that off.
+            what = "retrying cleaning" if retrying else "manual cleaning"
             raise bad_request(
-                f"Node {node.uuid} is in maintenance mode; manual cleaning needs it "
+                f"Node {node.uuid} is in maintenance mode; {what} needs it "
                 "turned off first (see maintenance_reason and last_error)."
             )
         if verb == states.ABORT:
