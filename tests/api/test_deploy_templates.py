@@ -329,6 +329,89 @@ def test_raid1_template_deploys_to_active_with_raid1(stack: Stack) -> None:
     assert finished[:3] == ["deploy.deploy", "raid.apply_configuration", "deploy.write_image"]
 
 
+SEED_MIRROR = {
+    "name": "CUSTOM_BM_CONFIG_RAID_DISK_MIRROR",
+    "steps": [
+        {
+            "interface": "raid",
+            "step": "create_configuration",
+            "args": {
+                "logical_disks": [{"size_gb": "MAX", "raid_level": "1", "is_root_volume": True}],
+                "delete_configuration": True,
+            },
+            "priority": 10,
+        }
+    ],
+}
+
+
+def test_the_seeds_own_raid_template_deploys_as_written(stack: Stack) -> None:
+    """Seed 001's example template, verbatim: raid.create_configuration with its disks."""
+    client = stack.client
+    created = client.post("/v1/deploy_templates", json=SEED_MIRROR, headers=LATEST)
+    assert created.status_code == 201, created.text
+    node = make_available(client)
+    _set = client.put(
+        f"/v1/nodes/{node['uuid']}/states/raid",
+        json={"logical_disks": [{"size_gb": 10, "raid_level": "0", "is_root_volume": True}]},
+        headers=LATEST,
+    )
+    assert _set.status_code == 204, _set.text
+    _with_traits(client, node, "CUSTOM_BM_CONFIG_RAID_DISK_MIRROR")
+    validated = client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()
+    assert validated["deploy"] == {"result": True}
+    assert provision(client, node["uuid"], "active").status_code == 202
+    done = wait_for_state(client, node["uuid"], "active")
+    assert [d["raid_level"] for d in done["raid_config"]["logical_disks"]] == ["1"]
+    assert done["target_raid_config"] == {
+        "logical_disks": SEED_MIRROR["steps"][0]["args"]["logical_disks"]
+    }
+    assert "raid.create_configuration(10)" in _plan_event(client, node["uuid"])
+
+
+def test_one_template_may_repeat_a_step_with_other_arguments(stack: Stack) -> None:
+    """Seed 001: a template's steps need not be distinct; each runs with its own arguments."""
+    client = stack.client
+    _template(
+        client,
+        "CUSTOM_BIOS_TWICE",
+        _step("bios.apply_configuration", 95, settings=[{"name": "VMX", "value": "on"}]),
+        _step("bios.apply_configuration", 94, settings=[{"name": "SRIOV", "value": "on"}]),
+    )
+    node = make_available(client)
+    _with_traits(client, node, "CUSTOM_BIOS_TWICE")
+    assert provision(client, node["uuid"], "active").status_code == 202
+    done = wait_for_state(client, node["uuid"], "active")
+    assert done["driver_internal_info"]["bios_settings"] == {"VMX": "on", "SRIOV": "on"}
+    assert "bios.apply_configuration(95), bios.apply_configuration(94)" in _plan_event(
+        client, node["uuid"]
+    )
+
+
+def test_validation_checks_every_template_the_node_s_traits_enable(sqlite_stack: Stack) -> None:
+    """Seed 001: not only the requested templates; any the node's traits could select."""
+    client = sqlite_stack.client
+    _template(client, "CUSTOM_RAID1", RAID1_STEP)
+    _template(client, "CUSTOM_BIOS_VMX_ON", VMX_ON)
+    node = make_available(client, raid_interface="no-raid")
+    response = client.put(
+        f"/v1/nodes/{node['uuid']}/traits",
+        json={"traits": ["CUSTOM_RAID1", "CUSTOM_BIOS_VMX_ON"]},
+        headers=LATEST,
+    )
+    assert response.status_code == 204, response.text
+    _request_traits(client, node, "CUSTOM_BIOS_VMX_ON")  # RAID is not requested
+    validated = client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()
+    assert validated["deploy"]["result"] is False
+    assert "deploy template CUSTOM_RAID1" in validated["deploy"]["reason"]
+    assert "raid.apply_configuration" in validated["deploy"]["reason"]
+    # Without that trait the node validates again.
+    removed = client.delete(f"/v1/nodes/{node['uuid']}/traits/CUSTOM_RAID1", headers=LATEST)
+    assert removed.status_code == 204
+    validated = client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()
+    assert validated["deploy"] == {"result": True}
+
+
 def test_two_templates_and_user_steps_contribute_in_documented_order(stack: Stack) -> None:
     client = stack.client
     _template(client, "CUSTOM_RAID1", RAID1_STEP)

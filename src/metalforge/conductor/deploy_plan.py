@@ -188,3 +188,21 @@ def plan_for_node(
         layers.append([Source("deploy_steps", requested)])
     plan = merge(supported, layers)
     return Plan(plan, [t.label.removeprefix("deploy template ") for t in templates])
+
+
+def check_node_templates(
+    session: Session, drivers: DriverRegistry, node: Node, overrides: Mapping[str, int]
+) -> None:
+    """Every template the node's own traits enable must be runnable on the node (seed 001).
+
+    Not only the ones a deployment requests now: a template a flavor may ask
+    for later should fail validation today, when the operator can fix it.
+    Each template is checked on its own, as any one of them may be requested
+    without the others. Raises ``PlanError`` naming the template and step.
+    """
+    templates = template_sources(session, sorted(node_traits(session, node)))
+    if not templates:
+        return
+    supported = steps.supported_steps(drivers, node, "deploy", overrides)
+    for template in templates:
+        merge(supported, [[template]])

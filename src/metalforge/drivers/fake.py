@@ -247,6 +247,21 @@ _RAID_ARGS = {
 }
 
 
+_RAID_DEPLOY_ARGS = {
+    **_RAID_ARGS,
+    "logical_disks": {
+        "description": "The logical disks to build, as in target_raid_config "
+        "(default: the node's target_raid_config).",
+        "required": False,
+    },
+    "delete_configuration": {
+        "description": "With logical_disks: remove the current logical disks first "
+        "(default false).",
+        "required": False,
+    },
+}
+
+
 class FakeRaid(FakeMixin, RaidInterface):
     def _create(
         self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
@@ -269,16 +284,61 @@ class FakeRaid(FakeMixin, RaidInterface):
         task.node.raid_config = {"logical_disks": disks, "last_updated": utcnow().isoformat()}
 
     @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False, asynchronous=True)
-    @deploy_step(priority=0, argsinfo=_RAID_ARGS, asynchronous=True)
+    @deploy_step(priority=0, argsinfo=_RAID_DEPLOY_ARGS, asynchronous=True)
     def create_configuration(
-        self, task: DriverTask, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+        self,
+        task: DriverTask,
+        create_root_volume: bool = True,
+        create_nonroot_volumes: bool = True,
+        logical_disks: list[dict[str, Any]] | None = None,
+        delete_configuration: bool = False,
     ) -> None:
-        """Apply ``target_raid_config`` to ``raid_config``.
+        """Apply ``target_raid_config`` (or the ``logical_disks`` given) to ``raid_config``.
 
         Asynchronous and not abortable, like a RAID job on a real controller:
         the node waits in ``clean wait``, and an abort takes effect after it.
+        As a deploy step it also takes the disks with it, as a deploy template
+        carries them (``logical_disks``, and ``delete_configuration`` to drop
+        the current ones first).
         """
+        if logical_disks is None:
+            if delete_configuration is not False:
+                raise StepFailed("delete_configuration needs logical_disks given with the step")
+            self._create(task, create_root_volume, create_nonroot_volumes)
+            return
+        self._apply_given(
+            task,
+            {"logical_disks": logical_disks},
+            delete_existing=delete_configuration,
+            create_root_volume=create_root_volume,
+            create_nonroot_volumes=create_nonroot_volumes,
+        )
+
+    def _apply_given(
+        self,
+        task: DriverTask,
+        raid_config: Any,
+        *,
+        delete_existing: Any,
+        create_root_volume: bool = True,
+        create_nonroot_volumes: bool = True,
+    ) -> None:
+        """Build a RAID configuration given with the step; it becomes the target too."""
+        if not isinstance(delete_existing, bool):
+            raise StepFailed(f"invalid argument delete_existing: {delete_existing!r}")
+        if not isinstance(raid_config, dict):
+            raise StepFailed(f"invalid argument raid_config: {raid_config!r} is not an object")
+        try:
+            check_target_raid_config(raid_config)
+        except InvalidRaidConfig as exc:
+            raise StepFailed(f"invalid argument raid_config: {exc}") from None
+        kept = [] if delete_existing else list(task.node.raid_config.get("logical_disks", []))
+        task.node.target_raid_config = raid_config
         self._create(task, create_root_volume, create_nonroot_volumes)
+        task.node.raid_config = {
+            **task.node.raid_config,
+            "logical_disks": kept + task.node.raid_config["logical_disks"],
+        }
 
     @clean_step(priority=0, requires_ramdisk=False)
     @deploy_step(priority=0)
@@ -309,21 +369,7 @@ class FakeRaid(FakeMixin, RaidInterface):
         template can carry it; it also becomes the node's ``target_raid_config``
         so the node shows what was asked for.
         """
-        if not isinstance(delete_existing, bool):
-            raise StepFailed(f"invalid argument delete_existing: {delete_existing!r}")
-        if not isinstance(raid_config, dict):
-            raise StepFailed(f"invalid argument raid_config: {raid_config!r} is not an object")
-        try:
-            check_target_raid_config(raid_config)
-        except InvalidRaidConfig as exc:
-            raise StepFailed(f"invalid argument raid_config: {exc}") from None
-        kept = [] if delete_existing else list(task.node.raid_config.get("logical_disks", []))
-        task.node.target_raid_config = raid_config
-        self._create(task)
-        task.node.raid_config = {
-            **task.node.raid_config,
-            "logical_disks": kept + task.node.raid_config["logical_disks"],
-        }
+        self._apply_given(task, raid_config, delete_existing=delete_existing)
 
 
 class FakeBios(FakeMixin, BiosInterface):

@@ -15,6 +15,7 @@ import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -99,24 +100,29 @@ def find_template(session: Session, ident: str) -> DeployTemplate:
 
 
 def _check(body: DeployTemplateCreate) -> list[DeployTemplateStep]:
-    """Rules beyond the schema: a trait name, each (interface, step) once; the rows to store."""
+    """Rules beyond the schema: a trait name, no step twice with the same arguments; the rows.
+
+    A step may repeat with other arguments (seed 001: partitioning several
+    disks, say), which Ironic refuses; the same step with the same arguments
+    twice is an operator's slip, refused.
+    """
     if not is_valid_trait(body.name):
         raise bad_request(
             f"Invalid deploy template name {body.name!r}: it must be a valid trait name "
             "(a standard trait or ^CUSTOM_[A-Z0-9_]+$, at most 255 characters)"
         )
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, bytes]] = set()
     duplicates: list[str] = []
     for step in body.steps:
-        key = (step.interface, step.step)
+        key = (step.interface, step.step, orjson.dumps(step.args, option=orjson.OPT_SORT_KEYS))
         if key in seen:
             duplicates.append(f"{step.interface}.{step.step}")
         seen.add(key)
     if duplicates:
         raise bad_request(
             f"Duplicate deploy steps in deploy template {body.name}: "
-            f"{', '.join(sorted(set(duplicates)))}. A template may name each step once; "
-            "to repeat a step, put it in another template or in the request's deploy_steps."
+            f"{', '.join(sorted(set(duplicates)))} with the same arguments. A step may "
+            "repeat in a template only with other arguments."
         )
     return [
         DeployTemplateStep(

@@ -598,8 +598,10 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
             try:
                 iface.validate(task)
                 if family == "deploy":
-                    # The deployment this node would run: its traits and templates.
+                    # The deployment this node would run: its traits and templates,
+                    # and every template its traits could select later.
                     deploy_plan.plan_for_node(session, svc.drivers, node, deploy_overrides)
+                    deploy_plan.check_node_templates(session, svc.drivers, node, deploy_overrides)
                 result[family] = {"result": True}
             except (DriverError, steps.StepRequestError) as exc:
                 result[family] = {"result": False, "reason": str(exc)}
