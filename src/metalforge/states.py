@@ -295,6 +295,17 @@ UPDATE_ALLOWED_STATES: Final = frozenset(
     }
 )
 """States in which a node that has a target may still be patched (Ironic's list)."""
+
+
+def keeps_its_allocation(state: str, target: str | None) -> bool:
+    """Whether a node's allocation may not be removed now (seed 004), maintenance aside.
+
+    Refused for a deployed node (its instance uses it) and while a state
+    transition is under way in a state that allows no update.
+    """
+    return state == ACTIVE or (target is not None and state not in UPDATE_ALLOWED_STATES)
+
+
 DELETE_ALLOWED_STATES: Final = frozenset({ENROLL, MANAGEABLE, ADOPT_FAILED, AVAILABLE})
 """States from which a node may be deleted outside maintenance."""
 LOOKUP_STATES: Final = frozenset(

@@ -6,7 +6,9 @@ import time
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
+from metalforge.db.models import Node
 from tests.support.api import (
     LATEST,
     create_node,
@@ -251,3 +253,52 @@ def test_metalsmith_port_lookup_answers_no_ports(stack: Stack) -> None:
     response = stack.client.get("/v1/ports?binding%3Ahost_id=abc")
     assert response.status_code == 200
     assert response.json() == {"ports": []}
+
+
+def test_seed_004_refusals(stack: Stack) -> None:
+    """The allocation spec's 400s: bad resource class, a filter naming no node, a stray instance."""
+    client = stack.client
+    for bad in ("", "  ", " gold", "gold\n", "g\x07ld", "g" * 81):
+        response = _create(client, resource_class=bad)
+        assert response.status_code == 400, (bad, response.text)
+        assert "resource class" in error_text(response) or "resource_class" in error_text(response)
+    assert client.get("/v1/allocations", headers=LATEST).json()["allocations"] == []
+    listed = client.get("/v1/allocations?resource_class=", headers=LATEST)
+    assert listed.status_code == 400
+    missing = client.get("/v1/allocations?node=no-such-node", headers=LATEST)
+    assert missing.status_code == 400
+    assert "no-such-node could not be found" in error_text(missing)
+    create_node(client, name="stray", instance_uuid="6ad0e9a3-8f6c-4f6c-9f86-0d0d0b6b6a12")
+    stray = client.get("/v1/nodes/stray/allocation", headers=LATEST)
+    assert stray.status_code == 400
+    assert "does not belong to any allocation" in error_text(stray)
+    create_node(client, name="free")
+    assert client.get("/v1/nodes/free/allocation", headers=LATEST).status_code == 404
+
+
+def test_an_allocation_goes_only_when_the_node_allows_updates(stack: Stack) -> None:
+    """Seed 004: 409 for an active node or a state that allows no update; else 204."""
+    client = stack.client
+    make_available(client, name="held", resource_class="seed4")
+    allocation = _allocate(client, resource_class="seed4", name="on-held")
+    assert allocation["state"] == "active", allocation
+
+    def put_node_in(state: str, target: str | None) -> None:
+        # Where a flow would leave it; no work is queued, so it stays there.
+        with stack.db.write() as session:
+            session.execute(
+                update(Node)
+                .where(Node.name == "held")
+                .values(provision_state=state, target_provision_state=target)
+            )
+
+    for state, target in (("active", None), ("deploying", "active"), ("wait call-back", "active")):
+        put_node_in(state, target)
+        refused = client.delete("/v1/allocations/on-held", headers=LATEST)
+        assert refused.status_code == 409, (state, refused.text)
+        removal = [{"op": "remove", "path": "/instance_uuid"}]
+        assert client.patch("/v1/nodes/held", json=removal, headers=LATEST).status_code == 409
+    put_node_in("deploy failed", "active")  # a state that allows updates, target set
+    assert client.delete("/v1/allocations/on-held", headers=LATEST).status_code == 204
+    node = get_node(client, "held")
+    assert (node["instance_uuid"], node["allocation_uuid"]) == (None, None)

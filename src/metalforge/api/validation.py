@@ -1,4 +1,4 @@
-"""Value rules shared by several resources (trait names)."""
+"""Value rules shared by several resources (trait names, resource classes)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def check_trait(name: str) -> str:
             "match ^CUSTOM_[A-Z0-9_]+$ and be at most 255 characters long"
         )
     return name
+
+
+def check_resource_class(value: str) -> str:
+    """A resource class an allocation can match: 1-80 printable characters, no outer spaces.
+
+    Seed 004 makes an invalid one a 400 rather than an allocation that can
+    only fail; an empty one would match no node and hide a client's bug.
+    """
+    if not value or len(value) > 80 or value != value.strip() or not value.isprintable():
+        raise bad_request(
+            f"Invalid resource class {value[:90]!r}: it must be 1 to 80 printable "
+            "characters with no leading or trailing spaces"
+        )
+    return value

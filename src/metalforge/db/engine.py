@@ -178,14 +178,35 @@ class Database:
             with connection.begin():
                 yield connection
 
-    def upgrade(self) -> None:
-        """Bring the schema to the newest migration (idempotent)."""
+    def upgrade(self, revision: str = "head") -> None:
+        """Bring the schema to ``revision``, the newest by default (idempotent).
+
+        On SQLite a migration that alters a table rebuilds it (copy, drop,
+        rename); with foreign keys enforced the drop would fire the ``ON
+        DELETE`` actions of the rows that reference it (a node's ports and
+        history). So, as SQLite's own procedure says, enforcement is off for
+        the upgrade (set outside the transaction, where the pragma works) and
+        every reference is checked before the commit.
+        """
         with self.write_engine.connect() as connection:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "head")
-            connection.commit()
+            raw = connection.connection.driver_connection
+            sqlite = connection.dialect.name == "sqlite"
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+            try:
+                cfg = Config()
+                cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, revision)
+                if sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise RuntimeError(f"the upgrade left broken references: {broken[:5]}")
+                connection.commit()
+            finally:
+                if sqlite:
+                    connection.rollback()
+                    raw.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
 
     def dispose(self) -> None:
         self.write_engine.dispose()

@@ -159,7 +159,13 @@ class Node(TimestampMixin, Base):
     rescue_interface: Mapped[str | None] = mapped_column(String(255))
     storage_interface: Mapped[str | None] = mapped_column(String(255))
     vendor_interface: Mapped[str | None] = mapped_column(String(255))
-    allocation_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    allocation_id: Mapped[int | None] = mapped_column(
+        Integer,
+        ForeignKey(
+            "allocations.id", ondelete="SET NULL", name="fk_nodes_allocation_id", use_alter=True
+        ),
+        index=True,
+    )
     """The allocation holding the node; its UUID is then also the node's ``instance_uuid``."""
 
     traits: Mapped[list[NodeTrait]] = relationship(
@@ -326,7 +332,11 @@ class Allocation(TimestampMixin, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
     name: Mapped[str | None] = mapped_column(String(255), unique=True)
-    node_id: Mapped[int | None] = mapped_column(Integer, unique=True)
+    node_id: Mapped[int | None] = mapped_column(
+        Integer,
+        ForeignKey("nodes.id", ondelete="CASCADE", name="fk_allocations_node_id"),
+        unique=True,
+    )
     resource_class: Mapped[str | None] = mapped_column(String(80))
     candidate_nodes: Mapped[list[str]] = mapped_column(JsonType, nullable=False, default=list)
     state: Mapped[str] = mapped_column(String(15), nullable=False, index=True)

@@ -38,7 +38,7 @@ from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import AllocationCreate, PatchOperation
 from metalforge.api.services import base_url, services
-from metalforge.api.validation import check_trait
+from metalforge.api.validation import check_resource_class, check_trait
 from metalforge.api.versions import Version, request_version
 from metalforge.conductor import allocations, history
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
@@ -171,10 +171,11 @@ def list_allocations(request: Request) -> JSONResponse:
         if (ident := query.get("node")) is not None:
             node = visible_node(request, session, ident, query.version)
             if node is None:
-                raise lookup.node_not_found(ident)
+                # Seed 004: a filter naming no node is a bad request, not a missing page.
+                raise bad_request(f"Node {ident} could not be found.")
             stmt = stmt.where(Allocation.node_id == node.id)
         if (rc := query.get("resource_class")) is not None:
-            stmt = stmt.where(Allocation.resource_class == rc)
+            stmt = stmt.where(Allocation.resource_class == check_resource_class(rc))
         if (state := query.get("state")) is not None:
             if state not in (allocations.ALLOCATING, allocations.ACTIVE, allocations.ERROR):
                 raise bad_request(f"Invalid allocation state: {state}")
@@ -271,6 +272,12 @@ def _allocation_of(session: Session, node: Node) -> Allocation:
     if node.allocation_id is not None:
         allocation = session.get(Allocation, node.allocation_id)
     if allocation is None:
+        if node.instance_uuid is not None:
+            # Seed 004: reserved by hand (PATCH instance_uuid), not through an allocation.
+            raise bad_request(
+                f"Node {node.uuid} has instance_uuid {node.instance_uuid}, which does not "
+                "belong to any allocation."
+            )
         raise _no_allocation(node)
     return allocation
 
@@ -307,6 +314,8 @@ def _check_body(body: AllocationCreate, version: Version) -> tuple[list[str], st
         raise not_acceptable("Field owner is not available before API version 1.60")
     if body.resource_class is None and body.node is None:
         raise bad_request("The resource_class field is mandatory when not backfilling.")
+    if body.resource_class is not None:
+        check_resource_class(body.resource_class)
     if body.name is not None:
         lookup.check_name(body.name)
     traits = list(dict.fromkeys(check_trait(t) for t in body.traits or []))
@@ -534,14 +543,15 @@ def patch_allocation(
 def deallocate(session: Session, allocation: Allocation) -> None:
     """Free the allocation's node and delete the allocation, in the caller's transaction.
 
-    Refused while the node is deployed or moving (the instance is using it)
-    unless it is in maintenance: that is how an operator cleans up by hand.
+    Refused while the node is deployed or in a state that allows no update
+    (seed 004), unless it is in maintenance: that is how an operator cleans
+    up by hand.
     """
     if allocation.node_id is not None:
         node = session.get(Node, allocation.node_id)
         if node is not None:
-            busy = node.provision_state == states.ACTIVE or node.target_provision_state is not None
-            if busy and not node.maintenance:
+            held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
+            if held and not node.maintenance:
                 raise conflict(
                     f"Cannot remove allocation {allocation.uuid} from node {node.uuid} in "
                     f"provision state {node.provision_state}; undeploy the node or set it "

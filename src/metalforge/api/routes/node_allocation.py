@@ -2,9 +2,10 @@
 
 An allocation and its node's ``instance_uuid`` are one fact seen from two
 sides, so removing the ``instance_uuid`` by hand deletes the allocation in
-the same transaction (refused while the node is deployed or moving, unless
-it is in maintenance). Setting ``instance_uuid`` never creates one: a node
-with a different ``instance_uuid`` is refused by the patch rules already.
+the same transaction (refused while the node is deployed or in a state that
+allows no update, unless it is in maintenance). Setting ``instance_uuid``
+never creates one: a node with a different ``instance_uuid`` is refused by
+the patch rules already.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def release_for_patch(session: Session, node: Node, changes: dict[str, Any]) -> 
     """Delete ``node``'s allocation when ``changes`` remove its ``instance_uuid``."""
     if node.allocation_id is None or changes.get("instance_uuid") is not None:
         return
-    busy = node.provision_state == states.ACTIVE or node.target_provision_state is not None
-    if busy and not node.maintenance:
+    held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
+    if held and not node.maintenance:
         raise conflict(
             f"Cannot remove the instance_uuid of node {node.uuid} in provision state "
             f"{node.provision_state}: it belongs to an allocation. Undeploy the node or set "
