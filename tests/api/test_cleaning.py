@@ -260,7 +260,8 @@ class _AgentLaterDeploy(FakeDeploy):
     name = "agent-later"
 
     def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
-        raise StepsNotKnown("the agent has not reported its clean steps yet", retry_after=15)
+        retry = int(task.node.extra.get("retry_after", -1))
+        raise StepsNotKnown("the agent has not reported its clean steps yet", retry_after=retry)
 
 
 def test_catalogue_answers_202_while_steps_are_not_known(sqlite_url: str) -> None:
@@ -276,11 +277,17 @@ def test_catalogue_answers_202_while_steps_are_not_known(sqlite_url: str) -> Non
     app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
     try:
         with TestClient(app) as client:
-            node = _manageable(client, driver="later-hardware")
+            # Seed 002: 202, Retry-Request-After (-1: nobody knows when) and a message.
+            unknown = _manageable(client, driver="later-hardware")
+            response = client.get(f"/v1/nodes/{unknown['uuid']}/cleaning/steps", headers=LATEST)
+            assert response.status_code == 202
+            assert response.headers["Retry-Request-After"] == "-1"
+            assert "not known yet" in response.json()["message"]
+            assert "not reported its clean steps yet" in response.json()["message"]
+            node = _manageable(client, driver="later-hardware", extra={"retry_after": 15})
             response = client.get(f"/v1/nodes/{node['uuid']}/cleaning/steps", headers=LATEST)
             assert response.status_code == 202
             assert response.headers["Retry-Request-After"] == "15"
-            assert response.content == b""
             # The API cannot check steps it cannot list, so it accepts the request;
             # the conductor refuses to plan from a partial list.
             assert _clean(client, node["uuid"], _step("deploy.erase_devices")).status_code == 202

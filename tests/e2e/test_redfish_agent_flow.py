@@ -190,7 +190,7 @@ def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
     _enroll(env, vnode)
     catalogue = env.stack.client.get(f"/v1/nodes/{vnode.name}/cleaning/steps", headers=LATEST)
     assert catalogue.status_code == 202, "no agent has reported its steps yet"
-    assert "Retry-Request-After" in catalogue.headers
+    assert catalogue.headers["Retry-Request-After"] == "-1", "no agent is on its way yet"
 
     # provide: automated cleaning by the agent, on disks full of data.
     _fill_disks(vnode)

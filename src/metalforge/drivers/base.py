@@ -50,10 +50,11 @@ class StepsNotKnown(DriverError):
     An in-band implementation learns its steps from the ramdisk agent, which
     reports them only once it runs on the node. Callers must treat this as
     "later", not as "none": an empty list would make automated cleaning skip
-    steps and manual cleaning refuse valid ones.
+    steps and manual cleaning refuse valid ones. ``retry_after`` is -1 when
+    nobody can tell (no agent is booting: it will only once cleaning starts).
     """
 
-    def __init__(self, message: str, retry_after: int = 10) -> None:
+    def __init__(self, message: str, retry_after: int = -1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 

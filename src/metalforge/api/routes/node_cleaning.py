@@ -9,8 +9,9 @@ the automated plan in its order.
 
 When one of the node's interfaces cannot list its steps yet (an in-band one
 learns them from its ramdisk agent), the answer is 202 with
-``Retry-Request-After``: an incomplete list would read as "this step does
-not exist".
+``Retry-Request-After`` (seconds, or -1 when nobody can tell) and a body
+saying why (seed 002): an incomplete list would read as "this step does not
+exist".
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def list_clean_steps(node_ident: str, request: Request) -> Response:
         except UnknownDriver as exc:
             raise bad_request(str(exc)) from None
         except StepsNotKnown as exc:
-            return Response(
-                status_code=202, headers={"Retry-Request-After": str(max(1, exc.retry_after))}
+            retry = exc.retry_after if exc.retry_after > 0 else -1
+            return JSONResponse(
+                {"message": f"The clean steps of node {node.uuid} are not known yet: {exc}"},
+                status_code=202,
+                headers={"Retry-Request-After": str(retry)},
             )
     if min_priority is not None:
         found = [s for s in found if s.priority >= min_priority]

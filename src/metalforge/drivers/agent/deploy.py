@@ -68,6 +68,10 @@ ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 """Clean steps whose results are erasure records."""
 
 
+AGENT_BOOT_RETRY = 30
+"""Seconds to suggest between catalogue requests while the agent's ramdisk boots."""
+
+
 class AgentDeploy(DeployInterface):
     """Deploy and clean through the ramdisk agent."""
 
@@ -116,11 +120,16 @@ class AgentDeploy(DeployInterface):
         boot_of(task).clean_up_instance(task)
 
     def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
-        cached = task.node.driver_internal_info.get("agent_cached_clean_steps")
+        info = task.node.driver_internal_info
+        cached = info.get("agent_cached_clean_steps")
         if cached is None:
+            booting = info.get("clean_preparing_since") is not None
             raise StepsNotKnown(
                 "the ramdisk agent has not reported its clean steps yet; they are known once "
-                "it has booted on the node (during cleaning)"
+                "it has booted on the node (during cleaning)",
+                # While the ramdisk boots the answer is a boot away; otherwise nobody
+                # knows when an agent will run (seed 002: -1).
+                retry_after=AGENT_BOOT_RETRY if booting else -1,
             )
         return [
             StepDecl(
