@@ -21,6 +21,7 @@ from metalforge.drivers.base import (
     DriverError,
     InspectInterface,
     PowerInterface,
+    RescueInterface,
     StepsNotKnown,
 )
 
@@ -295,11 +296,37 @@ def adopt(task: NodeTask) -> None:
     task.transition(states.DONE, last_error=None)
 
 
+def _rescue_interface(task: NodeTask) -> RescueInterface:
+    iface = task.ctx.drivers.interface(task.node, "rescue")
+    if not isinstance(iface, RescueInterface):
+        raise DriverError(f"the rescue interface {iface.name!r} cannot rescue a node")
+    return iface
+
+
 def rescue(task: NodeTask) -> None:
+    """rescuing: boot the rescue system (the API checked the interface can)."""
+    try:
+        outcome = _rescue_interface(task).rescue(task)
+    except DriverError as exc:
+        message = f"Failed to rescue the node: {exc}"
+        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        return
+    if outcome == "wait":
+        task.transition(states.WAIT, note="waiting for the rescue system")
+        return
+    task.record("rescue", "the node runs its rescue system")
     task.transition(states.DONE, last_error=None)
 
 
 def unrescue(task: NodeTask) -> None:
+    """unrescuing: back to the instance."""
+    try:
+        _rescue_interface(task).unrescue(task)
+    except DriverError as exc:
+        message = f"Failed to unrescue the node: {exc}"
+        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        return
+    task.record("rescue", "the node is back on its instance")
     task.transition(states.DONE, last_error=None)
 
 

@@ -278,13 +278,22 @@ class BiosInterface(Interface):
 
 
 class RescueInterface(Interface):
+    """Boot a deployed node into a rescue system the tenant logs in to, and back.
+
+    ``instance_info.rescue_password`` holds the password the rescue user gets;
+    an implementation consumes it and removes it from the node. The ``no-rescue``
+    implementation is not a ``RescueInterface``: the API refuses rescue for it.
+    """
+
     interface_type = "rescue"
 
     def rescue(self, task: DriverTask) -> StepOutcome:
-        return "done"
+        """Boot the rescue system; ``"wait"`` while it has yet to report."""
+        raise NotImplementedError
 
     def unrescue(self, task: DriverTask) -> None:
         """Return the node to its instance."""
+        raise NotImplementedError
 
 
 class GenericInterface(Interface):

@@ -403,7 +403,36 @@ class FakeBios(FakeMixin, BiosInterface):
 
 
 class FakeRescue(FakeMixin, RescueInterface):
-    pass
+    """Rescue with visible effects: the node powers on into a (pretend) rescue system.
+
+    ``driver_internal_info.fake_rescued_at`` records when, and the rescue
+    password is consumed (removed from ``instance_info``), as a real rescue
+    ramdisk would take it. ``fake_fail_steps`` may name ``rescue.rescue`` or
+    ``rescue.unrescue``.
+    """
+
+    def rescue(self, task: DriverTask) -> StepOutcome:
+        if "rescue.rescue" in _failing(task):
+            raise DriverError("fake-hardware was told to fail rescue.rescue")
+        info = dict(task.node.instance_info)
+        if not info.pop("rescue_password", None):
+            raise DriverError("no rescue_password was given for the rescue user")
+        task.node.instance_info = info
+        task.node.power_state = POWER_ON
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_rescued_at": utcnow().isoformat(),
+        }
+        return "done"
+
+    def unrescue(self, task: DriverTask) -> None:
+        if "rescue.unrescue" in _failing(task):
+            raise DriverError("fake-hardware was told to fail rescue.unrescue")
+        info = dict(task.node.driver_internal_info)
+        info.pop("fake_rescued_at", None)
+        info["fake_unrescued_at"] = utcnow().isoformat()
+        task.node.driver_internal_info = info
+        task.node.power_state = POWER_ON
 
 
 class FakeGeneric(FakeMixin, GenericInterface):

@@ -180,6 +180,19 @@ def _check_provision_body(body: ProvisionRequest, verb: str, version: Version) -
         raise bad_request('"rescue_password" is only valid with the rescue target')
 
 
+def _check_rescue_supported(svc: ApiServices, node: Node) -> None:
+    """Rescue needs a rescue interface that can do it: ``no-rescue`` is refused here."""
+    try:
+        iface = svc.drivers.interface(node, "rescue")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    if not isinstance(iface, drivers_base.RescueInterface):
+        raise bad_request(
+            f"Node {node.uuid} cannot be rescued: its rescue interface is {iface.name!r}. "
+            "Set rescue_interface to one that supports rescue (fake-hardware: 'fake')."
+        )
+
+
 def _canonical_verb(target: str, version: Version) -> str:
     verb = states.VERB_ALIASES.get(target, target)
     if target == "deploy" and version < (1, 73):
@@ -325,6 +338,8 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
                 f'The requested action "{body.target}" can not be performed on node '
                 f'"{node.uuid}" while it is in state "{node.provision_state}".'
             )
+        if verb in (states.RESCUE_VERB, states.UNRESCUE):
+            _check_rescue_supported(svc, node)
         retrying = verb == states.PROVIDE and node.provision_state == states.CLEAN_FAILED
         if (verb == states.CLEAN or retrying) and node.maintenance:
             # As Ironic: a failed clean leaves the node in maintenance, and the
