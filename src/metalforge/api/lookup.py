@@ -77,13 +77,20 @@ def allocation_where(ident: str) -> ColumnElement[bool]:
 
 
 def find_node(session: Session, ident: str, version: Version, *, for_update: bool = False) -> Node:
-    """The node named by UUID or (from 1.5) name; 404 otherwise."""
+    """The node named by UUID or (from 1.5) name; 404 otherwise.
+
+    ``for_update``: under a row lock (PostgreSQL; SQLite's writers take turns
+    anyway), for a read-modify-write: two PATCHes of one node then apply one
+    after the other, each to what the other wrote.
+    """
     if is_uuid(ident):
         query = select(Node).where(Node.uuid == str(uuidlib.UUID(ident)))
     elif version >= (1, 5):
         query = select(Node).where(Node.name == ident)
     else:
         raise node_not_found(ident)
+    if for_update:
+        query = query.with_for_update()
     node = session.scalar(query)
     if node is None:
         raise node_not_found(ident)

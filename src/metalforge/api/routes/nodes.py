@@ -543,7 +543,7 @@ def patch_node(
     _check_patch_paths(patch, version)
     node_fields.authorize_patch(request, patch)
     with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, version)
+        node = lookup.find_node(session, node_ident, version, for_update=True)
         before = _patch_document(node)
         after = apply_patch(before, patch)
         if isinstance(after.get("driver_info"), dict):
@@ -619,11 +619,17 @@ def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
 
 
 def _write_changes(session: Session, node: Node, changes: dict[str, Any], who: str | None) -> None:
+    """Write a PATCH, fenced: compared with the epoch read, which it bumps.
+
+    A writer that read the node before this one committed (and did not wait
+    on its row lock) finds another epoch and answers 409 instead of
+    overwriting what this one wrote.
+    """
     try:
         result = session.execute(
             update(Node)
             .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
-            .values(**changes, updated_at=utcnow())
+            .values(**changes, epoch=Node.epoch + 1, updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
         session.flush()
