@@ -11,6 +11,7 @@ from metalforge import states
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import LockLost, NodeLocked, acquire
 from metalforge.config import ConductorSettings
+from metalforge.db import agent_sessions
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor, Node, NodeHistory, utcnow
 from metalforge.drivers.catalog import HARDWARE_TYPES
@@ -81,6 +82,34 @@ def test_a_conductor_that_lost_its_lock_cannot_write(db: Database) -> None:
     with pytest.raises(LockLost):
         task.save()
     assert _node(db).extra == {"owner": "c2"}
+
+
+def test_a_conductor_that_lost_the_node_cannot_touch_the_agent_session(db: Database) -> None:
+    """The stalled owner must not void the token the new owner's agent holds."""
+    one, two = _context(db, "c1"), _context(db, "c2")
+    stale = acquire(one, 1, "deploy")
+    task = stale.__enter__()
+    task.begin_agent_session()
+    with one.db.write() as session:  # c1 stalls; c2 takes the node over
+        session.execute(
+            update(Conductor)
+            .where(Conductor.hostname == "c1")
+            .values(heartbeat_at=utcnow() - dt.timedelta(minutes=5))
+        )
+    with acquire(two, 1, "takeover") as taken:
+        taken.begin_agent_session()
+        with db.write() as session:
+            token = agent_sessions.issue_token(session, 1)
+        assert token is not None
+        taken.save()
+        with pytest.raises(LockLost):
+            task.end_agent_session()
+        with pytest.raises(LockLost):
+            task.begin_agent_session()
+        with db.read() as session:
+            current = agent_sessions.get(session, 1)
+        assert current is not None
+        assert current.token == token
 
 
 def test_transition_is_fenced_and_recorded(db: Database) -> None:

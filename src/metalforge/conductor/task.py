@@ -94,6 +94,15 @@ LOG = logging.getLogger(__name__)
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
+_FENCE = (
+    select(_NODES.c.id)
+    .where(
+        _NODES.c.id == bindparam("b_id"),
+        _NODES.c.reservation == bindparam("b_host"),
+        _NODES.c.epoch == bindparam("b_epoch"),
+    )
+    .with_for_update()
+)
 _SAVE = update(_NODES).where(
     _NODES.c.id == bindparam("b_id"),
     _NODES.c.reservation == bindparam("b_host"),
@@ -173,11 +182,32 @@ class NodeTask:
         # Written at once, not with the node: the agent may look up before the
         # node's next save, and must then find the new session.
         with self.ctx.db.write() as session:
+            self._fence(session)
             agent_sessions.begin(session, self._node.id)
 
     def end_agent_session(self) -> None:
         with self.ctx.db.write() as session:
+            self._fence(session)
             agent_sessions.end(session, self._node.id)
+
+    def _fence(self, session: Session) -> None:
+        """Hold the node's row until the transaction ends, if this task still owns it.
+
+        Agent-session writes are fenced like node writes: a conductor that
+        lost the node (taken over while it stalled) must not void the token
+        the new owner's agent holds. The row lock keeps a takeover from
+        slipping in between this check and the write.
+        """
+        held = (
+            session.connection()
+            .execute(
+                _FENCE,
+                {"b_id": self._node.id, "b_host": self.ctx.hostname, "b_epoch": self._node.epoch},
+            )
+            .first()
+        )
+        if held is None:
+            raise LockLost(f"lost the reservation of node {self._node.uuid}")
 
     def on_release(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction that releases the reservation."""
