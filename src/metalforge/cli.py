@@ -23,7 +23,7 @@ from metalforge.api.auth.policy import Policy
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.service import ConductorService, HostnameInUse
 from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
@@ -93,6 +93,15 @@ def build_api(
     try:
         return create_app(services)
     except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+
+
+def start_conductor(conductor: ConductorService) -> None:
+    """Start a conductor of this process; it ends the process if its hostname is taken."""
+    conductor.on_hostname_lost = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    try:
+        conductor.start()
+    except HostnameInUse as exc:
         raise StartupError(str(exc)) from exc
 
 
@@ -200,7 +209,7 @@ def cmd_all_in_one(settings: Settings) -> None:
     db.upgrade()
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
-    conductor.start()
+    start_conductor(conductor)
     app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
     _banner(settings)
     try:
@@ -224,7 +233,7 @@ def cmd_conductor(settings: Settings) -> None:
     db = open_database(settings)
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
-    conductor.start()
+    start_conductor(conductor)
     listener = None
     if not db.is_sqlite:
         listener = Listener(settings.database.url, conductor.ctx.waker.notify)

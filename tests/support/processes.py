@@ -149,11 +149,11 @@ class ProcessGroup:
     def _argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "metalforge.cli", "--config", str(self.config), *args]
 
-    def run(self, *args: str, timeout: float = 60.0) -> str:
+    def run(self, *args: str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> str:
         """Run a one-shot command (``db upgrade``) and return its output; fails loudly."""
         result = subprocess.run(
             self._argv(*args),
-            env=self.env,
+            env={**self.env, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 
 from metalforge.db.engine import Database
-from metalforge.db.models import Conductor, utcnow
+from metalforge.db.models import Conductor
 
 POINTS_PER_HOST = 64
 
@@ -64,7 +64,7 @@ class ConductorDirectory:
         now = time.monotonic()
         if self._read_at is not None and now - self._read_at < self._ttl:
             return
-        cutoff = utcnow() - dt.timedelta(seconds=self._dead_after)
+        cutoff = self._db.now() - dt.timedelta(seconds=self._dead_after)
         with self._db.read() as session:
             rows = session.execute(
                 select(Conductor.hostname, Conductor.conductor_group, Conductor.drivers).where(

@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -39,6 +41,11 @@ from metalforge.db.models import Conductor, Node, UTCDateTime, WorkItem, utcnow
 from metalforge.redaction import scrub_message
 
 LOG = logging.getLogger(__name__)
+
+
+class HostnameInUse(RuntimeError):
+    """Another running conductor has this conductor's hostname."""
+
 
 LOCKED_RETRY_DELAY = 0.2
 """Seconds before retrying an item whose node another conductor holds."""
@@ -82,6 +89,10 @@ class ConductorService:
         self._running: set[int] = set()
         """Items this conductor's workers are running: the only leases the heartbeat renews."""
         self._running_lock = threading.Lock()
+        self.run_id = uuid.uuid4().hex
+        """This process's claim on the hostname (see ``register``)."""
+        self.on_hostname_lost: Callable[[], None] = lambda: None
+        """What the process does when another takes its hostname (the CLI ends it)."""
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
@@ -105,18 +116,69 @@ class ConductorService:
         self.ctx.stopping.set()
         self.ctx.waker.notify()
         for thread in self._threads:
-            thread.join(timeout)
+            if thread is not threading.current_thread():
+                thread.join(timeout)
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self.ctx.db.write() as session:
             session.execute(
                 update(Conductor)
-                .where(Conductor.hostname == self.ctx.hostname)
+                .where(Conductor.hostname == self.ctx.hostname, Conductor.run_id == self.run_id)
                 .values(online=False, updated_at=utcnow())
             )
+
+    def _lost_hostname(self) -> None:
+        """Another process registered this hostname: stop working at once.
+
+        Both would otherwise drop each other's reservations and claims; the
+        newer registration wins and this process stops claiming, then asks
+        its owner to end it (``on_hostname_lost``).
+        """
+        LOG.critical(
+            "another conductor registered with hostname %s; this one stops", self.ctx.hostname
+        )
+        self.ctx.stopping.set()
+        self.ctx.waker.notify()
+        self.on_hostname_lost()
         LOG.info("conductor %s stopped", self.ctx.hostname)
 
+    def _name_in_use(self) -> bool:
+        """Whether another running process heartbeats under this conductor's hostname.
+
+        A fresh heartbeat alone does not tell: a previous run that crashed a
+        moment ago left one. A running process writes the next one within
+        ``heartbeat_interval``, so watch for one a little longer than that.
+        """
+
+        def beat() -> tuple[str | None, dt.datetime | None]:
+            with self.ctx.db.read() as session:
+                row = session.execute(
+                    select(Conductor.run_id, Conductor.heartbeat_at).where(
+                        Conductor.hostname == self.ctx.hostname, Conductor.online.is_(True)
+                    )
+                ).first()
+            return (row.run_id, row.heartbeat_at) if row is not None else (None, None)
+
+        first = beat()
+        if first[1] is None or self.ctx.db.now() - first[1] > self.ctx.dead_after:
+            return False
+        deadline = time.monotonic() + 2 * self.ctx.settings.heartbeat_interval + 1.0
+        while time.monotonic() < deadline:
+            time.sleep(min(0.2, self.ctx.settings.heartbeat_interval / 4))
+            if beat() != first:
+                return True
+        return False
+
     def register(self) -> None:
-        """Upsert this conductor's row and drop reservations a previous run of it left."""
+        """Upsert this conductor's row and drop reservations a previous run of it left.
+
+        Refuses (``HostnameInUse``) while another process runs under the same
+        hostname: they would drop each other's reservations and claims.
+        """
+        if self._name_in_use():
+            raise HostnameInUse(
+                f"another conductor is running with hostname {self.ctx.hostname!r}; give "
+                "each conductor its own conductor.hostname"
+            )
         drivers = sorted(self.ctx.drivers.types)
         with self.ctx.db.write() as session:
             row = session.scalar(select(Conductor).where(Conductor.hostname == self.ctx.hostname))
@@ -127,14 +189,16 @@ class ConductorService:
                         drivers=drivers,
                         conductor_group=self.ctx.settings.conductor_group,
                         online=True,
-                        heartbeat_at=utcnow(),
+                        heartbeat_at=self.ctx.db.now(),
+                        run_id=self.run_id,
                     )
                 )
             else:
                 row.drivers = drivers
                 row.conductor_group = self.ctx.settings.conductor_group
                 row.online = True
-                row.heartbeat_at = utcnow()
+                row.heartbeat_at = self.ctx.db.now()
+                row.run_id = self.run_id
             session.execute(
                 update(Node).where(Node.reservation == self.ctx.hostname).values(reservation=None)
             )
@@ -165,11 +229,14 @@ class ConductorService:
 
     def heartbeat(self) -> None:
         with self.ctx.db.write() as session:
-            session.execute(
+            result = session.execute(
                 update(Conductor)
-                .where(Conductor.hostname == self.ctx.hostname)
-                .values(heartbeat_at=utcnow(), online=True)
+                .where(Conductor.hostname == self.ctx.hostname, Conductor.run_id == self.run_id)
+                .values(heartbeat_at=self.ctx.db.now(), online=True)
             )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                self._lost_hostname()
+                return
             with self._running_lock:
                 running = list(self._running)
             queue.renew(session, self.ctx.hostname, self._lease, running)
@@ -242,7 +309,7 @@ class ConductorService:
             with self.ctx.db.write() as session:
                 live = list(
                     session.connection().scalars(
-                        _LIVE_CONDUCTORS, {"b_cutoff": utcnow() - self.ctx.dead_after}
+                        _LIVE_CONDUCTORS, {"b_cutoff": self.ctx.db.now() - self.ctx.dead_after}
                     )
                 )
                 items = queue.claim(

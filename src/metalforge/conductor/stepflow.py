@@ -22,7 +22,6 @@ from metalforge import states
 from metalforge.conductor import history, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
-from metalforge.db.models import utcnow
 from metalforge.drivers.base import DriverError
 
 FlowKind = Literal["clean", "deploy", "service"]
@@ -81,7 +80,7 @@ def clear_plan(task: NodeTask, kind: FlowKind) -> None:
 def schedule_poll(task: NodeTask, delay: float) -> None:
     """Check on the node again in ``delay`` seconds (queued when the lock is released)."""
     node_id = task.node.id
-    when = utcnow() + dt.timedelta(seconds=delay)
+    when = task.ctx.db.now() + dt.timedelta(seconds=delay)
     task.on_release(
         lambda session: queue.enqueue(
             session,

@@ -112,7 +112,7 @@ _SAVE = update(_NODES).where(
 
 def dead_conductors(ctx: ConductorContext) -> Any:
     """Subquery: hostnames of conductors that stopped heartbeating or went offline."""
-    cutoff = utcnow() - ctx.dead_after
+    cutoff = ctx.db.now() - ctx.dead_after
     return select(Conductor.hostname).where(
         or_(Conductor.heartbeat_at < cutoff, Conductor.online.is_(False))
     )
@@ -404,7 +404,7 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any
     if row is None:
         raise NodeGone(str(node_id))
     result = connection.execute(
-        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": utcnow() - ctx.dead_after}
+        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": ctx.db.now() - ctx.dead_after}
     )
     if result.rowcount != 1:
         raise NodeLocked(row.uuid, row.reservation)

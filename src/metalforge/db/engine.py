@@ -9,10 +9,11 @@ locked". ``Database.write()`` therefore begins immediately while
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from metalforge.db.clock import DatabaseClock
+from metalforge.db.models import utcnow
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -99,6 +103,12 @@ def _sqlite_engine(url: str, begin: str) -> Engine:
     return engine
 
 
+def now_for(session: Session) -> dt.datetime:
+    """The database's time for code that holds only a session (see ``db.clock``)."""
+    clock = session.info.get("clock")
+    return clock.now() if isinstance(clock, DatabaseClock) else dt.datetime.now(dt.UTC)
+
+
 def _private_file(path: Path) -> None:
     """Create the SQLite file (and its directory) readable by this user only.
 
@@ -118,7 +128,14 @@ def _private_file(path: Path) -> None:
 class Database:
     """The process's way into the database: one per service, passed down."""
 
-    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 20,
+        local_clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        """``local_clock``: this host's UTC clock (tests run hosts whose clock is off)."""
         parsed = make_url(url)
         self.url = url
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -136,9 +153,21 @@ class Database:
                 **JSON_CODEC,
             )
             self.read_engine = self.write_engine
-        self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self.clock = DatabaseClock(self, local_clock)
+        """The time hosts compare (heartbeats, leases): see ``db.clock``."""
+        # Sessions carry the clock, so code given only a session (the work
+        # queue) stamps what other hosts compare with the database's time.
+        self._write = sessionmaker(
+            self.write_engine, expire_on_commit=False, info={"clock": self.clock}
+        )
         self._write_mutex = threading.Lock() if self.is_sqlite else None
-        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+        self._read = sessionmaker(
+            self.read_engine, expire_on_commit=False, info={"clock": self.clock}
+        )
+
+    def now(self) -> dt.datetime:
+        """Aware UTC on the database's clock."""
+        return self.clock.now()
 
     @contextmanager
     def write(self) -> Iterator[Session]:

@@ -222,6 +222,8 @@ class Conductor(TimestampMixin, Base):
     drivers: Mapped[list[str]] = mapped_column(JsonType, nullable=False, default=list)
     online: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    """The running process that holds the hostname: two processes never share one."""
 
 
 class WorkItem(Base):

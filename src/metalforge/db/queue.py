@@ -44,8 +44,8 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from metalforge.db.engine import UnreadableJson, decode_json
-from metalforge.db.models import Node, UTCDateTime, WorkItem, utcnow
+from metalforge.db.engine import UnreadableJson, decode_json, now_for
+from metalforge.db.models import Node, UTCDateTime, WorkItem
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -112,7 +112,7 @@ def enqueue(
     one: its ``not_before`` moves earlier if this one is due sooner. Handlers
     are level-triggered, so one pending item per key is enough.
     """
-    now = utcnow()
+    now = now_for(session)
     values = {
         "kind": kind,
         "node_id": node_id,
@@ -220,7 +220,7 @@ def claim(
     node reservations may be taken as soon as it is known dead. ``owner``'s
     own items are never reclaimed here: they are still running in its workers.
     """
-    now = utcnow()
+    now = now_for(session)
     params: dict[str, Any] = {
         "b_now": now,
         "b_owner": owner,
@@ -253,14 +253,14 @@ def renew(session: Session, owner: str, lease: dt.timedelta, item_ids: Iterable[
     result = session.execute(
         update(WorkItem)
         .where(WorkItem.state == CLAIMED, WorkItem.lease_owner == owner, WorkItem.id.in_(ids))
-        .values(lease_expires_at=utcnow() + lease)
+        .values(lease_expires_at=now_for(session) + lease)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def finish(session: Session, item_id: int, owner: str, *, error: str | None = None) -> bool:
     """Mark an item done (or failed with ``error``) if ``owner`` still holds it."""
-    now = utcnow()
+    now = now_for(session)
     connection = session.connection()
     # Read under a row lock (PostgreSQL), so a duplicate arriving now waits and
     # its ``rerun`` flag is not lost.
@@ -316,7 +316,7 @@ def retry(
         "state": PENDING,
         "lease_owner": None,
         "lease_expires_at": None,
-        "not_before": utcnow() + dt.timedelta(seconds=delay),
+        "not_before": now_for(session) + dt.timedelta(seconds=delay),
     }
     if not count:
         values["attempts"] = _ITEMS.c.attempts - 1
@@ -333,7 +333,7 @@ def retry(
 
 def bury(session: Session, item_id: int, owner: str, reason: str) -> bool:
     """Dead-letter an item ``owner`` holds: it is kept with ``reason`` and never claimed."""
-    now = utcnow()
+    now = now_for(session)
     result = session.connection().execute(
         update(_ITEMS)
         .where(_ITEMS.c.id == item_id, _ITEMS.c.state == CLAIMED, _ITEMS.c.lease_owner == owner)
@@ -404,7 +404,7 @@ def replay(session: Session, item_id: int) -> bool:
             state=PENDING,
             attempts=0,
             failures=0,
-            not_before=utcnow(),
+            not_before=now_for(session),
             finished_at=None,
         )
     )
@@ -420,7 +420,7 @@ def purge_finished(session: Session, older_than: dt.timedelta) -> int:
     """Delete finished items older than ``older_than``; the history keeps what matters."""
     result = session.execute(
         delete(WorkItem).where(
-            WorkItem.state.in_([DONE, FAILED]), WorkItem.finished_at < utcnow() - older_than
+            WorkItem.state.in_([DONE, FAILED]), WorkItem.finished_at < now_for(session) - older_than
         )
     )
     return int(result.rowcount)  # type: ignore[attr-defined]

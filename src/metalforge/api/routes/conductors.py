@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,7 +16,7 @@ from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
-from metalforge.db.models import Conductor, utcnow
+from metalforge.db.models import Conductor
 
 router = APIRouter(tags=["conductors"])
 
@@ -33,9 +34,10 @@ SHORT = ["hostname", "conductor_group", "alive"]
 
 
 def conductor_view(
-    row: Conductor, base: str, wanted: list[str], dead_after: float
+    row: Conductor, base: str, wanted: list[str], dead_after: float, now: dt.datetime
 ) -> dict[str, Any]:
-    alive = row.online and (utcnow() - row.heartbeat_at).total_seconds() < dead_after
+    """``now`` on the database's clock, the one heartbeats are written with."""
+    alive = row.online and (now - row.heartbeat_at).total_seconds() < dead_after
     full = {
         "hostname": row.hostname,
         "conductor_group": row.conductor_group,
@@ -75,7 +77,7 @@ def list_conductors(request: Request) -> JSONResponse:
     base = base_url(request)
     dead_after = svc.settings.conductor.heartbeat_timeout
     body: dict[str, Any] = {
-        "conductors": [conductor_view(r, base, wanted, dead_after) for r in rows]
+        "conductors": [conductor_view(r, base, wanted, dead_after, svc.db.now()) for r in rows]
     }
     if len(rows) == pg.limit:
         params = {
@@ -103,5 +105,11 @@ def show_conductor(hostname: str, request: Request) -> JSONResponse:
         if row is None:
             raise not_found(f"Conductor {hostname} could not be found.")
         return JSONResponse(
-            conductor_view(row, base_url(request), wanted, svc.settings.conductor.heartbeat_timeout)
+            conductor_view(
+                row,
+                base_url(request),
+                wanted,
+                svc.settings.conductor.heartbeat_timeout,
+                svc.db.now(),
+            )
         )
