@@ -69,6 +69,13 @@ PAUSED_STATES = states.WAIT_STATES | states.HOLD_STATES
 CLEAN_FAMILY = frozenset({states.CLEANING, states.CLEAN_WAIT, states.CLEAN_HOLD})
 MAINTENANCE_BLOCKED = frozenset({states.DEPLOY, states.REBUILD, states.CLEAN})
 """Verbs refused while the node is in maintenance (as Ironic: 400)."""
+
+
+def blocked_by_maintenance(state: str, verb: str) -> bool:
+    """Refused in maintenance: those verbs, and retrying a failed clean with ``provide``."""
+    return verb in MAINTENANCE_BLOCKED or (verb == states.PROVIDE and state == states.CLEAN_FAILED)
+
+
 START_PATHS = {
     states.ENROLL: [],
     states.MANAGEABLE: [states.MANAGE],
@@ -217,9 +224,9 @@ class ProvisionMachine(RuleBasedStateMachine):
             self._send(uuid, any_target, step_list)
             return
         verb = allowed[pick % len(allowed)]
-        if seen.maintenance and verb in MAINTENANCE_BLOCKED:
-            # A failed clean left the node in maintenance, which blocks deploying
-            # and manual cleaning.
+        if seen.maintenance and blocked_by_maintenance(seen.provision_state, verb):
+            # A failed clean left the node in maintenance, which blocks deploying,
+            # manual cleaning and retrying the clean.
             response = self.stack.client.delete(f"/v1/nodes/{uuid}/maintenance", headers=LATEST)
             assert response.status_code == 202, response.text
         self._send(uuid, verb, step_list)
@@ -254,7 +261,7 @@ class ProvisionMachine(RuleBasedStateMachine):
         response = self._put(uuid, body)
         if before.quiet:
             allowed = verb in states.allowed_events(before.provision_state)
-            blocked = before.maintenance and verb in MAINTENANCE_BLOCKED
+            blocked = before.maintenance and blocked_by_maintenance(before.provision_state, verb)
             expected = 202 if allowed and not blocked else 400
             assert response.status_code == expected, (before.provision_state, response.text)
             if expected == 400:
