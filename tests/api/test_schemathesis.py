@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -290,7 +289,6 @@ def test_no_operation_answers_5xx_or_a_foreign_error_format(fuzz_stack: Stack) -
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 30, [op.label for op in operations]
     failures: list[str] = []
-    started = time.monotonic()
     for operation in operations:
 
         @settings(
@@ -319,6 +317,4 @@ def test_no_operation_answers_5xx_or_a_foreign_error_format(fuzz_stack: Stack) -
             fuzz()
         except AssertionError as exc:
             failures.append(f"{operation.label}: {exc}")
-    elapsed = time.monotonic() - started
     assert not failures, "\n".join(failures)
-    assert elapsed < 150, f"fuzzing took {elapsed:.0f}s; lower MAX_EXAMPLES"

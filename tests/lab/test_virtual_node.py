@@ -376,7 +376,6 @@ def test_virtual_media_boot_starts_the_agent_only_with_media(
 
 def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     lab = Lab(lab_config(tmp_path / "lab", "d", nodes=1))
-    started = time.monotonic()
     with lab:
         node = lab.nodes[0]
         assert node.agent is not None
@@ -387,7 +386,6 @@ def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
         assert emulator is not None
         assert emulator.process is not None
         emulator_pid = emulator.process.pid
-    assert time.monotonic() - started < 30
     assert node.network.namespace not in namespaces.namespaces()
     assert not namespaces.exists(node.network.host_veth)
     assert not namespaces.exists(lab.bridge.name)
