@@ -30,7 +30,7 @@ from tests.support.api import (
     version,
     wait_for_state,
 )
-from tests.support.stack import Stack, start_stack
+from tests.support.stack import AdjustableClock, Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
 
 RAID = {
@@ -57,8 +57,8 @@ def configured(db_url: str) -> Iterator[StackFactory]:
     """Start a stack with conductor settings of the test's choosing, on each engine."""
     started: list[Stack] = []
 
-    def start(**conductor: Any) -> Stack:
-        stack = start_stack(stack_settings(db_url, **conductor))
+    def start(clock: AdjustableClock | None = None, **conductor: Any) -> Stack:
+        stack = start_stack(stack_settings(db_url, **conductor), clock=clock)
         started.append(stack)
         return stack
 
@@ -672,12 +672,17 @@ def test_abort_waits_for_a_non_abortable_step(stack: Stack) -> None:
 
 
 def test_waiting_too_long_fails_naming_the_step(configured: StackFactory) -> None:
-    client = configured(clean_callback_timeout=1.0).client
-    node = _manageable(client, name="slow-1", driver_info={"fake_step_delay": 60})
+    """The default half-hour wait, passed at once on the clock every conductor shares."""
+    clock = AdjustableClock()
+    client = configured(clock=clock).client
+    node = _manageable(client, name="slow-1", driver_info={"fake_step_delay": 7200})
     assert _clean(client, "slow-1", _step("deploy.erase_devices")).status_code == 202
     wait_for_state(client, node["uuid"], "clean wait")
+    clock.advance(1799)
+    assert get_node(client, "slow-1")["provision_state"] == "clean wait"
+    clock.advance(2)
     node = wait_for_state(client, "slow-1", "clean failed", timeout=15)
-    assert "timed out" in node["last_error"]
+    assert "timed out after 1800s" in node["last_error"]
     assert "deploy.erase_devices" in node["last_error"]
     assert node["maintenance"] is True
     assert node["fault"] == "clean failure"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from metalforge.cli import (
 from metalforge.conductor.service import ConductorService
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
+from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
 from tests.support.postgres import free_port
 
@@ -59,10 +61,27 @@ class Stack:
         self.db.dispose()
 
 
+class AdjustableClock:
+    """A host clock a test moves forward: timeouts of minutes pass at once."""
+
+    def __init__(self) -> None:
+        self.ahead = dt.timedelta(0)
+
+    def __call__(self) -> dt.datetime:
+        return utcnow() + self.ahead
+
+    def advance(self, seconds: float) -> None:
+        self.ahead += dt.timedelta(seconds=seconds)
+
+
 def start_stack(
-    settings: Settings, *, start_conductor: bool = True, registry: DriverRegistry | None = None
+    settings: Settings,
+    *,
+    start_conductor: bool = True,
+    registry: DriverRegistry | None = None,
+    clock: AdjustableClock | None = None,
 ) -> Stack:
-    db = Database(settings.database.url)
+    db = Database(settings.database.url, local_clock=clock or utcnow)
     db.upgrade()
     registry = registry or build_registry(settings)
     conductor = build_conductor(settings, db, registry)

@@ -8,7 +8,6 @@ twice, or after another conductor crashed half-way, is therefore safe.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 
 from metalforge import states
@@ -83,7 +82,7 @@ def _prepare_cleaning(task: NodeTask) -> bool:
         return True
     task.node.driver_internal_info = {
         **task.node.driver_internal_info,
-        "clean_preparing_since": time.time(),
+        "clean_preparing_since": task.now(),
     }
     stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
     task.transition(states.WAIT, note="waiting for the ramdisk agent to come up")
@@ -99,9 +98,9 @@ def _check_cleaning_prepared(task: NodeTask) -> None:
         stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
         return
     if outcome == "wait":
-        since = float(info.get("clean_preparing_since", time.time()))
+        since = float(info.get("clean_preparing_since", task.now()))
         timeout = task.ctx.settings.clean_callback_timeout
-        if time.time() - since > timeout:
+        if task.now() - since > timeout:
             booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
             stepflow.fail(
                 task,

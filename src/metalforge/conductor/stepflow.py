@@ -14,7 +14,6 @@ check (``poll``) finishes it, or fails it when it has waited too long.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -117,8 +116,8 @@ def _set_index(task: NodeTask, kind: FlowKind, index: int) -> None:
 
 
 def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
-    started = float(task.node.driver_internal_info.get("step_started_at", time.time()))
-    took = time.time() - started
+    started = float(task.node.driver_internal_info.get("step_started_at", task.now()))
+    took = task.now() - started
     task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
 
 
@@ -132,7 +131,7 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         setattr(task.node, f"{kind}_step", step.to_record())
         task.node.driver_internal_info = {
             **task.node.driver_internal_info,
-            "step_started_at": time.time(),
+            "step_started_at": task.now(),
         }
         task.record(
             f"{kind}_step",
@@ -179,7 +178,7 @@ def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         return
     step = plan[index]
     info = task.node.driver_internal_info
-    started = float(info.get("step_started_at", time.time()))
+    started = float(info.get("step_started_at", task.now()))
     # A step that reports progress (an agent that is alive and still working)
     # is timed from its last progress, so a many-hour erase is not cut short.
     last_sign = max(started, float(info.get("step_heartbeat_at", 0)))
@@ -191,7 +190,7 @@ def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         fail(task, kind, f"{kind} step {step.name} failed: {exc}")
         return
     if outcome == "wait":
-        if time.time() - last_sign > timeout:
+        if task.now() - last_sign > timeout:
             fail(
                 task,
                 kind,

@@ -152,6 +152,10 @@ class NodeTask:
     def epoch(self) -> int:
         return self._node.epoch
 
+    def now(self) -> float:
+        """Seconds since the epoch on the database's clock (see ``db.clock``)."""
+        return self.ctx.db.now().timestamp()
+
     def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             return

@@ -75,6 +75,12 @@ class DriverTask(Protocol):
     def settings(self) -> ConductorSettings:
         """The conductor's settings (timeouts the driver honours)."""
 
+    def now(self) -> float:
+        """Seconds since the epoch on the clock every conductor shares (the database's).
+
+        Timeouts are measured with it: the conductor that takes a node over
+        compares with times another one wrote, and tests set it."""
+
     def interface(self, family: str) -> Interface:
         """The node's implementation of another interface family (a deploy boots via boot)."""
 
@@ -114,6 +120,9 @@ class ReadOnlyTask:
     @property
     def settings(self) -> ConductorSettings:
         return self._settings
+
+    def now(self) -> float:
+        return time.time()
 
     def interface(self, family: str) -> Interface:
         raise DriverError(f"a read-only task cannot use the {family} interface")

@@ -40,7 +40,6 @@ steps too, at priority 0, so deploy templates can switch them on; so is
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from metalforge.db.models import utcnow
@@ -103,7 +102,7 @@ class FakeMixin(Interface):
         if decl.asynchronous and step_delay(task) > 0:
             task.node.driver_internal_info = {
                 **task.node.driver_internal_info,
-                "fake_async_done_at": time.time() + step_delay(task),
+                "fake_async_done_at": task.now() + step_delay(task),
             }
             super().run_step(task, method, args)
             return "wait"
@@ -112,7 +111,7 @@ class FakeMixin(Interface):
 
     def check_step(self, task: DriverTask, method: str) -> StepOutcome:
         done_at = float(task.node.driver_internal_info.get("fake_async_done_at", 0))
-        return "done" if time.time() >= done_at else "wait"
+        return "done" if task.now() >= done_at else "wait"
 
     def abort_step(self, task: DriverTask, method: str) -> None:
         info = dict(task.node.driver_internal_info)

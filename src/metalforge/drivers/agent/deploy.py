@@ -233,7 +233,7 @@ class AgentDeploy(DeployInterface):
             check_alive(task, what)
             # Alive and working: the step's wait timeout counts from now (noted
             # every few seconds, not at every poll, to spare the database).
-            now = time.time()
+            now = task.now()
             if now - float(task.node.driver_internal_info.get("step_heartbeat_at", 0)) > 5:
                 set_info(task, step_heartbeat_at=now)
             return "wait"
