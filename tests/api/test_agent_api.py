@@ -90,6 +90,16 @@ def test_a_lookup_below_1_62_leaves_the_token_for_the_agent(idle_stack: Stack) -
     assert len(token) >= 32
 
 
+def test_a_lookup_naming_too_many_addresses_is_a_400(idle_stack: Stack) -> None:
+    _node_in(idle_stack, CLEAN_WAIT)
+    many = ",".join(f"52:54:00:00:{i // 256:02x}:{i % 256:02x}" for i in range(257))
+    response = _lookup(idle_stack.client, f"addresses={many}")
+    assert response.status_code == 400  # type: ignore[attr-defined]
+    assert "at most 256" in error_text(response)
+    fits = ",".join([MAC, *many.split(",")[:255]])
+    assert _lookup(idle_stack.client, f"addresses={fits}").status_code == 200  # type: ignore[attr-defined]
+
+
 def test_no_lookup_for_a_node_no_conductor_booted(idle_stack: Stack) -> None:
     """In a lookup state, but no ramdisk was booted by metalforge: no token for anyone."""
     _node_in(idle_stack, CLEAN_WAIT, booted=False)

@@ -58,9 +58,18 @@ def _lookup_not_found() -> Exception:
     return not_found("Node could not be found.")
 
 
+MAX_LOOKUP_ADDRESSES = 256
+"""MACs one lookup may name: far more NICs than a server has, far fewer than SQL's limits."""
+
+
 def _normalise_macs(raw: str) -> list[str]:
     macs = [part.strip().lower().replace("-", ":") for part in raw.split(",") if part.strip()]
-    return macs
+    if len(macs) > MAX_LOOKUP_ADDRESSES:
+        raise bad_request(
+            f"Too many addresses: {len(macs)}; a lookup may name at most {MAX_LOOKUP_ADDRESSES}"
+        )
+    # Longer than any spelling of a MAC: it cannot match a port, and needs no query.
+    return [mac for mac in macs if len(mac) <= 64]
 
 
 def _find_by_macs(session: Session, macs: list[str]) -> Node | None:
