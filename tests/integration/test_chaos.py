@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid as uuidlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from metalforge.db.models import WorkItem
-from tests.support.fleet import history, provision, step_counts
+from tests.support.fleet import history, pg_database, provision, step_counts, write_config
 from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
@@ -51,35 +50,9 @@ DEPLOY_STEPS = Counter(
 STABLE = {"available", "active", "manageable", "enroll"}
 
 
-def _config(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""\
-log_level = "WARNING"
-
-[database]
-url = "{url}"
-pool_size = 5
-
-[conductor]
-workers = 4
-heartbeat_interval = 0.5
-heartbeat_timeout = 3.0
-lease_seconds = 120.0
-takeover_interval = 1.0
-allocation_takeover_interval = 2.0
-affinity_grace = 1.0
-poll_interval = 0.5
-async_poll_interval = 0.3
-"""
-    )
-    return path
-
-
 @pytest.fixture
 def pg_url(postgres: PostgresCluster) -> str:
-    name = f"mf_chaos_{uuidlib.uuid4().hex[:12]}"
-    postgres.execute(f"CREATE DATABASE {name}")
-    return postgres.url(name)
+    return pg_database(postgres, "chaos")
 
 
 class Killer(threading.Thread):
@@ -162,7 +135,14 @@ def _settled(api: str, timeout: float) -> list[dict[str, Any]]:
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
 def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: Path) -> None:
-    config = _config(tmp_path / "metalforge.toml", pg_url)
+    config = write_config(
+        tmp_path / "metalforge.toml",
+        pg_url,
+        log_level="WARNING",
+        allocation_takeover_interval=2.0,
+        poll_interval=0.5,
+        async_poll_interval=0.3,
+    )
     with ProcessGroup(tmp_path, config) as group:
         group.run("db", "upgrade")
         conductors = {host: group.start_conductor(host) for host in CONDUCTORS}

@@ -13,15 +13,15 @@ steps must be idempotent: the interrupted one runs a second time.
 from __future__ import annotations
 
 import time
-import uuid as uuidlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import fleet
 from tests.support.postgres import PostgresCluster
-from tests.support.processes import HttpError, ProcessGroup, ServiceProcess, http
+from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["conductor-a", "conductor-b"]
 STEP_DELAY = 1.5
@@ -42,75 +42,16 @@ PLAN_NAMES = [f"{s['interface']}.{s['step']}" for s in PLAN]
 RAID = {"logical_disks": [{"raid_level": "1", "size_gb": 100, "is_root_volume": True}]}
 
 
-def _config(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""\
-log_level = "INFO"
-
-[database]
-url = "{url}"
-pool_size = 5
-
-[conductor]
-workers = 4
-heartbeat_interval = 0.5
-heartbeat_timeout = {HEARTBEAT_TIMEOUT}
-lease_seconds = 120
-takeover_interval = 1.0
-affinity_grace = 1.0
-poll_interval = 1.0
-async_poll_interval = 0.5
-"""
-    )
-    return path
-
-
 @pytest.fixture
 def pg_url(postgres: PostgresCluster) -> str:
-    name = f"mf_clean_{uuidlib.uuid4().hex[:12]}"
-    postgres.execute(f"CREATE DATABASE {name}")
-    return postgres.url(name)
-
-
-def _node(api: str, uuid: str) -> dict[str, Any]:
-    node: dict[str, Any] = http("GET", f"{api}/v1/nodes/{uuid}")
-    return node
-
-
-def _history(api: str, uuid: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = http("GET", f"{api}/v1/nodes/{uuid}/history?detail=true")[
-        "history"
-    ]
-    return events
-
-
-def _step_counts(events: list[dict[str, Any]], word: str) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for event in events:
-        name, _, rest = event["event"].partition(" ")
-        if event["event_type"] == "clean_step" and rest.startswith(word):
-            counts[name] += 1
-    return counts
-
-
-def _put(api: str, path: str, body: Any, expect: tuple[int, ...], timeout: float = 10.0) -> None:
-    """A PUT, retried while a conductor briefly holds the node (409)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            http("PUT", f"{api}{path}", body, expect=expect)
-            return
-        except HttpError as exc:
-            if exc.status != 409 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    return fleet.pg_database(postgres, "clean")
 
 
 def _wait_rest(api: str, uuid: str, state: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
-    node = _node(api, uuid)
+    node = fleet.node(api, uuid)
     while time.monotonic() < deadline:
-        node = _node(api, uuid)
+        node = fleet.node(api, uuid)
         if (
             node["provision_state"] == state
             and node["target_provision_state"] is None
@@ -126,22 +67,24 @@ def _wait_for_holder(api: str, uuid: str, timeout: float) -> tuple[str, dict[str
     """The conductor running a synchronous step after two finished ones, and the node then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        node = _node(api, uuid)
+        node = fleet.node(api, uuid)
         if node["provision_state"] == "cleaning" and node["reservation"]:
-            finished = _step_counts(_history(api, uuid), "finished")
+            finished = fleet.step_counts(fleet.history(api, uuid), "clean", "finished")
             if sum(finished.values()) >= 2:
-                node = _node(api, uuid)
+                node = fleet.node(api, uuid)
                 if node["reservation"] and node["provision_state"] == "cleaning":
                     return str(node["reservation"]), node
         time.sleep(0.1)
-    raise AssertionError(f"node {uuid} was never seen reserved mid-clean: {_node(api, uuid)}")
+    raise AssertionError(f"node {uuid} was never seen reserved mid-clean: {fleet.node(api, uuid)}")
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
 def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: Path) -> None:
-    config = _config(tmp_path / "metalforge.toml", pg_url)
+    config = fleet.write_config(
+        tmp_path / "metalforge.toml", pg_url, heartbeat_timeout=HEARTBEAT_TIMEOUT
+    )
     with ProcessGroup(tmp_path, config) as group:
         group.run("db", "upgrade")
         conductors: dict[str, ServiceProcess] = {
@@ -160,7 +103,7 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
             expect=(201,),
         )
         uuid = str(node["uuid"])
-        _put(api, f"/v1/nodes/{uuid}/states/provision", {"target": "manage"}, (202,))
+        fleet.put(api, f"/v1/nodes/{uuid}/states/provision", {"target": "manage"}, (202,))
         _wait_rest(api, uuid, "manageable", timeout=15)
         # Slow steps only now: verifying the node need not wait.
         http(
@@ -168,8 +111,8 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
             f"{api}/v1/nodes/{uuid}",
             [{"op": "add", "path": "/driver_info/fake_step_delay", "value": STEP_DELAY}],
         )
-        _put(api, f"/v1/nodes/{uuid}/states/raid", RAID, (204,))
-        _put(
+        fleet.put(api, f"/v1/nodes/{uuid}/states/raid", RAID, (204,))
+        fleet.put(
             api,
             f"/v1/nodes/{uuid}/states/provision",
             {"target": "clean", "clean_steps": PLAN},
@@ -180,7 +123,7 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         conductors[holder].kill()
         killed_at = time.monotonic()
         interrupted = f"{at_kill['clean_step']['interface']}.{at_kill['clean_step']['step']}"
-        assert _node(api, uuid)["reservation"] == holder, "the kill must land mid-step"
+        assert fleet.node(api, uuid)["reservation"] == holder, "the kill must land mid-step"
 
         final = _wait_rest(api, uuid, "manageable", timeout=45)
         took = time.monotonic() - killed_at
@@ -191,7 +134,7 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         assert final["raid_config"]["logical_disks"][0]["raid_level"] == "1"
         assert final["driver_internal_info"]["bios_settings"] == {"boot_mode": "uefi"}
 
-        events = _history(api, uuid)
+        events = fleet.history(api, uuid)
         print("\n".join(f"{e['conductor']}: {e['event']}" for e in events))
         # Every step finished exactly once, in the order asked for.
         finished_order = [
@@ -206,12 +149,12 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
             if e["event_type"] == "takeover" and holder in e["event"]
         )
         before, after = events[:kill_index], events[kill_index:]
-        done_before = set(_step_counts(before, "finished"))
+        done_before = set(fleet.step_counts(before, "clean", "finished"))
         assert len(done_before) >= 2, before
         # The survivor resumed where the dead conductor was: nothing that had
         # finished started again, and only the interrupted step ran twice.
-        assert not done_before & set(_step_counts(after, "started")), events
-        twice = _step_counts(events, "started") - Counter(PLAN_NAMES)
+        assert not done_before & set(fleet.step_counts(after, "clean", "started")), events
+        twice = fleet.step_counts(events, "clean", "started") - Counter(PLAN_NAMES)
         assert set(twice) <= {interrupted}, (interrupted, twice)
         survivors = {e["conductor"] for e in after if e["conductor"]}
         assert survivors, after

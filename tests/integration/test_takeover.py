@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +27,9 @@ from metalforge.db import queue
 from metalforge.db.engine import Database
 from metalforge.db.models import WorkItem
 from metalforge.db.notify import Listener, Notifier
+from tests.support import fleet
 from tests.support.postgres import PostgresCluster
-from tests.support.processes import HttpError, ProcessGroup, ServiceProcess, http
+from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["conductor-a", "conductor-b", "conductor-c"]
 STEP_DELAY = 1.5
@@ -47,34 +47,9 @@ DEPLOY_STEPS = [
 OTHER_NODES = 5
 
 
-def _config(path: Path, url: str) -> Path:
-    path.write_text(
-        f"""\
-log_level = "INFO"
-
-[database]
-url = "{url}"
-pool_size = 5
-
-[conductor]
-workers = 4
-heartbeat_interval = 0.5
-heartbeat_timeout = {HEARTBEAT_TIMEOUT}
-lease_seconds = {LEASE_SECONDS}
-takeover_interval = 1.0
-affinity_grace = 1.0
-poll_interval = 1.0
-async_poll_interval = 0.5
-"""
-    )
-    return path
-
-
 @pytest.fixture
 def pg_url(postgres: PostgresCluster) -> str:
-    name = f"mf_takeover_{uuidlib.uuid4().hex[:12]}"
-    postgres.execute(f"CREATE DATABASE {name}")
-    return postgres.url(name)
+    return fleet.pg_database(postgres, "takeover")
 
 
 def _create_node(api: str, name: str) -> str:
@@ -94,32 +69,12 @@ def _create_node(api: str, name: str) -> str:
     return str(node["uuid"])
 
 
-def _provision(api: str, uuid: str, target: str, timeout: float = 10.0) -> None:
-    """Request ``target``, retrying while a conductor briefly holds the node (409)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            http(
-                "PUT", f"{api}/v1/nodes/{uuid}/states/provision", {"target": target}, expect=(202,)
-            )
-            return
-        except HttpError as exc:
-            if exc.status != 409 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def _node(api: str, uuid: str) -> dict[str, Any]:
-    node: dict[str, Any] = http("GET", f"{api}/v1/nodes/{uuid}")
-    return node
-
-
 def _wait_all(api: str, uuids: list[str], state: str, timeout: float) -> list[dict[str, Any]]:
     """Until every node rests in ``state`` (no target) with no reservation."""
     deadline = time.monotonic() + timeout
     nodes: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        nodes = [_node(api, u) for u in uuids]
+        nodes = [fleet.node(api, u) for u in uuids]
         if all(
             n["provision_state"] == state
             and n["target_provision_state"] is None
@@ -134,25 +89,6 @@ def _wait_all(api: str, uuids: list[str], state: str, timeout: float) -> list[di
     raise AssertionError(f"not every node reached {state}: {summary}")
 
 
-def _history(api: str, uuid: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = http("GET", f"{api}/v1/nodes/{uuid}/history?detail=true")[
-        "history"
-    ]
-    return events
-
-
-def _step_counts(events: list[dict[str, Any]], word: str) -> Counter[str]:
-    """How often each deploy step logged ``word`` (``started``/``finished``)."""
-    counts: Counter[str] = Counter()
-    for event in events:
-        if event["event_type"] != "deploy_step":
-            continue
-        name, _, rest = event["event"].partition(" ")
-        if rest.startswith(word):
-            counts[name] += 1
-    return counts
-
-
 def _wait_for_holder(api: str, uuid: str, timeout: float) -> str:
     """The conductor holding the node while a synchronous step runs after finished ones.
 
@@ -162,22 +98,27 @@ def _wait_for_holder(api: str, uuid: str, timeout: float) -> str:
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        node = _node(api, uuid)
+        node = fleet.node(api, uuid)
         if node["provision_state"] == "deploying" and node["reservation"]:
-            finished = _step_counts(_history(api, uuid), "finished")
+            finished = fleet.step_counts(fleet.history(api, uuid), "deploy", "finished")
             if sum(finished.values()) >= 2:
-                holder = _node(api, uuid)["reservation"]
+                holder = fleet.node(api, uuid)["reservation"]
                 if holder:
                     return str(holder)
         time.sleep(0.1)
-    raise AssertionError(f"node {uuid} was never seen reserved mid-deploy: {_node(api, uuid)}")
+    raise AssertionError(f"node {uuid} was never seen reserved mid-deploy: {fleet.node(api, uuid)}")
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
 def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
-    config = _config(tmp_path / "metalforge.toml", pg_url)
+    config = fleet.write_config(
+        tmp_path / "metalforge.toml",
+        pg_url,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        lease_seconds=LEASE_SECONDS,
+    )
     with ProcessGroup(tmp_path, config) as group:
         group.run("db", "upgrade")
         conductors: dict[str, ServiceProcess] = {
@@ -197,25 +138,25 @@ def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
         others = [_create_node(a, f"other-{i}") for i in range(OTHER_NODES)]
         every = [main, *others]
         for uuid in every:
-            _provision(a, uuid, "manage")
+            fleet.provision(a, uuid, "manage")
         _wait_all(a, every, "manageable", timeout=15)
         for uuid in every:
-            _provision(a, uuid, "provide")
+            fleet.provision(a, uuid, "provide")
         _wait_all(a, every, "available", timeout=15)
 
         # Deploy through the other API, all at once, and kill whoever holds ``main``.
         started = time.monotonic()
         for uuid in every:
-            _provision(b, uuid, "active")
+            fleet.provision(b, uuid, "active")
         holder = _wait_for_holder(b, main, timeout=20)
         engine = create_engine(pg_url)
         try:
             conductors[holder].kill()
             killed_at = time.monotonic()
-            after_kill = _node(b, main)
+            after_kill = fleet.node(b, main)
             # The kill must land while the node is held: otherwise nothing is tested.
             assert after_kill["reservation"] == holder, after_kill
-            stranded = [u for u in every if _node(b, u)["reservation"] == holder]
+            stranded = [u for u in every if fleet.node(b, u)["reservation"] == holder]
             with engine.connect() as connection:
                 claimed = connection.execute(
                     select(WorkItem.id).where(
@@ -257,9 +198,9 @@ def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
         assert alive == {host: host != holder for host in CONDUCTORS}
 
         for uuid in every:
-            events = _history(a, uuid)
-            finished = _step_counts(events, "finished")
-            started_steps = _step_counts(events, "started")
+            events = fleet.history(a, uuid)
+            finished = fleet.step_counts(events, "deploy", "finished")
+            started_steps = fleet.step_counts(events, "deploy", "started")
             # Each step finished exactly once: none was re-run after it completed.
             assert finished == Counter(DEPLOY_STEPS), (uuid, finished)
             rerun = [name for name, count in started_steps.items() if count > 1]
@@ -277,7 +218,7 @@ def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
                 # The split roles wake each other with LISTEN/NOTIFY on PostgreSQL.
                 assert "listening for work on channel" in conductors[host].log_text()
 
-        main_events = _history(a, main)
+        main_events = fleet.history(a, main)
         print("\n".join(f"{e['conductor']}: {e['event']}" for e in main_events))
         kill_index = next(
             i
@@ -288,14 +229,14 @@ def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
         resumed_by = {e["conductor"] for e in after if e["conductor"]}
         assert resumed_by, main_events
         assert holder not in resumed_by, main_events
-        done_before = set(_step_counts(before, "finished"))
+        done_before = set(fleet.step_counts(before, "deploy", "finished"))
         assert {"deploy.deploy", "deploy.write_image"} <= done_before, before
         # The new owner started where the dead one was: no finished step ran again, and
         # only the step shown running when the conductor died was started twice.
-        assert not done_before & set(_step_counts(after, "started")), main_events
+        assert not done_before & set(fleet.step_counts(after, "deploy", "started")), main_events
         current = after_kill["deploy_step"]
         interrupted = f"{current['interface']}.{current['step']}"
-        twice = _step_counts(main_events, "started") - Counter(DEPLOY_STEPS)
+        twice = fleet.step_counts(main_events, "deploy", "started") - Counter(DEPLOY_STEPS)
         assert set(twice) <= {interrupted}, (interrupted, main_events)
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid as uuidlib
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+from tests.support.postgres import PostgresCluster
 from tests.support.processes import HttpError, http
 
 
@@ -50,3 +53,35 @@ def put(
 
 def provision(api: str, uuid: str, target: str) -> None:
     put(api, f"/v1/nodes/{uuid}/states/provision", {"target": target})
+
+
+def write_config(path: Path, url: str, *, log_level: str = "INFO", **conductor: object) -> Path:
+    """A TOML file for every process of a multi-process test: PostgreSQL and fast conductors.
+
+    ``conductor`` overrides the quick heartbeat and polling the tests share.
+    """
+    settings: dict[str, object] = {
+        "workers": 4,
+        "heartbeat_interval": 0.5,
+        "heartbeat_timeout": 3.0,
+        "lease_seconds": 120.0,
+        "takeover_interval": 1.0,
+        "affinity_grace": 1.0,
+        "poll_interval": 1.0,
+        "async_poll_interval": 0.5,
+        **conductor,
+    }
+    lines = [f'log_level = "{log_level}"', "", "[database]", f'url = "{url}"', "pool_size = 5"]
+    lines += ["", "[conductor]"]
+    for key, value in settings.items():
+        rendered = str(value).lower() if isinstance(value, bool) else repr(value)
+        lines.append(f"{key} = {rendered}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def pg_database(postgres: PostgresCluster, prefix: str) -> str:
+    """A fresh database on the test cluster; its URL."""
+    name = f"mf_{prefix}_{uuidlib.uuid4().hex[:12]}"
+    postgres.execute(f"CREATE DATABASE {name}")
+    return postgres.url(name)

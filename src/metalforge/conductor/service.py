@@ -372,16 +372,20 @@ class ConductorService:
             self._slots.release()
             self.ctx.waker.notify()
 
+    def _retry_failed(self, item: queue.ClaimedItem, failure: str) -> None:
+        """Give the item back counting a failure, after a pause that grows with each (to 64 s)."""
+        with self.ctx.db.write() as session:
+            queue.retry(
+                session,
+                item.id,
+                self.ctx.hostname,
+                float(2 ** min(item.failures + 1, 6)),
+                failure=scrub_message(failure),
+            )
+
     def _let_go(self, item: queue.ClaimedItem, failure: str) -> None:
         try:
-            with self.ctx.db.write() as session:
-                queue.retry(
-                    session,
-                    item.id,
-                    self.ctx.hostname,
-                    float(2 ** min(item.failures + 1, 6)),
-                    failure=scrub_message(failure),
-                )
+            self._retry_failed(item, failure)
         except Exception:
             # The lease is no longer renewed: the item expires and is claimed again.
             LOG.exception("work item %s could not be given back; its lease will expire", item.id)
@@ -469,14 +473,7 @@ class ConductorService:
         except Exception as exc:
             LOG.exception("processing allocation %s failed unexpectedly", allocation_id)
             allocations.let_go(self.ctx, allocation_id)
-            with self.ctx.db.write() as session:
-                queue.retry(
-                    session,
-                    item.id,
-                    self.ctx.hostname,
-                    float(2 ** min(item.failures + 1, 6)),
-                    failure=scrub_message(f"{type(exc).__name__}: {exc}"),
-                )
+            self._retry_failed(item, f"{type(exc).__name__}: {exc}")
             return
         with self.ctx.db.write() as session:
             if done:
