@@ -65,6 +65,17 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
     flows.advance(task)
 
 
+def _fail_request(task: NodeTask, kind: str, message: str) -> None:
+    """What a request that failed unexpectedly leaves: a power change fails alone,
+    a provision request (or abort) fails the node's flow."""
+    if kind == "power":
+        task.node.target_power_state = None
+        task.node.last_error = message
+        task.record("power", message, history.ERROR)
+        return
+    flows.fail_flow(task, message)
+
+
 _LIVE_CONDUCTORS = select(Conductor.__table__.c.hostname).where(
     Conductor.__table__.c.online.is_(True),
     Conductor.__table__.c.heartbeat_at >= bindparam("b_cutoff", type_=UTCDateTime()),
@@ -125,6 +136,7 @@ class ConductorService:
                 .where(Conductor.hostname == self.ctx.hostname, Conductor.run_id == self.run_id)
                 .values(online=False, updated_at=utcnow())
             )
+        LOG.info("conductor %s stopped", self.ctx.hostname)
 
     def _lost_hostname(self) -> None:
         """Another process registered this hostname: stop working at once.
@@ -139,7 +151,6 @@ class ConductorService:
         self.ctx.stopping.set()
         self.ctx.waker.notify()
         self.on_hostname_lost()
-        LOG.info("conductor %s stopped", self.ctx.hostname)
 
     def _name_in_use(self) -> bool:
         """Whether another running process heartbeats under this conductor's hostname.
@@ -451,7 +462,7 @@ class ConductorService:
         try:
             with acquire(self.ctx, item.node_id, item.kind, locked=locked) as task:
                 task.on_release(lambda session: queue.bury(session, item.id, host, message))
-                flows.fail_flow(task, message)
+                _fail_request(task, item.kind, message)
         except NodeLocked:
             with self.ctx.db.write() as session:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
@@ -495,7 +506,7 @@ class ConductorService:
         message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
         if task.released:
             return  # the flow already let go of the node; nothing more to undo here
-        flows.fail_flow(task, message)
+        _fail_request(task, item.kind, message)
 
     # -- takeover --------------------------------------------------------
     def take_over(self) -> int:
