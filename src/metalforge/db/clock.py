@@ -16,29 +16,33 @@ The local source is injectable, so tests can run a host whose clock is off.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from sqlalchemy import text
 
 from metalforge.db.models import utcnow
 
-if TYPE_CHECKING:
-    from metalforge.db.engine import Database
-
 RESYNC_SECONDS = 60.0
 """How often the offset is measured again (clocks drift slowly; a step is caught soon)."""
-
-_DB_NOW = text("SELECT statement_timestamp()")
+RETRY_SECONDS = 5.0
+"""How soon a measurement the database could not answer is tried again."""
+LOG = logging.getLogger(__name__)
 
 
 class DatabaseClock:
-    """``now()``: aware UTC on the database's clock."""
+    """``now()``: aware UTC on the database's clock.
 
-    def __init__(self, db: Database, local: Callable[[], dt.datetime] = utcnow) -> None:
-        self._db = db
+    ``database_time`` asks the database for its time (one round trip); none:
+    the database shares this host's clock (SQLite).
+    """
+
+    def __init__(
+        self,
+        database_time: Callable[[], dt.datetime] | None,
+        local: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self._database_time = database_time
         self._local = local
         self._offset = dt.timedelta(0)
         self._synced_at: float | None = None
@@ -50,21 +54,29 @@ class DatabaseClock:
         return self._offset
 
     def now(self) -> dt.datetime:
-        if not self._db.is_sqlite:
+        if self._database_time is not None:
             synced = self._synced_at
             if synced is None or time.monotonic() - synced > RESYNC_SECONDS:
                 self.sync()
         return self._local() + self._offset
 
     def sync(self) -> None:
-        """Measure the offset now (a no-op on SQLite); keeps the last one if the database fails."""
-        if self._db.is_sqlite:
+        """Measure the offset now (a no-op on SQLite).
+
+        If the database cannot answer, the last offset stands and the next
+        call tries again a few seconds later: telling the time must not fail
+        a step because of a passing database hiccup.
+        """
+        if self._database_time is None:
             return
         with self._lock:
             before = self._local()
-            with self._db.snapshot(single_statement=True) as connection:
-                database = connection.scalar(_DB_NOW)
+            try:
+                database = self._database_time()
+            except Exception:
+                LOG.warning("could not read the database's clock; keeping the last offset")
+                self._synced_at = time.monotonic() - RESYNC_SECONDS + RETRY_SECONDS
+                return
             after = self._local()
-            if isinstance(database, dt.datetime):
-                self._offset = database - (before + (after - before) / 2)
+            self._offset = database - (before + (after - before) / 2)
             self._synced_at = time.monotonic()

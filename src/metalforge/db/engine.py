@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,6 +29,7 @@ from metalforge.db.clock import DatabaseClock
 from metalforge.db.models import utcnow
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_DATABASE_TIME = text("SELECT statement_timestamp()")
 
 
 def _json_dumps(value: Any) -> str:
@@ -153,7 +154,7 @@ class Database:
                 **JSON_CODEC,
             )
             self.read_engine = self.write_engine
-        self.clock = DatabaseClock(self, local_clock)
+        self.clock = DatabaseClock(None if self.is_sqlite else self._database_time, local_clock)
         """The time hosts compare (heartbeats, leases): see ``db.clock``."""
         # Sessions carry the clock, so code given only a session (the work
         # queue) stamps what other hosts compare with the database's time.
@@ -168,6 +169,13 @@ class Database:
     def now(self) -> dt.datetime:
         """Aware UTC on the database's clock."""
         return self.clock.now()
+
+    def _database_time(self) -> dt.datetime:
+        with self.snapshot(single_statement=True) as connection:
+            value = connection.scalar(_DATABASE_TIME)
+        if not isinstance(value, dt.datetime):
+            raise TypeError(f"the database gave {value!r} for its time")
+        return value
 
     @contextmanager
     def write(self) -> Iterator[Session]:
