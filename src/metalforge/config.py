@@ -36,6 +36,8 @@ class UserSettings(BaseModel):
 class ApiSettings(BaseModel):
     """The HTTP API."""
 
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
     host: str = "127.0.0.1"
     """Address to listen on. noauth is refused on anything but loopback."""
     port: int = 6385
@@ -75,8 +77,6 @@ class ApiSettings(BaseModel):
     """PEM private key of ``tls_cert_file``."""
     allow_delete_available: bool = True
     """Whether an ``available`` node may be deleted (Ironic's default: yes)."""
-    workers: int = 1
-    """uvicorn worker processes for the ``api`` role."""
     lock_wait_seconds: float = 3.0
     """How long a request waits for a node a conductor has locked before answering 409."""
     max_request_body_size: int = Field(default=1024 * 1024, ge=1024)
@@ -106,14 +106,19 @@ class ApiSettings(BaseModel):
 class DatabaseSettings(BaseModel):
     """Where the truth lives."""
 
-    url: str = "sqlite:///var/metalforge.sqlite"
-    """SQLAlchemy URL. ``sqlite:///path`` (WAL) or ``postgresql+psycopg://...``."""
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    url: str = ""
+    """SQLAlchemy URL. ``sqlite:///path`` (WAL) or ``postgresql+psycopg://...``;
+    empty: ``metalforge.sqlite`` in ``state_dir``."""
     pool_size: int = 20
     """Connections kept per process (PostgreSQL only)."""
 
 
 class ConductorSettings(BaseModel):
     """The conductor role: claims work, holds node reservations, runs periodic tasks."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
 
     hostname: str = Field(default_factory=socket.gethostname)
     """Name this conductor registers under; must be unique among live conductors."""
@@ -209,6 +214,13 @@ class Settings(BaseSettings):
     """
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     conductor: ConductorSettings = Field(default_factory=ConductorSettings)
+
+    @model_validator(mode="after")
+    def _database_in_state_dir(self) -> Settings:
+        """With no database URL, the embedded SQLite database lives in ``state_dir``."""
+        if not self.database.url:
+            self.database.url = f"sqlite:///{self.state_dir / 'metalforge.sqlite'}"
+        return self
 
     @classmethod
     def settings_customise_sources(

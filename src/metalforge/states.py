@@ -318,10 +318,13 @@ LOOKUP_STATES: Final = frozenset(
         INSPECT_WAIT,
         RESCUING,
         RESCUE_WAIT,
+        SERVICING,
         SERVICE_WAIT,
     }
 )
-"""States in which a ramdisk agent may look its node up."""
+"""States in which a node may be booting the agent; lookups of other nodes get 404."""
+AGENT_WAKE_STATES: Final = frozenset({CLEAN_WAIT, DEPLOY_WAIT, SERVICE_WAIT})
+"""States whose flow continues when the agent reports: a heartbeat queues a check."""
 
 
 def parks(state: str) -> bool:

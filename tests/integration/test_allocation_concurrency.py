@@ -34,9 +34,6 @@ log_level = "WARNING"
 url = "{url}"
 pool_size = 10
 
-[api]
-workers = 1
-
 [conductor]
 workers = 8
 heartbeat_interval = 0.5

@@ -18,6 +18,25 @@ def test_defaults_are_the_embedded_setup() -> None:
     assert settings.conductor.enabled_hardware_types == ["fake-hardware", "ipmi", "redfish"]
 
 
+def test_the_embedded_database_lives_in_the_state_directory(tmp_path: Path) -> None:
+    assert load_settings().database.url == "sqlite:///var/metalforge.sqlite"
+    moved = load_settings(state_dir=tmp_path / "state")
+    assert moved.database.url == f"sqlite:///{tmp_path}/state/metalforge.sqlite"
+    chosen = load_settings(state_dir=tmp_path, database={"url": "sqlite:///elsewhere.db"})
+    assert chosen.database.url == "sqlite:///elsewhere.db"
+
+
+def test_settings_nothing_reads_are_refused(tmp_path: Path) -> None:
+    """``api.workers`` was documented but never read: it is gone, and naming it is an error,
+    as is any mistyped key of a section (it was silently ignored)."""
+    with pytest.raises(ValidationError):
+        load_settings(api={"workers": 4})
+    config = tmp_path / "typo.toml"
+    config.write_text("[conductor]\nheartbeat_intervall = 1.0\n")
+    with pytest.raises(ValidationError, match="heartbeat_intervall"):
+        load_settings(config)
+
+
 def test_file_then_environment_then_arguments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -263,3 +263,12 @@ def test_diagram_shows_every_transition() -> None:
     text = _state_diagram().render()
     for t in states.TRANSITIONS:
         assert f"| {t.source} | {t.event} |" in text
+
+
+def test_the_agent_state_sets_are_one_copy_and_agree() -> None:
+    """Lookups and heartbeats use these sets; a copy of them once drifted (no ``servicing``)."""
+    assert states.AGENT_WAKE_STATES <= states.LOOKUP_STATES
+    assert states.AGENT_WAKE_STATES <= states.WAIT_STATES
+    for busy in (states.CLEANING, states.DEPLOYING, states.SERVICING, states.RESCUING):
+        assert busy in states.LOOKUP_STATES
+    assert not states.LOOKUP_STATES & states.STABLE_STATES

@@ -514,7 +514,7 @@ class ConductorService:
         busy = list(states.BUSY_STATES - states.HOLD_STATES)
         with self.ctx.db.write() as session:
             pending = exists().where(
-                WorkItem.dedupe_key == literal("provision:") + cast(Node.id, String)
+                WorkItem.dedupe_key == literal(queue.PROVISION_KEY_PREFIX) + cast(Node.id, String)
             )
             # SKIP LOCKED: two conductors running this at once split the nodes
             # between them instead of both recording the same takeover.
@@ -528,7 +528,7 @@ class ConductorService:
                 .with_for_update(skip_locked=True, of=Node)
             ).all()
             for node_id, state, target in rows:
-                queue.enqueue(session, "provision", node_id, dedupe_key=f"provision:{node_id}")
+                queue.enqueue_provision(session, node_id)
                 history.record(
                     session,
                     node_id,

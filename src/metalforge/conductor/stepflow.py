@@ -81,13 +81,8 @@ def schedule_poll(task: NodeTask, delay: float) -> None:
     node_id = task.node.id
     when = task.ctx.db.now() + dt.timedelta(seconds=delay)
     task.on_release(
-        lambda session: queue.enqueue(
-            session,
-            "provision",
-            node_id,
-            dedupe_key=f"provision:{node_id}",
-            preferred_owner=task.ctx.hostname,
-            not_before=when,
+        lambda session: queue.enqueue_provision(
+            session, node_id, preferred_owner=task.ctx.hostname, not_before=when
         )
     )
 

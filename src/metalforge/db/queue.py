@@ -411,6 +411,34 @@ def replay(session: Session, item_id: int) -> bool:
     return result.rowcount == 1
 
 
+PROVISION = "provision"
+"""The kind of item that continues a node's provision flow (level-triggered: no payload)."""
+PROVISION_KEY_PREFIX = "provision:"
+"""At most one unfinished provision item per node: its dedupe key is this and the node id."""
+
+
+def provision_key(node_id: int) -> str:
+    return f"{PROVISION_KEY_PREFIX}{node_id}"
+
+
+def enqueue_provision(
+    session: Session,
+    node_id: int,
+    *,
+    preferred_owner: str | None = None,
+    not_before: dt.datetime | None = None,
+) -> None:
+    """Queue (once per node) a look at the node's flow, in the caller's transaction."""
+    enqueue(
+        session,
+        PROVISION,
+        node_id,
+        preferred_owner=preferred_owner,
+        dedupe_key=provision_key(node_id),
+        not_before=not_before,
+    )
+
+
 def has_pending(session: Session, dedupe_key: str) -> bool:
     """Whether an unfinished item carries ``dedupe_key``."""
     return session.scalar(select(WorkItem.id).where(WorkItem.dedupe_key == dedupe_key)) is not None

@@ -34,25 +34,6 @@ from metalforge.redaction import mask_secrets
 
 router = APIRouter(tags=["ramdisk agent"])
 
-LOOKUP_STATES = frozenset(
-    {
-        states.DEPLOYING,
-        states.DEPLOY_WAIT,
-        states.CLEANING,
-        states.CLEAN_WAIT,
-        states.INSPECTING,
-        states.INSPECT_WAIT,
-        states.RESCUING,
-        states.RESCUE_WAIT,
-        states.SERVICING,
-        states.SERVICE_WAIT,
-    }
-)
-"""States in which a node may be booting the agent; lookups of other nodes get 404."""
-
-WAKE_STATES = frozenset({states.CLEAN_WAIT, states.DEPLOY_WAIT, states.SERVICE_WAIT})
-"""States whose flow continues when the agent reports: a heartbeat queues a check."""
-
 
 def _lookup_not_found() -> Exception:
     return not_found("Node could not be found.")
@@ -103,7 +84,7 @@ def lookup_node(
             if found is None:
                 raise _lookup_not_found()
             node = found
-        if node.provision_state not in LOOKUP_STATES:
+        if node.provision_state not in states.LOOKUP_STATES:
             raise _lookup_not_found()
         token: str | None = None
         try:
@@ -215,16 +196,10 @@ def heartbeat(node_ident: str, request: Request, body: HeartbeatBody) -> Respons
             )
         except agent_sessions.HeartbeatRefused as exc:
             raise bad_request(str(exc)) from None
-        woke = row.provision_state in WAKE_STATES
+        woke = row.provision_state in states.AGENT_WAKE_STATES
         if woke:
             owner = svc.preferred_conductor(row.uuid, row.driver, row.conductor_group)
-            queue.enqueue(
-                session,
-                "provision",
-                row.id,
-                preferred_owner=owner,
-                dedupe_key=f"provision:{row.id}",
-            )
+            queue.enqueue_provision(session, row.id, preferred_owner=owner)
     if woke:
         svc.notify()
     return Response(status_code=202)

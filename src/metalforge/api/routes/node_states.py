@@ -118,8 +118,10 @@ def _queue(
     svc: ApiServices, session: Session, node: Node, kind: str, payload: dict[str, Any] | None = None
 ) -> None:
     owner = svc.preferred_conductor(node.uuid, node.driver, node.conductor_group)
-    dedupe = f"provision:{node.id}" if kind == "provision" else None
-    queue.enqueue(session, kind, node.id, payload, preferred_owner=owner, dedupe_key=dedupe)
+    if kind == queue.PROVISION:
+        queue.enqueue_provision(session, node.id, preferred_owner=owner)
+        return
+    queue.enqueue(session, kind, node.id, payload, preferred_owner=owner)
 
 
 def _location(request: Request, node: Node) -> dict[str, str]:
