@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -320,15 +321,13 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    commands = {
+    commands: dict[str, Callable[[Settings], None]] = {
         "all-in-one": cmd_all_in_one,
         "api": cmd_api,
         "conductor": cmd_conductor,
         "db": cmd_db_upgrade,
+        "work": lambda chosen: cmd_work(chosen, args),
     }
-    if args.command == "work":
-        cmd_work(settings, args)
-        return
     commands[args.command](settings)
 
 

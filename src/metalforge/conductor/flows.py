@@ -302,13 +302,17 @@ def _rescue_interface(task: NodeTask) -> RescueInterface:
     return iface
 
 
+def _fail(task: NodeTask, message: str) -> None:
+    """The flow's ``fail`` transition, with ``message`` in history and ``last_error``."""
+    task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+
+
 def rescue(task: NodeTask) -> None:
     """rescuing: boot the rescue system (the API checked the interface can)."""
     try:
         outcome = _rescue_interface(task).rescue(task)
     except DriverError as exc:
-        message = f"Failed to rescue the node: {exc}"
-        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        _fail(task, f"Failed to rescue the node: {exc}")
         return
     if outcome == "wait":
         task.transition(states.WAIT, note="waiting for the rescue system")
@@ -322,8 +326,7 @@ def unrescue(task: NodeTask) -> None:
     try:
         _rescue_interface(task).unrescue(task)
     except DriverError as exc:
-        message = f"Failed to unrescue the node: {exc}"
-        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        _fail(task, f"Failed to unrescue the node: {exc}")
         return
     task.record("rescue", "the node is back on its instance")
     task.transition(states.DONE, last_error=None)
@@ -368,13 +371,6 @@ HANDLERS: dict[str, Handler] = {
 }
 """States in which a conductor has work to do; other states wait for someone else."""
 
-FLOW_OF_WAIT_STATE: dict[str, stepflow.FlowKind] = {
-    states.CLEAN_WAIT: "clean",
-    states.DEPLOY_WAIT: "deploy",
-    states.SERVICE_WAIT: "service",
-}
-
-
 STEP_FLOW_OF_STATE: dict[str, stepflow.FlowKind] = {
     states.CLEANING: "clean",
     states.CLEAN_WAIT: "clean",
@@ -382,6 +378,11 @@ STEP_FLOW_OF_STATE: dict[str, stepflow.FlowKind] = {
     states.DEPLOY_WAIT: "deploy",
     states.SERVICING: "service",
     states.SERVICE_WAIT: "service",
+}
+"""The states of the flows that run a plan of steps (``stepflow``)."""
+
+FLOW_OF_WAIT_STATE: dict[str, stepflow.FlowKind] = {
+    state: kind for state, kind in STEP_FLOW_OF_STATE.items() if state in states.WAIT_STATES
 }
 
 
@@ -399,7 +400,7 @@ def fail_flow(task: NodeTask, message: str) -> None:
     if kind is not None:
         stepflow.fail(task, kind, message)
     elif states.FAIL in states.allowed_events(task.node.provision_state):
-        task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+        _fail(task, message)
     else:
         task.record("error", message, history.ERROR)
         task.node.last_error = message

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import String, bindparam, cast, exists, literal, select, update
+from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.conductor import allocations, flows, history, power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import (
+    LIVE_CONDUCTORS,
     Interrupted,
     LockLost,
     NodeGone,
@@ -34,10 +35,11 @@ from metalforge.conductor.task import (
     acquire,
     dead_conductors,
     drop_leaked_reservations,
+    live_cutoff,
     lock,
 )
 from metalforge.db import queue
-from metalforge.db.models import Conductor, Node, UTCDateTime, WorkItem, utcnow
+from metalforge.db.models import Conductor, Node, WorkItem, utcnow
 from metalforge.redaction import scrub_message
 
 LOG = logging.getLogger(__name__)
@@ -65,6 +67,12 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
     flows.advance(task)
 
 
+def _allocation_id(item: queue.ClaimedItem) -> int | None:
+    """The allocation an ``allocation`` item is for (none in a payload nobody wrote)."""
+    value = item.payload.get("allocation_id")
+    return value if isinstance(value, int) else None
+
+
 def _fail_request(task: NodeTask, kind: str, message: str) -> None:
     """What a request that failed unexpectedly leaves: a power change fails alone,
     a provision request (or abort) fails the node's flow."""
@@ -76,13 +84,8 @@ def _fail_request(task: NodeTask, kind: str, message: str) -> None:
     flows.fail_flow(task, message)
 
 
-_LIVE_CONDUCTORS = select(Conductor.__table__.c.hostname).where(
-    Conductor.__table__.c.online.is_(True),
-    Conductor.__table__.c.heartbeat_at >= bindparam("b_cutoff", type_=UTCDateTime()),
-)
-
 HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
-    "provision": _run_provision,
+    queue.PROVISION: _run_provision,
     "power": _run_power,
     "abort": _run_abort,
 }
@@ -320,7 +323,7 @@ class ConductorService:
             with self.ctx.db.write() as session:
                 live = list(
                     session.connection().scalars(
-                        _LIVE_CONDUCTORS, {"b_cutoff": self.ctx.db.now() - self.ctx.dead_after}
+                        LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(self.ctx)}
                     )
                 )
                 items = queue.claim(
@@ -450,8 +453,8 @@ class ConductorService:
         message = f"Gave up on the {item.kind} request: {reason}"
         LOG.error("work item %s on node id %s: %s", item.id, item.node_id, message)
         if item.kind == allocations.KIND:
-            allocation_id = item.payload.get("allocation_id")
-            if isinstance(allocation_id, int):
+            allocation_id = _allocation_id(item)
+            if allocation_id is not None:
                 allocations.give_up(self.ctx, allocation_id, message)
             self._bury(item, message)
             return
@@ -475,9 +478,9 @@ class ConductorService:
 
     def _run_allocation(self, item: queue.ClaimedItem) -> None:
         """Process an allocation (no node reservation: it takes candidates' as it goes)."""
-        allocation_id = item.payload.get("allocation_id")
-        if not isinstance(allocation_id, int):
-            self._bury(item, f"no allocation id in the request: {allocation_id!r}")
+        allocation_id = _allocation_id(item)
+        if allocation_id is None:
+            self._bury(item, "no allocation id in the request")
             return
         try:
             done = allocations.process(self.ctx, allocation_id, item.attempts)

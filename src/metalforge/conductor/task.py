@@ -21,13 +21,14 @@ of a dict cannot reach), not with deep copies.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import JSON, Table, bindparam, or_, select, update
+from sqlalchemy import JSON, Table, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, transitions
@@ -67,10 +68,12 @@ _COLUMNS = [c.key for c in _NODES.columns if c.key not in ("id", "reservation", 
 _JSON_COLUMNS = frozenset(c.key for c in _NODES.columns if isinstance(c.type, JSON))
 _DUMP_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
-_LIVE = select(Conductor.hostname).where(
+LIVE_CONDUCTORS = select(Conductor.hostname).where(
     Conductor.heartbeat_at >= bindparam("b_cutoff"), Conductor.online.is_(True)
 )
-"""Holders whose reservations stand. Any other holder's is free to take: a dead
+"""Hostnames of live conductors; ``b_cutoff`` is ``live_cutoff(ctx)``.
+
+Holders whose reservations stand. Any other holder's is free to take: a dead
 conductor's, and a holder that is no conductor at all (the API's short
 boot-device reservation, if the API process died during the BMC call)."""
 _READ = select(_NODES).where(_NODES.c.id == bindparam("b_id")).with_for_update()
@@ -80,7 +83,7 @@ _TAKE = (
         _NODES.c.id == bindparam("b_id"),
         or_(
             _NODES.c.reservation.is_(None),
-            _NODES.c.reservation.not_in(_LIVE),
+            _NODES.c.reservation.not_in(LIVE_CONDUCTORS),
         ),
     )
     .values(
@@ -94,27 +97,25 @@ LOG = logging.getLogger(__name__)
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
-_FENCE = (
-    select(_NODES.c.id)
-    .where(
-        _NODES.c.id == bindparam("b_id"),
-        _NODES.c.reservation == bindparam("b_host"),
-        _NODES.c.epoch == bindparam("b_epoch"),
-    )
-    .with_for_update()
-)
-_SAVE = update(_NODES).where(
+_HELD_BY_TASK = and_(
     _NODES.c.id == bindparam("b_id"),
     _NODES.c.reservation == bindparam("b_host"),
     _NODES.c.epoch == bindparam("b_epoch"),
 )
+"""The fencing rule: the node is still this conductor's, at the epoch it took."""
+_FENCE = select(_NODES.c.id).where(_HELD_BY_TASK).with_for_update()
+_SAVE = update(_NODES).where(_HELD_BY_TASK)
+
+
+def live_cutoff(ctx: ConductorContext) -> dt.datetime:
+    """A heartbeat older than this (on the database's clock) is a dead conductor's."""
+    return ctx.db.now() - ctx.dead_after
 
 
 def dead_conductors(ctx: ConductorContext) -> Any:
     """Subquery: hostnames of conductors that stopped heartbeating or went offline."""
-    cutoff = ctx.db.now() - ctx.dead_after
     return select(Conductor.hostname).where(
-        or_(Conductor.heartbeat_at < cutoff, Conductor.online.is_(False))
+        or_(Conductor.heartbeat_at < live_cutoff(ctx), Conductor.online.is_(False))
     )
 
 
@@ -408,7 +409,7 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any
     if row is None:
         raise NodeGone(str(node_id))
     result = connection.execute(
-        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": ctx.db.now() - ctx.dead_after}
+        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": live_cutoff(ctx)}
     )
     if result.rowcount != 1:
         raise NodeLocked(row.uuid, row.reservation)
@@ -489,15 +490,7 @@ def _give_back_bare(task: NodeTask) -> None:
     drop_leaked_reservations(task.ctx)
 
 
-_DROP = (
-    update(_NODES)
-    .where(
-        _NODES.c.id == bindparam("b_id"),
-        _NODES.c.reservation == bindparam("b_host"),
-        _NODES.c.epoch == bindparam("b_epoch"),
-    )
-    .values(reservation=None)
-)
+_DROP = update(_NODES).where(_HELD_BY_TASK).values(reservation=None)
 
 
 def drop_leaked_reservations(ctx: ConductorContext) -> int:

@@ -107,7 +107,7 @@ def _sqlite_engine(url: str, begin: str) -> Engine:
 def now_for(session: Session) -> dt.datetime:
     """The database's time for code that holds only a session (see ``db.clock``)."""
     clock = session.info.get("clock")
-    return clock.now() if isinstance(clock, DatabaseClock) else dt.datetime.now(dt.UTC)
+    return clock.now() if isinstance(clock, DatabaseClock) else utcnow()
 
 
 def _private_file(path: Path) -> None:

@@ -333,18 +333,18 @@ def retry(
 
 def bury(session: Session, item_id: int, owner: str, reason: str) -> bool:
     """Dead-letter an item ``owner`` holds: it is kept with ``reason`` and never claimed."""
-    now = now_for(session)
     result = session.connection().execute(
-        update(_ITEMS)
-        .where(_ITEMS.c.id == item_id, _ITEMS.c.state == CLAIMED, _ITEMS.c.lease_owner == owner)
-        .values(
-            state=DEAD,
-            last_error=reason,
-            dedupe_key=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            finished_at=now,
-        )
+        _UPDATE_HELD,
+        {
+            "b_id": item_id,
+            "b_owner": owner,
+            "state": DEAD,
+            "last_error": reason,
+            "dedupe_key": None,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "finished_at": now_for(session),
+        },
     )
     return result.rowcount == 1
 

@@ -76,8 +76,9 @@ def list_conductors(request: Request) -> JSONResponse:
         rows = list(session.scalars(stmt.limit(pg.limit)))
     base = base_url(request)
     dead_after = svc.settings.conductor.heartbeat_timeout
+    now = svc.db.now()
     body: dict[str, Any] = {
-        "conductors": [conductor_view(r, base, wanted, dead_after, svc.db.now()) for r in rows]
+        "conductors": [conductor_view(r, base, wanted, dead_after, now) for r in rows]
     }
     if len(rows) == pg.limit:
         params = {
