@@ -29,6 +29,7 @@ from tests.support.api import (
     provision,
     version,
     wait_for_state,
+    wait_until,
 )
 from tests.support.stack import AdjustableClock, Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
@@ -127,13 +128,6 @@ def _steps_logged(client: TestClient, ident: str, word: str) -> list[str]:
 
 def _set_raid(client: TestClient, ident: str, config: dict[str, Any]) -> Any:
     return client.put(f"/v1/nodes/{ident}/states/raid", json=config, headers=LATEST)
-
-
-def _wait_until(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 # -- the catalogue -------------------------------------------------------------
@@ -658,7 +652,7 @@ def test_abort_waits_for_a_non_abortable_step(stack: Stack) -> None:
     assert node["clean_step"]["step"] == "create_configuration"
     assert node["clean_step"]["abortable"] is False
     assert provision(client, "after-1", "abort").status_code == 202
-    _wait_until(
+    wait_until(
         "abort_after to be recorded",
         lambda: bool(get_node(client, "after-1")["clean_step"].get("abort_after")),
     )

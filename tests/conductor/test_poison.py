@@ -7,26 +7,32 @@ ours produces today, the way an older release or a bug might have left them.
 
 from __future__ import annotations
 
-import datetime as dt
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import select, update
 
 from metalforge import cli
 from metalforge.conductor import service as service_module
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
-from metalforge.db.models import Allocation, Node, WorkItem, utcnow
+from metalforge.db.models import Allocation, Node, WorkItem
 from metalforge.drivers.base import DriverTask, StepOutcome
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
-from tests.support.api import LATEST, create_node, make_available, provision, wait_for_state
+from tests.support.api import (
+    LATEST,
+    create_node,
+    make_available,
+    provision,
+    wait_for_state,
+    wait_until,
+)
 from tests.support.stack import Stack, start_stack, test_settings
+from tests.support.work_items import insert_raw_item
 
 
 class BuggyDeploy(FakeDeploy):
@@ -41,16 +47,6 @@ class BuggyDeploy(FakeDeploy):
 BUGGY_HARDWARE = HardwareType(
     name="buggy-hardware", supported={**FAKE_HARDWARE.supported, "deploy": (BuggyDeploy,)}
 )
-
-
-def _wait(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -104,35 +100,14 @@ def test_an_unexpected_error_in_a_deploy_step_fails_the_deploy(buggy_stack: Stac
     assert failed["reservation"] is None
 
 
-def _insert_item(stack: Stack, kind: str, node_uuid: str | None, payload: str, **extra: Any) -> int:
-    with stack.db.write() as session:
-        node_id = None
-        if node_uuid is not None:
-            node_id = session.scalar(select(Node.id).where(Node.uuid == node_uuid))
-        values = {
-            "kind": kind,
-            "node": node_id,
-            "payload": payload,
-            "failures": 0,
-            "now": utcnow() - dt.timedelta(seconds=1),
-            **extra,
-        }
-        session.execute(
-            text(
-                "INSERT INTO work_items (kind, node_id, payload, state, attempts, failures, "
-                "rerun, not_before, created_at) VALUES (:kind, :node, :payload, 'pending', 0, "
-                ":failures, false, :now, :now)"
-            ),
-            values,
-        )
-        item_id = session.scalar(select(WorkItem.id).order_by(WorkItem.id.desc()).limit(1))
-    assert item_id is not None
-    buggy_stack_notify(stack)
-    return item_id
-
-
-def buggy_stack_notify(stack: Stack) -> None:
+def _insert_item(
+    stack: Stack, kind: str, node_uuid: str, payload: str, *, failures: int = 0
+) -> int:
+    with stack.db.read() as session:
+        node_id = session.scalar(select(Node.id).where(Node.uuid == node_uuid))
+    item_id = insert_raw_item(stack.db, kind, node_id, payload, failures=failures)
     stack.conductor.ctx.waker.notify()
+    return item_id
 
 
 def _write_config(tmp_path: Path, stack: Stack) -> Path:
@@ -158,16 +133,12 @@ def test_an_unreadable_request_is_dead_lettered_and_others_move(
     )
     wait_for_state(client, healthy["uuid"], "power on", field="power_state")
     node = wait_for_state(client, poisoned["uuid"], "available")
-    _wait(
-        lambda: (
-            "Gave up on the power request"
-            in (
-                client.get(f"/v1/nodes/{poisoned['uuid']}", headers=LATEST).json()["last_error"]
-                or ""
-            )
-        ),
-        "the poisoned node's last_error",
-    )
+
+    def gave_up() -> bool:
+        reply = client.get(f"/v1/nodes/{poisoned['uuid']}", headers=LATEST).json()
+        return "Gave up on the power request" in (reply["last_error"] or "")
+
+    wait_until("the poisoned node's last_error", gave_up)
     assert node["reservation"] is None
     config = _write_config(tmp_path, buggy_stack)
     cli.main(["--config", str(config), "work", "list", "--dead"])
@@ -218,7 +189,7 @@ def test_an_allocation_past_its_failure_budget_ends_in_error(sqlite_url: str) ->
                 row = session.scalar(select(Allocation).where(Allocation.uuid == uuid))
                 return row if row is not None and row.state != "allocating" else None
 
-        ended = _wait(_ended, "the allocation to end")
+        ended = wait_until("the allocation to end", _ended)
         assert ended.state == "error"
         assert "it failed 5 times" in (ended.last_error or "")
     finally:
@@ -244,7 +215,7 @@ def test_a_failed_release_gives_the_reservation_back(
         [item] = [i for i in _items(buggy_stack, node["uuid"]) if i.kind == "power"]
         return item if item.failures == 1 and item.state == queue.PENDING else None
 
-    item = _wait(_given_back, "the power item to come back with one failure")
+    item = wait_until("the power item to come back with one failure", _given_back)
     assert item.last_error
     with buggy_stack.db.read() as session:
         assert session.scalar(select(Node.reservation).where(Node.uuid == node["uuid"])) is None

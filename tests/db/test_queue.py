@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from metalforge.db import queue
 from metalforge.db.engine import Database
-from metalforge.db.models import WorkItem, utcnow
+from metalforge.db.models import WorkItem
+from tests.support.work_items import insert_raw_item
 
 LEASE = dt.timedelta(seconds=30)
 NO_GRACE = dt.timedelta(seconds=0)
@@ -92,25 +93,6 @@ def test_affinity_and_expired_leases(db_url: str) -> None:
     db.dispose()
 
 
-def _insert_raw_payload(db: Database, kind: str, node_id: int, payload_text: str) -> None:
-    """Store a payload exactly as given, the way an older or buggier writer might have."""
-    with db.write() as session:
-        session.execute(
-            text(
-                "INSERT INTO work_items (kind, node_id, payload, state, attempts, failures, "
-                "rerun, not_before, created_at) VALUES (:kind, :node, :payload, 'pending', 0, 0, "
-                ":rerun, :now, :now)"
-            ),
-            {
-                "rerun": False,
-                "kind": kind,
-                "node": node_id,
-                "payload": payload_text,
-                "now": utcnow() - dt.timedelta(seconds=1),
-            },
-        )
-
-
 def test_a_huge_integer_in_a_payload_is_read_back_as_written(db_url: str) -> None:
     db = Database(db_url)
     db.upgrade()
@@ -131,8 +113,8 @@ def test_an_unreadable_payload_is_set_aside_without_failing_the_batch(sqlite_url
     db.upgrade()
     with db.write() as session:
         queue.enqueue(session, "power", 1, {"target": "power on"})
-    _insert_raw_payload(db, "power", 2, '{"target": ' + "[" * 100_000)
-    _insert_raw_payload(db, "power", 3, "[1, 2]")
+    insert_raw_item(db, "power", 2, '{"target": ' + "[" * 100_000)
+    insert_raw_item(db, "power", 3, "[1, 2]")
     with db.write() as session:
         queue.enqueue(session, "power", 4, {"target": "power off"})
     items = {item.node_id: item for item in _claim(db, "c1")}
@@ -186,6 +168,9 @@ def test_dead_letters_are_kept_listed_and_replayable(db_url: str) -> None:
     with db.write() as session:
         assert queue.replay(session, item.id)
         assert not queue.replay(session, item.id)  # no longer dead
+    with db.read() as session:
+        replayed = next(e for e in queue.entries(session, dead=False) if e.id == item.id)
+    assert replayed.reason is None, "a fresh budget carries no old reason"
     [again] = _claim(db, "c2")
     assert (again.id, again.attempts, again.failures) == (item.id, 1, 0)
     db.dispose()

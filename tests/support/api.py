@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -68,6 +69,17 @@ def wait_for_state(
         f"node {ident} did not reach {state}; it is {node[field]} "
         f"(last_error: {node.get('last_error')})"
     )
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Until ``condition()`` is truthy; returns that value (fails naming ``what``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def make_available(client: TestClient, **fields: Any) -> dict[str, Any]:

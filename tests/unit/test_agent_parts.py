@@ -6,11 +6,13 @@ import re
 
 import pytest
 
+from metalforge.db.models import Node
 from metalforge.drivers.agent.client import CommandResult
+from metalforge.drivers.agent.deploy import AGENT_BOOT_RETRY, AgentDeploy
 from metalforge.drivers.agent.erasure import describe, records_from_result
 from metalforge.drivers.agent.image import image_info
 from metalforge.drivers.agent.session import merge_agent_steps
-from metalforge.drivers.base import StepFailed
+from metalforge.drivers.base import ReadOnlyTask, StepFailed, StepsNotKnown
 
 SHA256 = "ab" * 32
 
@@ -126,3 +128,20 @@ def test_command_errors_keep_ipas_details() -> None:
         }
     )
     assert result.error_message() == "Deploy step failed: checksum mismatch"
+
+
+@pytest.mark.parametrize(
+    ("info", "retry_after"),
+    [
+        ({}, -1),  # no agent on its way: nobody can tell when (seed 002)
+        ({"clean_preparing_since": 1.0}, AGENT_BOOT_RETRY),  # the ramdisk boots for cleaning
+    ],
+)
+def test_unknown_clean_steps_suggest_when_to_ask_again(
+    info: dict[str, float], retry_after: int
+) -> None:
+    node = Node(uuid="00000000-0000-0000-0000-000000000001", driver="redfish")
+    node.driver_internal_info = info
+    with pytest.raises(StepsNotKnown) as raised:
+        AgentDeploy().get_clean_steps(ReadOnlyTask(node))
+    assert raised.value.retry_after == retry_after

@@ -392,7 +392,7 @@ def entries(session: Session, *, dead: bool) -> list[QueueEntry]:
 
 
 def replay(session: Session, item_id: int) -> bool:
-    """Queue a dead-lettered item again, with a fresh failure budget.
+    """Queue a dead-lettered item again, with a fresh failure budget (and no old reason).
 
     It gets no dedupe key back: handlers are level-triggered, so running it
     beside a newer item for the same node does no harm.
@@ -404,6 +404,7 @@ def replay(session: Session, item_id: int) -> bool:
             state=PENDING,
             attempts=0,
             failures=0,
+            last_error=None,
             not_before=now_for(session),
             finished_at=None,
         )
