@@ -14,12 +14,13 @@ from metalforge import states
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.service import ConductorService
-from metalforge.conductor.task import NodeLocked, acquire
+from metalforge.conductor.task import acquire
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.errors import NodeLocked
 from tests.support.postgres import PostgresCluster
 
 SKEW = dt.timedelta(minutes=10)

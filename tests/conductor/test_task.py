@@ -9,13 +9,14 @@ from sqlalchemy import update
 
 from metalforge import states
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LockLost, NodeLocked, acquire
+from metalforge.conductor.task import LockLost, acquire
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor, Node, NodeHistory, utcnow
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.errors import NodeLocked
 
 
 def _context(db: Database, host: str) -> ConductorContext:

@@ -19,33 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from metalforge.errors import RequestError
+
 LOG = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    """An error answered to the client with ``status`` and ``message``."""
-
-    def __init__(self, status: int, message: str, *, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, message)
-
-
-def not_found(message: str) -> ApiError:
-    return ApiError(404, message)
-
-
-def conflict(message: str) -> ApiError:
-    return ApiError(409, message)
-
-
-def not_acceptable(message: str) -> ApiError:
-    return ApiError(406, message)
 
 
 def error_body(status: int, message: str) -> bytes:
@@ -107,8 +83,8 @@ def _describe_validation(exc: RequestValidationError) -> str:
 def install(app: FastAPI) -> None:
     """Register handlers so that no error leaves the API in another shape."""
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> Response:
+    @app.exception_handler(RequestError)
+    async def _api_error(request: Request, exc: RequestError) -> Response:
         return error_response(exc.status, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -17,25 +17,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from fastapi import Request
 
-from metalforge.api.errors import ApiError
+from metalforge.errors import NodeLocked
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class NodeLockedError(ApiError):
-    """409: a conductor holds the node's reservation."""
-
-    def __init__(self, node_uuid: str, holder: str | None) -> None:
-        super().__init__(
-            409,
-            f"Node {node_uuid} is locked by host {holder}, please retry "
-            "after the current operation is completed.",
-        )
-
-
 def wait_for_lock(func: Callable[P, R]) -> Callable[P, R]:
-    """Re-run ``func`` while it fails with ``NodeLockedError``, within the configured wait."""
+    """Re-run ``func`` while it fails with ``NodeLocked``, within the configured wait."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -46,7 +35,7 @@ def wait_for_lock(func: Callable[P, R]) -> Callable[P, R]:
         while True:
             try:
                 return func(*args, **kwargs)
-            except NodeLockedError:
+            except NodeLocked:
                 if time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from metalforge.api.errors import ApiError, bad_request, not_found
 from metalforge.api.versions import Version
 from metalforge.db.models import Allocation, Node, Port, node_from_row
+from metalforge.errors import RequestError, bad_request, not_found
 
 _NAME = re.compile(r"^[A-Za-z0-9\-._~]{1,255}$")
 RESERVED_NODE_NAMES = frozenset(
@@ -43,7 +43,7 @@ def check_name(name: str, *, reserved: frozenset[str] = frozenset()) -> None:
         raise bad_request(f"Cannot use reserved name {name}.")
 
 
-def node_not_found(ident: str) -> ApiError:
+def node_not_found(ident: str) -> RequestError:
     return not_found(f"Node {ident} could not be found.")
 
 
@@ -52,7 +52,7 @@ def held_by(project: str) -> ColumnElement[bool]:
     return or_(Node.owner == project, Node.lessee == project)
 
 
-def port_not_found(ident: str) -> ApiError:
+def port_not_found(ident: str) -> RequestError:
     return not_found(f"Port {ident} could not be found.")
 
 
@@ -65,7 +65,7 @@ def port_where(ident: str, version: Version) -> ColumnElement[bool]:
     raise port_not_found(ident)
 
 
-def allocation_not_found(ident: str) -> ApiError:
+def allocation_not_found(ident: str) -> RequestError:
     return not_found(f"Allocation {ident} could not be found.")
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy import Select, and_, literal, or_
 
-from metalforge.api.errors import bad_request, not_acceptable
 from metalforge.api.versions import Version, fmt, request_version
+from metalforge.errors import bad_request, not_acceptable
 
 _TRUE = {"1", "t", "true", "on", "y", "yes"}
 _FALSE = {"0", "f", "false", "off", "n", "no"}

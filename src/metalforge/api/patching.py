@@ -14,8 +14,8 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
-from metalforge.api.errors import bad_request
 from metalforge.api.schemas import PatchOperation
+from metalforge.errors import bad_request
 from metalforge.redaction import MASK, is_secret_key, mask_document
 
 

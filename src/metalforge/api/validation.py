@@ -7,7 +7,7 @@ import re
 
 import os_traits
 
-from metalforge.api.errors import bad_request
+from metalforge.errors import bad_request
 
 _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
 

@@ -30,12 +30,12 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import (
     LockLost,
     NodeGone,
-    NodeLocked,
     acquire,
     dead_conductors,
 )
 from metalforge.db import queue
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, WorkItem, utcnow
+from metalforge.errors import NodeLocked
 
 ALLOCATING = "allocating"
 ACTIVE = "active"

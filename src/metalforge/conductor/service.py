@@ -30,7 +30,6 @@ from metalforge.conductor.task import (
     Interrupted,
     LockLost,
     NodeGone,
-    NodeLocked,
     NodeTask,
     acquire,
     dead_conductors,
@@ -40,6 +39,7 @@ from metalforge.conductor.task import (
 )
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
+from metalforge.errors import NodeLocked
 from metalforge.redaction import scrub_message
 
 LOG = logging.getLogger(__name__)

@@ -37,18 +37,8 @@ from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.models import Conductor, Node, NodeHistory, node_from_row, utcnow
 from metalforge.drivers.base import Interface
+from metalforge.errors import NodeLocked
 from metalforge.redaction import Scrubber
-
-
-class NodeLocked(RuntimeError):
-    """Another live conductor holds the node's reservation."""
-
-    def __init__(self, node_id: int | str, holder: str | None) -> None:
-        super().__init__(
-            f"Node {node_id} is locked by host {holder}, please retry after the "
-            "current operation is completed."
-        )
-        self.holder = holder
 
 
 class NodeGone(LookupError):

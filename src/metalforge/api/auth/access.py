@@ -26,17 +26,17 @@ from metalforge.api import lookup
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
-from metalforge.api.errors import ApiError
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import Allocation, Node, Port
+from metalforge.errors import RequestError
 
 GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
 
 
-def forbidden(rule: str) -> ApiError:
-    return ApiError(403, f"Access was denied to the following resource: {rule}")
+def forbidden(rule: str) -> RequestError:
+    return RequestError(403, f"Access was denied to the following resource: {rule}")
 
 
 def caller_of(request: Request) -> Caller:
@@ -254,7 +254,7 @@ def visible_node(request: Request, session: Session, ident: str, version: Versio
     """
     try:
         node = lookup.find_node(session, ident, version)
-    except ApiError:
+    except RequestError:
         return None
     if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
         return None

@@ -20,9 +20,9 @@ from typing import Any
 from fastapi import Request
 
 from metalforge.api.auth.access import allows, node_access, require
-from metalforge.api.errors import ApiError
 from metalforge.api.params import parse_bool
 from metalforge.api.schemas import PatchOperation
+from metalforge.errors import RequestError
 from metalforge.redaction import is_secret_key
 
 FIELD_RULES: dict[str, str] = {
@@ -79,7 +79,7 @@ def _turns_off(value: Any) -> bool:
     if isinstance(value, str):
         try:
             return parse_bool("automated_clean", value) is False
-        except ApiError:
+        except RequestError:
             return False  # refused later as not a boolean
     return False
 
@@ -119,7 +119,7 @@ def check_bmc_redirect(
         return
     old, new = _address_keys(before), _address_keys(after)
     names = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
-    raise ApiError(
+    raise RequestError(
         403,
         f"Changing {', '.join(names)} of a node with stored credentials needs the "
         f"credentials ({', '.join(sorted(kept))}) given again in the same request.",

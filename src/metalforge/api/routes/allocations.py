@@ -30,9 +30,8 @@ from metalforge.api.auth.access import (
     visible_node,
 )
 from metalforge.api.auth.policy import allocation_target
-from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
 from metalforge.api.links import links
-from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields, keyset, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
@@ -42,6 +41,14 @@ from metalforge.api.validation import check_resource_class, check_trait
 from metalforge.api.versions import Version, request_version
 from metalforge.conductor import allocations, history
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
+from metalforge.errors import (
+    NodeLocked,
+    RequestError,
+    bad_request,
+    conflict,
+    not_acceptable,
+    not_found,
+)
 
 router = APIRouter(tags=["allocations"])
 
@@ -86,12 +93,12 @@ def _gate_read(request: Request) -> None:
 def _gate_write(request: Request) -> None:
     """Below 1.52 writes are 405, checked before the body is read."""
     if request_version(request) < SINCE:
-        raise ApiError(405, _TOO_OLD)
+        raise RequestError(405, _TOO_OLD)
 
 
 def _gate_patch(request: Request) -> None:
     if request_version(request) < PATCH_SINCE:
-        raise ApiError(405, "The API version does not allow updating allocations")
+        raise RequestError(405, "The API version does not allow updating allocations")
 
 
 # -- views ----------------------------------------------------------------------
@@ -263,7 +270,7 @@ def _readable_allocation_of(request: Request, session: Session, node: Node) -> A
     return allocation
 
 
-def _no_allocation(node: Node) -> ApiError:
+def _no_allocation(node: Node) -> RequestError:
     return not_found(f"Node {node.uuid} is not associated with any allocation.")
 
 
@@ -297,7 +304,7 @@ def _resolve_candidates(
     for ident in names:
         try:
             node = lookup.find_node(session, ident, version)
-        except ApiError:
+        except RequestError:
             raise bad_request(f"Candidate node {ident} could not be found.") from None
         if project is not None and project not in (node.owner, node.lessee):
             raise bad_request(f"Candidate node {ident} could not be found.")
@@ -350,7 +357,7 @@ def _backfill(
     if node is None:  # missing or hidden: the request cannot be met as asked
         raise bad_request(f"Node {body.node} could not be found.")
     if node.reservation is not None:
-        raise NodeLockedError(node.uuid, node.reservation)
+        raise NodeLocked(node.uuid, node.reservation)
     if node.provision_state != states.ACTIVE:
         raise bad_request(
             f"Cannot create an allocation with node {node.uuid} in provision state "
@@ -459,7 +466,7 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
         if not owner:
             owner = project
         elif owner != project and not allows(request, CREATE_RESTRICTED):
-            raise ApiError(
+            raise RequestError(
                 403,
                 f"Cannot create allocation with an owner Project ID value {owner} not "
                 f"matching the requester Project ID {project}. Policy {CREATE_RESTRICTED} "
@@ -558,7 +565,7 @@ def deallocate(session: Session, allocation: Allocation) -> None:
                     "into maintenance mode first."
                 )
             if node.reservation is not None:
-                raise NodeLockedError(node.uuid, node.reservation)
+                raise NodeLocked(node.uuid, node.reservation)
             result = session.execute(
                 update(Node)
                 .where(

@@ -11,12 +11,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
 from metalforge.db.models import Conductor
+from metalforge.errors import not_found
 
 router = APIRouter(tags=["conductors"])
 

@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import ApiError, bad_request, conflict, not_found
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page
 from metalforge.api.patching import apply_patch
@@ -34,6 +33,7 @@ from metalforge.api.services import base_url, services
 from metalforge.api.validation import is_valid_trait
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
+from metalforge.errors import RequestError, bad_request, conflict, not_found
 
 router = APIRouter(tags=["deploy templates"])
 
@@ -56,7 +56,7 @@ def _gate_read(request: Request) -> None:
 def _gate_write(request: Request) -> None:
     """Below 1.55 writes are 405 -- checked before the body, as Ironic does."""
     if request_version(request) < SINCE:
-        raise ApiError(405, _TOO_OLD)
+        raise RequestError(405, _TOO_OLD)
 
 
 def step_view(step: DeployTemplateStep) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def _check(body: DeployTemplateCreate) -> list[DeployTemplateStep]:
     ]
 
 
-def _name_taken(name: str) -> ApiError:
+def _name_taken(name: str) -> RequestError:
     return conflict(f"A deploy template with name {name} already exists.")
 
 

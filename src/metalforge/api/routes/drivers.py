@@ -8,13 +8,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import bad_request, not_found
 from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query
 from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version
 from metalforge.db.models import INTERFACES
 from metalforge.drivers.hardware import HardwareType
+from metalforge.errors import bad_request, not_found
 
 router = APIRouter(tags=["drivers"])
 

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.api.errors import conflict
 from metalforge.conductor import allocations
 from metalforge.db.models import Node
+from metalforge.errors import conflict
 
 
 def release_for_patch(session: Session, node: Node, changes: dict[str, Any]) -> None:

@@ -23,12 +23,12 @@ from fastapi.responses import JSONResponse
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import bad_request
 from metalforge.api.params import Query
 from metalforge.api.services import services
 from metalforge.conductor import steps
 from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request
 
 router = APIRouter(tags=["node cleaning"])
 

@@ -21,12 +21,12 @@ from fastapi.responses import JSONResponse
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard, require
-from metalforge.api.errors import bad_request
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
 from metalforge.api.services import services
 from metalforge.conductor import deploy_plan, steps
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request
 from metalforge.redaction import mask_secrets
 
 router = APIRouter(tags=["node deploying"])

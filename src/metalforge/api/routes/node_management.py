@@ -24,13 +24,12 @@ from pydantic import Field
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import ApiError, bad_request, conflict
-from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import Body
 from metalforge.api.services import ApiServices, services
 from metalforge.api.versions import request_version
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LockLost, NodeGone, NodeLocked, acquire
+from metalforge.conductor.task import LockLost, NodeGone, acquire
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     BOOT_DEVICES,
@@ -40,6 +39,7 @@ from metalforge.drivers.base import (
     ReadOnlyTask,
 )
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import NodeLocked, RequestError, bad_request, conflict
 
 router = APIRouter(tags=["node management"])
 
@@ -64,7 +64,7 @@ def _load(svc: ApiServices, request: Request, node_ident: str) -> Node:
         return lookup.load_node(session, node_ident, request_version(request))
 
 
-def _driver_failure(node: Node, doing: str, exc: DriverError) -> ApiError:
+def _driver_failure(node: Node, doing: str, exc: DriverError) -> RequestError:
     return bad_request(f"Failed to {doing} for node {node.uuid}: {exc}")
 
 
@@ -125,7 +125,7 @@ def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) 
         )
     node = _load(svc, request, node_ident)
     if node.reservation is not None:
-        raise NodeLockedError(node.uuid, node.reservation)
+        raise NodeLocked(node.uuid, node.reservation)
     conductor = svc.settings.conductor
     ctx = ConductorContext(
         hostname=f"api@{conductor.hostname}", db=svc.db, drivers=svc.drivers, settings=conductor
@@ -146,7 +146,7 @@ def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) 
             how = "persistent" if body.persistent else "next boot only"
             task.record("management", f"boot device set to {device} ({how})")
     except NodeLocked as exc:
-        raise NodeLockedError(node.uuid, exc.holder) from None
+        raise NodeLocked(node.uuid, exc.holder) from None
     except LockLost:
         raise conflict(
             f"Node {node.uuid} was taken over by a conductor while its boot device was being "

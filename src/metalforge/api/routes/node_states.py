@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session
 from metalforge import states
 from metalforge.api import lookup
 from metalforge.api.auth.access import actor, guard, node_access, node_disclosure, require
-from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable, not_found
-from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import REDACTED
 from metalforge.api.schemas import (
     MaintenanceRequest,
@@ -35,6 +34,14 @@ from metalforge.db.models import Node, utcnow
 from metalforge.drivers import base as drivers_base
 from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import (
+    NodeLocked,
+    RequestError,
+    bad_request,
+    conflict,
+    not_acceptable,
+    not_found,
+)
 from metalforge.redaction import scrub_message
 
 router = APIRouter(tags=["node states"])
@@ -74,8 +81,8 @@ POWER_BLOCKED_STATES = frozenset(
 )
 
 
-def locked(node: Node) -> ApiError:
-    return NodeLockedError(node.uuid, node.reservation)
+def locked(node: Node) -> RequestError:
+    return NodeLocked(node.uuid, node.reservation)
 
 
 def _states_view(node: Node, version: Version) -> dict[str, Any]:
@@ -332,7 +339,7 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
             )
         if node.protected and verb in (states.REBUILD, states.UNDEPLOY):
             # Ironic answers a protected node with 403, for this as for DELETE.
-            raise ApiError(
+            raise RequestError(
                 403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
             )
         if verb not in states.allowed_events(node.provision_state):

@@ -10,7 +10,6 @@ from starlette.concurrency import run_in_threadpool
 
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard
-from metalforge.api.errors import bad_request, not_found
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.routes.node_states import locked
 from metalforge.api.schemas import TraitsReplace
@@ -19,6 +18,7 @@ from metalforge.api.validation import check_trait
 from metalforge.api.versions import Version, request_version
 from metalforge.conductor import history
 from metalforge.db.models import Node, NodeTrait, utcnow
+from metalforge.errors import bad_request, not_found
 
 router = APIRouter(tags=["node traits"])
 

@@ -27,8 +27,7 @@ from metalforge.api.auth.access import (
     require,
 )
 from metalforge.api.auth.policy import node_target
-from metalforge.api.errors import ApiError, bad_request, conflict, not_acceptable
-from metalforge.api.locking import NodeLockedError, wait_for_lock
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import (
     NODE_FIELDS,
     SELECTABLE_FIELDS,
@@ -47,6 +46,7 @@ from metalforge.conductor import allocations, history
 from metalforge.conductor.hashring import HashRing
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import NodeLocked, RequestError, bad_request, conflict, not_acceptable
 
 router = APIRouter(tags=["nodes"])
 
@@ -365,7 +365,7 @@ def _check_values(values: dict[str, Any]) -> None:
         values["conductor_group"] = group
 
 
-def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> ApiError:
+def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> RequestError:
     text = str(exc.orig).lower()
     if "name" in text and values.get("name"):
         return conflict(f"A node with name {values['name']} already exists.")
@@ -612,7 +612,7 @@ def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
             f"Node {node.uuid} can not be updated while a state transition is in progress."
         )
     if node.reservation is not None:
-        raise NodeLockedError(node.uuid, node.reservation)
+        raise NodeLocked(node.uuid, node.reservation)
     new_instance = changes.get("instance_uuid")
     if new_instance is not None and node.instance_uuid not in (None, new_instance):
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
@@ -666,10 +666,10 @@ def delete_node(node_ident: str, request: Request) -> Response:
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
         if node.reservation is not None:
-            raise NodeLockedError(node.uuid, node.reservation)
+            raise NodeLocked(node.uuid, node.reservation)
         if node.protected:
             # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
-            raise ApiError(
+            raise RequestError(
                 403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
             )
         if node.instance_uuid and not node.maintenance:

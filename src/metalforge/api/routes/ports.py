@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from metalforge.api import lookup
 from metalforge.api.auth.access import guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
-from metalforge.api.errors import bad_request, conflict, not_acceptable
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page, parse_bool
 from metalforge.api.patching import apply_patch
@@ -24,6 +23,7 @@ from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.db.models import Node, Port, utcnow
+from metalforge.errors import bad_request, conflict, not_acceptable
 
 router = APIRouter(tags=["ports"])
 
