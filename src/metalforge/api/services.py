@@ -12,28 +12,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL
 
 from metalforge.api.auth.policy import Policy
-from metalforge.conductor.hashring import ConductorDirectory
-from metalforge.config import Settings
-from metalforge.db.engine import Database
-from metalforge.drivers.hardware import DriverRegistry
+from metalforge.services.context import Services
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 @dataclass
-class ApiServices:
-    settings: Settings
-    db: Database
-    drivers: DriverRegistry
-    directory: ConductorDirectory
+class ApiServices(Services):
+    """The services, and the authorization rules the routes check before calling them."""
+
     policy: Policy = field(default_factory=Policy)
     """The authorization rules (defaults, or the operator's policy file)."""
-    notify: Callable[[], None] = field(default=lambda: None)
-    """Wakes the conductors after work was queued (in-process or NOTIFY)."""
-
-    def preferred_conductor(self, node_uuid: str, driver: str, group: str) -> str | None:
-        return self.directory.owner(node_uuid, driver, group)
 
 
 def services(request: Request) -> ApiServices:

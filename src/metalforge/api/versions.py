@@ -16,8 +16,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, routing_error_body, send_json_error
-
-Version = tuple[int, int]
+from metalforge.services.microversion import Version as Version
+from metalforge.services.microversion import fmt as fmt
 
 MIN_VERSION: Version = (1, 1)
 MAX_VERSION: Version = (1, 115)
@@ -28,10 +28,6 @@ MAX_HEADER = b"x-openstack-ironic-api-maximum-version"
 VERSION_HEADER = b"x-openstack-ironic-api-version"
 
 _PATTERN = re.compile(r"^(\d+)\.(\d+)$")
-
-
-def fmt(version: Version) -> str:
-    return f"{version[0]}.{version[1]}"
 
 
 class VersionError(ValueError):

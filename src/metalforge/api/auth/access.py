@@ -22,7 +22,6 @@ from fastapi import Depends, Request
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
-from metalforge.api import lookup
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
@@ -31,6 +30,7 @@ from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import Allocation, Node, Port
 from metalforge.errors import RequestError
+from metalforge.services import lookup
 
 GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
 

@@ -22,7 +22,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.api import lookup
 from metalforge.api.links import links
 from metalforge.api.node_view import masked_instance_info
 from metalforge.api.services import base_url, services
@@ -31,6 +30,7 @@ from metalforge.db import agent_sessions, queue
 from metalforge.db.models import Node, Port, node_from_row
 from metalforge.errors import bad_request, not_found
 from metalforge.redaction import mask_secrets
+from metalforge.services import lookup
 
 router = APIRouter(tags=["ramdisk agent"])
 

@@ -19,7 +19,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.api import lookup
 from metalforge.api.auth.access import (
     allows,
     caller_of,
@@ -49,6 +48,7 @@ from metalforge.errors import (
     not_acceptable,
     not_found,
 )
+from metalforge.services import lookup
 
 router = APIRouter(tags=["allocations"])
 

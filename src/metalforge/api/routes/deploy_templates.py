@@ -23,7 +23,6 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, keyset, page
@@ -34,6 +33,7 @@ from metalforge.api.validation import is_valid_trait
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
+from metalforge.services import lookup
 
 router = APIRouter(tags=["deploy templates"])
 

@@ -21,7 +21,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard
 from metalforge.api.params import Query
 from metalforge.api.services import services
@@ -29,6 +28,7 @@ from metalforge.conductor import steps
 from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
+from metalforge.services import lookup
 
 router = APIRouter(tags=["node cleaning"])
 

@@ -19,7 +19,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard, require
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
@@ -28,6 +27,7 @@ from metalforge.conductor import deploy_plan, steps
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 from metalforge.redaction import mask_secrets
+from metalforge.services import lookup
 
 router = APIRouter(tags=["node deploying"])
 

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, page_limit
@@ -16,6 +15,7 @@ from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
 from metalforge.db.models import NodeHistory
 from metalforge.errors import not_found
+from metalforge.services import lookup
 
 router = APIRouter(tags=["node history"])
 

@@ -22,7 +22,6 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import Body
@@ -40,6 +39,7 @@ from metalforge.drivers.base import (
 )
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import NodeLocked, RequestError, bad_request, conflict
+from metalforge.services import lookup
 
 router = APIRouter(tags=["node management"])
 

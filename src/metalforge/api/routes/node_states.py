@@ -16,7 +16,6 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.api import lookup
 from metalforge.api.auth.access import actor, guard, node_access, node_disclosure, require
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import REDACTED
@@ -43,6 +42,7 @@ from metalforge.errors import (
     not_found,
 )
 from metalforge.redaction import scrub_message
+from metalforge.services import lookup, maintenance
 
 router = APIRouter(tags=["node states"])
 
@@ -527,46 +527,25 @@ def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) 
     return Response(status_code=204)
 
 
-def _set_maintenance(request: Request, node_ident: str, on: bool, reason: str | None) -> None:
-    svc = services(request)
-    version = request_version(request)
-    with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, version)
-        values: dict[str, Any] = {
-            "maintenance": on,
-            "maintenance_reason": reason if on else None,
-            "updated_at": utcnow(),
-        }
-        if not on:
-            values["fault"] = None
-        session.execute(
-            update(Node)
-            .where(Node.id == node.id)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        text = f"maintenance on: {reason}" if on else "maintenance off"
-        history.record(
-            session,
-            node.id,
-            "maintenance",
-            text,
-            state=node.provision_state,
-            target=node.target_provision_state,
-            user=actor(request),
-        )
-
-
 @router.put(
     "/nodes/{node_ident}/maintenance",
     status_code=202,
     summary="Enter maintenance",
     dependencies=[guard("baremetal:node:set_maintenance", "node")],
 )
+@wait_for_lock
 def maintenance_on(
     node_ident: str, request: Request, body: MaintenanceRequest | None = None
 ) -> Response:
-    _set_maintenance(request, node_ident, True, body.reason if body else None)
+    reason = body.reason if body else None
+    maintenance.set_maintenance(
+        services(request),
+        node_ident,
+        request_version(request),
+        on=True,
+        reason=reason,
+        actor=actor(request),
+    )
     return Response(status_code=202)
 
 
@@ -576,8 +555,16 @@ def maintenance_on(
     summary="Leave maintenance",
     dependencies=[guard("baremetal:node:clear_maintenance", "node")],
 )
+@wait_for_lock
 def maintenance_off(node_ident: str, request: Request) -> Response:
-    _set_maintenance(request, node_ident, False, None)
+    maintenance.set_maintenance(
+        services(request),
+        node_ident,
+        request_version(request),
+        on=False,
+        reason=None,
+        actor=actor(request),
+    )
     return Response(status_code=202)
 
 

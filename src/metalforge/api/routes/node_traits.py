@@ -8,7 +8,6 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.routes.node_states import locked
@@ -19,6 +18,7 @@ from metalforge.api.versions import Version, request_version
 from metalforge.conductor import history
 from metalforge.db.models import Node, NodeTrait, utcnow
 from metalforge.errors import bad_request, not_found
+from metalforge.services import lookup
 
 router = APIRouter(tags=["node traits"])
 

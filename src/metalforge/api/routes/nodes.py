@@ -14,7 +14,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.api import lookup
 from metalforge.api.auth import node_fields
 from metalforge.api.auth.access import (
     actor,
@@ -47,6 +46,7 @@ from metalforge.conductor.hashring import HashRing
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import NodeLocked, RequestError, bad_request, conflict, not_acceptable
+from metalforge.services import lookup
 
 router = APIRouter(tags=["nodes"])
 

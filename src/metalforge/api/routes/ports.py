@@ -13,7 +13,6 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from metalforge.api import lookup
 from metalforge.api.auth.access import guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
@@ -24,6 +23,7 @@ from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.db.models import Node, Port, utcnow
 from metalforge.errors import bad_request, conflict, not_acceptable
+from metalforge.services import lookup
 
 router = APIRouter(tags=["ports"])
 

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from metalforge.api.versions import Version
 from metalforge.db.models import Allocation, Node, Port, node_from_row
 from metalforge.errors import RequestError, bad_request, not_found
+from metalforge.services.microversion import Version
 
 _NAME = re.compile(r"^[A-Za-z0-9\-._~]{1,255}$")
 RESERVED_NODE_NAMES = frozenset(

@@ -1,0 +1,39 @@
+"""What service functions need, built once by the entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.config import Settings
+from metalforge.db import queue
+from metalforge.db.engine import Database
+from metalforge.db.models import Node
+from metalforge.drivers.hardware import DriverRegistry
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    drivers: DriverRegistry
+    directory: ConductorDirectory
+    notify: Callable[[], None] = field(default=lambda: None)
+    """Wakes the conductors after work was queued (in-process or NOTIFY)."""
+
+    def preferred_conductor(self, node_uuid: str, driver: str, group: str) -> str | None:
+        return self.directory.owner(node_uuid, driver, group)
+
+    def queue_for(
+        self, session: Session, node: Node, kind: str, payload: dict[str, Any] | None = None
+    ) -> None:
+        """Queue ``kind`` work for ``node`` in the caller's transaction, for its ring owner."""
+        owner = self.preferred_conductor(node.uuid, node.driver, node.conductor_group)
+        if kind == queue.PROVISION:
+            queue.enqueue_provision(session, node.id, preferred_owner=owner)
+        else:
+            queue.enqueue(session, kind, node.id, payload, preferred_owner=owner)

@@ -1,0 +1,78 @@
+"""The fencing rule for what the API changes on a node.
+
+Every write a request makes to a node compares the epoch it read and bumps
+it, and only while no one holds the node's reservation. A conductor that
+takes the node bumps the epoch too, so whichever of the two comes second
+finds another epoch and gives up instead of overwriting the other: the
+request answers 409, the conductor's task ends with ``LockLost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import delete, update
+from sqlalchemy.orm import Session
+
+from metalforge.conductor import history
+from metalforge.db.models import Node, utcnow
+from metalforge.errors import NodeLocked, conflict
+
+
+def check_unlocked(node: Node) -> None:
+    """409 (retried briefly by the API) while a conductor or a request holds the node."""
+    if node.reservation is not None:
+        raise NodeLocked(node.uuid, node.reservation)
+
+
+def changed_meanwhile(node: Node) -> Exception:
+    return conflict(f"Node {node.uuid} changed while it was being updated; please retry.")
+
+
+def update_node(session: Session, node: Node, changes: Mapping[str, Any]) -> None:
+    """Write ``changes`` to ``node`` if it is still as read and unreserved; bump its epoch.
+
+    ``node`` keeps the values it was read with. The statement is Core, so
+    the caller's session does not flush or reload the object.
+    """
+    result = session.execute(
+        update(Node)
+        .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
+        .values(**changes, epoch=Node.epoch + 1, updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise changed_meanwhile(node)
+
+
+def delete_node_row(session: Session, node: Node) -> None:
+    """Delete ``node``'s row if it is still as read and unreserved."""
+    result = session.execute(
+        delete(Node)
+        .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise conflict(f"Node {node.uuid} changed while it was being deleted; please retry.")
+
+
+def record(
+    session: Session,
+    node: Node,
+    event: str,
+    note: str,
+    actor: str | None,
+    severity: str = history.INFO,
+) -> None:
+    """A history entry for what ``actor`` did to ``node``, in the caller's transaction."""
+    history.record(
+        session,
+        node.id,
+        event,
+        note,
+        severity=severity,
+        state=node.provision_state,
+        target=node.target_provision_state,
+        user=actor,
+    )
