@@ -308,23 +308,6 @@ def keeps_its_allocation(state: str, target: str | None) -> bool:
 
 DELETE_ALLOWED_STATES: Final = frozenset({ENROLL, MANAGEABLE, ADOPT_FAILED, AVAILABLE})
 """States from which a node may be deleted outside maintenance."""
-LOOKUP_STATES: Final = frozenset(
-    {
-        DEPLOYING,
-        DEPLOY_WAIT,
-        CLEANING,
-        CLEAN_WAIT,
-        INSPECTING,
-        INSPECT_WAIT,
-        RESCUING,
-        RESCUE_WAIT,
-        SERVICING,
-        SERVICE_WAIT,
-    }
-)
-"""States in which a node may be booting the agent; lookups of other nodes get 404."""
-AGENT_WAKE_STATES: Final = frozenset({CLEAN_WAIT, DEPLOY_WAIT, SERVICE_WAIT})
-"""States whose flow continues when the agent reports: a heartbeat queues a check."""
 
 
 def parks(state: str) -> bool:

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from metalforge import states
-from metalforge.conductor import flows
+from metalforge.conductor.flows import catalog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -234,7 +234,7 @@ def test_a_conductor_works_in_every_busy_state_that_does_not_wait(name: str) -> 
     """Busy states other than wait and hold need a flow handler, or a node would sit there."""
     if name in states.WAIT_STATES | states.HOLD_STATES:
         return
-    assert name in flows.HANDLERS
+    assert name in catalog.HOOKS
 
 
 # -- the generated documentation --------------------------------------------------------
@@ -263,12 +263,3 @@ def test_diagram_shows_every_transition() -> None:
     text = _state_diagram().render()
     for t in states.TRANSITIONS:
         assert f"| {t.source} | {t.event} |" in text
-
-
-def test_the_agent_state_sets_are_one_copy_and_agree() -> None:
-    """Lookups and heartbeats use these sets; a copy of them once drifted (no ``servicing``)."""
-    assert states.AGENT_WAKE_STATES <= states.LOOKUP_STATES
-    assert states.AGENT_WAKE_STATES <= states.WAIT_STATES
-    for busy in (states.CLEANING, states.DEPLOYING, states.SERVICING, states.RESCUING):
-        assert busy in states.LOOKUP_STATES
-    assert not states.LOOKUP_STATES & states.STABLE_STATES

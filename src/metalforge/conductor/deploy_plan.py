@@ -1,6 +1,6 @@
 """The deploy plan: default steps, then deploy templates, then the request's steps.
 
-One function builds it for the conductor (``flows.deploy``), for the API's
+One function builds it for the conductor (``flows.deploying``), for the API's
 check of a deploy request and for the plan preview, so a preview shows
 exactly what a deployment would run and a request that could not be planned
 is refused before the node moves.

@@ -23,8 +23,9 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import allocations, flows, history, power_sync
+from metalforge.conductor import allocations, history, power_sync
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.flows import engine
 from metalforge.conductor.task import (
     LIVE_CONDUCTORS,
     Interrupted,
@@ -55,16 +56,16 @@ LOCKED_RETRY_DELAY = 0.2
 
 def _run_power(task: NodeTask, payload: dict[str, object]) -> None:
     timeout = payload.get("timeout")
-    flows.set_power(task, str(payload["target"]), int(str(timeout)) if timeout else None)
+    engine.set_power(task, str(payload["target"]), int(str(timeout)) if timeout else None)
 
 
 def _run_provision(task: NodeTask, payload: dict[str, object]) -> None:
-    flows.advance(task)
+    engine.advance(task)
 
 
 def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
-    flows.abort(task)
-    flows.advance(task)
+    engine.abort(task)
+    engine.advance(task)
 
 
 def _allocation_id(item: queue.ClaimedItem) -> int | None:
@@ -81,7 +82,7 @@ def _fail_request(task: NodeTask, kind: str, message: str) -> None:
         task.node.last_error = message
         task.record("power", message, history.ERROR)
         return
-    flows.fail_flow(task, message)
+    engine.fail_flow(task, message)
 
 
 HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {

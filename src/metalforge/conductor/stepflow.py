@@ -28,13 +28,6 @@ FlowKind = Literal["clean", "deploy", "service"]
 Finish = Callable[[NodeTask], None]
 """Run after the last step and before the flow ends (cleaning stops the ramdisk)."""
 
-WAIT_TIMEOUT_SETTING = {
-    "clean": "clean_callback_timeout",
-    "deploy": "deploy_callback_timeout",
-    "service": "clean_callback_timeout",
-}
-
-
 PREPARE_KEYS = ("clean_prepared", "clean_preparing_since", "clean_disable_ramdisk")
 """Where cleaning remembers that the ramdisk was booted (or is not wanted) for this flow."""
 
@@ -164,8 +157,9 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
     task.transition(states.DONE)
 
 
-def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
-    """The node waits on an asynchronous step: finish it, time it out or check again."""
+def poll(task: NodeTask, kind: FlowKind, timeout: float, finish: Finish | None = None) -> None:
+    """The node waits on an asynchronous step: finish it, time it out (``timeout`` seconds
+    without a sign of progress, the flow's bound) or check again."""
     plan, index = _current(task, kind)
     if index >= len(plan):
         task.transition(states.RESUME)
@@ -177,7 +171,6 @@ def poll(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
     # A step that reports progress (an agent that is alive and still working)
     # is timed from its last progress, so a many-hour erase is not cut short.
     last_sign = max(started, float(info.get("step_heartbeat_at", 0)))
-    timeout = float(getattr(task.ctx.settings, WAIT_TIMEOUT_SETTING[kind]))
     interface = task.ctx.drivers.interface(task.node, step.interface)
     try:
         outcome = interface.check_step(task, step.step)

@@ -26,15 +26,18 @@ def check_unlocked(node: Node) -> None:
         raise NodeLocked(node.uuid, node.reservation)
 
 
-def changed_meanwhile(node: Node) -> Exception:
-    return conflict(f"Node {node.uuid} changed while it was being updated; please retry.")
+UPDATED_MEANWHILE = "changed while it was being updated"
+REQUEST_RACED = "changed while the request was processed"
 
 
-def update_node(session: Session, node: Node, changes: Mapping[str, Any]) -> None:
+def update_node(
+    session: Session, node: Node, changes: Mapping[str, Any], *, race: str = UPDATED_MEANWHILE
+) -> None:
     """Write ``changes`` to ``node`` if it is still as read and unreserved; bump its epoch.
 
     ``node`` keeps the values it was read with. The statement is Core, so
-    the caller's session does not flush or reload the object.
+    the caller's session does not flush or reload the object. A lost race
+    answers 409 "Node ... <race>; please retry."
     """
     result = session.execute(
         update(Node)
@@ -43,7 +46,7 @@ def update_node(session: Session, node: Node, changes: Mapping[str, Any]) -> Non
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise changed_meanwhile(node)
+        raise conflict(f"Node {node.uuid} {race}; please retry.")
 
 
 def delete_node_row(session: Session, node: Node) -> None:

@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from metalforge import states
 from metalforge.api.links import links
 from metalforge.api.node_view import masked_instance_info
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
+from metalforge.conductor.flows import catalog
 from metalforge.db import agent_sessions, queue
 from metalforge.db.models import Node, Port, node_from_row
 from metalforge.errors import bad_request, not_found
@@ -84,7 +84,7 @@ def lookup_node(
             if found is None:
                 raise _lookup_not_found()
             node = found
-        if node.provision_state not in states.LOOKUP_STATES:
+        if node.provision_state not in catalog.LOOKUP_STATES:
             raise _lookup_not_found()
         token: str | None = None
         try:
@@ -196,7 +196,7 @@ def heartbeat(node_ident: str, request: Request, body: HeartbeatBody) -> Respons
             )
         except agent_sessions.HeartbeatRefused as exc:
             raise bad_request(str(exc)) from None
-        woke = row.provision_state in states.AGENT_WAKE_STATES
+        woke = row.provision_state in catalog.AGENT_WAKE_STATES
         if woke:
             owner = svc.preferred_conductor(row.uuid, row.driver, row.conductor_group)
             queue.enqueue_provision(session, row.id, preferred_owner=owner)

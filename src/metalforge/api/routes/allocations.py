@@ -9,17 +9,15 @@ allocation frees its node in the same transaction.
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Depends, Request, Response
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from metalforge import states
 from metalforge.api.auth.access import (
+    actor,
     allows,
     caller_of,
     forbidden,
@@ -28,34 +26,26 @@ from metalforge.api.auth.access import (
     require,
     visible_node,
 )
-from metalforge.api.auth.policy import allocation_target
+from metalforge.api.auth.policy import allocation_target, node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.params import Page, Query, fields, keyset, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import AllocationCreate, PatchOperation
 from metalforge.api.services import base_url, services
-from metalforge.api.validation import check_resource_class, check_trait
 from metalforge.api.versions import Version, request_version
-from metalforge.conductor import allocations, history
-from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
-from metalforge.errors import (
-    NodeLocked,
-    RequestError,
-    bad_request,
-    conflict,
-    not_acceptable,
-    not_found,
-)
-from metalforge.services import lookup
+from metalforge.db.models import Allocation, Node
+from metalforge.errors import RequestError, bad_request, not_found
+from metalforge.services import allocations
+from metalforge.services.allocations import AllocationRecord
+from metalforge.services.values import check_resource_class
 
 router = APIRouter(tags=["allocations"])
 
 SINCE: Version = (1, 52)
 PATCH_SINCE: Version = (1, 57)
-BACKFILL_SINCE: Version = (1, 58)
-OWNER_SINCE: Version = (1, 60)
+OWNER_SINCE: Version = allocations.OWNER_SINCE
 ALLOCATION_FIELDS: dict[str, Version] = {
     **dict.fromkeys(
         (
@@ -77,7 +67,6 @@ ALLOCATION_FIELDS: dict[str, Version] = {
     "owner": OWNER_SINCE,
 }
 SORTABLE = {"id", "uuid", "name", "resource_class", "state", "created_at", "updated_at"}
-PATCHABLE = ("name", "extra")
 LIST_PARAMS = ("fields", "node", "resource_class", "state", "owner")
 _TOO_OLD = "The API version does not allow allocations"
 CREATE = "baremetal:allocation:create"
@@ -105,8 +94,7 @@ def _gate_patch(request: Request) -> None:
 
 
 def allocation_view(
-    allocation: Allocation,
-    node_uuid: str | None,
+    allocation: AllocationRecord,
     version: Version,
     base: str,
     wanted: list[str] | None = None,
@@ -117,12 +105,8 @@ def allocation_view(
     for name in names:
         if name == "links":
             continue
-        if name == "node_uuid":
-            body[name] = node_uuid
-        elif name == "traits":
-            body[name] = [t.trait for t in allocation.traits]
-        elif name == "candidate_nodes":
-            body[name] = list(allocation.candidate_nodes or [])
+        if name in ("traits", "candidate_nodes"):
+            body[name] = list(getattr(allocation, name))
         elif name in ("created_at", "updated_at"):
             value = getattr(allocation, name)
             body[name] = value.isoformat() if value else None
@@ -132,18 +116,25 @@ def allocation_view(
     return body
 
 
-def _node_uuid(session: Session, allocation: Allocation) -> str | None:
-    if allocation.node_id is None:
-        return None
-    return session.scalar(select(Node.uuid).where(Node.id == allocation.node_id))
+def _readable(request: Request) -> allocations.NodeAllocationCheck:
+    """A node's allocation the caller may not read is answered as none."""
+
+    def check(node: Node, allocation: Allocation) -> None:
+        if not allows(request, "baremetal:allocation:get", allocation_target(allocation.owner)):
+            raise allocations.no_allocation(node)
+
+    return check
 
 
-def find_allocation(session: Session, ident: str) -> Allocation:
-    """By UUID or by name; 404 otherwise."""
-    allocation = session.scalar(select(Allocation).where(lookup.allocation_where(ident)))
-    if allocation is None:
-        raise lookup.allocation_not_found(ident)
-    return allocation
+def _deletable(request: Request) -> allocations.NodeAllocationCheck:
+    """Readable (else none), then ``allocation:delete`` on its owner (else 403)."""
+    readable = _readable(request)
+
+    def check(node: Node, allocation: Allocation) -> None:
+        readable(node, allocation)
+        require(request, "baremetal:allocation:delete", allocation_target(allocation.owner))
+
+    return check
 
 
 # -- list / show ----------------------------------------------------------------
@@ -166,59 +157,82 @@ def list_allocations(request: Request) -> JSONResponse:
     pg = page(query, svc.settings.api.max_limit, sortable=SORTABLE)
     wanted = fields(query, ALLOCATION_FIELDS)
     base = base_url(request)
-    owner = query.get("owner", OWNER_SINCE)
     project = project_scope(request)
-    if project is not None:
-        # A caller limited to its project asks about another's allocations.
-        if owner is not None and owner != project:
-            raise forbidden("baremetal:allocation:list_all")
-        owner = project
+    owner = _owner_filter(query, project)
     with svc.db.read() as session:
-        stmt = select(Allocation)
-        if (ident := query.get("node")) is not None:
-            node = visible_node(request, session, ident, query.version)
-            if node is None:
-                # Seed 004: a filter naming no node is a bad request, not a missing page.
-                raise bad_request(f"Node {ident} could not be found.")
-            stmt = stmt.where(Allocation.node_id == node.id)
-        if (rc := query.get("resource_class")) is not None:
-            stmt = stmt.where(Allocation.resource_class == check_resource_class(rc))
-        if (state := query.get("state")) is not None:
-            if state not in (allocations.ALLOCATING, allocations.ACTIVE, allocations.ERROR):
-                raise bad_request(f"Invalid allocation state: {state}")
-            stmt = stmt.where(Allocation.state == state)
-        if owner is not None:
-            stmt = stmt.where(Allocation.owner == owner)
-        after: tuple[Any, int] | None = None
-        if pg.marker:
-            marker_query = select(Allocation).where(Allocation.uuid == pg.marker)
-            if project is not None:
-                marker_query = marker_query.where(Allocation.owner == project)
-            marker = session.scalar(marker_query)
-            if marker is None:
-                raise bad_request(f"Marker {pg.marker} could not be found.")
-            after = (getattr(marker, pg.sort_key), marker.id)
+        stmt = _filtered(request, session, query, owner)
+        after = _after_marker(session, pg, project)
         stmt = keyset(stmt, getattr(Allocation, pg.sort_key), Allocation.id, pg, after)
         found = list(session.scalars(stmt))
         for allocation in found:  # as Ironic: every one listed must be readable
             require(request, "baremetal:allocation:get", allocation_target(allocation.owner))
-        node_ids = [a.node_id for a in found if a.node_id is not None]
-        uuids: dict[int, str] = {}
-        if node_ids:
-            rows = session.execute(select(Node.id, Node.uuid).where(Node.id.in_(node_ids)))
-            uuids = {row[0]: row[1] for row in rows}
-        items = [
-            allocation_view(
-                a, uuids.get(a.node_id) if a.node_id else None, query.version, base, wanted
-            )
-            for a in found
-        ]
+        items = [allocation_view(r, query.version, base, wanted) for r in _records(session, found)]
     body: dict[str, Any] = {"allocations": items}
     if len(found) == pg.limit:
-        params = {k: v for k, v in query.params.items() if k != "marker"}
-        params.update(limit=str(pg.limit), marker=found[-1].uuid)
-        body["next"] = f"{base}/v1/allocations?{urlencode(params)}"
+        body["next"] = _next_link(base, query, pg, found[-1].uuid)
     return JSONResponse(body)
+
+
+def _owner_filter(query: Query, project: str | None) -> str | None:
+    """The ``owner`` filter; a caller limited to its project sees only that project's."""
+    owner = query.get("owner", OWNER_SINCE)
+    if project is None:
+        return owner
+    if owner is not None and owner != project:
+        # A caller limited to its project asks about another's allocations.
+        raise forbidden("baremetal:allocation:list_all")
+    return project
+
+
+def _filtered(
+    request: Request, session: Session, query: Query, owner: str | None
+) -> Select[Allocation]:
+    """The allocations the filters select, each filter checked as it is read."""
+    stmt = select(Allocation)
+    if (ident := query.get("node")) is not None:
+        node = visible_node(request, session, ident, query.version)
+        if node is None:
+            # Seed 004: a filter naming no node is a bad request, not a missing page.
+            raise bad_request(f"Node {ident} could not be found.")
+        stmt = stmt.where(Allocation.node_id == node.id)
+    if (rc := query.get("resource_class")) is not None:
+        stmt = stmt.where(Allocation.resource_class == check_resource_class(rc))
+    if (state := query.get("state")) is not None:
+        if state not in allocations.STATES:
+            raise bad_request(f"Invalid allocation state: {state}")
+        stmt = stmt.where(Allocation.state == state)
+    if owner is not None:
+        stmt = stmt.where(Allocation.owner == owner)
+    return stmt
+
+
+def _after_marker(session: Session, pg: Page, project: str | None) -> tuple[Any, int] | None:
+    """Where the page starts: after the marker (one of the project's, when limited)."""
+    if not pg.marker:
+        return None
+    marker_query = select(Allocation).where(Allocation.uuid == pg.marker)
+    if project is not None:
+        marker_query = marker_query.where(Allocation.owner == project)
+    marker = session.scalar(marker_query)
+    if marker is None:
+        raise bad_request(f"Marker {pg.marker} could not be found.")
+    return (getattr(marker, pg.sort_key), marker.id)
+
+
+def _records(session: Session, found: list[Allocation]) -> list[AllocationRecord]:
+    """The page's allocations with their nodes' UUIDs, read in one statement."""
+    node_ids = [a.node_id for a in found if a.node_id is not None]
+    uuids: dict[int, str] = {}
+    if node_ids:
+        rows = session.execute(select(Node.id, Node.uuid).where(Node.id.in_(node_ids)))
+        uuids = {row[0]: row[1] for row in rows}
+    return [AllocationRecord.of(a, uuids.get(a.node_id) if a.node_id else None) for a in found]
+
+
+def _next_link(base: str, query: Query, pg: Page, last: str) -> str:
+    params = {k: v for k, v in query.params.items() if k != "marker"}
+    params.update(limit=str(pg.limit), marker=last)
+    return f"{base}/v1/allocations?{urlencode(params)}"
 
 
 @router.get(
@@ -228,20 +242,10 @@ def list_allocations(request: Request) -> JSONResponse:
 )
 def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
-    svc = services(request)
     query = Query(request, ("fields",))
     wanted = fields(query, ALLOCATION_FIELDS)
-    with svc.db.read() as session:
-        allocation = find_allocation(session, allocation_ident)
-        return JSONResponse(
-            allocation_view(
-                allocation,
-                _node_uuid(session, allocation),
-                query.version,
-                base_url(request),
-                wanted,
-            )
-        )
+    record = allocations.show_allocation(services(request), allocation_ident)
+    return JSONResponse(allocation_view(record, query.version, base_url(request), wanted))
 
 
 @router.get(
@@ -251,134 +255,15 @@ def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
 )
 def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
-    svc = services(request)
     query = Query(request, ("fields",))
     wanted = fields(query, ALLOCATION_FIELDS)
-    with svc.db.read() as session:
-        node = lookup.find_node(session, node_ident, query.version)
-        allocation = _readable_allocation_of(request, session, node)
-        return JSONResponse(
-            allocation_view(allocation, node.uuid, query.version, base_url(request), wanted)
-        )
-
-
-def _readable_allocation_of(request: Request, session: Session, node: Node) -> Allocation:
-    """The node's allocation; one the caller may not read is answered as none."""
-    allocation = _allocation_of(session, node)
-    if not allows(request, "baremetal:allocation:get", allocation_target(allocation.owner)):
-        raise _no_allocation(node)
-    return allocation
-
-
-def _no_allocation(node: Node) -> RequestError:
-    return not_found(f"Node {node.uuid} is not associated with any allocation.")
-
-
-def _allocation_of(session: Session, node: Node) -> Allocation:
-    allocation = None
-    if node.allocation_id is not None:
-        allocation = session.get(Allocation, node.allocation_id)
-    if allocation is None:
-        if node.instance_uuid is not None:
-            # Seed 004: reserved by hand (PATCH instance_uuid), not through an allocation.
-            raise bad_request(
-                f"Node {node.uuid} has instance_uuid {node.instance_uuid}, which does not "
-                "belong to any allocation."
-            )
-        raise _no_allocation(node)
-    return allocation
+    record = allocations.show_node_allocation(
+        services(request), node_ident, query.version, _readable(request)
+    )
+    return JSONResponse(allocation_view(record, query.version, base_url(request), wanted))
 
 
 # -- create ---------------------------------------------------------------------
-
-
-def _resolve_candidates(
-    session: Session, names: list[str], version: Version, project: str | None
-) -> list[str]:
-    """Candidate nodes as UUIDs; an unknown one is a 400 (the request cannot be met as asked).
-
-    With ``project``, only the nodes it owns or leases can be named (Ironic's
-    rule for callers without ``create_restricted``); others are unknown.
-    """
-    resolved: list[str] = []
-    for ident in names:
-        try:
-            node = lookup.find_node(session, ident, version)
-        except RequestError:
-            raise bad_request(f"Candidate node {ident} could not be found.") from None
-        if project is not None and project not in (node.owner, node.lessee):
-            raise bad_request(f"Candidate node {ident} could not be found.")
-        if node.uuid not in resolved:
-            resolved.append(node.uuid)
-    return resolved
-
-
-def _check_body(body: AllocationCreate, version: Version) -> tuple[list[str], str]:
-    """Checks that need no database: the traits and the allocation's UUID."""
-    if body.node is not None and version < BACKFILL_SINCE:
-        raise bad_request("Backfilling allocations (node) needs API version 1.58 or newer.")
-    if body.owner is not None and version < OWNER_SINCE:
-        raise not_acceptable("Field owner is not available before API version 1.60")
-    if body.resource_class is None and body.node is None:
-        raise bad_request("The resource_class field is mandatory when not backfilling.")
-    if body.resource_class is not None:
-        check_resource_class(body.resource_class)
-    if body.name is not None:
-        lookup.check_name(body.name)
-    traits = list(dict.fromkeys(check_trait(t) for t in body.traits or []))
-    allocation_uuid = lookup.check_uuid(body.uuid) if body.uuid else ""
-    return traits, allocation_uuid
-
-
-def _check_unique(session: Session, allocation_uuid: str, name: str | None) -> None:
-    taken = select(Allocation.id).where(Allocation.uuid == allocation_uuid)
-    if session.scalar(taken) is not None:
-        raise conflict(f"An allocation with UUID {allocation_uuid} already exists.")
-    if session.scalar(select(Node.id).where(Node.instance_uuid == allocation_uuid)) is not None:
-        raise conflict(
-            f"An allocation with UUID {allocation_uuid} cannot be created: "
-            "a node's instance_uuid already has that value."
-        )
-    if name is not None and session.scalar(select(Allocation.id).where(Allocation.name == name)):
-        raise conflict(f"An allocation with name {name} already exists.")
-
-
-def _backfill(
-    request: Request,
-    session: Session,
-    body: AllocationCreate,
-    traits: list[str],
-    allocation: Allocation,
-    version: Version,
-) -> Node:
-    """Attach an already deployed node to ``allocation`` (checked, then written fenced)."""
-    assert body.node is not None
-    node = visible_node(request, session, body.node, version)
-    if node is None:  # missing or hidden: the request cannot be met as asked
-        raise bad_request(f"Node {body.node} could not be found.")
-    if node.reservation is not None:
-        raise NodeLocked(node.uuid, node.reservation)
-    if node.provision_state != states.ACTIVE:
-        raise bad_request(
-            f"Cannot create an allocation with node {node.uuid} in provision state "
-            f"{node.provision_state}: backfilling needs an active node."
-        )
-    if node.allocation_id is not None:
-        raise conflict(f"Node {node.uuid} already has an allocation.")
-    req = allocations.Request(
-        id=0,
-        uuid=allocation.uuid,
-        name=allocation.name,
-        resource_class=allocation.resource_class,
-        traits=tuple(traits),
-        candidate_nodes=tuple(allocation.candidate_nodes),
-        owner=allocation.owner,
-    )
-    node_traits = set(session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node.id)))
-    why = allocations.node_matches(node, req, node_traits)
-    if why is not None:
-        raise bad_request(f"Node {node.uuid} cannot be backfilled into this allocation: {why}.")
-    return node
 
 
 @router.post(
@@ -389,61 +274,26 @@ def _backfill(
 )
 @wait_for_lock
 def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
-    svc = services(request)
     version = request_version(request)
-    owner = _authorize_create(request, body.owner)
-    traits, allocation_uuid = _check_body(body, version)
+    grant = _grant(request, _authorize_create(request, body.owner))
+    new = allocations.NewAllocation(
+        resource_class=body.resource_class,
+        traits=body.traits or (),
+        candidate_nodes=body.candidate_nodes or (),
+        name=body.name,
+        uuid=body.uuid,
+        extra=body.extra or {},
+        owner=body.owner,
+        node=body.node,
+    )
+    record = allocations.create_allocation(
+        services(request), new, version, grant, actor=actor(request)
+    )
     base = base_url(request)
-    # Without create_restricted a caller may only name its project's nodes.
-    project = None if allows(request, CREATE_RESTRICTED) else caller_of(request).project_id
-    try:
-        with svc.db.write() as session:
-            names = body.candidate_nodes or []
-            candidates = _resolve_candidates(session, names, version, project)
-            allocation = Allocation(
-                uuid=allocation_uuid,
-                name=body.name,
-                resource_class=body.resource_class,
-                candidate_nodes=candidates,
-                state=allocations.ALLOCATING,
-                owner=owner,
-                extra=body.extra or {},
-                traits=[AllocationTrait(trait=t) for t in traits],
-            )
-            node = None
-            if body.node is not None:
-                node = _backfill(request, session, body, traits, allocation, version)
-                if not allocation.uuid:
-                    allocation.uuid = node.instance_uuid or str(uuidlib.uuid4())
-                elif node.instance_uuid not in (None, allocation.uuid):
-                    raise bad_request(
-                        f"Node {node.uuid} already has instance_uuid {node.instance_uuid}, "
-                        f"which differs from the allocation's UUID {allocation.uuid}."
-                    )
-                if allocation.resource_class is None:
-                    allocation.resource_class = node.resource_class
-                allocation.state = allocations.ACTIVE
-                allocation.node_id = node.id
-            else:
-                allocation.uuid = allocation.uuid or str(uuidlib.uuid4())
-            if node is None or allocation.uuid != node.instance_uuid:
-                _check_unique(session, allocation.uuid, allocation.name)
-            elif allocation.name is not None:
-                taken = select(Allocation.id).where(Allocation.name == allocation.name)
-                if session.scalar(taken):
-                    raise conflict(f"An allocation with name {allocation.name} already exists.")
-            session.add(allocation)
-            session.flush()
-            if node is not None:
-                _attach(session, node, allocation)
-            else:
-                allocations.enqueue(session, allocation.id)
-            view = allocation_view(allocation, node.uuid if node else None, version, base)
-    except IntegrityError:  # a concurrent request won the race for the name or UUID
-        raise conflict("An allocation with this name or UUID already exists.") from None
-    svc.notify()
     return JSONResponse(
-        view, status_code=201, headers={"Location": f"{base}/v1/allocations/{view['uuid']}"}
+        allocation_view(record, version, base),
+        status_code=201,
+        headers={"Location": f"{base}/v1/allocations/{record.uuid}"},
     )
 
 
@@ -475,23 +325,15 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
     return owner
 
 
-def _attach(session: Session, node: Node, allocation: Allocation) -> None:
-    result = session.execute(
-        update(Node)
-        .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
-        .values(instance_uuid=allocation.uuid, allocation_id=allocation.id, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise conflict(f"Node {node.uuid} changed while it was being backfilled; please retry.")
-    history.record(
-        session,
-        node.id,
-        "allocation",
-        f"backfilled into allocation {allocation.uuid}",
-        state=node.provision_state,
-        target=node.target_provision_state,
-    )
+def _grant(request: Request, owner: str | None) -> allocations.Grant:
+    """The owner to create with, and which nodes the caller may name."""
+
+    def sees_node(node: Node) -> bool:
+        return allows(request, "baremetal:node:get", node_target(node.owner, node.lessee))
+
+    # Without create_restricted a caller may only name its project's nodes.
+    project = None if allows(request, CREATE_RESTRICTED) else caller_of(request).project_id
+    return allocations.Grant(owner=owner, project=project, sees_node=sees_node)
 
 
 # -- patch ----------------------------------------------------------------------
@@ -509,85 +351,20 @@ def _attach(session: Session, node: Node, allocation: Allocation) -> None:
 def patch_allocation(
     allocation_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
-    svc = services(request)
-    version = request_version(request)
     for op in patch:
         root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in PATCHABLE:
+        if root not in allocations.PATCHABLE:
             raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(PATCHABLE)}"
+                f"Cannot patch {op.path}. Only the following can be updated: "
+                f"{', '.join(allocations.PATCHABLE)}"
             )
-    try:
-        with svc.db.write() as session:
-            allocation = find_allocation(session, allocation_ident)
-            doc = {"name": allocation.name, "extra": allocation.extra}
-            after = apply_patch(doc, patch)
-            name, extra = after.get("name"), after.get("extra") or {}
-            if name is not None:
-                if not isinstance(name, str):
-                    raise bad_request("Invalid value for name: must be a string")
-                lookup.check_name(name)
-            if not isinstance(extra, dict):
-                raise bad_request("Invalid value for extra: must be a JSON object")
-            taken = select(Allocation.id).where(Allocation.name == name)
-            if name is not None and name != allocation.name and session.scalar(taken):
-                raise conflict(f"An allocation with name {name} already exists.")
-            allocation.name = name
-            allocation.extra = extra
-            allocation.updated_at = utcnow()
-            session.flush()
-            view = allocation_view(
-                allocation, _node_uuid(session, allocation), version, base_url(request)
-            )
-    except IntegrityError:
-        raise conflict("An allocation with that name already exists.") from None
-    return JSONResponse(view)
+    record = allocations.update_allocation(
+        services(request), allocation_ident, lambda doc: apply_patch(doc, patch)
+    )
+    return JSONResponse(allocation_view(record, request_version(request), base_url(request)))
 
 
 # -- delete ---------------------------------------------------------------------
-
-
-def deallocate(session: Session, allocation: Allocation) -> None:
-    """Free the allocation's node and delete the allocation, in the caller's transaction.
-
-    Refused while the node is deployed or in a state that allows no update
-    (seed 004), unless it is in maintenance: that is how an operator cleans
-    up by hand.
-    """
-    if allocation.node_id is not None:
-        node = session.get(Node, allocation.node_id)
-        if node is not None:
-            held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
-            if held and not node.maintenance:
-                raise conflict(
-                    f"Cannot remove allocation {allocation.uuid} from node {node.uuid} in "
-                    f"provision state {node.provision_state}; undeploy the node or set it "
-                    "into maintenance mode first."
-                )
-            if node.reservation is not None:
-                raise NodeLocked(node.uuid, node.reservation)
-            result = session.execute(
-                update(Node)
-                .where(
-                    Node.id == node.id,
-                    Node.epoch == node.epoch,
-                    Node.reservation.is_(None),
-                    Node.allocation_id == allocation.id,
-                )
-                .values(instance_uuid=None, allocation_id=None, updated_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise conflict(f"Node {node.uuid} changed while it was being freed; please retry.")
-            history.record(
-                session,
-                node.id,
-                "allocation",
-                f"allocation {allocation.uuid} deleted; the node is free",
-                state=node.provision_state,
-                target=node.target_provision_state,
-            )
-    allocations.delete_allocation(session, allocation.id)
 
 
 @router.delete(
@@ -598,9 +375,7 @@ def deallocate(session: Session, allocation: Allocation) -> None:
 )
 @wait_for_lock
 def delete_allocation(allocation_ident: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        deallocate(session, find_allocation(session, allocation_ident))
+    allocations.delete_allocation(services(request), allocation_ident, actor=actor(request))
     return Response(status_code=204)
 
 
@@ -612,10 +387,11 @@ def delete_allocation(allocation_ident: str, request: Request) -> Response:
 )
 @wait_for_lock
 def delete_node_allocation(node_ident: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, request_version(request))
-        allocation = _readable_allocation_of(request, session, node)
-        require(request, "baremetal:allocation:delete", allocation_target(allocation.owner))
-        deallocate(session, allocation)
+    allocations.delete_node_allocation(
+        services(request),
+        node_ident,
+        request_version(request),
+        _deletable(request),
+        actor=actor(request),
+    )
     return Response(status_code=204)

@@ -2,26 +2,25 @@
 
 A template whose name is one of the traits in a node's
 ``instance_info.traits`` adds its steps to that node's deployment (see
-``conductor.deploy_plan`` for the merge rules). Templates are checked here
-only for their own shape -- a valid trait name, unique, each step given once
-with exactly ``interface``, ``step``, ``args`` and ``priority`` -- because
+``conductor.deploy_plan`` for the merge rules). Templates are checked only
+for their own shape -- each step with exactly ``interface``, ``step``,
+``args`` and ``priority`` (the schema, here), a valid trait name, unique,
+each step given once (``services.templates``, which writes them) -- because
 whether a node can run a step depends on the node: that is checked when a
 deployment is requested, validated or previewed.
 """
 
 from __future__ import annotations
 
-import uuid as uuidlib
+import dataclasses
+import functools
 from typing import Any
 from urllib.parse import urlencode
 
-import orjson
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
@@ -29,11 +28,10 @@ from metalforge.api.params import Query, fields, keyset, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
 from metalforge.api.services import base_url, services
-from metalforge.api.validation import is_valid_trait
 from metalforge.api.versions import Version, request_version
-from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
-from metalforge.errors import RequestError, bad_request, conflict, not_found
-from metalforge.services import lookup
+from metalforge.db.models import DeployTemplate, DeployTemplateStep
+from metalforge.errors import RequestError, bad_request, not_found
+from metalforge.services import templates
 
 router = APIRouter(tags=["deploy templates"])
 
@@ -87,53 +85,12 @@ def template_view(
     return body
 
 
-def find_template(session: Session, ident: str) -> DeployTemplate:
-    """By UUID or by name; 404 otherwise."""
-    if lookup.is_uuid(ident):
-        where = DeployTemplate.uuid == str(uuidlib.UUID(ident))
-    else:
-        where = DeployTemplate.name == ident
-    template = session.scalar(select(DeployTemplate).where(where))
-    if template is None:
-        raise not_found(f"Deploy template {ident} could not be found.")
-    return template
-
-
-def _check(body: DeployTemplateCreate) -> list[DeployTemplateStep]:
-    """Rules beyond the schema: a trait name, no step twice with the same arguments; the rows.
-
-    A step may repeat with other arguments (seed 001: partitioning several
-    disks, say), which Ironic refuses; the same step with the same arguments
-    twice is an operator's slip, refused.
-    """
-    if not is_valid_trait(body.name):
-        raise bad_request(
-            f"Invalid deploy template name {body.name!r}: it must be a valid trait name "
-            "(a standard trait or ^CUSTOM_[A-Z0-9_]+$, at most 255 characters)"
-        )
-    seen: set[tuple[str, str, bytes]] = set()
-    duplicates: list[str] = []
-    for step in body.steps:
-        key = (step.interface, step.step, orjson.dumps(step.args, option=orjson.OPT_SORT_KEYS))
-        if key in seen:
-            duplicates.append(f"{step.interface}.{step.step}")
-        seen.add(key)
-    if duplicates:
-        raise bad_request(
-            f"Duplicate deploy steps in deploy template {body.name}: "
-            f"{', '.join(sorted(set(duplicates)))} with the same arguments. A step may "
-            "repeat in a template only with other arguments."
-        )
-    return [
-        DeployTemplateStep(
-            interface=s.interface, step=s.step, args=s.args, priority=int(s.priority)
-        )
-        for s in body.steps
-    ]
-
-
-def _name_taken(name: str) -> RequestError:
-    return conflict(f"A deploy template with name {name} already exists.")
+def _spec(body: DeployTemplateCreate) -> templates.TemplateSpec:
+    """The parsed body as the service takes it: priorities as integers, no extra as ``{}``."""
+    steps = tuple(
+        templates.StepSpec(s.interface, s.step, s.args, int(s.priority)) for s in body.steps
+    )
+    return templates.TemplateSpec(body.name, steps, body.extra or {}, body.uuid)
 
 
 @router.get(
@@ -193,7 +150,7 @@ def show_template(template_ident: str, request: Request) -> JSONResponse:
     query = Query(request, ("fields",))
     wanted = fields(query, TEMPLATE_FIELDS)
     with svc.db.read() as session:
-        template = find_template(session, template_ident)
+        template = templates.find_template(session, template_ident)
         return JSONResponse(template_view(template, base_url(request), wanted))
 
 
@@ -204,29 +161,13 @@ def show_template(template_ident: str, request: Request) -> JSONResponse:
     dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:create")],
 )
 def create_template(request: Request, body: DeployTemplateCreate) -> JSONResponse:
-    svc = services(request)
-    rows = _check(body)
-    template_uuid = lookup.check_uuid(body.uuid) if body.uuid else str(uuidlib.uuid4())
+    template = templates.create_template(services(request), _spec(body))
     base = base_url(request)
-    try:
-        with svc.db.write() as session:
-            if session.scalar(select(DeployTemplate.id).where(DeployTemplate.name == body.name)):
-                raise _name_taken(body.name)
-            same_uuid = select(DeployTemplate.id).where(DeployTemplate.uuid == template_uuid)
-            if session.scalar(same_uuid):
-                raise conflict(f"A deploy template with UUID {template_uuid} already exists.")
-            template = DeployTemplate(
-                uuid=template_uuid, name=body.name, extra=body.extra or {}, steps=rows
-            )
-            session.add(template)
-            session.flush()
-            view = template_view(template, base)
-    except IntegrityError:  # a concurrent create won the race for the name or UUID
-        raise _name_taken(body.name) from None
+    view = template_view(template, base)
     for shown, given in zip(view["steps"], body.steps, strict=True):
         shown["priority"] = given.priority  # a digit string is echoed as given, as Ironic does
     return JSONResponse(
-        view, status_code=201, headers={"Location": f"{base}/v1/deploy_templates/{template_uuid}"}
+        view, status_code=201, headers={"Location": f"{base}/v1/deploy_templates/{template.uuid}"}
     )
 
 
@@ -247,47 +188,42 @@ def patch_template(
     template_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
     """``name``, ``steps`` (``/steps/-`` appends), ``extra``; the result is checked whole."""
-    svc = services(request)
+    _check_paths(patch)
+    edit = functools.partial(_patched, patch)
+    template = templates.patch_template(services(request), template_ident, edit)
+    return JSONResponse(template_view(template, base_url(request)))
+
+
+def _check_paths(patch: list[PatchOperation]) -> None:
+    """Refused before the template is looked up: only these fields can be patched."""
     for op in patch:
         root = op.path.lstrip("/").split("/", 1)[0]
         if root not in PATCHABLE:
             raise bad_request(
                 f"Cannot patch {op.path}. Only the following can be updated: {', '.join(PATCHABLE)}"
             )
-    base = base_url(request)
+
+
+def _patched(
+    patch: list[PatchOperation], current: templates.TemplateSpec
+) -> templates.TemplateSpec:
+    """``current`` with ``patch`` applied, parsed as a create's body would be.
+
+    Run by the service inside its transaction, on the template as stored then.
+    """
+    doc = {
+        "name": current.name,
+        "steps": [dataclasses.asdict(s) for s in current.steps],
+        "extra": current.extra,
+    }
+    after = apply_patch(doc, patch)
+    if after.get("extra") is None:
+        after["extra"] = {}
     try:
-        with svc.db.write() as session:
-            template = find_template(session, template_ident)
-            doc = {
-                "name": template.name,
-                "steps": [step_view(s) for s in template.steps],
-                "extra": template.extra,
-            }
-            after = apply_patch(doc, patch)
-            if after.get("extra") is None:
-                after["extra"] = {}
-            try:
-                checked = DeployTemplateCreate.model_validate(after)
-            except ValidationError as exc:
-                raise bad_request(f"Invalid deploy template: {_describe(exc)}") from None
-            rows = _check(checked)
-            if checked.name != template.name:
-                taken = session.scalar(
-                    select(DeployTemplate.id).where(DeployTemplate.name == checked.name)
-                )
-                if taken:
-                    raise _name_taken(checked.name)
-                template.name = checked.name
-            template.extra = checked.extra or {}
-            if after["steps"] != doc["steps"]:
-                template.steps = rows
-            template.updated_at = utcnow()
-            session.flush()
-            session.refresh(template)
-            view = template_view(template, base)
-    except IntegrityError:
-        raise conflict("A deploy template with that name already exists.") from None
-    return JSONResponse(view)
+        checked = DeployTemplateCreate.model_validate(after)
+    except ValidationError as exc:
+        raise bad_request(f"Invalid deploy template: {_describe(exc)}") from None
+    return _spec(checked)
 
 
 @router.delete(
@@ -297,7 +233,5 @@ def patch_template(
     dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:delete")],
 )
 def delete_template(template_ident: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        session.delete(find_template(session, template_ident))
+    templates.delete_template(services(request), template_ident)
     return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""Provision flows: one module per flow (its hooks and ``SPEC``), the catalogue, the engine."""

@@ -1,0 +1,224 @@
+"""Cleaning: automated (``provide``) and manual (``clean`` with the operator's steps).
+
+The ramdisk is booted once per flow (``prepare``), the plan is built from the
+steps the node offers (an agent's only once it reports), run by ``stepflow``,
+and the ramdisk stopped after the last step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor import stepflow, steps
+from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DriverError, StepsNotKnown
+from metalforge.errors import bad_request
+
+PROGRESS_KEYS = (
+    "clean_steps",
+    "clean_step_index",
+    "requested_clean_steps",
+    "clean_prepared",
+    "clean_preparing_since",
+    "clean_disable_ramdisk",
+)
+"""What a cleaning flow leaves in ``driver_internal_info``; a new flow starts without it."""
+
+
+def _automated_clean_enabled(task: NodeTask) -> bool:
+    node_setting = task.node.automated_clean
+    return task.ctx.settings.automated_clean if node_setting is None else node_setting
+
+
+def _prepare(task: NodeTask) -> bool:
+    """Boot what cleaning needs (the agent ramdisk) once per flow; ``True`` when ready.
+
+    With ``disable_ramdisk`` (manual cleaning of out-of-band steps only)
+    nothing boots. When the ramdisk must boot first, the node waits in
+    ``clean wait`` and ``clean_wait`` comes back here once it is up.
+    """
+    info = task.node.driver_internal_info
+    if info.get("clean_prepared") or info.get("clean_disable_ramdisk"):
+        return True
+    try:
+        outcome = deploy_interface(task).prepare_cleaning(task)
+    except DriverError as exc:
+        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        return False
+    if outcome == "done":
+        task.node.driver_internal_info = {**task.node.driver_internal_info, "clean_prepared": True}
+        return True
+    task.node.driver_internal_info = {
+        **task.node.driver_internal_info,
+        "clean_preparing_since": task.now(),
+    }
+    stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
+    task.transition(states.WAIT, note="waiting for the ramdisk agent to come up")
+    return False
+
+
+def _check_prepared(task: NodeTask) -> None:
+    """clean wait before any plan exists: is the ramdisk agent up yet?"""
+    info = task.node.driver_internal_info
+    try:
+        outcome = deploy_interface(task).check_cleaning_prepared(task)
+    except DriverError as exc:
+        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        return
+    if outcome == "wait":
+        since = float(info.get("clean_preparing_since", task.now()))
+        timeout = SPEC.timeout(task.ctx.settings)
+        if task.now() - since > timeout:
+            booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
+            stepflow.fail(
+                task,
+                "clean",
+                f"the ramdisk agent did not come up within {timeout:.0f}s of booting the node "
+                f"(at {booted}): no heartbeat",
+            )
+            return
+        stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
+        return
+    info = dict(task.node.driver_internal_info)  # the interface may have changed it
+    info.pop("clean_preparing_since", None)
+    info["clean_prepared"] = True
+    task.node.driver_internal_info = info
+    task.transition(states.RESUME, note="the ramdisk agent is up")
+
+
+def tear_down_ramdisk(task: NodeTask) -> None:
+    """Stop the ramdisk cleaning booted (after the last step, or on abort while it boots)."""
+    deploy_interface(task).tear_down_cleaning(task)
+
+
+def _finish(task: NodeTask) -> None:
+    if not task.node.driver_internal_info.get("clean_prepared"):
+        return  # nothing was booted (automated cleaning off, or disable_ramdisk)
+    tear_down_ramdisk(task)
+
+
+def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
+    """The steps this flow runs, or ``None`` once the flow was failed."""
+    overrides = steps.parse_overrides(task.ctx.settings.clean_step_priority_override)
+    try:
+        supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", overrides)
+    except StepsNotKnown as exc:
+        # Never plan from a partial list: automated cleaning would skip
+        # steps silently. Failing keeps the node out of rotation.
+        stepflow.fail(task, "clean", f"Cannot plan cleaning: {exc}")
+        return None
+    warn_unknown_overrides(task, "clean", overrides, supported)
+    info = dict(task.node.driver_internal_info)
+    requested = info.pop("requested_clean_steps", None)
+    task.node.driver_internal_info = info
+    if not manual:
+        return steps.automated_plan(supported)
+    try:
+        plan = steps.requested_plan(supported, requested or [])
+        if task.node.driver_internal_info.get("clean_disable_ramdisk"):
+            steps.check_without_ramdisk(plan)
+    except steps.StepRequestError as exc:
+        stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
+        return None
+    return plan
+
+
+def clean(task: NodeTask) -> None:
+    """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
+    if not stepflow.has_plan(task, "clean"):
+        manual = task.node.target_provision_state == states.MANAGEABLE
+        if not manual and not _automated_clean_enabled(task):
+            task.record("clean_plan", "automated cleaning is disabled; no steps run")
+            stepflow.store_plan(task, "clean", [])
+            stepflow.run(task, "clean", _finish)
+            return
+        if not _prepare(task):
+            return
+        plan = _plan(task, manual)
+        if plan is None:
+            return
+        stepflow.store_plan(task, "clean", plan)
+    stepflow.run(task, "clean", _finish)
+
+
+def clean_wait(task: NodeTask) -> None:
+    if not stepflow.has_plan(task, "clean"):
+        _check_prepared(task)
+        return
+    stepflow.poll(task, "clean", SPEC.timeout(task.ctx.settings), _finish)
+
+
+# -- requests ------------------------------------------------------------------
+
+
+def forget_cleaning(admission: Admission) -> dict[str, Any]:
+    """A new flow starts without what an earlier cleaning left on the node."""
+    info = dict(admission.node.driver_internal_info)
+    for key in PROGRESS_KEYS:
+        info.pop(key, None)
+    return {"driver_internal_info": info}
+
+
+def _manual_intent(admission: Admission) -> dict[str, Any]:
+    changes = forget_cleaning(admission)
+    info = changes["driver_internal_info"]
+    info["requested_clean_steps"] = list(admission.request.clean_steps)
+    if admission.request.disable_ramdisk:
+        info["clean_disable_ramdisk"] = True
+    return changes
+
+
+def _check_requested_steps(admission: Admission) -> None:
+    """Refuse now the steps the node does not offer, when its steps are known yet."""
+    settings = admission.settings
+    try:
+        supported = steps.supported_steps(
+            admission.drivers,
+            admission.node,
+            "clean",
+            steps.parse_overrides(settings.clean_step_priority_override),
+        )
+        steps.requested_plan(supported, list(admission.request.clean_steps))
+    except steps.StepRequestError as exc:
+        raise bad_request(f"Manual cleaning refused: {exc}") from None
+    except StepsNotKnown:
+        pass  # the conductor checks the steps again once the interface knows them
+
+
+def _out_of_maintenance(admission: Admission) -> None:
+    """A failed clean leaves the node in maintenance; the operator ends it to clean again."""
+    node = admission.node
+    retrying = admission.request.verb == states.PROVIDE
+    if node.maintenance and (not retrying or node.provision_state == states.CLEAN_FAILED):
+        what = "retrying cleaning" if retrying else "manual cleaning"
+        raise bad_request(
+            f"Node {node.uuid} is in maintenance mode; {what} needs it "
+            "turned off first (see maintenance_reason and last_error)."
+        )
+
+
+SPEC = FlowSpec(
+    name="clean",
+    verbs=(
+        Verb(states.PROVIDE, since=(1, 4), checks=(_out_of_maintenance,), intent=forget_cleaning),
+        Verb(
+            states.CLEAN,
+            since=(1, 15),
+            fields=frozenset({"clean_steps", "disable_ramdisk"}),
+            requires="clean_steps",
+            checks=(_out_of_maintenance, _check_requested_steps),
+            intent=_manual_intent,
+        ),
+    ),
+    states={
+        states.CLEANING: FlowState(hook=clean, agent_may_look_up=True),
+        states.CLEAN_WAIT: FlowState(hook=clean_wait, agent_may_look_up=True, agent_continues=True),
+        states.CLEAN_HOLD: FlowState(power_changes_allowed=True),
+    },
+    step_kind="clean",
+    timeout_setting="clean_callback_timeout",
+)

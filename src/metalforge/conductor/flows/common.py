@@ -1,0 +1,46 @@
+"""What several flows' hooks share: their interfaces and their ``fail`` transition."""
+
+from __future__ import annotations
+
+from metalforge import states
+from metalforge.conductor import history, steps
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DeployInterface, DriverError, PowerInterface
+
+
+def power(task: NodeTask) -> PowerInterface:
+    iface = task.ctx.drivers.interface(task.node, "power")
+    assert isinstance(iface, PowerInterface)
+    return iface
+
+
+def deploy_interface(task: NodeTask) -> DeployInterface:
+    iface = task.ctx.drivers.interface(task.node, "deploy")
+    if not isinstance(iface, DeployInterface):
+        raise DriverError(f"the {iface.name} deploy interface cannot clean or deploy")
+    return iface
+
+
+def fail(task: NodeTask, message: str) -> None:
+    """The flow's ``fail`` transition, with ``message`` in history and ``last_error``."""
+    task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+
+
+def warn_unknown_overrides(
+    task: NodeTask, kind: str, overrides: dict[str, int], supported: list[steps.Step]
+) -> None:
+    """Say in the node's history when a priority override names a step the node lacks.
+
+    Start-up cannot check the names: an agent's steps are known only once it
+    runs on the node. A typo would otherwise leave a step at its default
+    priority without a trace.
+    """
+    known = {s.name for s in supported}
+    unknown = sorted(name for name in overrides if name not in known)
+    if unknown:
+        task.record(
+            f"{kind}_plan",
+            f"conductor.{kind}_step_priority_override names step(s) this node does not "
+            f"offer, ignored: {', '.join(unknown)}",
+            history.WARNING,
+        )

@@ -1,0 +1,119 @@
+"""Deployment (``active``, ``rebuild``): default steps, the templates of the traits, the user's.
+
+The plan is built once (``deploy_plan``, the function the request check,
+node validation and previews use) and stored on the node, so a takeover
+resumes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor import deploy_plan, stepflow, steps
+from metalforge.conductor.flows.common import warn_unknown_overrides
+from metalforge.conductor.flows.guards import not_in_maintenance, not_protected
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request
+
+PROGRESS_KEYS = ("deploy_steps", "deploy_step_index", "requested_deploy_steps")
+
+
+def deploy(task: NodeTask) -> None:
+    """deploying: build the plan once, then run it."""
+    if not stepflow.has_plan(task, "deploy"):
+        info = dict(task.node.driver_internal_info)
+        requested = info.pop("requested_deploy_steps", None) or []
+        task.node.driver_internal_info = info
+        overrides = steps.parse_overrides(task.ctx.settings.deploy_step_priority_override)
+        try:
+            with task.ctx.db.read() as session:
+                plan = deploy_plan.plan_for_node(
+                    session, task.ctx.drivers, task.node, overrides, requested
+                )
+        except steps.StepRequestError as exc:
+            stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
+            return
+        if overrides:
+            supported = steps.supported_steps(task.ctx.drivers, task.node, "deploy", overrides)
+            warn_unknown_overrides(task, "deploy", overrides, supported)
+        if plan.templates:
+            task.record(
+                "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
+            )
+        stepflow.store_plan(task, "deploy", plan.steps)
+    stepflow.run(task, "deploy")
+
+
+def deploy_wait(task: NodeTask) -> None:
+    stepflow.poll(task, "deploy", SPEC.timeout(task.ctx.settings))
+
+
+# -- requests ------------------------------------------------------------------
+
+
+def _check_plan(admission: Admission) -> None:
+    """Refuse a deployment the conductor could not plan, before the node moves.
+
+    Requested traits missing from the node, a selected template's step the
+    driver lacks, a core step moved: all would otherwise end in
+    ``deploy failed`` after the node left ``available``.
+    """
+    node = admission.node
+    overrides = steps.parse_overrides(admission.settings.deploy_step_priority_override)
+    requested = list(admission.request.deploy_steps)
+    try:
+        deploy_plan.plan_for_node(admission.session, admission.drivers, node, overrides, requested)
+    except (steps.StepRequestError, UnknownDriver) as exc:
+        raise bad_request(f"Cannot deploy node {node.uuid}: {exc}") from None
+
+
+def _intent(admission: Admission) -> dict[str, Any]:
+    node, request = admission.node, admission.request
+    info = dict(node.driver_internal_info)
+    for key in PROGRESS_KEYS:
+        info.pop(key, None)
+    if request.deploy_steps:
+        info["requested_deploy_steps"] = list(request.deploy_steps)
+    instance_info = dict(node.instance_info)
+    if request.configdrive is not None:
+        instance_info["configdrive"] = request.configdrive
+    return {"driver_internal_info": info, "instance_info": instance_info}
+
+
+_FIELDS = frozenset({"deploy_steps", "configdrive"})
+
+SPEC = FlowSpec(
+    name="deploy",
+    verbs=(
+        Verb(
+            states.DEPLOY,
+            fields=_FIELDS,
+            guards=(not_in_maintenance,),
+            checks=(_check_plan,),
+            intent=_intent,
+        ),
+        Verb(
+            states.REBUILD,
+            fields=_FIELDS,
+            guards=(not_in_maintenance, not_protected),
+            checks=(_check_plan,),
+            intent=_intent,
+        ),
+    ),
+    states={
+        states.DEPLOYING: FlowState(hook=deploy, agent_may_look_up=True),
+        states.DEPLOY_WAIT: FlowState(
+            hook=deploy_wait,
+            agent_may_look_up=True,
+            agent_continues=True,
+            power_changes_allowed=True,
+            abort_since=(1, 110),
+        ),
+        states.DEPLOY_HOLD: FlowState(power_changes_allowed=True),
+    },
+    step_kind="deploy",
+    timeout_setting="deploy_callback_timeout",
+)

@@ -1,0 +1,86 @@
+"""Rescue (``rescue``, ``unrescue``): boot a rescue system on a deployed node, and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor.flows.common import fail
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DriverError, RescueInterface
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request
+
+
+def _rescue_interface(task: NodeTask) -> RescueInterface:
+    iface = task.ctx.drivers.interface(task.node, "rescue")
+    if not isinstance(iface, RescueInterface):
+        raise DriverError(f"the rescue interface {iface.name!r} cannot rescue a node")
+    return iface
+
+
+def rescue(task: NodeTask) -> None:
+    """rescuing: boot the rescue system (the request check made sure the interface can)."""
+    try:
+        outcome = _rescue_interface(task).rescue(task)
+    except DriverError as exc:
+        fail(task, f"Failed to rescue the node: {exc}")
+        return
+    if outcome == "wait":
+        task.transition(states.WAIT, note="waiting for the rescue system")
+        return
+    task.record("rescue", "the node runs its rescue system")
+    task.transition(states.DONE, last_error=None)
+
+
+def unrescue(task: NodeTask) -> None:
+    """unrescuing: back to the instance."""
+    try:
+        _rescue_interface(task).unrescue(task)
+    except DriverError as exc:
+        fail(task, f"Failed to unrescue the node: {exc}")
+        return
+    task.record("rescue", "the node is back on its instance")
+    task.transition(states.DONE, last_error=None)
+
+
+def _supported(admission: Admission) -> None:
+    """Rescue needs a rescue interface that can do it: ``no-rescue`` is refused here."""
+    node = admission.node
+    try:
+        iface = admission.drivers.interface(node, "rescue")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    if not isinstance(iface, RescueInterface):
+        raise bad_request(
+            f"Node {node.uuid} cannot be rescued: its rescue interface is {iface.name!r}. "
+            "Set rescue_interface to one that supports rescue (fake-hardware: 'fake')."
+        )
+
+
+def _intent(admission: Admission) -> dict[str, Any]:
+    password = admission.request.rescue_password
+    return {"instance_info": {**admission.node.instance_info, "rescue_password": password}}
+
+
+SPEC = FlowSpec(
+    name="rescue",
+    verbs=(
+        Verb(
+            states.RESCUE_VERB,
+            since=(1, 38),
+            fields=frozenset({"rescue_password"}),
+            requires="rescue_password",
+            checks=(_supported,),
+            intent=_intent,
+            clears_last_error=False,
+        ),
+        Verb(states.UNRESCUE, since=(1, 38), checks=(_supported,), clears_last_error=False),
+    ),
+    states={
+        states.RESCUING: FlowState(hook=rescue, agent_may_look_up=True),
+        states.RESCUE_WAIT: FlowState(agent_may_look_up=True, power_changes_allowed=True),
+        states.UNRESCUING: FlowState(hook=unrescue),
+    },
+)

@@ -1,0 +1,71 @@
+"""Servicing (``service``): run the operator's steps on an active node, then back to active."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor import stepflow, steps
+from metalforge.conductor.flows.common import deploy_interface
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DriverError
+
+PROGRESS_KEYS = ("service_steps", "service_step_index")
+
+
+def service(task: NodeTask) -> None:
+    """servicing: build the plan from the requested steps once, then run it."""
+    if not stepflow.has_plan(task, "service"):
+        info = dict(task.node.driver_internal_info)
+        requested = info.pop("requested_service_steps", None) or []
+        task.node.driver_internal_info = info
+        try:
+            supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
+            plan = steps.requested_plan(supported, requested)
+            if deploy_interface(task).boots_ramdisk:
+                # Servicing does not boot the agent yet: only out-of-band steps can run.
+                steps.check_without_ramdisk(plan)
+        except (steps.StepRequestError, DriverError) as exc:
+            stepflow.fail(task, "service", f"Servicing refused: {exc}")
+            return
+        stepflow.store_plan(task, "service", plan)
+    stepflow.run(task, "service")
+
+
+def service_wait(task: NodeTask) -> None:
+    stepflow.poll(task, "service", SPEC.timeout(task.ctx.settings))
+
+
+def _intent(admission: Admission) -> dict[str, Any]:
+    info = dict(admission.node.driver_internal_info)
+    for key in PROGRESS_KEYS:
+        info.pop(key, None)
+    info["requested_service_steps"] = list(admission.request.service_steps)
+    return {"driver_internal_info": info}
+
+
+SPEC = FlowSpec(
+    name="service",
+    verbs=(
+        Verb(
+            states.SERVICE,
+            since=(1, 87),
+            fields=frozenset({"service_steps", "disable_ramdisk"}),
+            requires="service_steps",
+            intent=_intent,
+        ),
+    ),
+    states={
+        states.SERVICING: FlowState(hook=service, agent_may_look_up=True),
+        states.SERVICE_WAIT: FlowState(
+            hook=service_wait,
+            agent_may_look_up=True,
+            agent_continues=True,
+            power_changes_allowed=True,
+        ),
+        states.SERVICE_HOLD: FlowState(power_changes_allowed=True),
+    },
+    step_kind="service",
+    timeout_setting="clean_callback_timeout",
+)

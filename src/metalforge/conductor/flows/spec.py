@@ -1,0 +1,124 @@
+"""The declaration of a provision flow: one frozen ``FlowSpec`` per flow.
+
+A flow is what a verb starts (``provide`` starts cleaning, ``active``
+deploys): the busy states it runs through, what the conductor does in each
+(its hooks), the request fields its verbs take and the checks a request must
+pass before the node moves, the columns the verb writes with its transition,
+and the setting that bounds its waits. The state sets other code needs (where
+the ramdisk agent may look up, where its heartbeat continues a flow, where
+operators may not change power) are derived from these declarations in
+``catalog``, never written out by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from metalforge.conductor.stepflow import FlowKind
+from metalforge.conductor.task import NodeTask
+from metalforge.config import ConductorSettings
+from metalforge.db.models import Node
+from metalforge.drivers.hardware import DriverRegistry
+
+Hook = Callable[[NodeTask], None]
+"""What a conductor does for a node in one state of the flow."""
+
+
+@dataclass(frozen=True)
+class FlowRequest:
+    """What a provision request asks, as the API parsed it.
+
+    ``given`` names the fields the client sent (a field sent as ``null`` or
+    ``[]`` is still given, and may be refused for a verb that does not take
+    it). Steps stay as the JSON objects the client sent.
+    """
+
+    verb: str
+    target: str = ""
+    """The verb as the client spelled it (``deploy`` for ``active``), for messages."""
+    given: frozenset[str] = frozenset()
+    clean_steps: tuple[dict[str, Any], ...] = ()
+    deploy_steps: tuple[dict[str, Any], ...] = ()
+    service_steps: tuple[dict[str, Any], ...] = ()
+    disable_ramdisk: bool = False
+    configdrive: str | dict[str, Any] | None = None
+    rescue_password: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a verb's checks and intent see when a request to start it arrives.
+
+    ``node`` is as read in the request's transaction (``session``); checks
+    read more through ``session`` but never write.
+    """
+
+    session: Session
+    node: Node
+    request: FlowRequest
+    drivers: DriverRegistry
+    settings: ConductorSettings
+
+
+Check = Callable[[Admission], None]
+"""Refuses a request (raises a ``RequestError``) the flow could not carry out."""
+Intent = Callable[[Admission], dict[str, Any]]
+"""Node columns the verb writes together with its transition."""
+
+
+@dataclass(frozen=True)
+class Verb:
+    """An API verb that starts (or restarts) a flow."""
+
+    name: str
+    since: tuple[int, int] = (1, 1)
+    """The API microversion that introduced the verb."""
+    fields: frozenset[str] = frozenset()
+    """Request fields the verb takes; any other given field is refused."""
+    requires: str | None = None
+    """A field that must be given and not empty."""
+    guards: tuple[Check, ...] = ()
+    """Checks of the node itself, made before the state table is consulted."""
+    checks: tuple[Check, ...] = ()
+    """Checks made once the state table allows the verb."""
+    intent: Intent | None = None
+    clears_last_error: bool = True
+
+
+@dataclass(frozen=True)
+class FlowState:
+    """What happens to a node in one busy state of a flow."""
+
+    hook: Hook | None = None
+    """What the conductor does here; ``None``: it waits for someone else (agent, operator)."""
+    agent_may_look_up: bool = False
+    """The ramdisk agent may be running and look the node up."""
+    agent_continues: bool = False
+    """An agent heartbeat queues a check (the flow waits for the agent's report)."""
+    power_changes_allowed: bool = False
+    """Operators may change power (the flow does not depend on it just now)."""
+    abort_since: tuple[int, int] | None = None
+    """The API microversion from which ``abort`` is accepted here, when later than the verb's."""
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One provision flow, declared once."""
+
+    name: str
+    verbs: tuple[Verb, ...]
+    states: Mapping[str, FlowState]
+    step_kind: FlowKind | None = None
+    """Set for the flows that run a plan of steps (``stepflow``)."""
+    timeout_setting: str | None = None
+    """The conductor setting bounding how long the flow waits (an agent, a step)."""
+
+    def timeout(self, settings: ConductorSettings) -> float:
+        """The flow's wait bound in seconds, read from the conductor's settings."""
+        if self.timeout_setting is None:
+            raise ValueError(f"the {self.name} flow declares no timeout")
+        return float(getattr(settings, self.timeout_setting))

@@ -1,0 +1,59 @@
+"""Undeployment (``deleted``): remove the instance, then hand the node to cleaning."""
+
+from __future__ import annotations
+
+from metalforge import states
+from metalforge.conductor import allocations, history
+from metalforge.conductor.flows import cleaning, deploying
+from metalforge.conductor.flows.guards import not_protected
+from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DeployInterface, DriverError
+
+
+def tear_down(task: NodeTask) -> None:
+    """deleting: remove the instance (and its allocation), then on to cleaning."""
+    try:
+        deploy = task.ctx.drivers.interface(task.node, "deploy")
+        if not isinstance(deploy, DeployInterface):
+            raise DriverError(f"the {deploy.name} deploy interface cannot tear down")
+        deploy.tear_down(task)
+    except DriverError as exc:
+        task.transition(
+            states.FAIL,
+            note=str(exc),
+            severity=history.ERROR,
+            last_error=f"Failed to tear down: {exc}",
+        )
+        return
+    info = dict(task.node.driver_internal_info)
+    for key in (*deploying.PROGRESS_KEYS, *cleaning.PROGRESS_KEYS):
+        info.pop(key, None)
+    allocation_id = task.node.allocation_id
+    if allocation_id is not None:
+        # The instance is gone, so is the node's allocation: in this very
+        # transaction, so no one sees a node without instance but still allocated.
+        task.with_next_transition(lambda s: allocations.delete_allocation(s, allocation_id))
+    task.transition(
+        states.DONE,
+        instance_info={},
+        instance_uuid=None,
+        allocation_id=None,
+        deploy_step={},
+        driver_internal_info=info,
+        last_error=None,
+    )
+
+
+SPEC = FlowSpec(
+    name="undeploy",
+    verbs=(
+        Verb(
+            states.UNDEPLOY,
+            guards=(not_protected,),
+            intent=cleaning.forget_cleaning,
+            clears_last_error=False,
+        ),
+    ),
+    states={states.DELETING: FlowState(hook=tear_down)},
+)

@@ -1,0 +1,35 @@
+"""Verification (``manage`` from ``enroll``): check the BMC answers with its credentials."""
+
+from __future__ import annotations
+
+from metalforge import states
+from metalforge.conductor import history
+from metalforge.conductor.flows import cleaning
+from metalforge.conductor.flows.common import power
+from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import DriverError
+
+
+def verify(task: NodeTask) -> None:
+    """verifying: read the power state, which proves the address and credentials."""
+    try:
+        iface = power(task)
+        iface.validate(task)
+        task.node.power_state = iface.get_power_state(task)
+    except DriverError as exc:
+        task.transition(
+            states.FAIL,
+            note=str(exc),
+            severity=history.ERROR,
+            last_error=f"Failed to verify node: {exc}",
+        )
+        return
+    task.transition(states.DONE, last_error=None)
+
+
+SPEC = FlowSpec(
+    name="verify",
+    verbs=(Verb(states.MANAGE, since=(1, 4), intent=cleaning.forget_cleaning),),
+    states={states.VERIFYING: FlowState(hook=verify)},
+)

@@ -1,0 +1,125 @@
+"""The boot device, read and set through the node's management interface.
+
+As in Ironic these calls are synchronous: the answer says what the BMC did.
+Setting the boot device takes the node's reservation for the length of the
+BMC call, so it cannot interleave with a conductor's flow on the node (a
+deploy setting its own boot device); a node that a conductor holds answers
+409 (``NodeLocked``, after the API's usual short wait). The reservation is
+taken as ``api@<conductor.hostname>``, a holder that is no conductor: should
+the API process die mid-call, the next conductor (or request) that needs the
+node takes the reservation at once, and the node is never stuck. A conductor
+that takes it while the call runs wins; the fencing epoch then turns this
+request into a 409. Reads take no reservation (Ironic takes only a shared
+lock for them). A BMC failure answers 400 with the driver's message, which
+names the BMC and the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.task import LockLost, NodeGone, acquire
+from metalforge.db.models import Node
+from metalforge.drivers.base import (
+    BOOT_DEVICES,
+    DriverError,
+    DriverTask,
+    ManagementInterface,
+    ReadOnlyTask,
+)
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import RequestError, bad_request, conflict
+from metalforge.services import fencing, lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+
+
+@dataclass(frozen=True)
+class BootDevice:
+    device: str | None
+    persistent: bool | None
+
+
+def _management(svc: Services, node: Node) -> ManagementInterface:
+    try:
+        iface = svc.drivers.interface(node, "management")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    if not isinstance(iface, ManagementInterface):
+        raise bad_request(f"Node {node.uuid} has no management interface ({iface.name})")
+    return iface
+
+
+def _load(svc: Services, ident: str, version: Version) -> Node:
+    with svc.db.read() as session:
+        return lookup.load_node(session, ident, version)
+
+
+def _driver_failure(node: Node, doing: str, exc: DriverError) -> RequestError:
+    return bad_request(f"Failed to {doing} for node {node.uuid}: {exc}")
+
+
+def _supported(iface: ManagementInterface, task: DriverTask) -> list[str]:
+    iface.validate(task)
+    return [d for d in iface.supported_boot_devices(task) if d in BOOT_DEVICES]
+
+
+def boot_device(svc: Services, ident: str, version: Version) -> BootDevice:
+    """What the BMC says the node boots from next."""
+    node = _load(svc, ident, version)
+    iface = _management(svc, node)
+    task = ReadOnlyTask(node)
+    try:
+        iface.validate(task)
+        found = iface.get_boot_device(task)
+    except DriverError as exc:
+        raise _driver_failure(node, "read the boot device", exc) from None
+    return BootDevice(found.get("boot_device"), found.get("persistent"))
+
+
+def supported_boot_devices(svc: Services, ident: str, version: Version) -> list[str]:
+    node = _load(svc, ident, version)
+    iface = _management(svc, node)
+    try:
+        return _supported(iface, ReadOnlyTask(node))
+    except DriverError as exc:
+        raise _driver_failure(node, "list the boot devices", exc) from None
+
+
+def set_boot_device(
+    svc: Services, ident: str, version: Version, device: str, persistent: bool
+) -> None:
+    """Set the boot device under the node's reservation (see the module's docstring)."""
+    if device not in BOOT_DEVICES:
+        raise bad_request(
+            f"Invalid boot device {device!r}; valid devices are {', '.join(BOOT_DEVICES)}"
+        )
+    node = _load(svc, ident, version)
+    fencing.check_unlocked(node)
+    conductor = svc.settings.conductor
+    ctx = ConductorContext(
+        hostname=f"api@{conductor.hostname}", db=svc.db, drivers=svc.drivers, settings=conductor
+    )
+    try:
+        with acquire(ctx, node.id, "set boot device") as task:
+            iface = _management(svc, task.node)
+            try:
+                supported = _supported(iface, task)
+                if device not in supported:
+                    raise bad_request(
+                        f"Boot device {device!r} is not supported by node {node.uuid}; "
+                        f"supported: {', '.join(supported) or 'none'}"
+                    )
+                iface.set_boot_device(task, device, persistent)
+            except DriverError as exc:
+                raise _driver_failure(node, f"set the boot device to {device}", exc) from None
+            how = "persistent" if persistent else "next boot only"
+            task.record("management", f"boot device set to {device} ({how})")
+    except LockLost:
+        raise conflict(
+            f"Node {node.uuid} was taken over by a conductor while its boot device was being "
+            "set; check the boot device and retry"
+        ) from None
+    except NodeGone:
+        raise lookup.node_not_found(ident) from None

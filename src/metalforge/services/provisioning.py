@@ -1,0 +1,122 @@
+"""Provision requests: the only way the API starts, continues or aborts a flow.
+
+``start`` checks the request against the verb's flow spec (the fields it
+takes, its guards and checks), and in one transaction moves the node through
+the state table and queues the conductor's work, so the next GET already
+shows the change (ironicclient's ``--wait`` relies on it) and the request
+cannot be lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge import states
+from metalforge.conductor import transitions
+from metalforge.conductor.flows import catalog
+from metalforge.conductor.flows.spec import Admission, FlowRequest, Verb
+from metalforge.db import queue
+from metalforge.db.models import Node
+from metalforge.errors import bad_request, conflict
+from metalforge.services import fencing, lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version, fmt
+
+MISPLACED_FIELD = {
+    "clean_steps": '"clean_steps" is only valid when setting target provision state to '
+    f"{states.CLEAN}",
+    "deploy_steps": '"deploy_steps" is only valid when setting target provision '
+    f"state to {states.DEPLOY} or {states.REBUILD}",
+    "service_steps": '"service_steps" is only valid with the service target',
+    "disable_ramdisk": '"disable_ramdisk" can only be used with the clean and service targets',
+    "configdrive": "Adding a config drive is only supported when setting provision "
+    f"state to {states.DEPLOY} or {states.REBUILD}",
+    "rescue_password": '"rescue_password" is only valid with the rescue target',
+}
+"""What a request is told when it gives a field its verb does not take."""
+
+MISSING_FIELD = {
+    "clean_steps": '"clean_steps" is required when setting target provision state to '
+    f"{states.CLEAN}",
+    "service_steps": '"service_steps" is required when setting target provision state to '
+    f"{states.SERVICE}",
+    "rescue_password": 'A non-empty "rescue_password" is required when setting target '
+    "provision state to rescue",
+}
+
+CONTROL_VERBS = frozenset({states.ABORT, states.UNHOLD})
+"""Verbs that act on the running flow instead of starting one."""
+
+
+def verb_of(verb: str) -> Verb:
+    """The declaration of ``verb``: its flow's, or a bare one for abort and unhold."""
+    found = catalog.VERBS.get(verb)
+    if found is not None:
+        return found[1]
+    since = (1, 13) if verb == states.ABORT else (1, 85)
+    return Verb(verb, since=since, clears_last_error=False)
+
+
+def check_fields(request: FlowRequest) -> None:
+    """Refuse fields the verb does not take and a missing field it requires."""
+    verb = verb_of(request.verb)
+    for name in MISPLACED_FIELD:
+        if name in request.given and name not in verb.fields:
+            raise bad_request(MISPLACED_FIELD[name])
+    if verb.requires is not None and not getattr(request, verb.requires):
+        raise bad_request(MISSING_FIELD[verb.requires])
+
+
+def start(
+    svc: Services, ident: str, version: Version, request: FlowRequest, actor: str | None
+) -> str:
+    """Start (or abort, or unhold) the node's flow; returns the node's UUID."""
+    check_fields(request)
+    with svc.db.write() as session:
+        node = lookup.load_node(session, ident, version)
+        fencing.check_unlocked(node)
+        verb = verb_of(request.verb)
+        admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
+        for guard in verb.guards:
+            guard(admission)
+        _check_allowed(node, request)
+        if request.verb == states.ABORT:
+            _abort(svc, admission, version, actor)
+        else:
+            _move(svc, admission, verb, actor)
+    svc.notify()
+    return node.uuid
+
+
+def _check_allowed(node: Node, request: FlowRequest) -> None:
+    if request.verb not in states.allowed_events(node.provision_state):
+        raise bad_request(
+            f'The requested action "{request.target}" can not be performed on node '
+            f'"{node.uuid}" while it is in state "{node.provision_state}".'
+        )
+
+
+def _abort(svc: Services, admission: Admission, version: Version, actor: str | None) -> None:
+    node = admission.node
+    needed = catalog.ABORT_SINCE.get(node.provision_state)
+    if needed is not None and version < needed:
+        raise bad_request(
+            f'Aborting in state "{node.provision_state}" needs API version {fmt(needed)} or newer'
+        )
+    svc.queue_for(admission.session, node, "abort")
+    fencing.record(admission.session, node, "provisioning", "abort requested", actor)
+
+
+def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) -> None:
+    for check in verb.checks:
+        check(admission)
+    changes: dict[str, Any] = verb.intent(admission) if verb.intent else {}
+    if verb.clears_last_error:
+        changes["last_error"] = None
+    node = admission.node
+    try:
+        transitions.apply(admission.session, node, verb.name, changes=changes, user=actor)
+    except transitions.TransitionConflict:
+        raise conflict(f"Node {node.uuid} {fencing.REQUEST_RACED}; please retry.") from None
+    if states.STATES[node.provision_state].busy:
+        svc.queue_for(admission.session, node, queue.PROVISION)

@@ -1,0 +1,47 @@
+"""A node's target RAID configuration: what ``raid.create_configuration`` will build."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge.db.models import Node
+from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request, not_found
+from metalforge.services import fencing, lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+
+
+def set_target(
+    svc: Services, ident: str, version: Version, config: dict[str, Any], actor: str | None
+) -> None:
+    """Store ``config`` (``{}`` clears it), checked now by the node's RAID interface.
+
+    A bad configuration is refused here rather than failing a clean later.
+    """
+    with svc.db.write() as session:
+        node = lookup.find_node(session, ident, version)
+        fencing.check_unlocked(node)
+        if config:  # clearing the target is always allowed
+            _check(svc, node, config)
+        fencing.update_node(session, node, {"target_raid_config": config})
+        disks = len(config.get("logical_disks") or [])
+        text = f"set, {disks} logical disk(s)" if disks else "cleared"
+        fencing.record(session, node, "raid", f"target RAID configuration {text}", actor)
+
+
+def _check(svc: Services, node: Node, config: dict[str, Any]) -> None:
+    try:
+        raid = svc.drivers.interface(node, "raid")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    if not isinstance(raid, RaidInterface):
+        # 404, as Ironic: RAID is an optional interface the driver lacks.
+        raise not_found(
+            f"Node {node.uuid} cannot configure RAID: its raid interface is {raid.name}"
+        )
+    try:
+        raid.validate_raid_config(ReadOnlyTask(node), config)
+    except DriverError as exc:
+        raise bad_request(f"Invalid target RAID configuration: {exc}") from None

@@ -1,0 +1,214 @@
+"""Deploy templates: created, changed and deleted under the rules of their own shape.
+
+A template is checked only for itself -- its name a valid trait name and
+unique, each step given once with the same arguments -- not against the
+drivers: whether a node can run a step depends on the node's interfaces, so
+that is checked when a deployment is requested, validated or previewed
+(``conductor.deploy_plan``). A template with a step no driver has yet is
+therefore accepted, as Ironic accepts it.
+
+Callers hand in parsed values (``TemplateSpec``); the API owns the request
+bodies, JSON patch syntax and views, and renders the ``DeployTemplate``
+these functions return (detached, with its steps loaded).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import os_traits
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
+from metalforge.errors import RequestError, bad_request, conflict, not_found
+from metalforge.services import lookup
+from metalforge.services.context import Services
+
+_CUSTOM_TRAIT = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One deploy step of a template, as stored: ``interface.step`` with its arguments."""
+
+    interface: str
+    step: str
+    args: dict[str, Any]
+    priority: int
+
+
+@dataclass(frozen=True)
+class TemplateSpec:
+    """What a template should be: a request's body, or a stored template after a patch."""
+
+    name: str
+    steps: tuple[StepSpec, ...]
+    extra: dict[str, Any] = field(default_factory=dict)
+    uuid: str | None = None
+    """Only for a create: the UUID the client asked for; a new one otherwise."""
+
+
+Edit = Callable[[TemplateSpec], TemplateSpec]
+"""A change to a stored template (the API applies a client's JSON patch)."""
+
+
+def step_spec(step: DeployTemplateStep) -> StepSpec:
+    return StepSpec(step.interface, step.step, step.args, step.priority)
+
+
+def spec_of(template: DeployTemplate) -> TemplateSpec:
+    """``template`` as stored, for an ``Edit`` to change.
+
+    A deep copy: an edit that changes the dictionaries it is given must not
+    change the loaded rows behind the session's back.
+    """
+    steps = tuple(step_spec(s) for s in template.steps)
+    return copy.deepcopy(TemplateSpec(template.name, steps, template.extra, template.uuid))
+
+
+def find_template(session: Session, ident: str) -> DeployTemplate:
+    """By UUID or by name; 404 otherwise."""
+    if lookup.is_uuid(ident):
+        where = DeployTemplate.uuid == str(uuidlib.UUID(ident))
+    else:
+        where = DeployTemplate.name == ident
+    template = session.scalar(select(DeployTemplate).where(where))
+    if template is None:
+        raise not_found(f"Deploy template {ident} could not be found.")
+    return template
+
+
+@functools.cache
+def _standard_traits() -> frozenset[str]:
+    return frozenset(os_traits.get_traits())
+
+
+def _is_trait_name(name: str) -> bool:
+    """The template's name must be a trait a node can carry: a standard or custom trait.
+
+    The same rule as the API's ``validation.is_valid_trait`` for node traits;
+    the service layer cannot import the API, so the rule is spelled here too.
+    """
+    return 0 < len(name) <= 255 and (bool(_CUSTOM_TRAIT.match(name)) or name in _standard_traits())
+
+
+def check_spec(spec: TemplateSpec) -> None:
+    """Rules beyond the schema: a trait name, no step twice with the same arguments.
+
+    A step may repeat with other arguments (seed 001: partitioning several
+    disks, say), which Ironic refuses; the same step with the same arguments
+    twice is an operator's slip, refused.
+    """
+    if not _is_trait_name(spec.name):
+        raise bad_request(
+            f"Invalid deploy template name {spec.name!r}: it must be a valid trait name "
+            "(a standard trait or ^CUSTOM_[A-Z0-9_]+$, at most 255 characters)"
+        )
+    duplicates = _repeated_steps(spec.steps)
+    if duplicates:
+        raise bad_request(
+            f"Duplicate deploy steps in deploy template {spec.name}: "
+            f"{', '.join(duplicates)} with the same arguments. A step may "
+            "repeat in a template only with other arguments."
+        )
+
+
+def _repeated_steps(steps: Sequence[StepSpec]) -> list[str]:
+    """``interface.step`` of each step given more than once with equal arguments, sorted."""
+    seen: set[tuple[str, str, bytes]] = set()
+    repeated: set[str] = set()
+    for step in steps:
+        key = (step.interface, step.step, orjson.dumps(step.args, option=orjson.OPT_SORT_KEYS))
+        if key in seen:
+            repeated.add(f"{step.interface}.{step.step}")
+        seen.add(key)
+    return sorted(repeated)
+
+
+def _rows(steps: Sequence[StepSpec]) -> list[DeployTemplateStep]:
+    return [
+        DeployTemplateStep(interface=s.interface, step=s.step, args=s.args, priority=s.priority)
+        for s in steps
+    ]
+
+
+def _name_taken(name: str) -> RequestError:
+    return conflict(f"A deploy template with name {name} already exists.")
+
+
+def _refuse_taken(session: Session, name: str, template_uuid: str | None = None) -> None:
+    """409 if another template has ``name`` (or ``template_uuid``, for a create)."""
+    if session.scalar(select(DeployTemplate.id).where(DeployTemplate.name == name)):
+        raise _name_taken(name)
+    if template_uuid is None:
+        return
+    if session.scalar(select(DeployTemplate.id).where(DeployTemplate.uuid == template_uuid)):
+        raise conflict(f"A deploy template with UUID {template_uuid} already exists.")
+
+
+def create_template(svc: Services, spec: TemplateSpec) -> DeployTemplate:
+    """Store a new template: 400 for a rule broken, 409 for a name or UUID in use.
+
+    The checks before the insert give the precise message; the unique
+    constraints catch a concurrent create that got in between.
+    """
+    check_spec(spec)
+    template_uuid = lookup.check_uuid(spec.uuid) if spec.uuid else str(uuidlib.uuid4())
+    try:
+        with svc.db.write() as session:
+            _refuse_taken(session, spec.name, template_uuid)
+            template = DeployTemplate(
+                uuid=template_uuid, name=spec.name, extra=spec.extra, steps=_rows(spec.steps)
+            )
+            session.add(template)
+            session.flush()  # ids and created_at, for the caller's view
+    except IntegrityError:  # a concurrent create won the race for the name or UUID
+        raise _name_taken(spec.name) from None
+    return template
+
+
+def patch_template(svc: Services, ident: str, edit: Edit) -> DeployTemplate:
+    """Apply ``edit`` to the stored template and store the result, checked whole.
+
+    ``edit`` runs inside the write transaction, on what is stored then, so a
+    concurrent change is never overwritten with a stale copy. Steps are
+    replaced only when the edit changed them; the template is marked updated
+    either way.
+    """
+    try:
+        with svc.db.write() as session:
+            template = find_template(session, ident)
+            before = spec_of(template)
+            after = edit(before)
+            check_spec(after)
+            if after.name != template.name:
+                _refuse_taken(session, after.name)
+                template.name = after.name
+            template.extra = after.extra
+            if after.steps != before.steps:
+                template.steps = _rows(after.steps)
+            template.updated_at = utcnow()
+            session.flush()
+            session.refresh(template)
+    except IntegrityError:
+        raise conflict("A deploy template with that name already exists.") from None
+    return template
+
+
+def delete_template(svc: Services, ident: str) -> None:
+    """Delete the template and its steps; 404 if there is none.
+
+    Nodes that ask for its trait afterwards deploy without it: a trait no
+    template is named after selects no steps.
+    """
+    with svc.db.write() as session:
+        session.delete(find_template(session, ident))

@@ -1,0 +1,103 @@
+"""The flow specs, and the state sets derived from them, checked state by state.
+
+The expected tables below are the rules as Ironic's clients see them: where
+the ramdisk agent may look a node up, where its heartbeat continues a flow,
+where an operator may change power. Every busy state is listed, so a flow
+added without saying how it treats the agent and power fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from metalforge import states
+from metalforge.conductor.flows import catalog
+from metalforge.conductor.flows.spec import FlowRequest
+from metalforge.config import ConductorSettings
+
+# state: (agent may look up, agent heartbeat continues the flow, power requests refused)
+EXPECTED: dict[str, tuple[bool, bool, bool]] = {
+    states.VERIFYING: (False, False, True),
+    states.INSPECTING: (True, False, True),
+    states.INSPECT_WAIT: (True, False, False),
+    states.CLEANING: (True, False, True),
+    states.CLEAN_WAIT: (True, True, True),
+    states.CLEAN_HOLD: (False, False, False),
+    states.DEPLOYING: (True, False, True),
+    states.DEPLOY_WAIT: (True, True, False),
+    states.DEPLOY_HOLD: (False, False, False),
+    states.DELETING: (False, False, True),
+    states.ADOPTING: (False, False, True),
+    states.RESCUING: (True, False, True),
+    states.RESCUE_WAIT: (True, False, False),
+    states.UNRESCUING: (False, False, True),
+    states.SERVICING: (True, False, True),
+    states.SERVICE_WAIT: (True, True, False),
+    states.SERVICE_HOLD: (False, False, False),
+}
+
+
+def test_every_busy_state_is_in_the_expected_table() -> None:
+    assert set(EXPECTED) == set(states.BUSY_STATES)
+
+
+@pytest.mark.parametrize("name", sorted(states.STATES))
+def test_each_state_belongs_to_one_flow_exactly_when_it_is_busy(name: str) -> None:
+    flow = catalog.flow_of(name)
+    if states.STATES[name].busy:
+        assert flow is not None, f"no flow declares the busy state {name!r}"
+    else:
+        assert flow is None, f"{flow.name if flow else ''} declares the resting state {name!r}"
+
+
+@pytest.mark.parametrize("name", sorted(states.STATES))
+def test_derived_sets_state_by_state(name: str) -> None:
+    look_up, continues, power_blocked = EXPECTED.get(name, (False, False, False))
+    assert (name in catalog.LOOKUP_STATES) is look_up
+    assert (name in catalog.AGENT_WAKE_STATES) is continues
+    assert (name in catalog.POWER_BLOCKED_STATES) is power_blocked
+
+
+@pytest.mark.parametrize("name", sorted(states.BUSY_STATES))
+def test_hooks_where_a_conductor_acts(name: str) -> None:
+    """Hold states wait for the operator; other busy states that do not wait need a hook."""
+    if name in states.HOLD_STATES:
+        assert name not in catalog.HOOKS
+    elif name not in states.WAIT_STATES:
+        assert name in catalog.HOOKS
+    if name in catalog.AGENT_WAKE_STATES:
+        assert name in catalog.HOOKS
+        assert name in states.WAIT_STATES
+
+
+def test_every_flow_verb_leads_into_its_own_flow() -> None:
+    """A verb's transitions into a busy state land in the flow that declares the verb."""
+    for transition in states.TRANSITIONS:
+        found = catalog.VERBS.get(transition.event)
+        if found is None or transition.target == states.GOAL:
+            continue
+        if states.STATES[transition.target].busy:
+            assert catalog.flow_of(transition.target) is found[0], transition
+
+
+def test_every_api_verb_is_a_flow_verb_or_a_control_verb() -> None:
+    assert set(states.VERBS) == set(catalog.VERBS) | {states.ABORT, states.UNHOLD}
+
+
+def test_timeouts_name_real_settings_and_step_flows_have_one() -> None:
+    settings = ConductorSettings()
+    for spec in catalog.SPECS:
+        if spec.step_kind is not None:
+            assert spec.timeout_setting is not None, spec.name
+        if spec.timeout_setting is not None:
+            assert spec.timeout(settings) > 0
+
+
+def test_verb_fields_are_request_fields() -> None:
+    known = {f.name for f in dataclasses.fields(FlowRequest)}
+    for spec in catalog.SPECS:
+        for verb in spec.verbs:
+            assert verb.fields <= known, verb.name
+            assert verb.requires is None or verb.requires in verb.fields
