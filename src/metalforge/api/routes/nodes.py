@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import uuid as uuidlib
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Insert, Select, Table, bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from metalforge import states
@@ -37,16 +34,13 @@ from metalforge.api.node_view import (
 from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
-from metalforge.api.routes import node_allocation
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.conductor import allocations, history
 from metalforge.conductor.hashring import HashRing
-from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
-from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import NodeLocked, RequestError, bad_request, conflict, not_acceptable
-from metalforge.services import lookup
+from metalforge.db.models import INTERFACES, Node, NodeTrait
+from metalforge.errors import bad_request, not_acceptable
+from metalforge.services import lookup, nodes
 
 router = APIRouter(tags=["nodes"])
 
@@ -337,45 +331,6 @@ def _check_version_gates(names: set[str], version: Version) -> None:
             raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
 
 
-def _check_driver(svc: ApiServices, driver: str, values: dict[str, Any]) -> dict[str, str]:
-    try:
-        return svc.drivers.resolve_interface_names(
-            driver, {f: values.get(f"{f}_interface") for f in INTERFACES}
-        )
-    except UnknownDriver as exc:
-        if driver not in svc.drivers.types:
-            raise bad_request(
-                f"No valid host was found. Reason: No conductor service registered which "
-                f"supports driver {driver} for conductor group "
-                f'"{values.get("conductor_group") or ""}".'
-            ) from None
-        raise bad_request(str(exc)) from None
-
-
-def _check_values(values: dict[str, Any]) -> None:
-    if values.get("name") is not None:
-        lookup.check_name(values["name"], reserved=lookup.RESERVED_NODE_NAMES)
-    for key in ("instance_uuid", "chassis_uuid", "parent_node"):
-        if values.get(key) is not None:
-            values[key] = lookup.check_uuid(str(values[key]), key)
-    if values.get("conductor_group") is not None:
-        group = str(values["conductor_group"]).lower()
-        if len(group) > 255 or not all(c.isalnum() or c in "._-" for c in group):
-            raise bad_request(f"Invalid conductor_group {group!r}")
-        values["conductor_group"] = group
-
-
-def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> RequestError:
-    text = str(exc.orig).lower()
-    if "name" in text and values.get("name"):
-        return conflict(f"A node with name {values['name']} already exists.")
-    if "instance_uuid" in text:
-        return conflict(
-            f"Instance {values.get('instance_uuid')} is already associated with a node."
-        )
-    return conflict(f"A node with UUID {values.get('uuid')} already exists.")
-
-
 def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
     """The owner the new node gets, once the caller may enroll it.
 
@@ -402,14 +357,6 @@ def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
     return caller.project_id
 
 
-@functools.lru_cache(maxsize=64)
-def _insert_node(columns: tuple[str, ...]) -> Insert:
-    """``INSERT INTO nodes ... RETURNING`` ``columns`` then ``id`` (column defaults applied)."""
-    table = cast(Table, Node.__table__)
-    returned = [table.c[name] for name in dict.fromkeys([*columns, "id"])]
-    return insert(table).returning(*returned)
-
-
 @router.post(
     "/nodes",
     status_code=201,
@@ -422,42 +369,10 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     given = body.model_dump(exclude_unset=True)
     _check_version_gates(set(given), version)
     given["owner"] = _authorize_create(request, given)
-    values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
-    _check_values(values)
-    interfaces = _check_driver(svc, body.driver, values)
-    for key in ("driver_info", "extra", "instance_info", "properties", "network_data"):
-        values[key] = values.get(key) or {}
-    values.update({f"{family}_interface": name for family, name in interfaces.items()})
-    values["uuid"] = (
-        lookup.check_uuid(values["uuid"]) if values.get("uuid") else str(uuidlib.uuid4())
-    )
-    values.setdefault("resource_class", svc.settings.conductor.default_resource_class)
-    values["provision_state"] = states.ENROLL if version >= (1, 11) else states.AVAILABLE
-    if values["provision_state"] == states.AVAILABLE:
-        values["power_state"] = None
-    values.setdefault("conductor_group", "")
     plan = view_plan(version)
-    try:
-        with svc.db.write() as session:
-            # One Core INSERT ... RETURNING of what the view shows: the ORM's
-            # flush and refresh took most of the request, inside the write lock.
-            node = (
-                session.connection()
-                .execute(_insert_node(plan.columns), {**values, "provision_updated_at": utcnow()})
-                .one()
-            )
-            history.record(
-                session,
-                node.id,
-                "provisioning",
-                f"node enrolled in {values['provision_state']}",
-                state=values["provision_state"],
-                user=actor(request),
-            )
-    except IntegrityError as exc:
-        raise _duplicate(exc, values) from None
+    row = nodes.enroll(svc, given, version, plan.columns, actor(request))
     view = render(
-        node,
+        row,
         plan,
         version,
         base_url(request),
@@ -465,11 +380,8 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
         traits=lambda _: [],
         disclosure=node_disclosure(request),
     )
-    return JSONResponse(
-        view,
-        status_code=201,
-        headers={"Location": f"{base_url(request)}/v1/nodes/{values['uuid']}"},
-    )
+    location = f"{base_url(request)}/v1/nodes/{row.uuid}"
+    return JSONResponse(view, status_code=201, headers={"Location": location})
 
 
 # -- patch --------------------------------------------------------------------
@@ -542,110 +454,33 @@ def patch_node(
     reset_interfaces = query.bool("reset_interfaces", (1, 45))
     _check_patch_paths(patch, version)
     node_fields.authorize_patch(request, patch)
-    with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, version, for_update=True)
+
+    def edit(node: Node) -> dict[str, Any]:
         before = _patch_document(node)
         after = apply_patch(before, patch)
         if isinstance(after.get("driver_info"), dict):
             node_fields.check_bmc_redirect(
                 request, patch, before["driver_info"], after["driver_info"]
             )
-        changes = _normalise(before, after)
-        _check_patch_allowed(node, changes)
-        _check_values(changes)
-        if "instance_uuid" in changes and node.allocation_id is not None:
-            node_allocation.release_for_patch(session, node, changes)
-        if {"driver", *(f"{f}_interface" for f in INTERFACES)} & set(changes):
-            driver = changes.get("driver", node.driver)
-            requested = {
-                f: changes.get(f"{f}_interface", getattr(node, f"{f}_interface"))
-                for f in INTERFACES
-            }
-            if "driver" in changes and reset_interfaces is not False:
-                requested = {f: changes.get(f"{f}_interface") for f in INTERFACES}
-            interfaces = _check_driver(
-                svc, driver, {f"{f}_interface": v for f, v in requested.items()}
-            )
-            changes.update(
-                {
-                    f"{f}_interface": n
-                    for f, n in interfaces.items()
-                    if n != getattr(node, f"{f}_interface")
-                }
-            )
-        elif reset_interfaces and not any(op.path == "/driver" for op in patch):
-            # What counts is a /driver operation in the patch, even one that keeps the
-            # same driver (`baremetal node set --driver <same> --reset-interfaces`).
-            raise bad_request(
-                "The reset_interfaces parameter can only be used when changing the driver."
-            )
-        if changes.get("maintenance") is False:
-            changes.update(maintenance_reason=None, fault=None)
-        for flag in ("protected", "retired"):
-            # A reason outliving its flag would be stale; ironicclient documents
-            # `node unset --protected` as clearing the reason too.
-            if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
-                changes[f"{flag}_reason"] = None
-        if changes:
-            _write_changes(session, node, changes, actor(request))
-        session.refresh(node)
-        view = node_view(
-            node,
-            version,
-            base_url(request),
-            conductor=_conductor(svc),
-            disclosure=node_disclosure(request),
+        return _normalise(before, after)
+
+    def view(node: Node) -> dict[str, Any]:
+        disclosure = node_disclosure(request)
+        return node_view(
+            node, version, base_url(request), conductor=_conductor(svc), disclosure=disclosure
         )
-        return JSONResponse(view)
 
-
-def _check_patch_allowed(node: Node, changes: dict[str, Any]) -> None:
-    if not changes:
-        return
-    removing_instance = set(changes) == {"instance_uuid"} and changes["instance_uuid"] is None
-    if (
-        node.target_provision_state is not None
-        and node.provision_state not in states.UPDATE_ALLOWED_STATES
-        and not (removing_instance and node.maintenance)
-    ):
-        raise conflict(
-            f"Node {node.uuid} can not be updated while a state transition is in progress."
-        )
-    if node.reservation is not None:
-        raise NodeLocked(node.uuid, node.reservation)
-    new_instance = changes.get("instance_uuid")
-    if new_instance is not None and node.instance_uuid not in (None, new_instance):
-        raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
-
-
-def _write_changes(session: Session, node: Node, changes: dict[str, Any], who: str | None) -> None:
-    """Write a PATCH, fenced: compared with the epoch read, which it bumps.
-
-    A writer that read the node before this one committed (and did not wait
-    on its row lock) finds another epoch and answers 409 instead of
-    overwriting what this one wrote.
-    """
-    try:
-        result = session.execute(
-            update(Node)
-            .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
-            .values(**changes, epoch=Node.epoch + 1, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        session.flush()
-    except IntegrityError as exc:
-        raise _duplicate(exc, {**changes, "uuid": node.uuid}) from None
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise conflict(f"Node {node.uuid} changed while it was being updated; please retry.")
-    history.record(
-        session,
-        node.id,
-        "update",
-        f"updated {', '.join(sorted(changes))}",
-        state=node.provision_state,
-        target=node.target_provision_state,
-        user=who,
+    body = nodes.update(
+        svc,
+        node_ident,
+        version,
+        edit,
+        view,
+        reset_interfaces=reset_interfaces,
+        patches_driver=any(op.path == "/driver" for op in patch),
+        actor=actor(request),
     )
+    return JSONResponse(body)
 
 
 # -- delete -------------------------------------------------------------------
@@ -661,37 +496,5 @@ def _write_changes(session: Session, node: Node, changes: dict[str, Any], who: s
 )
 @wait_for_lock
 def delete_node(node_ident: str, request: Request) -> Response:
-    svc = services(request)
-    version = request_version(request)
-    with svc.db.write() as session:
-        node = lookup.find_node(session, node_ident, version)
-        if node.reservation is not None:
-            raise NodeLocked(node.uuid, node.reservation)
-        if node.protected:
-            # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
-            raise RequestError(
-                403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
-            )
-        if node.instance_uuid and not node.maintenance:
-            raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
-        allowed = set(states.DELETE_ALLOWED_STATES)
-        if not svc.settings.api.allow_delete_available:
-            allowed.discard(states.AVAILABLE)
-        if node.provision_state not in allowed and not node.maintenance:
-            raise conflict(
-                f"Can not delete node {node.uuid} while it is in provision state "
-                f'"{node.provision_state}". Valid provision states to start deletion are: '
-                f"{', '.join(sorted(allowed))}, or set the node into maintenance mode"
-            )
-        if node.allocation_id is not None:
-            allocations.delete_allocation(session, node.allocation_id)
-        session.execute(delete(Port).where(Port.node_id == node.id))
-        session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
-        result = session.execute(
-            delete(Node)
-            .where(Node.id == node.id, Node.epoch == node.epoch, Node.reservation.is_(None))
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise conflict(f"Node {node.uuid} changed while it was being deleted; please retry.")
+    nodes.delete_node(services(request), node_ident, request_version(request))
     return Response(status_code=204)

@@ -1,0 +1,264 @@
+"""Enrolling, updating and deleting nodes.
+
+The API parses and authorizes (which fields the caller may set, the owner a
+project administrator's node gets); these functions hold the rules a node's
+values must follow, the fencing of every write and its history.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Insert, Row, Table, delete, insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge import states
+from metalforge.conductor import allocations as conductor_allocations
+from metalforge.conductor import history
+from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import RequestError, bad_request, conflict, forbidden
+from metalforge.services import allocations, fencing, lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+
+INTERFACE_FIELDS = frozenset(f"{f}_interface" for f in INTERFACES)
+DICT_DEFAULTS = ("driver_info", "extra", "instance_info", "properties", "network_data")
+
+R = TypeVar("R")
+
+Edit = Callable[[Node], dict[str, Any]]
+"""Turns the node as stored into the changed fields (a parsed, authorized JSON patch)."""
+
+
+# -- values --------------------------------------------------------------------
+
+
+def check_driver(svc: Services, driver: str, values: dict[str, Any]) -> dict[str, str]:
+    """The interface names the node gets: the ones asked for, or the driver's defaults."""
+    try:
+        return svc.drivers.resolve_interface_names(
+            driver, {f: values.get(f"{f}_interface") for f in INTERFACES}
+        )
+    except UnknownDriver as exc:
+        if driver not in svc.drivers.types:
+            raise bad_request(
+                f"No valid host was found. Reason: No conductor service registered which "
+                f"supports driver {driver} for conductor group "
+                f'"{values.get("conductor_group") or ""}".'
+            ) from None
+        raise bad_request(str(exc)) from None
+
+
+def check_values(values: dict[str, Any]) -> None:
+    """Names, UUIDs and the conductor group, normalised in place."""
+    if values.get("name") is not None:
+        lookup.check_name(values["name"], reserved=lookup.RESERVED_NODE_NAMES)
+    for key in ("instance_uuid", "chassis_uuid", "parent_node"):
+        if values.get(key) is not None:
+            values[key] = lookup.check_uuid(str(values[key]), key)
+    if values.get("conductor_group") is not None:
+        group = str(values["conductor_group"]).lower()
+        if len(group) > 255 or not all(c.isalnum() or c in "._-" for c in group):
+            raise bad_request(f"Invalid conductor_group {group!r}")
+        values["conductor_group"] = group
+
+
+def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> RequestError:
+    text = str(exc.orig).lower()
+    if "name" in text and values.get("name"):
+        return conflict(f"A node with name {values['name']} already exists.")
+    if "instance_uuid" in text:
+        return conflict(
+            f"Instance {values.get('instance_uuid')} is already associated with a node."
+        )
+    return conflict(f"A node with UUID {values.get('uuid')} already exists.")
+
+
+# -- enroll --------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_node(columns: tuple[str, ...]) -> Insert:
+    """``INSERT INTO nodes ... RETURNING`` ``columns`` then ``id`` (column defaults applied)."""
+    table = cast(Table, Node.__table__)
+    returned = [table.c[name] for name in dict.fromkeys([*columns, "id"])]
+    return insert(table).returning(*returned)
+
+
+def _enrolment_values(svc: Services, given: dict[str, Any], version: Version) -> dict[str, Any]:
+    values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
+    check_values(values)
+    interfaces = check_driver(svc, str(values.get("driver")), values)
+    for key in DICT_DEFAULTS:
+        values[key] = values.get(key) or {}
+    values.update({f"{family}_interface": name for family, name in interfaces.items()})
+    values["uuid"] = (
+        lookup.check_uuid(values["uuid"]) if values.get("uuid") else str(uuidlib.uuid4())
+    )
+    values.setdefault("resource_class", svc.settings.conductor.default_resource_class)
+    values["provision_state"] = states.ENROLL if version >= (1, 11) else states.AVAILABLE
+    if values["provision_state"] == states.AVAILABLE:
+        values["power_state"] = None
+    values.setdefault("conductor_group", "")
+    return values
+
+
+def enroll(
+    svc: Services,
+    given: dict[str, Any],
+    version: Version,
+    columns: tuple[str, ...],
+    actor: str | None,
+) -> Row[Any]:
+    """Enroll a node from the request's fields; returns ``columns`` of the new row."""
+    values = _enrolment_values(svc, given, version)
+    try:
+        with svc.db.write() as session:
+            # One Core INSERT ... RETURNING of what the view shows: the ORM's
+            # flush and refresh took most of the request, inside the write lock.
+            node = (
+                session.connection()
+                .execute(_insert_node(columns), {**values, "provision_updated_at": utcnow()})
+                .one()
+            )
+            history.record(
+                session,
+                node.id,
+                "provisioning",
+                f"node enrolled in {values['provision_state']}",
+                state=values["provision_state"],
+                user=actor,
+            )
+    except IntegrityError as exc:
+        raise _duplicate(exc, values) from None
+    return node
+
+
+# -- update --------------------------------------------------------------------
+
+
+def _check_update_allowed(node: Node, changes: dict[str, Any]) -> None:
+    if not changes:
+        return
+    removing_instance = set(changes) == {"instance_uuid"} and changes["instance_uuid"] is None
+    if (
+        node.target_provision_state is not None
+        and node.provision_state not in states.UPDATE_ALLOWED_STATES
+        and not (removing_instance and node.maintenance)
+    ):
+        raise conflict(
+            f"Node {node.uuid} can not be updated while a state transition is in progress."
+        )
+    fencing.check_unlocked(node)
+    new_instance = changes.get("instance_uuid")
+    if new_instance is not None and node.instance_uuid not in (None, new_instance):
+        raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
+
+
+def _interfaces_for_change(
+    svc: Services, node: Node, changes: dict[str, Any], reset_interfaces: bool | None
+) -> None:
+    """A new driver or interface: resolve the interfaces the node ends up with."""
+    driver = changes.get("driver", node.driver)
+    requested = {
+        f: changes.get(f"{f}_interface", getattr(node, f"{f}_interface")) for f in INTERFACES
+    }
+    if "driver" in changes and reset_interfaces is not False:
+        requested = {f: changes.get(f"{f}_interface") for f in INTERFACES}
+    interfaces = check_driver(svc, driver, {f"{f}_interface": v for f, v in requested.items()})
+    changes.update(
+        {f"{f}_interface": n for f, n in interfaces.items() if n != getattr(node, f"{f}_interface")}
+    )
+
+
+def _clear_stale_reasons(node: Node, changes: dict[str, Any]) -> None:
+    if changes.get("maintenance") is False:
+        changes.update(maintenance_reason=None, fault=None)
+    for flag in ("protected", "retired"):
+        # A reason outliving its flag would be stale; ironicclient documents
+        # `node unset --protected` as clearing the reason too.
+        if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
+            changes[f"{flag}_reason"] = None
+
+
+def update(
+    svc: Services,
+    ident: str,
+    version: Version,
+    edit: Edit,
+    render: Callable[[Node], R],
+    *,
+    reset_interfaces: bool | None,
+    patches_driver: bool,
+    actor: str | None,
+) -> R:
+    """Apply ``edit`` to the node under its row lock, fenced; ``render`` the node as written.
+
+    Two PATCHes of one node apply one after the other, each to what the
+    other wrote; a conductor taking the node meanwhile makes this one a 409.
+    """
+    with svc.db.write() as session:
+        node = lookup.find_node(session, ident, version, for_update=True)
+        changes = edit(node)
+        _check_update_allowed(node, changes)
+        check_values(changes)
+        if "instance_uuid" in changes and node.allocation_id is not None:
+            allocations.release_for_patch(session, node, changes)
+        if (set(changes) & INTERFACE_FIELDS) or "driver" in changes:
+            _interfaces_for_change(svc, node, changes, reset_interfaces)
+        elif reset_interfaces and not patches_driver:
+            # What counts is a /driver operation in the patch, even one that keeps the
+            # same driver (`baremetal node set --driver <same> --reset-interfaces`).
+            raise bad_request(
+                "The reset_interfaces parameter can only be used when changing the driver."
+            )
+        _clear_stale_reasons(node, changes)
+        if changes:
+            _write(session, node, changes, actor)
+        session.refresh(node)
+        return render(node)
+
+
+def _write(session: Session, node: Node, changes: dict[str, Any], actor: str | None) -> None:
+    try:
+        fencing.update_node(session, node, changes)
+        session.flush()
+    except IntegrityError as exc:
+        raise _duplicate(exc, {**changes, "uuid": node.uuid}) from None
+    fencing.record(session, node, "update", f"updated {', '.join(sorted(changes))}", actor)
+
+
+# -- delete --------------------------------------------------------------------
+
+
+def delete_node(svc: Services, ident: str, version: Version) -> None:
+    """Delete the node with its ports, traits and allocation, where a node may be deleted."""
+    with svc.db.write() as session:
+        node = lookup.find_node(session, ident, version)
+        fencing.check_unlocked(node)
+        if node.protected:
+            # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
+            raise forbidden(
+                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
+            )
+        if node.instance_uuid and not node.maintenance:
+            raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
+        allowed = set(states.DELETE_ALLOWED_STATES)
+        if not svc.settings.api.allow_delete_available:
+            allowed.discard(states.AVAILABLE)
+        if node.provision_state not in allowed and not node.maintenance:
+            raise conflict(
+                f"Can not delete node {node.uuid} while it is in provision state "
+                f'"{node.provision_state}". Valid provision states to start deletion are: '
+                f"{', '.join(sorted(allowed))}, or set the node into maintenance mode"
+            )
+        if node.allocation_id is not None:
+            conductor_allocations.delete_allocation(session, node.allocation_id)
+        session.execute(delete(Port).where(Port.node_id == node.id))
+        session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
+        fencing.delete_node_row(session, node)
