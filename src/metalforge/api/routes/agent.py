@@ -6,8 +6,7 @@ needs the operator's credentials: the token proves the agent is the one the
 conductor booted, and lookup only answers for nodes that are booting a
 ramdisk right now (Ironic's ``restrict_lookup``).
 
-The session lives in ``agent_sessions``, not on the node row, so a lookup or
-heartbeat never waits for the node's reservation (see db/agent_sessions.py).
+What they do is in ``services.agent``.
 """
 
 from __future__ import annotations
@@ -18,25 +17,17 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from metalforge.api.links import links
 from metalforge.api.node_view import masked_instance_info
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
-from metalforge.conductor.flows import catalog
-from metalforge.db import agent_sessions, queue
-from metalforge.db.models import Node, Port, node_from_row
+from metalforge.db.models import Node
 from metalforge.errors import bad_request, not_found
 from metalforge.redaction import mask_secrets
-from metalforge.services import lookup
+from metalforge.services import agent
 
 router = APIRouter(tags=["ramdisk agent"])
-
-
-def _lookup_not_found() -> Exception:
-    return not_found("Node could not be found.")
 
 
 MAX_LOOKUP_ADDRESSES = 256
@@ -53,18 +44,6 @@ def _normalise_macs(raw: str) -> list[str]:
     return [mac for mac in macs if len(mac) <= 64]
 
 
-def _find_by_macs(session: Session, macs: list[str]) -> Node | None:
-    if not macs:
-        return None
-    node_ids = set(session.scalars(select(Port.node_id).where(Port.address.in_(macs))))
-    if len(node_ids) != 1:
-        # No port, or the MACs belong to several nodes: either way not this agent's node.
-        return None
-    table = Node.__table__
-    row = session.execute(select(table).where(table.c.id == node_ids.pop())).one_or_none()
-    return None if row is None else node_from_row(dict(row._mapping))
-
-
 @router.get("/v1/lookup", summary="The agent finds its node by MAC address or UUID")
 def lookup_node(
     request: Request, addresses: str | None = None, node_uuid: str | None = None
@@ -74,28 +53,11 @@ def lookup_node(
         raise not_found("The resource could not be found.")
     if not addresses and not node_uuid:
         raise bad_request("At least one of 'addresses' and 'node_uuid' parameters is required")
-    svc = services(request)
     macs = _normalise_macs(addresses or "")
-    with svc.db.write() as session:
-        if node_uuid:
-            node = lookup.load_node(session, lookup.check_uuid(node_uuid, "node_uuid"), version)
-        else:
-            found = _find_by_macs(session, macs)
-            if found is None:
-                raise _lookup_not_found()
-            node = found
-        if node.provision_state not in catalog.LOOKUP_STATES:
-            raise _lookup_not_found()
-        token: str | None = None
-        try:
-            if version >= (1, 62):
-                token = agent_sessions.issue_token(session, node.id)
-            else:  # the client cannot receive the token: leave it for the agent
-                agent_sessions.check_booted(session, node.id)
-        except agent_sessions.NoRamdiskBooted:
-            # metalforge did not boot a ramdisk on this node: no agent belongs to it.
-            raise _lookup_not_found() from None
-    return JSONResponse(_lookup_body(request, node, token, version))
+    found = agent.look_up(
+        services(request), version, macs, node_uuid, hand_token=version >= (1, 62)
+    )
+    return JSONResponse(_lookup_body(request, found.node, found.token, version))
 
 
 def _lookup_body(request: Request, node: Node, token: str | None, version: Version) -> Any:
@@ -173,33 +135,12 @@ def heartbeat(node_ident: str, request: Request, body: HeartbeatBody) -> Respons
     if version < (1, 22):
         raise not_found("The resource could not be found.")
     callback_url, token = _check_heartbeat(body, version)
-    svc = services(request)
-    with svc.db.write() as session:
-        row = lookup.find_node_row(
-            session,
-            node_ident,
-            version,
-            ("id", "uuid", "provision_state", "driver", "conductor_group"),
-        )
-        try:
-            agent_sessions.record_heartbeat(
-                session,
-                row.id,
-                token,
-                agent_sessions.Heartbeat(
-                    callback_url=callback_url,
-                    agent_version=body.agent_version,
-                    verify_ca=body.agent_verify_ca,
-                    status=body.agent_status,
-                    status_message=body.agent_status_message,
-                ),
-            )
-        except agent_sessions.HeartbeatRefused as exc:
-            raise bad_request(str(exc)) from None
-        woke = row.provision_state in catalog.AGENT_WAKE_STATES
-        if woke:
-            owner = svc.preferred_conductor(row.uuid, row.driver, row.conductor_group)
-            queue.enqueue_provision(session, row.id, preferred_owner=owner)
-    if woke:
-        svc.notify()
+    beat = agent.Heartbeat(
+        callback_url=callback_url,
+        agent_version=body.agent_version,
+        verify_ca=body.agent_verify_ca,
+        status=body.agent_status,
+        status_message=body.agent_status_message,
+    )
+    agent.heartbeat(services(request), node_ident, version, token, beat)
     return Response(status_code=202)
