@@ -12,9 +12,10 @@ from typing import Annotated, Any, Literal, get_args
 from annotated_types import MaxLen
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from metalforge.services.traits import MAX_TRAITS
+
 MAX_DEPTH = 32
 """Deepest nesting of objects and lists a request body may have."""
-MAX_TRAITS = 50
 """Traits a node or a request may carry (Ironic's limit per node)."""
 MAX_CANDIDATES = 10_000
 """Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""

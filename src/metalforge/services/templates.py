@@ -15,25 +15,20 @@ these functions return (detached, with its steps loaded).
 from __future__ import annotations
 
 import copy
-import functools
-import re
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import os_traits
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
-from metalforge.services import lookup
+from metalforge.services import lookup, values
 from metalforge.services.context import Services
-
-_CUSTOM_TRAIT = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -87,20 +82,6 @@ def find_template(session: Session, ident: str) -> DeployTemplate:
     return template
 
 
-@functools.cache
-def _standard_traits() -> frozenset[str]:
-    return frozenset(os_traits.get_traits())
-
-
-def _is_trait_name(name: str) -> bool:
-    """The template's name must be a trait a node can carry: a standard or custom trait.
-
-    The same rule as the API's ``validation.is_valid_trait`` for node traits;
-    the service layer cannot import the API, so the rule is spelled here too.
-    """
-    return 0 < len(name) <= 255 and (bool(_CUSTOM_TRAIT.match(name)) or name in _standard_traits())
-
-
 def check_spec(spec: TemplateSpec) -> None:
     """Rules beyond the schema: a trait name, no step twice with the same arguments.
 
@@ -108,7 +89,7 @@ def check_spec(spec: TemplateSpec) -> None:
     disks, say), which Ironic refuses; the same step with the same arguments
     twice is an operator's slip, refused.
     """
-    if not _is_trait_name(spec.name):
+    if not values.is_valid_trait(spec.name):
         raise bad_request(
             f"Invalid deploy template name {spec.name!r}: it must be a valid trait name "
             "(a standard trait or ^CUSTOM_[A-Z0-9_]+$, at most 255 characters)"

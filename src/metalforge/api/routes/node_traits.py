@@ -1,56 +1,36 @@
-"""``/v1/nodes/{id}/traits`` (API 1.37)."""
+"""``/v1/nodes/{id}/traits`` (API 1.37).
+
+The routes check the request (version, trait names, no body for a single
+trait) and call ``metalforge.services.traits``, which fences the node write
+and records who asked.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.routes.node_states import locked
 from metalforge.api.schemas import TraitsReplace
 from metalforge.api.services import services
-from metalforge.api.validation import check_trait
 from metalforge.api.versions import Version, request_version
-from metalforge.conductor import history
-from metalforge.db.models import Node, NodeTrait, utcnow
 from metalforge.errors import bad_request, not_found
-from metalforge.services import lookup
+from metalforge.services import traits
+from metalforge.services.values import check_trait
 
 router = APIRouter(tags=["node traits"])
 
 MIN_VERSION: Version = (1, 37)
-MAX_TRAITS = 50
 
 
-def _node(session: Session, request: Request, ident: str, *, writing: bool) -> Node:
+def _version(request: Request) -> Version:
+    """The request's version; below 1.37 the resource does not exist (404)."""
     version = request_version(request)
     if version < MIN_VERSION:
         raise not_found("The resource could not be found.")
-    node = lookup.find_node(session, ident, version)
-    if writing and node.reservation is not None:
-        raise locked(node)
-    return node
-
-
-def _touch(session: Session, node: Node, text: str) -> None:
-    session.execute(
-        update(Node)
-        .where(Node.id == node.id)
-        .values(updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    history.record(
-        session,
-        node.id,
-        "traits",
-        text,
-        state=node.provision_state,
-        target=node.target_provision_state,
-    )
+    return version
 
 
 @router.get(
@@ -59,10 +39,8 @@ def _touch(session: Session, node: Node, text: str) -> None:
     dependencies=[guard("baremetal:node:traits:list", "node")],
 )
 def list_traits(node_ident: str, request: Request) -> JSONResponse:
-    svc = services(request)
-    with svc.db.read() as session:
-        node = _node(session, request, node_ident, writing=False)
-        return JSONResponse({"traits": sorted(t.trait for t in node.traits)})
+    found = traits.list_traits(services(request), node_ident, _version(request))
+    return JSONResponse({"traits": found})
 
 
 @router.put(
@@ -73,13 +51,9 @@ def list_traits(node_ident: str, request: Request) -> JSONResponse:
 )
 @wait_for_lock
 def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Response:
-    svc = services(request)
-    wanted = sorted({check_trait(t) for t in body.traits})
-    with svc.db.write() as session:
-        node = _node(session, request, node_ident, writing=True)
-        session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
-        session.add_all(NodeTrait(node_id=node.id, trait=t) for t in wanted)
-        _touch(session, node, f"traits set to {', '.join(wanted) or 'none'}")
+    wanted = [check_trait(t) for t in body.traits]
+    version = _version(request)
+    traits.set_traits(services(request), node_ident, version, wanted, actor=actor(request))
     return Response(status_code=204)
 
 
@@ -97,19 +71,9 @@ async def add_trait(node_ident: str, trait: str, request: Request) -> Response:
 
 @wait_for_lock
 def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
-    svc = services(request)
     check_trait(trait)
-    with svc.db.write() as session:
-        node = _node(session, request, node_ident, writing=True)
-        existing = set(session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node.id)))
-        if trait not in existing:
-            if len(existing) >= MAX_TRAITS:
-                raise bad_request(
-                    f"Could not add trait {trait} to node {node.uuid}: a node "
-                    f"may have at most {MAX_TRAITS} traits"
-                )
-            session.add(NodeTrait(node_id=node.id, trait=trait))
-            _touch(session, node, f"trait {trait} added")
+    version = _version(request)
+    traits.add_trait(services(request), node_ident, version, trait, actor=actor(request))
     return Response(status_code=204)
 
 
@@ -121,11 +85,8 @@ def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
 )
 @wait_for_lock
 def remove_traits(node_ident: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        node = _node(session, request, node_ident, writing=True)
-        session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
-        _touch(session, node, "all traits removed")
+    version = _version(request)
+    traits.remove_traits(services(request), node_ident, version, actor=actor(request))
     return Response(status_code=204)
 
 
@@ -137,13 +98,6 @@ def remove_traits(node_ident: str, request: Request) -> Response:
 )
 @wait_for_lock
 def remove_trait(node_ident: str, trait: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        node = _node(session, request, node_ident, writing=True)
-        result = session.execute(
-            delete(NodeTrait).where(NodeTrait.node_id == node.id, NodeTrait.trait == trait)
-        )
-        if result.rowcount == 0:  # type: ignore[attr-defined]
-            raise not_found(f"Node {node.uuid} doesn't have a trait '{trait}'")
-        _touch(session, node, f"trait {trait} removed")
+    version = _version(request)
+    traits.remove_trait(services(request), node_ident, version, trait, actor=actor(request))
     return Response(status_code=204)

@@ -1,29 +1,34 @@
-"""``/v1/ports``: the node's network ports, matched by MAC on agent lookup."""
+"""``/v1/ports``: the node's network ports, matched by MAC on agent lookup.
+
+Lists and views are read here. Writes are checked for shape here (fields
+the version knows, value types) and made by ``metalforge.services.ports``,
+which applies the rules on the port's node and fences the node write.
+"""
 
 from __future__ import annotations
 
-import re
-import uuid as uuidlib
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from metalforge.api.auth.access import guard, project_scope, require, visible_node
+from metalforge.api.auth.access import allows, guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
-from metalforge.api.params import Query, fields, keyset, page, parse_bool
+from metalforge.api.locking import wait_for_lock
+from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.db.models import Node, Port, utcnow
-from metalforge.errors import bad_request, conflict, not_acceptable
+from metalforge.db.models import Node, Port
+from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
+from metalforge.services import ports as port_service
+from metalforge.services.ports import PATCHABLE, NewPort, PortChanges, normalise_mac
 
 router = APIRouter(tags=["ports"])
 
@@ -47,30 +52,10 @@ PORT_FIELDS: dict[str, Version] = {
     "category": (1, 101),
 }
 LIST_DEFAULT = ("uuid", "address")
-PATCHABLE = {
-    "address",
-    "node_uuid",
-    "extra",
-    "pxe_enabled",
-    "local_link_connection",
-    "physical_network",
-    "is_smartnic",
-    "name",
-    "description",
-    "vendor",
-    "category",
-    "portgroup_uuid",
-}
 MAX_LENGTHS = max_lengths(PortCreate)
 """PATCH holds strings to the limits create does (and the columns need)."""
-_MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
-
-
-def normalise_mac(address: str) -> str:
-    mac = address.strip().lower()
-    if not _MAC.match(mac):
-        raise bad_request(f"Expected a MAC address but received {address}.")
-    return mac.replace("-", ":")
+_TEXTS = ("physical_network", "name", "description", "vendor", "category")
+_FLAGS = (("pxe_enabled", True), ("is_smartnic", False))
 
 
 def port_view(
@@ -96,13 +81,6 @@ def port_view(
             body[name] = getattr(port, name)
     body["links"] = links(base, "ports", port.uuid)
     return body
-
-
-def _find_port(session: Session, ident: str, version: Version) -> Port:
-    port = session.scalar(select(Port).where(lookup.port_where(ident, version)))
-    if port is None:
-        raise lookup.port_not_found(ident)
-    return port
 
 
 def _list(request: Request, detail_path: bool) -> dict[str, Any]:
@@ -132,41 +110,8 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     if wanted is None and not detail:
         wanted = list(LIST_DEFAULT)
     base = base_url(request)
-    project = project_scope(request)
     with svc.db.read() as session:
-        stmt = select(Port)
-        node_ident = query.get("node") or query.get("node_uuid")
-        if node_ident is not None:
-            # A node the caller may not see is answered as a missing one.
-            node = visible_node(request, session, node_ident, query.version)
-            if node is None:
-                raise lookup.node_not_found(node_ident)
-            stmt = stmt.where(Port.node_id == node.id)
-        shard = query.get("shard")
-        if project is not None or shard is not None:
-            stmt = stmt.join(Node, Node.id == Port.node_id)
-        if project is not None:
-            # As Ironic: the ports of the nodes the project owns or leases.
-            stmt = stmt.where(lookup.held_by(project))
-        if (address := query.get("address")) is not None:
-            stmt = stmt.where(Port.address == address.lower())
-        if (text := query.get("description_contains")) is not None:
-            stmt = stmt.where(Port.description.contains(text, autoescape=True))
-        if shard is not None:
-            stmt = stmt.where(Node.shard.in_([s.strip() for s in shard.split(",")]))
-        after: tuple[Any, int] | None = None
-        if pg.marker:
-            marker_query = select(Port).where(Port.uuid == pg.marker)
-            if project is not None:
-                marker_query = marker_query.join(Node, Node.id == Port.node_id).where(
-                    lookup.held_by(project)
-                )
-            marker = session.scalar(marker_query)
-            if marker is None:
-                raise bad_request(f"Marker {pg.marker} could not be found.")
-            after = (getattr(marker, pg.sort_key), marker.id)
-        stmt = keyset(stmt, getattr(Port, pg.sort_key), Port.id, pg, after)
-        ports = list(session.scalars(stmt))
+        ports = list(session.scalars(_list_query(request, session, query, pg)))
         items = [port_view(p, query.version, base, wanted) for p in ports]
     body: dict[str, Any] = {"ports": items}
     if len(ports) == pg.limit:
@@ -175,6 +120,48 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
         path = "ports/detail" if detail_path else "ports"
         body["next"] = f"{base}/v1/{path}?{urlencode(params)}"
     return body
+
+
+def _list_query(request: Request, session: Session, query: Query, pg: Page) -> Select[Any]:
+    """The page's query: the filters, the caller's project, the marker."""
+    project = project_scope(request)
+    stmt = select(Port)
+    node_ident = query.get("node") or query.get("node_uuid")
+    if node_ident is not None:
+        # A node the caller may not see is answered as a missing one.
+        node = visible_node(request, session, node_ident, query.version)
+        if node is None:
+            raise lookup.node_not_found(node_ident)
+        stmt = stmt.where(Port.node_id == node.id)
+    shard = query.get("shard")
+    if project is not None or shard is not None:
+        stmt = stmt.join(Node, Node.id == Port.node_id)
+    if project is not None:
+        # As Ironic: the ports of the nodes the project owns or leases.
+        stmt = stmt.where(lookup.held_by(project))
+    if (address := query.get("address")) is not None:
+        stmt = stmt.where(Port.address == address.lower())
+    if (text := query.get("description_contains")) is not None:
+        stmt = stmt.where(Port.description.contains(text, autoescape=True))
+    if shard is not None:
+        stmt = stmt.where(Node.shard.in_([s.strip() for s in shard.split(",")]))
+    after = _after_marker(session, pg, project)
+    return keyset(stmt, getattr(Port, pg.sort_key), Port.id, pg, after)
+
+
+def _after_marker(session: Session, pg: Page, project: str | None) -> tuple[Any, int] | None:
+    """Where the page starts: the marker's sort value and id (a hidden marker is missing)."""
+    if not pg.marker:
+        return None
+    marker_query = select(Port).where(Port.uuid == pg.marker)
+    if project is not None:
+        marker_query = marker_query.join(Node, Node.id == Port.node_id).where(
+            lookup.held_by(project)
+        )
+    marker = session.scalar(marker_query)
+    if marker is None:
+        raise bad_request(f"Marker {pg.marker} could not be found.")
+    return (getattr(marker, pg.sort_key), marker.id)
 
 
 @router.get("/ports", summary="List ports", dependencies=[guard("baremetal:port:list_all", "list")])
@@ -208,7 +195,7 @@ def show_port(port_ident: str, request: Request) -> JSONResponse:
     query = Query(request, ["fields"])
     wanted = fields(query, PORT_FIELDS)
     with svc.db.read() as session:
-        port = _find_port(session, port_ident, query.version)
+        port = port_service.find_port(session, port_ident, query.version)
         return JSONResponse(port_view(port, query.version, base_url(request), wanted))
 
 
@@ -219,77 +206,70 @@ def _gate(names: set[str], version: Version) -> None:
             raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
 
 
+def _sees(request: Request) -> port_service.Sees:
+    """The caller's ``baremetal:node:get`` on a node, for the service's node checks."""
+
+    def sees(owner: str | None, lessee: str | None) -> bool:
+        return allows(request, "baremetal:node:get", node_target(owner, lessee))
+
+    return sees
+
+
+def _may_create(request: Request) -> port_service.Authorize:
+    """The caller's ``baremetal:port:create`` on a node (403 when refused)."""
+
+    def authorize(owner: str | None, lessee: str | None) -> None:
+        require(request, "baremetal:port:create", node_target(owner, lessee))
+
+    return authorize
+
+
+def _new_port(body: PortCreate, version: Version) -> NewPort:
+    """The port the body asks for, checked for what this version and service accept."""
+    _gate(set(body.model_dump(exclude_unset=True)), version)
+    if (body.node_uuid is None) == (body.node_ident is None):
+        raise bad_request("Exactly one of node_uuid and node_ident is required")
+    if body.portgroup_uuid is not None:
+        raise bad_request("Port groups are not supported by this service")
+    return NewPort(
+        node=str(body.node_uuid or body.node_ident),
+        address=body.address,
+        uuid=body.uuid,
+        name=body.name,
+        extra=body.extra or {},
+        pxe_enabled=True if body.pxe_enabled is None else body.pxe_enabled,
+        local_link_connection=body.local_link_connection or {},
+        physical_network=body.physical_network,
+        is_smartnic=bool(body.is_smartnic),
+        description=body.description,
+        vendor=body.vendor,
+        category=body.category,
+    )
+
+
 @router.post(
     "/ports",
     status_code=201,
     summary="Create a port",
     dependencies=[guard("baremetal:port:create", "body")],
 )
+@wait_for_lock
 def create_port(request: Request, body: PortCreate) -> JSONResponse:
-    svc = services(request)
     version = request_version(request)
-    given = body.model_dump(exclude_unset=True)
-    _gate(set(given), version)
-    if (body.node_uuid is None) == (body.node_ident is None):
-        raise bad_request("Exactly one of node_uuid and node_ident is required")
-    if body.portgroup_uuid is not None:
-        raise bad_request("Port groups are not supported by this service")
-    if body.name is not None:
-        lookup.check_name(body.name)
-    address = normalise_mac(body.address)
-    port_uuid = lookup.check_uuid(body.uuid) if body.uuid else str(uuidlib.uuid4())
-    try:
-        with svc.db.write() as session:
-            ident = str(body.node_uuid or body.node_ident)
-            # As Ironic: the rule is checked on the node (none when it is
-            # missing or hidden) before a missing node is reported, so that a
-            # project learns nothing of nodes it may not see.
-            node = visible_node(request, session, ident, version)
-            target = node_target(node.owner, node.lessee) if node else node_target(None, None)
-            require(request, "baremetal:port:create", target)
-            if node is None:
-                raise bad_request(f"Node {ident} could not be found.")
-            port = Port(
-                uuid=port_uuid,
-                address=address,
-                node_id=node.id,
-                name=body.name,
-                extra=body.extra or {},
-                pxe_enabled=True if body.pxe_enabled is None else body.pxe_enabled,
-                local_link_connection=body.local_link_connection or {},
-                physical_network=body.physical_network,
-                is_smartnic=bool(body.is_smartnic),
-                description=body.description,
-                vendor=body.vendor,
-                category=body.category,
-                internal_info={},
-            )
-            session.add(port)
-            session.flush()
-            session.refresh(port)
-            view = port_view(port, version, base_url(request))
-    except IntegrityError as exc:
-        text = str(exc.orig).lower()
-        if "address" in text:
-            raise conflict(f"A port with MAC address {address} already exists.") from None
-        if "name" in text:
-            raise conflict(f"A port with name {body.name} already exists.") from None
-        raise conflict(f"A port with UUID {port_uuid} already exists.") from None
+    new = _new_port(body, version)
+    port = port_service.create_port(
+        services(request), new, version, sees=_sees(request), authorize=_may_create(request)
+    )
+    base = base_url(request)
     return JSONResponse(
-        view, status_code=201, headers={"Location": f"{base_url(request)}/v1/ports/{port_uuid}"}
+        port_view(port, version, base),
+        status_code=201,
+        headers={"Location": f"{base}/v1/ports/{port.uuid}"},
     )
 
 
-@router.patch(
-    "/ports/{port_ident}",
-    summary="Update a port with a JSON patch",
-    dependencies=[guard("baremetal:port:update", "port")],
-)
-def patch_port(
-    port_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
-) -> JSONResponse:
-    svc = services(request)
-    version = request_version(request)
+def _check_paths(patch: list[PatchOperation], version: Version) -> None:
+    """Refuse a patch of a field no port has, or one this version does not know, before any read."""
     for op in patch:
         root = op.path.lstrip("/").split("/", 1)[0]
         if root not in PATCHABLE:
@@ -298,70 +278,100 @@ def patch_port(
                 f"{', '.join(sorted(PATCHABLE))}"
             )
         _gate({root}, version)
-    try:
-        with svc.db.write() as session:
-            port = _find_port(session, port_ident, version)
-            doc = {
-                name: getattr(port, name) for name in PATCHABLE - {"node_uuid", "portgroup_uuid"}
-            }
-            doc["node_uuid"] = port.node.uuid
-            doc["portgroup_uuid"] = None
-            after = apply_patch(doc, patch)
-            values: dict[str, Any] = {}
-            for name in ("extra", "local_link_connection"):
-                value = after.get(name) or {}
-                if not isinstance(value, dict):
-                    raise bad_request(f"Invalid value for {name}: must be a JSON object")
-                values[name] = value
-            values["address"] = normalise_mac(str(after.get("address") or ""))
-            for name in ("physical_network", "name", "description", "vendor", "category"):
-                value = after.get(name)
-                if value is not None and not isinstance(value, str):
-                    raise bad_request(f"Invalid value for {name}: must be a string")
-                if value is not None and len(value) > MAX_LENGTHS[name]:
-                    raise bad_request(
-                        f"Invalid value for {name}: at most {MAX_LENGTHS[name]} "
-                        "characters are allowed"
-                    )
-                values[name] = value
-            if values["name"] is not None:
-                lookup.check_name(values["name"])
-            for name, default in (("pxe_enabled", True), ("is_smartnic", False)):
-                value = after.get(name, default)
-                if isinstance(value, str):
-                    # ironicclient sends "True"/"False" (`port set --pxe-enabled`).
-                    value = parse_bool(name, value)
-                if value is None:
-                    value = default
-                if not isinstance(value, bool):
-                    raise bad_request(f"Invalid value for {name}: must be a boolean")
-                values[name] = value
-            node_uuid = after.get("node_uuid")
-            if node_uuid != port.node.uuid:
-                # As on create: a port must belong to an existing node, so a
-                # missing or unknown one is a bad request, not a missing port.
-                if not isinstance(node_uuid, str):
-                    raise bad_request("Invalid value for node_uuid: a port needs a node")
-                target = visible_node(request, session, node_uuid, version)
-                if target is None:
-                    # Missing and hidden alike: nothing said about its existence.
-                    raise bad_request(f"Node {node_uuid} could not be found.")
-                if target.owner != port.node.owner:
-                    # As Ironic (for every caller): a port only moves between
-                    # nodes of the same owner.
-                    raise bad_request(
-                        f"Unable to apply the requested node_uuid '{node_uuid}'. "
-                        "Requested value was invalid."
-                    )
-                values["node_id"] = target.id
-            session.execute(
-                update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow())
-            )
-            session.flush()
-            session.refresh(port)
-            return JSONResponse(port_view(port, version, base_url(request)))
-    except IntegrityError:
-        raise conflict("A port with that MAC address or name already exists.") from None
+
+
+def _object(after: dict[str, Any], name: str) -> dict[str, Any]:
+    """A JSON-object field after the patch (a removed one is empty, as on create)."""
+    value = after.get(name) or {}
+    if not isinstance(value, dict):
+        raise bad_request(f"Invalid value for {name}: must be a JSON object")
+    return value
+
+
+def _text(after: dict[str, Any], name: str) -> str | None:
+    """A string field after the patch, held to create's length limit (and the column's)."""
+    value = after.get(name)
+    if value is not None and not isinstance(value, str):
+        raise bad_request(f"Invalid value for {name}: must be a string")
+    if value is not None and len(value) > MAX_LENGTHS[name]:
+        raise bad_request(
+            f"Invalid value for {name}: at most {MAX_LENGTHS[name]} characters are allowed"
+        )
+    return value
+
+
+def _flag(after: dict[str, Any], name: str, default: bool) -> bool:
+    """A boolean field after the patch; a removed one takes create's default."""
+    value = after.get(name, default)
+    if isinstance(value, str):
+        # ironicclient sends "True"/"False" (`port set --pxe-enabled`).
+        value = parse_bool(name, value)
+    if value is None:
+        value = default
+    if not isinstance(value, bool):
+        raise bad_request(f"Invalid value for {name}: must be a boolean")
+    return value
+
+
+def _node_uuid(after: dict[str, Any], before: dict[str, Any]) -> str:
+    """The node the port is to belong to; the service checks that it exists and may be used.
+
+    As on create: a port must belong to a node, so removing it is a bad
+    request, not a missing port.
+    """
+    value = after.get("node_uuid")
+    if value != before["node_uuid"] and not isinstance(value, str):
+        raise bad_request("Invalid value for node_uuid: a port needs a node")
+    return str(value)
+
+
+def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
+    """The patch applied to a port's document, each value checked for its type.
+
+    The checks run in the order they always have, so a patch with several
+    faults is answered with the same first one.
+    """
+
+    def revise(doc: dict[str, Any]) -> PortChanges:
+        after = apply_patch(doc, patch)
+        extra, connection = (_object(after, n) for n in ("extra", "local_link_connection"))
+        address = normalise_mac(str(after.get("address") or ""))
+        network, name, description, vendor, category = (_text(after, n) for n in _TEXTS)
+        if name is not None:
+            lookup.check_name(name)
+        pxe_enabled, is_smartnic = (_flag(after, *f) for f in _FLAGS)
+        return PortChanges(
+            node_uuid=_node_uuid(after, doc),
+            address=address,
+            extra=extra,
+            local_link_connection=connection,
+            physical_network=network,
+            name=name,
+            description=description,
+            vendor=vendor,
+            category=category,
+            pxe_enabled=pxe_enabled,
+            is_smartnic=is_smartnic,
+        )
+
+    return revise
+
+
+@router.patch(
+    "/ports/{port_ident}",
+    summary="Update a port with a JSON patch",
+    dependencies=[guard("baremetal:port:update", "port")],
+)
+@wait_for_lock
+def patch_port(
+    port_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
+) -> JSONResponse:
+    version = request_version(request)
+    _check_paths(patch, version)
+    port = port_service.patch_port(
+        services(request), port_ident, version, _reviser(patch), sees=_sees(request)
+    )
+    return JSONResponse(port_view(port, version, base_url(request)))
 
 
 @router.delete(
@@ -370,9 +380,7 @@ def patch_port(
     summary="Delete a port",
     dependencies=[guard("baremetal:port:delete", "port")],
 )
+@wait_for_lock
 def delete_port(port_ident: str, request: Request) -> Response:
-    svc = services(request)
-    with svc.db.write() as session:
-        port = _find_port(session, port_ident, request_version(request))
-        session.execute(delete(Port).where(Port.id == port.id))
+    port_service.delete_port(services(request), port_ident, request_version(request))
     return Response(status_code=204)

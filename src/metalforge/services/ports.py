@@ -1,0 +1,287 @@
+"""Ports: a node's network interfaces, created, changed and deleted by operators.
+
+A port belongs to its node: a conductor reads the node's ports when it boots
+the node from the network, and the agent's lookup finds the node by them. So
+a port write follows the node's fencing rule, as Ironic takes the node's lock
+for it: a node a conductor holds answers 409 (after the API's short lock
+wait), and the write compares and bumps the node's epoch (both nodes', when
+a port moves), so a conductor that took the node in between makes the
+request give up rather than change the ports under it.
+
+Which nodes a caller may see and use is the API's policy; the route hands
+its answers in (``Sees``, ``Authorize``) and the rules here ask them at the
+point Ironic does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge.db.models import Node, Port, utcnow
+from metalforge.errors import RequestError, bad_request, conflict
+from metalforge.services import fencing, lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+
+PATCHABLE = frozenset(
+    {
+        "address",
+        "node_uuid",
+        "extra",
+        "pxe_enabled",
+        "local_link_connection",
+        "physical_network",
+        "is_smartnic",
+        "name",
+        "description",
+        "vendor",
+        "category",
+        "portgroup_uuid",
+    }
+)
+"""The fields a JSON patch may change (as Ironic; port groups are not supported)."""
+
+_MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
+
+Sees = Callable[[str | None, str | None], bool]
+"""Whether the caller may see a node of this owner and lessee (``baremetal:node:get``)."""
+
+Authorize = Callable[[str | None, str | None], None]
+"""Refuses (403) a caller the create rule does not allow on a node of this owner and lessee."""
+
+
+@dataclass(frozen=True)
+class NewPort:
+    """A port to create, as the client asked for it (values checked by ``create_port``)."""
+
+    node: str
+    """The node's UUID or name."""
+    address: str
+    uuid: str | None = None
+    name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    pxe_enabled: bool = True
+    local_link_connection: dict[str, Any] = field(default_factory=dict)
+    physical_network: str | None = None
+    is_smartnic: bool = False
+    description: str | None = None
+    vendor: str | None = None
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class PortChanges:
+    """Every patchable field of a port after a patch, each of the right type.
+
+    ``node_uuid`` names the node the port is to belong to (a UUID or, from
+    1.5, a name); the port moves when that is another node.
+    """
+
+    node_uuid: str
+    address: str
+    extra: dict[str, Any]
+    local_link_connection: dict[str, Any]
+    physical_network: str | None
+    name: str | None
+    description: str | None
+    vendor: str | None
+    category: str | None
+    pxe_enabled: bool
+    is_smartnic: bool
+
+
+Revise = Callable[[dict[str, Any]], PortChanges]
+"""The client's patch: from the port's patchable document to its checked new values."""
+
+
+def normalise_mac(address: str) -> str:
+    """``address`` as stored: lower case, colon separated; 400 for anything but a MAC."""
+    mac = address.strip().lower()
+    if not _MAC.match(mac):
+        raise bad_request(f"Expected a MAC address but received {address}.")
+    return mac.replace("-", ":")
+
+
+def find_port(session: Session, ident: str, version: Version) -> Port:
+    """The port named by UUID or (from 1.88) name, with its node; 404 otherwise."""
+    port = session.scalar(select(Port).where(lookup.port_where(ident, version)))
+    if port is None:
+        raise lookup.port_not_found(ident)
+    return port
+
+
+def create_port(
+    svc: Services, new: NewPort, version: Version, *, sees: Sees, authorize: Authorize
+) -> Port:
+    """Create ``new`` on its node: 403 before 400 for a node the caller may not see.
+
+    As Ironic, the create rule is checked on the node (on none when it is
+    missing or hidden) before a missing node is reported, so that a project
+    learns nothing of nodes it may not see.
+    """
+    if new.name is not None:
+        lookup.check_name(new.name)
+    address = normalise_mac(new.address)
+    port_uuid = lookup.check_uuid(new.uuid) if new.uuid else str(uuidlib.uuid4())
+    try:
+        with svc.db.write() as session:
+            node = _visible_node(session, new.node, version, sees)
+            authorize(*((node.owner, node.lessee) if node else (None, None)))
+            if node is None:
+                raise bad_request(f"Node {new.node} could not be found.")
+            _fence(session, node)
+            port = _new_row(new, port_uuid, address, node)
+            session.add(port)
+            session.flush()
+            session.refresh(port)
+    except IntegrityError as exc:
+        raise _duplicate(exc, address, new.name, port_uuid) from None
+    return port
+
+
+def patch_port(svc: Services, ident: str, version: Version, revise: Revise, *, sees: Sees) -> Port:
+    """Apply ``revise`` to the port; move it when it names another node of the same owner."""
+    try:
+        with svc.db.write() as session:
+            port, node = _port_and_node(session, ident, version)
+            changes = revise(_document(port))
+            target = _new_node(session, node, changes.node_uuid, version, sees)
+            _fence(session, node, *([target] if target is not None else []))
+            _rewrite(session, port, changes, target)
+    except IntegrityError:
+        raise conflict("A port with that MAC address or name already exists.") from None
+    return port
+
+
+def delete_port(svc: Services, ident: str, version: Version) -> None:
+    """Delete the port (its node unreserved and as read)."""
+    with svc.db.write() as session:
+        port, node = _port_and_node(session, ident, version)
+        _fence(session, node)
+        session.execute(delete(Port).where(Port.id == port.id))
+
+
+def _find_node_or_none(session: Session, ident: str, version: Version) -> Node | None:
+    """The node named ``ident`` under a row lock, or None when there is no such node.
+
+    Only "no such node" (``find_node``'s 404) is none: any other refusal
+    keeps its own status and message instead of reading as a missing node.
+    """
+    try:
+        return lookup.find_node(session, ident, version, for_update=True)
+    except RequestError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _visible_node(session: Session, ident: str, version: Version, sees: Sees) -> Node | None:
+    """The node named in a body, or None when it is missing or the caller may not see it.
+
+    Missing and hidden read alike, so nothing is said of a hidden node's existence.
+    """
+    node = _find_node_or_none(session, ident, version)
+    if node is None or not sees(node.owner, node.lessee):
+        return None
+    return node
+
+
+def _port_and_node(session: Session, ident: str, version: Version) -> tuple[Port, Node]:
+    """The port and its node, the node re-read under a row lock.
+
+    Concurrent writes to one node's ports then take turns (PostgreSQL)
+    instead of failing each other's epoch comparison.
+    """
+    port = find_port(session, ident, version)
+    node = session.scalars(
+        select(Node)
+        .where(Node.id == port.node_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one()
+    return port, node
+
+
+def _new_node(
+    session: Session, node: Node, wanted: str, version: Version, sees: Sees
+) -> Node | None:
+    """The node a patch moves the port to, or None when it stays on ``node``.
+
+    As on create, a missing or hidden node is a bad request, not a missing
+    port; and (as Ironic, for every caller) a port only moves between nodes
+    of the same owner.
+    """
+    if wanted == node.uuid:
+        return None
+    target = _visible_node(session, wanted, version, sees)
+    if target is None:
+        raise bad_request(f"Node {wanted} could not be found.")
+    if target.owner != node.owner:
+        raise bad_request(
+            f"Unable to apply the requested node_uuid '{wanted}'. Requested value was invalid."
+        )
+    return None if target.id == node.id else target
+
+
+def _fence(session: Session, *nodes: Node) -> None:
+    """Refuse held nodes, then bump each node's epoch if it is still as read."""
+    for node in nodes:
+        fencing.check_unlocked(node)
+    for node in nodes:
+        fencing.update_node(session, node, {})
+
+
+def _rewrite(session: Session, port: Port, changes: PortChanges, target: Node | None) -> None:
+    """Store ``changes`` (and the node the port moves to) and read the port back to answer."""
+    values = dataclasses.asdict(changes)
+    del values["node_uuid"]
+    if target is not None:
+        values["node_id"] = target.id
+    session.execute(update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow()))
+    session.flush()
+    session.refresh(port)
+
+
+def _document(port: Port) -> dict[str, Any]:
+    """The port's patchable fields, as a patch sees them."""
+    doc = {name: getattr(port, name) for name in PATCHABLE - {"node_uuid", "portgroup_uuid"}}
+    doc["node_uuid"] = port.node.uuid
+    doc["portgroup_uuid"] = None
+    return doc
+
+
+def _new_row(new: NewPort, port_uuid: str, address: str, node: Node) -> Port:
+    return Port(
+        uuid=port_uuid,
+        address=address,
+        node_id=node.id,
+        name=new.name,
+        extra=new.extra,
+        pxe_enabled=new.pxe_enabled,
+        local_link_connection=new.local_link_connection,
+        physical_network=new.physical_network,
+        is_smartnic=new.is_smartnic,
+        description=new.description,
+        vendor=new.vendor,
+        category=new.category,
+        internal_info={},
+    )
+
+
+def _duplicate(exc: IntegrityError, address: str, name: str | None, port_uuid: str) -> RequestError:
+    """The 409 for a create that broke a uniqueness rule, naming the value that did."""
+    text = str(exc.orig).lower()
+    if "address" in text:
+        return conflict(f"A port with MAC address {address} already exists.")
+    if "name" in text:
+        return conflict(f"A port with name {name} already exists.")
+    return conflict(f"A port with UUID {port_uuid} already exists.")
