@@ -10,50 +10,23 @@ work and the node's history.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from metalforge import states
-from metalforge.cli import build_registry
 from metalforge.conductor import allocations as work
-from metalforge.conductor.hashring import ConductorDirectory
-from metalforge.db.engine import Database
 from metalforge.db.models import Allocation, Node, NodeHistory, NodeTrait, WorkItem
 from metalforge.errors import NodeLocked, RequestError, forbidden
 from metalforge.services import allocations
 from metalforge.services.allocations import Grant, NewAllocation
 from metalforge.services.context import Services
-from tests.support.stack import test_settings
+from tests.services.conftest import stored_node
 
 LATEST = (1, 99)
 ANYONE = Grant(owner=None, project=None, sees_node=lambda node: True)
 ALICE = "alice (project p1)"
-
-
-@pytest.fixture
-def wakes() -> list[str]:
-    """One entry each time a service woke the conductors."""
-    return []
-
-
-@pytest.fixture
-def svc(db_url: str, wakes: list[str]) -> Iterator[Services]:
-    """Services on a fresh database of each engine, with no conductor running."""
-    db = Database(db_url)
-    db.upgrade()
-    settings = test_settings(db_url)
-    directory = ConductorDirectory(db, settings.conductor.heartbeat_timeout)
-    yield Services(
-        settings=settings,
-        db=db,
-        drivers=build_registry(settings),
-        directory=directory,
-        notify=lambda: wakes.append("notify"),
-    )
-    db.dispose()
 
 
 def _add_node(svc: Services, **fields: Any) -> Node:
@@ -76,10 +49,7 @@ def _add_node(svc: Services, **fields: Any) -> Node:
 
 
 def _node(svc: Services, node_id: int) -> Node:
-    with svc.db.read() as session:
-        node = session.get(Node, node_id)
-        assert node is not None
-        return node
+    return stored_node(svc, node_id)
 
 
 def _allocations(svc: Services) -> list[Allocation]:

@@ -10,7 +10,6 @@ node that does not exist reads as "could not be found".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,15 +42,6 @@ def _everyone(owner: str | None, lessee: str | None) -> bool:
 
 def _allowed(owner: str | None, lessee: str | None) -> None:
     return None
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    """A fresh database on each engine: row locks and the epoch compare differ between them."""
-    database = Database(db_url)
-    database.upgrade()
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ is not written over, the epoch is bumped) and history names who asked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,15 +27,6 @@ from tests.support.stack import test_settings
 
 NODE = "00000000-0000-0000-0000-0000000000a1"
 LATEST = (1, 101)
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    """A fresh database on each engine: row locks and the epoch compare differ between them."""
-    database = Database(db_url)
-    database.upgrade()
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Row
@@ -211,10 +211,7 @@ class ViewPlan:
 
 
 @functools.lru_cache(maxsize=512)
-def view_plan(
-    version: Version, fields: tuple[str, ...] | None = None, list_view: bool = False
-) -> ViewPlan:
-    """The plan of the view ``node_view`` would build with these arguments."""
+def _wanted(version: Version, fields: tuple[str, ...] | None, list_view: bool) -> list[str]:
     if fields is not None:
         wanted = [name for name in fields if name != "links"]
     elif list_view:
@@ -222,36 +219,48 @@ def view_plan(
         wanted = [name for name in LIST_FIELDS if NODE_FIELDS[name] <= version]
     else:
         wanted = [*visible_fields(version), *(k for k, v in LINK_FIELDS.items() if v <= version)]
-    names = list(dict.fromkeys(wanted))
-    sources: list[str] = []
-    convert: list[tuple[int, Callable[[Any], Any]]] = []
-    links_at: list[tuple[int, str]] = []
-    conductor_at: list[int] = []
-    traits_at: list[int] = []
-    allocation_at: list[int] = []
+    return list(dict.fromkeys(wanted))
+
+
+@dataclass
+class _Slots:
+    """Where each kind of field sits in a view, and the columns the view reads."""
+
+    sources: list[str] = field(default_factory=list)
+    convert: list[tuple[int, Callable[[Any], Any]]] = field(default_factory=list)
+    links: list[tuple[int, str]] = field(default_factory=list)
+    conductor: list[int] = field(default_factory=list)
+    traits: list[int] = field(default_factory=list)
+    allocation: list[int] = field(default_factory=list)
+    redactable: list[tuple[int, str]] = field(default_factory=list)
     # Who may see what depends on the node's owner and lessee: always read them.
-    columns = {"uuid", "owner", "lessee"}
-    redactable: list[tuple[int, str]] = []
-    for index, name in enumerate(names):
+    columns: set[str] = field(default_factory=lambda: {"uuid", "owner", "lessee"})
+
+    def place(self, index: int, name: str) -> None:
         if name in REDACTED or name == "instance_info":
-            redactable.append((index, name))
+            self.redactable.append((index, name))
         source = name if name in _NODE_COLUMNS else _SOURCES.get(name, "uuid")
-        sources.append(source)
-        columns.add(source)
+        self.sources.append(source)
+        self.columns.add(source)
         if name in LINK_FIELDS:
-            links_at.append((index, name))
+            self.links.append((index, name))
         elif name == "conductor":
-            conductor_at.append(index)
-            columns.update(("driver", "conductor_group"))
+            self.conductor.append(index)
+            self.columns.update(("driver", "conductor_group"))
         elif name == "allocation_uuid":
-            allocation_at.append(index)
-            columns.add("instance_uuid")
+            self.allocation.append(index)
+            self.columns.add("instance_uuid")
         elif name == "traits":
-            traits_at.append(index)
-            columns.add("id")
+            self.traits.append(index)
+            self.columns.add("id")
         elif name in _COMPUTED:
-            convert.append((index, _COMPUTED[name]))
-    ordered = tuple(sorted(columns))
+            self.convert.append((index, _COMPUTED[name]))
+
+
+def _fetchers(
+    sources: list[str], ordered: tuple[str, ...]
+) -> tuple[Callable[[Any], tuple[Any, ...]], Callable[[Any], tuple[Any, ...]]]:
+    """Getters of the view's source values from an ORM node and from a Core row."""
     by_name = operator.attrgetter(*sources) if sources else None
     by_index = operator.itemgetter(*(ordered.index(c) for c in sources)) if sources else None
 
@@ -267,16 +276,29 @@ def view_plan(
         values = by_index(row)
         return values if len(sources) > 1 else (values,)
 
+    return fetch, fetch_row
+
+
+def view_plan(
+    version: Version, fields: tuple[str, ...] | None = None, list_view: bool = False
+) -> ViewPlan:
+    """The plan of the view ``node_view`` would build with these arguments."""
+    names = _wanted(version, fields, list_view)
+    slots = _Slots()
+    for index, name in enumerate(names):
+        slots.place(index, name)
+    ordered = tuple(sorted(slots.columns))
+    fetch, fetch_row = _fetchers(slots.sources, ordered)
     return ViewPlan(
         names=tuple(names),
         fetch=fetch,
         fetch_row=fetch_row,
-        convert=tuple(convert),
-        sub_links=tuple(links_at),
-        conductor=tuple(conductor_at),
-        traits=tuple(traits_at),
-        allocation=tuple(allocation_at),
-        redactable=tuple(redactable),
+        convert=tuple(slots.convert),
+        sub_links=tuple(slots.links),
+        conductor=tuple(slots.conductor),
+        traits=tuple(slots.traits),
+        allocation=tuple(slots.allocation),
+        redactable=tuple(slots.redactable),
         columns=ordered,
         old_states=version < (1, 39),
     )

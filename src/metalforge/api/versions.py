@@ -103,36 +103,43 @@ class VersionMiddleware:
             (b"openstack-request-id", request_id),
         ]
 
-        started = False
+        await _serve_with_headers(self.app, scope, receive, send, extra_headers)
 
-        async def send_with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                message["headers"] = [*message.get("headers", []), *extra_headers]
-            await send(message)
 
-        try:
-            await self.app(scope, receive, send_with_headers)
-        except Exception as exc:
-            # Starlette answers unhandled errors outside every user middleware, so
-            # that 500 would lack the version headers: answer it here instead. The
-            # exception still propagates (logging, test clients), and the outer
-            # handler sees the response as started and does not send a second one.
-            if not started:
-                body = error_body(500, f"Internal error: {type(exc).__name__}")
-                await send_with_headers(
-                    {
-                        "type": "http.response.start",
-                        "status": 500,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-            raise
+async def _serve_with_headers(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, extra: list[tuple[bytes, bytes]]
+) -> None:
+    """Run ``app`` adding ``extra`` headers to its response, a 500 included."""
+    started = False
+
+    async def send_with_headers(message: Message) -> None:
+        nonlocal started
+        if message["type"] == "http.response.start":
+            started = True
+            message["headers"] = [*message.get("headers", []), *extra]
+        await send(message)
+
+    try:
+        await app(scope, receive, send_with_headers)
+    except Exception as exc:
+        # Starlette answers unhandled errors outside every user middleware, so
+        # that 500 would lack the version headers: answer it here instead. The
+        # exception still propagates (logging, test clients), and the outer
+        # handler sees the response as started and does not send a second one.
+        if not started:
+            body = error_body(500, f"Internal error: {type(exc).__name__}")
+            await send_with_headers(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        raise
 
 
 def request_version(request: Any) -> Version:

@@ -6,10 +6,12 @@ BMC call, so it cannot interleave with a conductor's flow on the node (a
 deploy setting its own boot device); a node that a conductor holds answers
 409 (``NodeLocked``, after the API's usual short wait). The reservation is
 taken as ``api@<conductor.hostname>``, a holder that is no conductor: should
-the API process die mid-call, the next conductor (or request) that needs the
-node takes the reservation at once, and the node is never stuck. A conductor
-that takes it while the call runs wins; the fencing epoch then turns this
-request into a 409. Reads take no reservation (Ironic takes only a shared
+the API process die mid-call, the next conductor that needs the node takes
+the reservation at once. Requests do not (they cannot tell a dead call's
+reservation from a running one's), so until a conductor acts on the node it
+answers 409 to API writes: a known gap. A conductor that takes the node
+while the call runs wins; the fencing epoch then turns this request into a
+409. Reads take no reservation (Ironic takes only a shared
 lock for them). A BMC failure answers 400 with the driver's message, which
 names the BMC and the reason.
 """

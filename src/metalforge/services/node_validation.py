@@ -66,6 +66,8 @@ def validate_node(svc: Services, ident: str, version: Version) -> Validation:
                     deploy_plan.plan_for_node(session, svc.drivers, node, overrides)
                     deploy_plan.check_node_templates(session, svc.drivers, node, overrides)
                 outcomes[family] = Outcome(True)
-            except (DriverError, steps.StepRequestError) as exc:
+            except (DriverError, steps.StepRequestError, UnknownDriver) as exc:
+                # UnknownDriver: planning the deployment resolves every interface,
+                # and another family's may be one the hardware type lacks.
                 outcomes[family] = Outcome(False, str(exc))
     return Validation(node, outcomes)

@@ -67,19 +67,7 @@ class KeystoneVerifier:
 
         Raises ``KeystoneUnavailable`` when Keystone cannot be reached.
         """
-        environ = {
-            "REQUEST_METHOD": "GET",
-            "PATH_INFO": "/",
-            "SCRIPT_NAME": "",
-            "QUERY_STRING": "",
-            "SERVER_NAME": "metalforge",
-            "SERVER_PORT": "80",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "wsgi.url_scheme": "http",
-            "wsgi.input": io.BytesIO(),
-            "wsgi.errors": io.StringIO(),
-            "HTTP_X_AUTH_TOKEN": token,
-        }
+        environ = _environ(token)
         self._seen.environ = None
         statuses: list[str] = []
         list(self._filter(environ, lambda status, *_args: statuses.append(status)))
@@ -88,21 +76,43 @@ class KeystoneVerifier:
             if statuses and statuses[0].startswith("503"):
                 raise KeystoneUnavailable("The Keystone service is temporarily unavailable.")
             return None
-        if seen.get("HTTP_X_IDENTITY_STATUS", "Confirmed") != "Confirmed":
-            return None
-        roles = frozenset(r.strip() for r in seen.get("HTTP_X_ROLES", "").split(",") if r.strip())
-        system = seen.get("HTTP_OPENSTACK_SYSTEM_SCOPE")
-        project = seen.get("HTTP_X_PROJECT_ID") or None
-        domain = None if project or system else seen.get("HTTP_X_DOMAIN_ID") or None
-        if not (project or system or domain):
-            return None  # an unscoped token carries no roles to act with
-        return Caller(
-            user=seen.get("HTTP_X_USER_NAME") or seen.get("HTTP_X_USER_ID") or "unknown",
-            user_id=seen.get("HTTP_X_USER_ID"),
-            roles=roles,
-            project_id=project,
-            domain_id=domain,
-        )
+        return _caller(seen)
+
+
+def _environ(token: str) -> dict[str, Any]:
+    """The least WSGI environment keystonemiddleware needs to check ``token``."""
+    return {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/",
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "metalforge",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(),
+        "wsgi.errors": io.StringIO(),
+        "HTTP_X_AUTH_TOKEN": token,
+    }
+
+
+def _caller(seen: dict[str, Any]) -> Caller | None:
+    """Who keystonemiddleware's headers say the caller is; ``None`` for no usable scope."""
+    if seen.get("HTTP_X_IDENTITY_STATUS", "Confirmed") != "Confirmed":
+        return None
+    roles = frozenset(r.strip() for r in seen.get("HTTP_X_ROLES", "").split(",") if r.strip())
+    system = seen.get("HTTP_OPENSTACK_SYSTEM_SCOPE")
+    project = seen.get("HTTP_X_PROJECT_ID") or None
+    domain = None if project or system else seen.get("HTTP_X_DOMAIN_ID") or None
+    if not (project or system or domain):
+        return None  # an unscoped token carries no roles to act with
+    return Caller(
+        user=seen.get("HTTP_X_USER_NAME") or seen.get("HTTP_X_USER_ID") or "unknown",
+        user_id=seen.get("HTTP_X_USER_ID"),
+        roles=roles,
+        project_id=project,
+        domain_id=domain,
+    )
 
 
 def _move_auth_plugin_options(

@@ -220,6 +220,43 @@ class UnknownRule(KeyError):
     """Code asked for a rule nobody registered: a bug, never a silent allow."""
 
 
+def _enforcer(policy_file: Path | None) -> oslo_policy.Enforcer:
+    """oslo.policy with metalforge's rules as defaults and the operator's file over them."""
+    conf = cfg.ConfigOpts()
+    conf([], project="metalforge", default_config_files=[], default_config_dirs=[])
+    enforcer = oslo_policy.Enforcer(
+        conf,
+        policy_file=str(policy_file) if policy_file else None,
+        use_conf=True,
+    )
+    conf.set_override("enforce_new_defaults", True, group="oslo_policy")
+    conf.set_override("policy_dirs", [], group="oslo_policy")
+    if policy_file is not None:
+        if not policy_file.is_file():
+            raise FileNotFoundError(f"policy file {policy_file} does not exist")
+        conf.set_override("policy_file", str(policy_file), group="oslo_policy")
+    enforcer.register_defaults(
+        [
+            oslo_policy.RuleDefault(
+                rule.name,
+                rule.default,
+                description=rule.description,
+                scope_types=list(rule.scopes) or None,
+            )
+            for rule in RULES
+        ]
+    )
+    return enforcer
+
+
+def _warn_unused_rules(enforcer: oslo_policy.Enforcer, policy_file: Path | None) -> None:
+    unused = sorted(name for name in enforcer.file_rules if name not in RULE_NAMES and ":" in name)
+    if unused:
+        # An Ironic policy file names rules for resources metalforge does not
+        # serve (chassis, portgroups...); they are kept, and said so once.
+        LOG.warning("policy file %s: rules metalforge does not use: %s", policy_file, unused)
+
+
 class Policy:
     """The registered rules, with the operator's overrides, checked for one caller."""
 
@@ -227,30 +264,7 @@ class Policy:
         self, policy_file: Path | None = None, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._clock = clock
-        conf = cfg.ConfigOpts()
-        conf([], project="metalforge", default_config_files=[], default_config_dirs=[])
-        self._enforcer = oslo_policy.Enforcer(
-            conf,
-            policy_file=str(policy_file) if policy_file else None,
-            use_conf=True,
-        )
-        conf.set_override("enforce_new_defaults", True, group="oslo_policy")
-        conf.set_override("policy_dirs", [], group="oslo_policy")
-        if policy_file is not None:
-            if not policy_file.is_file():
-                raise FileNotFoundError(f"policy file {policy_file} does not exist")
-            conf.set_override("policy_file", str(policy_file), group="oslo_policy")
-        self._enforcer.register_defaults(
-            [
-                oslo_policy.RuleDefault(
-                    rule.name,
-                    rule.default,
-                    description=rule.description,
-                    scope_types=list(rule.scopes) or None,
-                )
-                for rule in RULES
-            ]
-        )
+        self._enforcer = _enforcer(policy_file)
         self._policy_file = policy_file
         self._mtime = self._file_mtime()
         self._enforcer.load_rules()
@@ -261,13 +275,7 @@ class Policy:
         self._reload_lock = threading.Lock()
         self._decisions: dict[tuple[str, Caller, tuple[tuple[str, str], ...]], bool] = {}
         self._monotone: dict[str, bool] = {}
-        unused = sorted(
-            name for name in self._enforcer.file_rules if name not in RULE_NAMES and ":" in name
-        )
-        if unused:
-            # An Ironic policy file names rules for resources metalforge does not
-            # serve (chassis, portgroups...); they are kept, and said so once.
-            LOG.warning("policy file %s: rules metalforge does not use: %s", policy_file, unused)
+        _warn_unused_rules(self._enforcer, policy_file)
 
     def _file_mtime(self) -> int:
         try:

@@ -10,12 +10,12 @@ allocation frees its node in the same transaction.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from metalforge.api import listing
 from metalforge.api.auth.access import (
     actor,
     allows,
@@ -29,7 +29,7 @@ from metalforge.api.auth.access import (
 from metalforge.api.auth.policy import allocation_target, node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.params import Page, Query, fields, keyset, page
+from metalforge.api.params import Query, fields, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import AllocationCreate, PatchOperation
@@ -161,16 +161,14 @@ def list_allocations(request: Request) -> JSONResponse:
     owner = _owner_filter(query, project)
     with svc.db.read() as session:
         stmt = _filtered(request, session, query, owner)
-        after = _after_marker(session, pg, project)
-        stmt = keyset(stmt, getattr(Allocation, pg.sort_key), Allocation.id, pg, after)
+        stmt = listing.paged(stmt, session, Allocation, pg, _project_scope(project))
         found = list(session.scalars(stmt))
         for allocation in found:  # as Ironic: every one listed must be readable
             require(request, "baremetal:allocation:get", allocation_target(allocation.owner))
         items = [allocation_view(r, query.version, base, wanted) for r in _records(session, found)]
-    body: dict[str, Any] = {"allocations": items}
-    if len(found) == pg.limit:
-        body["next"] = _next_link(base, query, pg, found[-1].uuid)
-    return JSONResponse(body)
+    last = found[-1].uuid if found else None
+    page_link = listing.next_link(base, "allocations", query, pg, len(found), last)
+    return JSONResponse({"allocations": items, **page_link})
 
 
 def _owner_filter(query: Query, project: str | None) -> str | None:
@@ -206,17 +204,11 @@ def _filtered(
     return stmt
 
 
-def _after_marker(session: Session, pg: Page, project: str | None) -> tuple[Any, int] | None:
-    """Where the page starts: after the marker (one of the project's, when limited)."""
-    if not pg.marker:
+def _project_scope(project: str | None) -> listing.Scope | None:
+    """A caller limited to its project pages through that project's allocations only."""
+    if project is None:
         return None
-    marker_query = select(Allocation).where(Allocation.uuid == pg.marker)
-    if project is not None:
-        marker_query = marker_query.where(Allocation.owner == project)
-    marker = session.scalar(marker_query)
-    if marker is None:
-        raise bad_request(f"Marker {pg.marker} could not be found.")
-    return (getattr(marker, pg.sort_key), marker.id)
+    return lambda q: q.where(Allocation.owner == project)
 
 
 def _records(session: Session, found: list[Allocation]) -> list[AllocationRecord]:
@@ -227,12 +219,6 @@ def _records(session: Session, found: list[Allocation]) -> list[AllocationRecord
         rows = session.execute(select(Node.id, Node.uuid).where(Node.id.in_(node_ids)))
         uuids = {row[0]: row[1] for row in rows}
     return [AllocationRecord.of(a, uuids.get(a.node_id) if a.node_id else None) for a in found]
-
-
-def _next_link(base: str, query: Query, pg: Page, last: str) -> str:
-    params = {k: v for k, v in query.params.items() if k != "marker"}
-    params.update(limit=str(pg.limit), marker=last)
-    return f"{base}/v1/allocations?{urlencode(params)}"
 
 
 @router.get(

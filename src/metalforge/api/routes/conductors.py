@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
+from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
@@ -77,17 +77,10 @@ def list_conductors(request: Request) -> JSONResponse:
     base = base_url(request)
     dead_after = svc.settings.conductor.heartbeat_timeout
     now = svc.db.now()
-    body: dict[str, Any] = {
-        "conductors": [conductor_view(r, base, wanted, dead_after, now) for r in rows]
-    }
-    if len(rows) == pg.limit:
-        params = {
-            **{k: v for k, v in query.params.items() if k != "marker"},
-            "limit": str(pg.limit),
-            "marker": rows[-1].hostname,
-        }
-        body["next"] = f"{base}/v1/conductors?{urlencode(params)}"
-    return JSONResponse(body)
+    items = [conductor_view(r, base, wanted, dead_after, now) for r in rows]
+    last = rows[-1].hostname if rows else None
+    page_link = listing.next_link(base, "conductors", query, pg, len(rows), last)
+    return JSONResponse({"conductors": items, **page_link})
 
 
 @router.get(

@@ -15,16 +15,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
-from metalforge.api.params import Query, fields, keyset, page
+from metalforge.api.params import Query, fields, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
 from metalforge.api.services import base_url, services
@@ -109,34 +109,17 @@ def list_templates(request: Request) -> JSONResponse:
     query = Query(request, ("fields", "detail", "limit", "marker", "sort_key", "sort_dir"))
     pg = page(query, svc.settings.api.max_limit, sortable=SORTABLE)
     wanted = fields(query, TEMPLATE_FIELDS)
-    detail = bool(query.bool("detail"))
-    if wanted is not None and detail:
-        raise bad_request("Can not specify ?detail=True and fields in the same request.")
+    detail = listing.detail_or_fields(query, wanted, since=None)
     if wanted is None and not detail:
         wanted = list(LIST_DEFAULT)
     base = base_url(request)
     with svc.db.read() as session:
-        after: tuple[Any, int] | None = None
-        if pg.marker:
-            marker = session.scalar(select(DeployTemplate).where(DeployTemplate.uuid == pg.marker))
-            if marker is None:
-                raise bad_request(f"Marker {pg.marker} could not be found.")
-            after = (getattr(marker, pg.sort_key), marker.id)
-        stmt = keyset(
-            select(DeployTemplate),
-            getattr(DeployTemplate, pg.sort_key),
-            DeployTemplate.id,
-            pg,
-            after,
-        )
+        stmt = listing.paged(select(DeployTemplate), session, DeployTemplate, pg)
         found = list(session.scalars(stmt))
         items = [template_view(t, base, wanted) for t in found]
-    body: dict[str, Any] = {"deploy_templates": items}
-    if len(found) == pg.limit:
-        params = {k: v for k, v in query.params.items() if k != "marker"}
-        params.update(limit=str(pg.limit), marker=found[-1].uuid)
-        body["next"] = f"{base}/v1/deploy_templates?{urlencode(params)}"
-    return JSONResponse(body)
+    last = found[-1].uuid if found else None
+    page_link = listing.next_link(base, "deploy_templates", query, pg, len(found), last)
+    return JSONResponse({"deploy_templates": items, **page_link})
 
 
 @router.get(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from metalforge import states
+from metalforge.api import listing
 from metalforge.api.auth import node_fields
 from metalforge.api.auth.access import (
     actor,
@@ -31,7 +31,7 @@ from metalforge.api.node_view import (
     render,
     view_plan,
 )
-from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
+from metalforge.api.params import Query, fields, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
@@ -121,21 +121,55 @@ MAX_LENGTHS = max_lengths(NodeCreate)
 # -- listing ------------------------------------------------------------------
 
 
+EQUALITY_FILTERS = (
+    "chassis_uuid",
+    "instance_uuid",
+    "driver",
+    "resource_class",
+    "owner",
+    "lessee",
+    "instance_name",
+    "parent_node",
+)
+
+
 def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None) -> list[Any]:
-    conditions: list[Any] = []
+    """The list's conditions, each filter checked as it is read."""
     for name, since in LIST_FILTERS.items():
         query.get(name, since)  # a filter newer than the request's version is a 406
-    if scope is not None:
-        # A project-scoped caller sees the nodes its project owns or leases.
-        if query.get("project") not in (None, scope):
-            raise forbidden("baremetal:node:list_all")
-        conditions.append(lookup.held_by(scope))
+    conditions = [*_scope_filter(query, scope), *_flag_filters(query), *_value_filters(query)]
+    if query.get("parent_node") is None and not query.bool("include_children"):
+        conditions.append(Node.parent_node.is_(None))
+    if (s := query.get("conductor")) is not None:
+        owned = [n.id for n in session.scalars(select(Node)) if _conductor(svc)(n) == s]
+        conditions.append(Node.id.in_(owned))
+    return conditions
+
+
+def _scope_filter(query: Query, scope: str | None) -> list[Any]:
+    """A project-scoped caller sees the nodes its project owns or leases."""
+    if scope is None:
+        return []
+    if query.get("project") not in (None, scope):
+        raise forbidden("baremetal:node:list_all")
+    return [lookup.held_by(scope)]
+
+
+def _flag_filters(query: Query) -> list[Any]:
+    conditions: list[Any] = []
     if (v := query.bool("associated")) is not None:
         conditions.append(Node.instance_uuid.is_not(None) if v else Node.instance_uuid.is_(None))
     if (v := query.bool("maintenance")) is not None:
         conditions.append(Node.maintenance.is_(v))
     if (v := query.bool("retired")) is not None:
         conditions.append(Node.retired.is_(v))
+    if (v := query.bool("sharded")) is not None:
+        conditions.append(Node.shard.is_not(None) if v else Node.shard.is_(None))
+    return conditions
+
+
+def _value_filters(query: Query) -> list[Any]:
+    conditions: list[Any] = []
     if (s := query.get("provision_state")) is not None:
         if s not in states.STATES:
             raise bad_request(f"Invalid provision state: {s}")
@@ -144,16 +178,7 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
         if s not in FAULTS:
             raise bad_request(f"Invalid fault: {s}; valid faults are {', '.join(sorted(FAULTS))}")
         conditions.append(Node.fault == s)
-    for name in (
-        "chassis_uuid",
-        "instance_uuid",
-        "driver",
-        "resource_class",
-        "owner",
-        "lessee",
-        "instance_name",
-        "parent_node",
-    ):
+    for name in EQUALITY_FILTERS:
         if (s := query.get(name)) is not None:
             conditions.append(getattr(Node, name) == s)
     if (s := query.get("conductor_group")) is not None:
@@ -164,13 +189,6 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
         conditions.append(lookup.held_by(s))
     if (s := query.get("shard")) is not None:
         conditions.append(Node.shard.in_([p.strip() for p in s.split(",") if p.strip()]))
-    if (v := query.bool("sharded")) is not None:
-        conditions.append(Node.shard.is_not(None) if v else Node.shard.is_(None))
-    if query.get("parent_node") is None and not query.bool("include_children"):
-        conditions.append(Node.parent_node.is_(None))
-    if (s := query.get("conductor")) is not None:
-        owned = [n.id for n in session.scalars(select(Node)) if _conductor(svc)(n) == s]
-        conditions.append(Node.id.in_(owned))
     return conditions
 
 
@@ -186,22 +204,6 @@ def _conductor(svc: ApiServices) -> Callable[[Any], str | None]:
         return ring.owner(node.uuid)
 
     return owner
-
-
-def _paginate(
-    stmt: Select[Any], session: Session, pg: Page, scope: str | None = None
-) -> Select[Any]:
-    after: tuple[Any, int] | None = None
-    if pg.marker is not None:
-        # A marker the caller may not see does not exist for it.
-        query = select(getattr(Node, pg.sort_key), Node.id).where(Node.uuid == pg.marker)
-        if scope is not None:
-            query = query.where(lookup.held_by(scope))
-        marker = session.execute(query).first()
-        if marker is None:
-            raise bad_request(f"Marker {pg.marker} could not be found.")
-        after = (marker[0], marker[1])
-    return keyset(stmt, getattr(Node, pg.sort_key), Node.id, pg, after)
 
 
 _NODE_TRAITS = (
@@ -233,9 +235,7 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
     query = Query(request, allowed)
     pg = page(query, svc.settings.api.max_limit, sortable=SORTABLE, forbidden_keys=UNSORTABLE)
     wanted = fields(query, SELECTABLE_FIELDS) if not detail_path else None
-    detail = detail_path or bool(query.bool("detail", (1, 43)))
-    if wanted is not None and detail:
-        raise bad_request("Can not specify ?detail=True and fields in the same request.")
+    detail = listing.detail_or_fields(query, wanted, detail_path=detail_path)
     base = base_url(request)
     plan = view_plan(query.version, tuple(wanted) if wanted is not None else None, not detail)
     table = Node.__table__
@@ -246,7 +246,8 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         scope = project_scope(request)
         conditions = _filters(query, svc, session, scope)
         stmt = select(*(table.c[name] for name in columns)).where(*conditions)
-        nodes = session.connection().execute(_paginate(stmt, session, pg, scope)).all()
+        stmt = listing.paged(stmt, session, Node, pg, _project_scope(scope))
+        nodes = session.connection().execute(stmt).all()
         traits = _traits(session, [n.id for n in nodes]) if plan.traits else {}
     conductor = _conductor(svc)
     disclosure = node_disclosure(request)
@@ -262,13 +263,16 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         )
         for n in nodes
     ]
-    body: dict[str, Any] = {"nodes": items}
-    if len(nodes) == pg.limit and query.get("instance_uuid") is None:
-        params = {k: v for k, v in query.params.items() if k != "marker"}
-        params.update(limit=str(pg.limit), marker=nodes[-1].uuid)
-        path = "nodes/detail" if detail_path else "nodes"
-        body["next"] = f"{base}/v1/{path}?{urlencode(params)}"
-    return body
+    path = "nodes/detail" if detail_path else "nodes"
+    # An instance has one node: a page of it has no next one.
+    last = nodes[-1].uuid if nodes and query.get("instance_uuid") is None else None
+    return {"nodes": items, **listing.next_link(base, path, query, pg, len(nodes), last)}
+
+
+def _project_scope(project: str | None) -> listing.Scope | None:
+    if project is None:
+        return None
+    return lambda stmt: stmt.where(lookup.held_by(project))
 
 
 @router.get("/nodes", summary="List nodes", dependencies=[guard("baremetal:node:list_all", "list")])

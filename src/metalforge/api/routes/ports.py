@@ -8,18 +8,18 @@ which applies the rules on the port's node and fences the node write.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from metalforge.api import listing
 from metalforge.api.auth.access import allows, guard, project_scope, require, visible_node
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.params import Page, Query, fields, keyset, page, parse_bool
+from metalforge.api.params import Page, Query, fields, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
@@ -104,22 +104,16 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     sortable = {"id", "uuid", "address", "created_at", "updated_at", "name", "pxe_enabled"}
     pg = page(query, svc.settings.api.max_limit, sortable=sortable)
     wanted = fields(query, PORT_FIELDS) if not detail_path else None
-    detail = detail_path or bool(query.bool("detail", (1, 43)))
-    if wanted is not None and detail:
-        raise bad_request("Can not specify ?detail=True and fields in the same request.")
+    detail = listing.detail_or_fields(query, wanted, detail_path=detail_path)
     if wanted is None and not detail:
         wanted = list(LIST_DEFAULT)
     base = base_url(request)
     with svc.db.read() as session:
         ports = list(session.scalars(_list_query(request, session, query, pg)))
         items = [port_view(p, query.version, base, wanted) for p in ports]
-    body: dict[str, Any] = {"ports": items}
-    if len(ports) == pg.limit:
-        params = {k: v for k, v in query.params.items() if k != "marker"}
-        params.update(limit=str(pg.limit), marker=ports[-1].uuid)
-        path = "ports/detail" if detail_path else "ports"
-        body["next"] = f"{base}/v1/{path}?{urlencode(params)}"
-    return body
+    path = "ports/detail" if detail_path else "ports"
+    last = ports[-1].uuid if ports else None
+    return {"ports": items, **listing.next_link(base, path, query, pg, len(ports), last)}
 
 
 def _list_query(request: Request, session: Session, query: Query, pg: Page) -> Select[Any]:
@@ -145,23 +139,14 @@ def _list_query(request: Request, session: Session, query: Query, pg: Page) -> S
         stmt = stmt.where(Port.description.contains(text, autoescape=True))
     if shard is not None:
         stmt = stmt.where(Node.shard.in_([s.strip() for s in shard.split(",")]))
-    after = _after_marker(session, pg, project)
-    return keyset(stmt, getattr(Port, pg.sort_key), Port.id, pg, after)
+    return listing.paged(stmt, session, Port, pg, _project_scope(project))
 
 
-def _after_marker(session: Session, pg: Page, project: str | None) -> tuple[Any, int] | None:
-    """Where the page starts: the marker's sort value and id (a hidden marker is missing)."""
-    if not pg.marker:
+def _project_scope(project: str | None) -> listing.Scope | None:
+    """A project sees the ports of the nodes it owns or leases (a hidden marker is missing)."""
+    if project is None:
         return None
-    marker_query = select(Port).where(Port.uuid == pg.marker)
-    if project is not None:
-        marker_query = marker_query.join(Node, Node.id == Port.node_id).where(
-            lookup.held_by(project)
-        )
-    marker = session.scalar(marker_query)
-    if marker is None:
-        raise bad_request(f"Marker {pg.marker} could not be found.")
-    return (getattr(marker, pg.sort_key), marker.id)
+    return lambda q: q.join(Node, Node.id == Port.node_id).where(lookup.held_by(project))
 
 
 @router.get("/ports", summary="List ports", dependencies=[guard("baremetal:port:list_all", "list")])

@@ -16,6 +16,7 @@ from metalforge.conductor.flows.common import deploy_interface, warn_unknown_ove
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError, StepsNotKnown
+from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
 PROGRESS_KEYS = (
@@ -183,7 +184,7 @@ def _check_requested_steps(admission: Admission) -> None:
             steps.parse_overrides(settings.clean_step_priority_override),
         )
         steps.requested_plan(supported, list(admission.request.clean_steps))
-    except steps.StepRequestError as exc:
+    except (steps.StepRequestError, UnknownDriver) as exc:
         raise bad_request(f"Manual cleaning refused: {exc}") from None
     except StepsNotKnown:
         pass  # the conductor checks the steps again once the interface knows them

@@ -1,0 +1,78 @@
+"""What the service tests share: services on a fresh database of each engine, nodes."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from metalforge import states
+from metalforge.cli import build_registry
+from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.db.engine import Database
+from metalforge.db.models import Node, NodeTrait
+from metalforge.services.context import Services
+from tests.support.stack import test_settings
+
+
+def services_on(db: Database, db_url: str, wakes: list[str], **settings: Any) -> Services:
+    """Services with no conductor running; ``wakes`` gets an entry per wake-up."""
+    configured = test_settings(db_url, **settings)
+    return Services(
+        settings=configured,
+        db=db,
+        drivers=build_registry(configured),
+        directory=ConductorDirectory(db, configured.conductor.heartbeat_timeout),
+        notify=lambda: wakes.append("notify"),
+    )
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A fresh database on each engine: row locks and the epoch compare differ between them."""
+    database = Database(db_url)
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def wakes() -> list[str]:
+    """One entry each time a service woke the conductors."""
+    return []
+
+
+@pytest.fixture
+def svc(db: Database, db_url: str, wakes: list[str]) -> Services:
+    return services_on(db, db_url, wakes)
+
+
+def add_node(
+    svc: Services,
+    state: str = states.MANAGEABLE,
+    traits: tuple[str, ...] = (),
+    **fields: Any,
+) -> Node:
+    """A fake-hardware node written straight to the database (``fields`` override)."""
+    values: dict[str, Any] = {
+        "uuid": str(uuidlib.uuid4()),
+        "driver": "fake-hardware",
+        "provision_state": state,
+        **fields,
+    }
+    with svc.db.write() as session:
+        node = Node(**values)
+        session.add(node)
+        session.flush()
+        session.add_all(NodeTrait(node_id=node.id, trait=t) for t in traits)
+    return node
+
+
+def stored_node(svc: Services, node_id: int) -> Node:
+    """The node as the database has it now."""
+    with svc.db.read() as session:
+        node = session.get(Node, node_id)
+        assert node is not None
+        return node
