@@ -10,6 +10,7 @@ node that does not exist reads as "could not be found".
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import pytest
@@ -270,3 +271,41 @@ def test_a_missing_port_is_404(svc: Services) -> None:
     with pytest.raises(RequestError) as refused:
         port_service.delete_port(svc, MISSING, LATEST)
     assert _refusal(refused) == (404, f"Port {MISSING} could not be found.")
+
+
+def test_ports_moved_both_ways_at_once_take_turns(svc: Services) -> None:
+    """Two patches moving ports in opposite directions lock the two nodes in one order.
+
+    Each patch used to lock its port's node, read the patch, then lock the
+    other node: with both patches between those two locks (the barrier holds
+    them there) PostgreSQL found a deadlock and cancelled one. SQLite's
+    writers take turns, so there the barrier is left out.
+    """
+    first = _create(svc, ONE, "52:54:00:aa:00:11")
+    second = _create(svc, TWO, "52:54:00:aa:00:12")
+    meet = None if svc.db.is_sqlite else threading.Barrier(2, timeout=30)
+    failures: list[BaseException] = []
+
+    def shuttle(port: Port, target: str) -> None:
+        moved = _moved_to(target)
+
+        def revise(doc: dict[str, Any]) -> PortChanges:
+            if meet is not None:
+                meet.wait()
+            return moved(doc)
+
+        try:
+            port_service.patch_port(svc, port.uuid, LATEST, revise, sees=_everyone)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=shuttle, args=(first, TWO)),
+        threading.Thread(target=shuttle, args=(second, ONE)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert sorted(_ports(svc)) == sorted([(first.address, TWO), (second.address, ONE)])

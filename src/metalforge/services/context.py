@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.hashring import HashRing as HashRing
 from metalforge.config import Settings
 from metalforge.db import queue
 from metalforge.db.engine import Database

@@ -152,9 +152,9 @@ def patch_port(svc: Services, ident: str, version: Version, revise: Revise, *, s
     """Apply ``revise`` to the port; move it when it names another node of the same owner."""
     try:
         with svc.db.write() as session:
-            port, node = _port_and_node(session, ident, version)
+            port = find_port(session, ident, version)
             changes = revise(_document(port))
-            target = _new_node(session, node, changes.node_uuid, version, sees)
+            node, target = _lock_nodes(session, port, changes.node_uuid, version, sees)
             _fence(session, node, *([target] if target is not None else []))
             _rewrite(session, port, changes, target)
     except IntegrityError:
@@ -170,14 +170,16 @@ def delete_port(svc: Services, ident: str, version: Version) -> None:
         session.execute(delete(Port).where(Port.id == port.id))
 
 
-def _find_node_or_none(session: Session, ident: str, version: Version) -> Node | None:
-    """The node named ``ident`` under a row lock, or None when there is no such node.
+def _find_node_or_none(
+    session: Session, ident: str, version: Version, *, locked: bool = True
+) -> Node | None:
+    """The node named ``ident`` (under a row lock unless not ``locked``), or None when missing.
 
     Only "no such node" (``find_node``'s 404) is none: any other refusal
     keeps its own status and message instead of reading as a missing node.
     """
     try:
-        return lookup.find_node(session, ident, version, for_update=True)
+        return lookup.find_node(session, ident, version, for_update=locked)
     except RequestError as exc:
         if exc.status == 404:
             return None
@@ -211,25 +213,41 @@ def _port_and_node(session: Session, ident: str, version: Version) -> tuple[Port
     return port, node
 
 
-def _new_node(
-    session: Session, node: Node, wanted: str, version: Version, sees: Sees
-) -> Node | None:
-    """The node a patch moves the port to, or None when it stays on ``node``.
+def _lock_nodes(
+    session: Session, port: Port, wanted: str, version: Version, sees: Sees
+) -> tuple[Node, Node | None]:
+    """The port's node and the node a patch moves it to (None: it stays), under row locks.
 
-    As on create, a missing or hidden node is a bad request, not a missing
+    Both rows are locked in id order, so two patches moving ports in opposite
+    directions between the same nodes take turns instead of deadlocking. As
+    on create, a missing or hidden target is a bad request, not a missing
     port; and (as Ironic, for every caller) a port only moves between nodes
     of the same owner.
     """
-    if wanted == node.uuid:
-        return None
-    target = _visible_node(session, wanted, version, sees)
-    if target is None:
+    target_id: int | None = None
+    if wanted != port.node.uuid:
+        target = _find_node_or_none(session, wanted, version, locked=False)
+        if target is None or not sees(target.owner, target.lessee):
+            raise bad_request(f"Node {wanted} could not be found.")
+        target_id = None if target.id == port.node_id else target.id
+    ids = sorted({port.node_id, *([target_id] if target_id is not None else [])})
+    rows = session.scalars(
+        select(Node)
+        .where(Node.id.in_(ids))
+        .order_by(Node.id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).all()
+    by_id = {row.id: row for row in rows}
+    node = by_id[port.node_id]
+    moved_to = by_id.get(target_id) if target_id is not None else None
+    if target_id is not None and moved_to is None:
         raise bad_request(f"Node {wanted} could not be found.")
-    if target.owner != node.owner:
+    if moved_to is not None and moved_to.owner != node.owner:
         raise bad_request(
             f"Unable to apply the requested node_uuid '{wanted}'. Requested value was invalid."
         )
-    return None if target.id == node.id else target
+    return node, moved_to
 
 
 def _fence(session: Session, *nodes: Node) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 from metalforge import states
 from metalforge.conductor import transitions
 from metalforge.conductor.flows import catalog
-from metalforge.conductor.flows.spec import Admission, FlowRequest, Verb
+from metalforge.conductor.flows.spec import Admission, Verb
+from metalforge.conductor.flows.spec import FlowRequest as FlowRequest
 from metalforge.db import queue
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, conflict

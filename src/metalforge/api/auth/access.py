@@ -254,8 +254,10 @@ def visible_node(request: Request, session: Session, ident: str, version: Versio
     """
     try:
         node = lookup.find_node(session, ident, version)
-    except RequestError:
-        return None
+    except RequestError as exc:
+        if exc.status == 404:
+            return None
+        raise
     if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
         return None
     return node

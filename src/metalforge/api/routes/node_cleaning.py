@@ -24,16 +24,13 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import guard
 from metalforge.api.params import Query
 from metalforge.api.services import services
-from metalforge.conductor import steps
-from metalforge.drivers.base import StepsNotKnown
-from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import bad_request
-from metalforge.services import lookup
+from metalforge.services import step_catalog
+from metalforge.services.step_catalog import Step
 
 router = APIRouter(tags=["node cleaning"])
 
 
-def step_view(step: steps.Step) -> dict[str, Any]:
+def step_view(step: Step) -> dict[str, Any]:
     """One catalogue entry; ``priority`` is the effective one, after overrides."""
     return {
         "interface": step.interface,
@@ -56,23 +53,19 @@ def step_view(step: steps.Step) -> dict[str, Any]:
 )
 def list_clean_steps(node_ident: str, request: Request) -> Response:
     """Every clean step, highest priority first; ``min_priority=1`` is the automated plan."""
-    svc = services(request)
     query = Query(request, ("min_priority",))
     min_priority = query.int("min_priority")
-    overrides = steps.parse_overrides(svc.settings.conductor.clean_step_priority_override)
-    with svc.db.read() as session:
-        node = lookup.find_node(session, node_ident, query.version)
-        try:
-            found = steps.supported_steps(svc.drivers, node, "clean", overrides)
-        except UnknownDriver as exc:
-            raise bad_request(str(exc)) from None
-        except StepsNotKnown as exc:
-            retry = exc.retry_after if exc.retry_after > 0 else -1
-            return JSONResponse(
-                {"message": f"The clean steps of node {node.uuid} are not known yet: {exc}"},
-                status_code=202,
-                headers={"Retry-Request-After": str(retry)},
-            )
+    found = step_catalog.clean_steps(services(request), node_ident, query.version)
+    if found.not_known is not None:
+        return JSONResponse(
+            {
+                "message": f"The clean steps of node {found.node_uuid} are not known yet: "
+                f"{found.not_known}"
+            },
+            status_code=202,
+            headers={"Retry-Request-After": str(found.retry_after)},
+        )
+    listed = found.steps
     if min_priority is not None:
-        found = [s for s in found if s.priority >= min_priority]
-    return JSONResponse({"steps": [step_view(s) for s in found]})
+        listed = [s for s in listed if s.priority >= min_priority]
+    return JSONResponse({"steps": [step_view(s) for s in listed]})

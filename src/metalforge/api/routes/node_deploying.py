@@ -23,16 +23,14 @@ from metalforge.api.auth.access import guard, require
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
 from metalforge.api.services import services
-from metalforge.conductor import deploy_plan, steps
-from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import bad_request
 from metalforge.redaction import mask_secrets
-from metalforge.services import lookup
+from metalforge.services import step_catalog
+from metalforge.services.step_catalog import Step
 
 router = APIRouter(tags=["node deploying"])
 
 
-def plan_entry(step: steps.Step) -> dict[str, Any]:
+def plan_entry(step: Step) -> dict[str, Any]:
     """A step as the plan runs it: effective priority and the argument values it gets."""
     return {
         "interface": step.interface,
@@ -54,23 +52,15 @@ def list_deploy_steps(node_ident: str, request: Request) -> JSONResponse:
     if raw_traits is not None:
         # The preview shows the templates' steps and arguments.
         require(request, "baremetal:deploy_template:get")
-    overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
-    body: dict[str, Any] = {}
-    with svc.db.read() as session:
-        node = lookup.find_node(session, node_ident, query.version)
-        try:
-            found = steps.supported_steps(svc.drivers, node, "deploy", overrides)
-            body["steps"] = [step_view(s) for s in found]
-            if raw_traits is not None:
-                traits = list(dict.fromkeys(t.strip() for t in raw_traits.split(",") if t.strip()))
-                plan = deploy_plan.plan_for_node(
-                    session, svc.drivers, node, overrides, traits=traits
-                )
-                body.update(
-                    traits=traits,
-                    deploy_templates=plan.templates,
-                    plan=[plan_entry(s) for s in plan.steps],
-                )
-        except (UnknownDriver, steps.StepRequestError) as exc:
-            raise bad_request(str(exc)) from None
+    traits = None
+    if raw_traits is not None:
+        traits = list(dict.fromkeys(t.strip() for t in raw_traits.split(",") if t.strip()))
+    found = step_catalog.deploy_steps(svc, node_ident, query.version, traits)
+    body: dict[str, Any] = {"steps": [step_view(s) for s in found.steps]}
+    if found.plan is not None:
+        body.update(
+            traits=traits,
+            deploy_templates=found.templates,
+            plan=[plan_entry(s) for s in found.plan],
+        )
     return JSONResponse(body)

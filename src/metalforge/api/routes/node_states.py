@@ -24,7 +24,6 @@ from metalforge.api.schemas import (
 )
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db.models import Node
 from metalforge.drivers import base as drivers_base
 from metalforge.errors import NodeLocked, bad_request, not_acceptable
@@ -120,13 +119,13 @@ def _priority(value: int | str) -> int:
     raise bad_request(f"Invalid deploy step priority {value!r}: must be an integer >= 0")
 
 
-def _flow_request(body: ProvisionRequest, version: Version) -> FlowRequest:
+def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.FlowRequest:
     verb = _canonical_verb(body.target, version)
     _check_field_versions(body, verb, version)
     given = set(body.model_fields_set) - {"target", "runbook"}
     if body.configdrive is None:
         given.discard("configdrive")
-    return FlowRequest(
+    return provisioning.FlowRequest(
         verb=verb,
         target=body.target,
         given=frozenset(given),

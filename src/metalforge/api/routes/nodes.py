@@ -37,10 +37,10 @@ from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.conductor.hashring import HashRing
 from metalforge.db.models import INTERFACES, Node, NodeTrait
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
+from metalforge.services.context import HashRing
 
 router = APIRouter(tags=["nodes"])
 

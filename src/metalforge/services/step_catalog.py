@@ -1,0 +1,66 @@
+"""The steps a node offers, and the deployment plan a set of traits would select.
+
+Read-only: the catalogue routes (a metalforge addition) show what the
+conductor would plan, with the same functions it plans with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metalforge.conductor import deploy_plan, steps
+from metalforge.conductor.steps import Step as Step
+from metalforge.drivers.base import StepsNotKnown
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.errors import bad_request
+from metalforge.services import lookup
+from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+
+
+@dataclass(frozen=True)
+class CleanSteps:
+    """The node's clean steps, or why they are not known yet (an agent still booting)."""
+
+    node_uuid: str
+    steps: list[Step]
+    not_known: str | None = None
+    retry_after: int = -1
+
+
+@dataclass(frozen=True)
+class DeployPreview:
+    steps: list[Step]
+    templates: list[str]
+    plan: list[Step] | None
+
+
+def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
+    overrides = steps.parse_overrides(svc.settings.conductor.clean_step_priority_override)
+    with svc.db.read() as session:
+        node = lookup.find_node(session, ident, version)
+        try:
+            found = steps.supported_steps(svc.drivers, node, "clean", overrides)
+        except UnknownDriver as exc:
+            raise bad_request(str(exc)) from None
+        except StepsNotKnown as exc:
+            retry = exc.retry_after if exc.retry_after > 0 else -1
+            return CleanSteps(node.uuid, [], str(exc), retry)
+    return CleanSteps(node.uuid, found)
+
+
+def deploy_steps(
+    svc: Services, ident: str, version: Version, traits: list[str] | None
+) -> DeployPreview:
+    """The node's deploy steps; with ``traits``, the plan those traits would select."""
+    overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
+    with svc.db.read() as session:
+        node = lookup.find_node(session, ident, version)
+        try:
+            found = steps.supported_steps(svc.drivers, node, "deploy", overrides)
+            if traits is None:
+                return DeployPreview(found, [], None)
+            plan = deploy_plan.plan_for_node(session, svc.drivers, node, overrides, traits=traits)
+        except (UnknownDriver, steps.StepRequestError) as exc:
+            raise bad_request(str(exc)) from None
+    return DeployPreview(found, list(plan.templates), list(plan.steps))
