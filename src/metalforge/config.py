@@ -79,6 +79,9 @@ class ApiSettings(BaseModel):
     """Whether an ``available`` node may be deleted (Ironic's default: yes)."""
     lock_wait_seconds: float = 3.0
     """How long a request waits for a node a conductor has locked before answering 409."""
+    call_hold_seconds: float = Field(default=120.0, gt=0)
+    """The longest a synchronous BMC call (setting the boot device) holds a node's
+    reservation: past it, requests take the hold as one a dead API process left."""
     max_request_body_size: int = Field(default=1024 * 1024, ge=1024)
     """Largest operator request body accepted, in bytes (413 beyond).
 

@@ -258,3 +258,38 @@ def test_power_on_with_a_wrong_password_ends_with_last_error(
         assert power_status(bmc.ports[0]) == "off"
     finally:
         stack.stop()
+
+
+def test_a_broken_login_has_its_reason_before_it_is_seen_broken() -> None:
+    """pyghmi logs a failed session out (setting ``broken``) before recording why.
+
+    A login waiting on another thread could then read ``errormsg`` before it
+    existed (an ``AttributeError`` instead of "incorrect password", now and
+    then). Here the reason is there by the time the session is logged out.
+    """
+    from pyghmi.ipmi.private import session as pyghmi_session
+
+    import metalforge.drivers.ipmi.sessions  # noqa: F401 - applies the ordering fix
+
+    session: Any = object.__new__(pyghmi_session.Session)
+    session.__dict__.update(
+        bmc="192.0.2.1",
+        userid=b"admin",
+        password=b"wrong",
+        port=623,
+        kgo=None,
+        broken=False,
+        socket=None,
+        logonwaiters=[],
+        logged=0,
+    )
+    reason_when_logged_out: list[Any] = []
+
+    def logout(sessionok: bool = True) -> None:
+        reason_when_logged_out.append(getattr(session, "errormsg", "<not set yet>"))
+        session.broken = True
+
+    session.logout = logout
+    session._mark_broken("Incorrect password provided")
+    assert reason_when_logged_out == ["Incorrect password provided"]
+    assert session.errormsg == "Incorrect password provided"

@@ -9,6 +9,7 @@ holds is refused untouched.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from metalforge.conductor.task import acquire
 from metalforge.db.models import Node, NodeHistory
 from metalforge.drivers.fake import FakeManagement
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import management
+from metalforge.services import fencing, maintenance, management
 from metalforge.services.context import Services
 from metalforge.services.management import BootDevice
 from tests.services.conftest import add_node, stored_node
@@ -75,8 +76,9 @@ def test_the_boot_device_set_is_the_one_read_back(
     assert stored.reservation is None, "the reservation is given back after the call"
     assert stored.epoch > node.epoch, "the write is fenced"
     assert _history(svc, node.id) == [
-        ("management", f"boot device set to pxe ({how})", "api@test-conductor")
+        ("management", f"boot device set to pxe ({how})", _holder_seen(svc, node.id))
     ]
+    assert _holder_seen(svc, node.id).startswith(f"{API_HOLDER} until ")
 
 
 def test_an_unknown_boot_device_is_400(svc: Services) -> None:
@@ -146,7 +148,12 @@ def test_the_call_holds_the_node_as_the_api_not_as_a_conductor(
     monkeypatch.setattr(FakeManagement, "set_boot_device", spy)
     node = _add_node(svc)
     management.set_boot_device(svc, node.uuid, LATEST, "pxe", False)
-    assert seen == [API_HOLDER]
+    assert len(seen) == 1
+    assert seen[0] is not None
+    holder, until = seen[0].split(" until ")
+    assert holder == API_HOLDER
+    deadline = svc.db.now() + dt.timedelta(seconds=svc.settings.api.call_hold_seconds)
+    assert dt.datetime.fromisoformat(until) <= deadline
     assert _node(svc, node.id).reservation is None
 
 
@@ -161,21 +168,42 @@ def test_a_conductor_takes_over_a_reservation_a_dead_api_call_left(svc: Services
     assert _node(svc, node.id).reservation is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=NodeLocked,
-    reason="services/management.py says a reservation left by an API process that died "
-    "mid-call is taken 'at once' by the next conductor or request and the node is never "
-    "stuck; but every request (this one included) refuses any reservation "
-    "(fencing.check_unlocked), and no conductor clears it on a node with no work (take_over "
-    "scans busy states and registered dead conductors only), so a stable node stays "
-    "locked to the API for good",
-)
 def test_a_reservation_a_dead_api_call_left_does_not_lock_the_node_for_requests(
     svc: Services,
 ) -> None:
-    node = _add_node(svc, reservation=API_HOLDER)
+    """Past its deadline the hold is one a dead process left: the next request clears it."""
+    expired = fencing.api_hold("test-conductor", svc.db.now() - dt.timedelta(seconds=1))
+    node = _add_node(svc, reservation=expired)
     management.set_boot_device(svc, node.uuid, LATEST, "pxe", False)
     stored = _node(svc, node.id)
     assert stored.reservation is None
     assert stored.driver_internal_info["fake_boot_device"] == "pxe"
+
+
+def test_a_running_calls_hold_still_refuses_requests(svc: Services) -> None:
+    running = fencing.api_hold("test-conductor", svc.db.now() + dt.timedelta(seconds=60))
+    node = _add_node(svc, reservation=running)
+    with pytest.raises(NodeLocked):
+        management.set_boot_device(svc, node.uuid, LATEST, "pxe", False)
+    with pytest.raises(NodeLocked):
+        maintenance.set_maintenance(svc, node.uuid, LATEST, on=True, reason="x", actor=None)
+    stored = _node(svc, node.id)
+    assert (stored.reservation, stored.epoch, stored.maintenance) == (running, node.epoch, False)
+
+
+def test_any_request_clears_an_expired_api_hold_fenced(svc: Services) -> None:
+    expired = fencing.api_hold("test-conductor", svc.db.now() - dt.timedelta(seconds=1))
+    node = _add_node(svc, reservation=expired)
+    maintenance.set_maintenance(svc, node.uuid, LATEST, on=True, reason="x", actor=None)
+    stored = _node(svc, node.id)
+    assert (stored.reservation, stored.maintenance) == (None, True)
+    assert stored.epoch == node.epoch + 2, "the hold's release and the write each bump it"
+
+
+def _holder_seen(svc: Services, node_id: int) -> str:
+    """The conductor column of the node's last history entry."""
+    with svc.db.read() as session:
+        entry = session.scalars(
+            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
+        ).all()[-1]
+        return str(entry.conductor)

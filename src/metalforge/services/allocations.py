@@ -301,7 +301,7 @@ def _backfill_node(
     node = _visible_node(session, ident, version, grant.sees_node)
     if node is None:  # missing or hidden: the request cannot be met as asked
         raise bad_request(f"Node {ident} could not be found.")
-    fencing.check_unlocked(node)
+    fencing.check_unlocked(session, node)
     if node.provision_state != states.ACTIVE:
         raise bad_request(
             f"Cannot create an allocation with node {node.uuid} in provision state "
@@ -441,7 +441,7 @@ def _free(session: Session, node: Node, allocation: Allocation, actor: str | Non
             f"provision state {node.provision_state}; undeploy the node or set it "
             "into maintenance mode first."
         )
-    fencing.check_unlocked(node)
+    fencing.check_unlocked(session, node)
     changes = {"instance_uuid": None, "allocation_id": None}
     fencing.update_node(session, node, changes, race="changed while it was being freed")
     note = f"allocation {allocation.uuid} deleted; the node is free"

@@ -26,7 +26,7 @@ def set_maintenance(
     """Turn maintenance on (with ``reason``) or off (clearing reason and fault)."""
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version, for_update=True)
-        fencing.check_unlocked(node)
+        fencing.check_unlocked(session, node)
         changes: dict[str, Any] = {"maintenance": on, "maintenance_reason": reason if on else None}
         if not on:
             changes["fault"] = None

@@ -5,19 +5,19 @@ Setting the boot device takes the node's reservation for the length of the
 BMC call, so it cannot interleave with a conductor's flow on the node (a
 deploy setting its own boot device); a node that a conductor holds answers
 409 (``NodeLocked``, after the API's usual short wait). The reservation is
-taken as ``api@<conductor.hostname>``, a holder that is no conductor: should
-the API process die mid-call, the next conductor that needs the node takes
-the reservation at once. Requests do not (they cannot tell a dead call's
-reservation from a running one's), so until a conductor acts on the node it
-answers 409 to API writes: a known gap. A conductor that takes the node
-while the call runs wins; the fencing epoch then turns this request into a
-409. Reads take no reservation (Ironic takes only a shared
-lock for them). A BMC failure answers 400 with the driver's message, which
-names the BMC and the reason.
+taken as ``api@<conductor.hostname> until <deadline>`` (``fencing.api_hold``),
+a holder that is no conductor: should the API process die mid-call, the next
+conductor that needs the node takes the reservation at once, and a request
+takes it once its deadline (``api.call_hold_seconds``) has passed, so the
+node is never stuck. A conductor that takes the node while the call runs
+wins; the fencing epoch then turns this request into a 409. Reads take no
+reservation (Ironic takes only a shared lock for them). A BMC failure
+answers 400 with the driver's message, which names the BMC and the reason.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from metalforge.conductor.context import ConductorContext
@@ -97,12 +97,13 @@ def set_boot_device(
         raise bad_request(
             f"Invalid boot device {device!r}; valid devices are {', '.join(BOOT_DEVICES)}"
         )
-    node = _load(svc, ident, version)
-    fencing.check_unlocked(node)
+    with svc.db.write() as session:
+        node = lookup.load_node(session, ident, version)
+        fencing.check_unlocked(session, node)
     conductor = svc.settings.conductor
-    ctx = ConductorContext(
-        hostname=f"api@{conductor.hostname}", db=svc.db, drivers=svc.drivers, settings=conductor
-    )
+    until = svc.db.now() + dt.timedelta(seconds=svc.settings.api.call_hold_seconds)
+    holder = fencing.api_hold(conductor.hostname, until)
+    ctx = ConductorContext(hostname=holder, db=svc.db, drivers=svc.drivers, settings=conductor)
     try:
         with acquire(ctx, node.id, "set boot device") as task:
             iface = _management(svc, task.node)

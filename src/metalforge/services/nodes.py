@@ -142,7 +142,7 @@ def enroll(
 # -- update --------------------------------------------------------------------
 
 
-def _check_update_allowed(node: Node, changes: dict[str, Any]) -> None:
+def _check_update_allowed(session: Session, node: Node, changes: dict[str, Any]) -> None:
     if not changes:
         return
     removing_instance = set(changes) == {"instance_uuid"} and changes["instance_uuid"] is None
@@ -154,7 +154,7 @@ def _check_update_allowed(node: Node, changes: dict[str, Any]) -> None:
         raise conflict(
             f"Node {node.uuid} can not be updated while a state transition is in progress."
         )
-    fencing.check_unlocked(node)
+    fencing.check_unlocked(session, node)
     new_instance = changes.get("instance_uuid")
     if new_instance is not None and node.instance_uuid not in (None, new_instance):
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
@@ -205,7 +205,7 @@ def update(
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version, for_update=True)
         changes = edit(node)
-        _check_update_allowed(node, changes)
+        _check_update_allowed(session, node, changes)
         check_values(changes)
         if "instance_uuid" in changes and node.allocation_id is not None:
             allocations.release_for_patch(session, node, changes)
@@ -240,7 +240,7 @@ def delete_node(svc: Services, ident: str, version: Version) -> None:
     """Delete the node with its ports, traits and allocation, where a node may be deleted."""
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version)
-        fencing.check_unlocked(node)
+        fencing.check_unlocked(session, node)
         if node.protected:
             # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
             raise forbidden(

@@ -253,7 +253,7 @@ def _lock_nodes(
 def _fence(session: Session, *nodes: Node) -> None:
     """Refuse held nodes, then bump each node's epoch if it is still as read."""
     for node in nodes:
-        fencing.check_unlocked(node)
+        fencing.check_unlocked(session, node)
     for node in nodes:
         fencing.update_node(session, node, {})
 

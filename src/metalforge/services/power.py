@@ -32,7 +32,7 @@ def request_power(
         flow = catalog.flow_of(node.provision_state)
         blocked = node.provision_state in catalog.POWER_BLOCKED_STATES
         if not (blocked and flow is not None and flow.name == "clean"):
-            fencing.check_unlocked(node)
+            fencing.check_unlocked(session, node)
         if blocked:
             raise bad_request(
                 f"Power state change is not allowed while node {node.uuid} is in "

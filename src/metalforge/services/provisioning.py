@@ -75,7 +75,7 @@ def start(
     check_fields(request)
     with svc.db.write() as session:
         node = lookup.load_node(session, ident, version)
-        fencing.check_unlocked(node)
+        fencing.check_unlocked(session, node)
         verb = verb_of(request.verb)
         admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
         for guard in verb.guards:

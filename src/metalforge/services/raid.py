@@ -22,7 +22,7 @@ def set_target(
     """
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version)
-        fencing.check_unlocked(node)
+        fencing.check_unlocked(session, node)
         if config:  # clearing the target is always allowed
             _check(svc, node, config)
         fencing.update_node(session, node, {"target_raid_config": config})

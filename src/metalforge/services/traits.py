@@ -88,7 +88,7 @@ def remove_traits(svc: Services, ident: str, version: Version, *, actor: str | N
 def _writable_node(session: Session, ident: str, version: Version) -> Node:
     """The node under a row lock, refused (``NodeLocked``) while someone holds it."""
     node = lookup.find_node(session, ident, version, for_update=True)
-    fencing.check_unlocked(node)
+    fencing.check_unlocked(session, node)
     return node
 
 

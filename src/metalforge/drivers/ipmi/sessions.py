@@ -1,6 +1,6 @@
 """Opening, closing and waiting on pyghmi sessions without tripping over its process-wide state.
 
-Five things in pyghmi 1.6 need care when sessions come and go in a
+Six things in pyghmi 1.6 need care when sessions come and go in a
 long-running, multi-threaded service:
 
 * While a session logs in, pyghmi records it by (host, user, password, port,
@@ -26,6 +26,11 @@ long-running, multi-threaded service:
   timing out takes the waiting lock then, on a re-login, the keepalive one):
   two threads can deadlock every IPMI call of the process for good. Both
   names are bound here to one reentrant lock, which has no order to get wrong.
+* A login that fails (a wrong password) is marked broken by its I/O thread,
+  which logs the session out -- setting ``broken`` -- before it records the
+  reason in ``errormsg``. The waiting login sees ``broken`` and reads
+  ``errormsg`` in between: an ``AttributeError`` instead of "incorrect
+  password", now and then. The reason is recorded first here.
 """
 
 from __future__ import annotations
@@ -43,14 +48,26 @@ MAX_IDLE = 10.0
 """Seconds an open session may sit unused before it is closed instead of reused."""
 
 _PATCHED = ("KEEPALIVE_SESSIONS", "WAITING_SESSIONS", "iosockets", "util")
-if not all(hasattr(pyghmi_session, name) for name in _PATCHED) or not hasattr(
-    pyghmi_session.Session, "initting_sessions"
+if not all(hasattr(pyghmi_session, name) for name in _PATCHED) or not all(
+    hasattr(pyghmi_session.Session, name) for name in ("initting_sessions", "_mark_broken")
 ):
     # The workarounds below reach into pyghmi's internals; a pyghmi that moved
     # them must stop the service at start-up, not hang it later.
     raise ImportError(
         "this pyghmi's session internals differ from the 1.6 series the IPMI driver patches"
     )
+
+_MARK_BROKEN = pyghmi_session.Session._mark_broken
+
+
+def _mark_broken_reason_first(session: Any, error: Any = None) -> None:
+    """pyghmi's ``_mark_broken``, with the reason recorded before ``broken`` is set."""
+    session.errormsg = error
+    _MARK_BROKEN(session, error)
+
+
+pyghmi_session.Session._mark_broken = _mark_broken_reason_first
+
 
 _TABLES_LOCK = threading.RLock()
 pyghmi_session.KEEPALIVE_SESSIONS = _TABLES_LOCK
