@@ -7,12 +7,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.cli import build_registry
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.db.engine import Database
-from metalforge.db.models import Node, NodeTrait
+from metalforge.db.models import Node, NodeHistory, NodeTrait
+from metalforge.errors import RequestError
+from metalforge.services import lookup
 from metalforge.services.context import Services
 from tests.support.stack import test_settings
 
@@ -76,3 +80,38 @@ def stored_node(svc: Services, node_id: int) -> Node:
         node = session.get(Node, node_id)
         assert node is not None
         return node
+
+
+def refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
+    """The refusal's message, once its status is the one expected."""
+    assert excinfo.value.status == status, excinfo.value.message
+    return excinfo.value.message
+
+
+def history_by_user(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
+    """The node's history as (event type, event, user), oldest first."""
+    with svc.db.read() as session:
+        rows = session.scalars(
+            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
+        )
+        return [(h.event_type, h.event, h.user) for h in rows]
+
+
+def bump_after_find(monkeypatch: pytest.MonkeyPatch, finder: str = "find_node") -> None:
+    """Another writer changes the node right after a service reads it (a lost race).
+
+    ``finder`` is the ``services.lookup`` function the service reads the node with.
+    """
+    real = getattr(lookup, finder)
+
+    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
+        found: Node = real(session, *args, **kwargs)
+        session.execute(
+            update(Node)
+            .where(Node.id == found.id)
+            .values(epoch=Node.epoch + 1)
+            .execution_options(synchronize_session=False)
+        )
+        return found
+
+    monkeypatch.setattr(lookup, finder, find_then_bump)

@@ -17,12 +17,12 @@ from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor import allocations as work
-from metalforge.db.models import Allocation, Node, NodeHistory, NodeTrait, WorkItem
+from metalforge.db.models import Allocation, Node, NodeHistory, WorkItem
 from metalforge.errors import NodeLocked, RequestError, forbidden
 from metalforge.services import allocations
 from metalforge.services.allocations import Grant, NewAllocation
 from metalforge.services.context import Services
-from tests.services.conftest import stored_node
+from tests.services.conftest import add_node, refused, stored_node
 
 LATEST = (1, 99)
 ANYONE = Grant(owner=None, project=None, sees_node=lambda node: True)
@@ -30,22 +30,8 @@ ALICE = "alice (project p1)"
 
 
 def _add_node(svc: Services, **fields: Any) -> Node:
-    values: dict[str, Any] = {
-        "uuid": str(uuidlib.uuid4()),
-        "driver": "fake-hardware",
-        "provision_state": states.AVAILABLE,
-        "power_state": "power off",
-        "resource_class": "baremetal",
-        "epoch": 0,
-        **fields,
-    }
-    traits = values.pop("traits", ())
-    with svc.db.write() as session:
-        node = Node(**values)
-        session.add(node)
-        session.flush()
-        session.add_all(NodeTrait(node_id=node.id, trait=t) for t in traits)
-    return node
+    defaults = {"power_state": "power off", "resource_class": "baremetal", "epoch": 0}
+    return add_node(svc, states.AVAILABLE, **{**defaults, **fields})
 
 
 def _node(svc: Services, node_id: int) -> Node:
@@ -73,9 +59,7 @@ def _setting(**values: Any) -> allocations.Edit:
     return lambda doc: {**doc, **values}
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def _backfilled(svc: Services, **node_fields: Any) -> tuple[Node, allocations.AllocationRecord]:

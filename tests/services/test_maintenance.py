@@ -10,15 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from metalforge import states
 from metalforge.db.models import Node, NodeHistory
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, maintenance
+from metalforge.services import maintenance
 from metalforge.services.context import Services
-from tests.services.conftest import add_node
+from tests.services.conftest import add_node, bump_after_find
 
 LATEST = (1, 115)
 
@@ -95,20 +94,8 @@ def test_an_unknown_node_is_404(svc: Services) -> None:
 def test_a_node_changed_since_it_was_read_is_not_written_over(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc)
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         maintenance.set_maintenance(svc, node.uuid, LATEST, on=True, reason="x", actor=None)
     assert refused.value.status == 409

@@ -24,7 +24,7 @@ from metalforge.errors import NodeLocked, RequestError
 from metalforge.services import fencing, maintenance, management
 from metalforge.services.context import Services
 from metalforge.services.management import BootDevice
-from tests.services.conftest import add_node, stored_node
+from tests.services.conftest import add_node, refused, stored_node
 
 LATEST = (1, 115)
 
@@ -49,9 +49,7 @@ def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
         return [(h.event_type, h.event, h.conductor) for h in rows]
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def test_a_fake_node_boots_from_disk_until_told_otherwise(svc: Services) -> None:

@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.db.engine import Database
 from metalforge.db.models import INTERFACES, Node, NodeHistory, NodeTrait, Port
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, nodes
+from metalforge.services import nodes
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, services_on
+from tests.services.conftest import add_node, bump_after_find, history_by_user, refused, services_on
 
 LATEST = (1, 115)
 COLUMNS = ("uuid", "name", "provision_state", "resource_class")
@@ -57,17 +56,10 @@ def _count(svc: Services, model: type[Node | Port | NodeTrait | NodeHistory]) ->
         return session.scalar(select(func.count()).select_from(model)) or 0
 
 
-def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
-    with svc.db.read() as session:
-        rows = session.scalars(
-            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
-        )
-        return [(h.event_type, h.event, h.user) for h in rows]
+_history = history_by_user
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def _setting(**values: Any) -> nodes.Edit:
@@ -289,20 +281,8 @@ def test_a_node_a_conductor_holds_is_refused_unchanged(svc: Services) -> None:
 def test_a_node_changed_since_it_was_read_is_not_written_over(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc)
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         _update(svc, node.uuid, _setting(description="x"))
     assert "changed while it was being updated" in _refused(409, refused)
@@ -406,21 +386,9 @@ def test_a_node_a_conductor_holds_is_not_deleted(svc: Services) -> None:
 def test_a_node_changed_since_it_was_read_is_not_deleted(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc)
     _with_ports_and_traits(svc, node, ["52:54:00:00:00:01"], ["CUSTOM_A"])
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         nodes.delete_node(svc, node.uuid, LATEST)
     assert "changed while it was being deleted" in _refused(409, refused)

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.cli import build_registry
@@ -27,6 +26,7 @@ from metalforge.services import lookup
 from metalforge.services import ports as port_service
 from metalforge.services.context import Services
 from metalforge.services.ports import NewPort, PortChanges
+from tests.services.conftest import bump_after_find
 from tests.support.stack import test_settings
 
 ONE = "00000000-0000-0000-0000-0000000000b1"
@@ -116,19 +116,7 @@ def test_create_on_a_node_a_conductor_holds_is_refused(svc: Services) -> None:
 def test_create_on_a_node_changed_since_it_was_read_is_409(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        node = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == node.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return node
-
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         _create(svc)
     assert not isinstance(refused.value, NodeLocked)

@@ -10,18 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.flows import catalog
 from metalforge.db import queue
-from metalforge.db.models import Node, NodeHistory, WorkItem
+from metalforge.db.models import Node, WorkItem
 from metalforge.drivers.base import POWER_OFF, POWER_ON, REBOOT, SOFT_POWER_OFF, SOFT_REBOOT
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, power
+from metalforge.services import power
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, stored_node
+from tests.services.conftest import add_node, bump_after_find, history_by_user, refused, stored_node
 
 LATEST = (1, 115)
 CLEAN_STATES = (states.CLEANING, states.CLEAN_WAIT)
@@ -53,12 +52,7 @@ def _work(svc: Services) -> list[tuple[str, int | None, dict[str, Any]]]:
         ]
 
 
-def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
-    with svc.db.read() as session:
-        rows = session.scalars(
-            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
-        )
-        return [(h.event_type, h.event, h.user) for h in rows]
+_history = history_by_user
 
 
 def _unchanged(svc: Services, node: Node) -> None:
@@ -70,9 +64,7 @@ def _unchanged(svc: Services, node: Node) -> None:
     assert _history(svc, node.id) == []
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def test_a_request_sets_the_target_and_queues_the_change(svc: Services, wakes: list[str]) -> None:
@@ -210,20 +202,8 @@ def test_an_unknown_node_is_404(svc: Services) -> None:
 def test_a_node_changed_since_it_was_read_is_not_written_over(
     svc: Services, monkeypatch: pytest.MonkeyPatch, wakes: list[str]
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc)
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         power.request_power(svc, node.uuid, LATEST, POWER_ON, None, None)
     assert "changed while the request was processed" in _refused(409, refused)

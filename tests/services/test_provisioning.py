@@ -12,18 +12,17 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import queue
-from metalforge.db.models import Conductor, Node, NodeHistory, WorkItem, utcnow
+from metalforge.db.models import Conductor, Node, WorkItem, utcnow
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, provisioning
+from metalforge.services import provisioning
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, stored_node
+from tests.services.conftest import add_node, bump_after_find, history_by_user, refused, stored_node
 
 LATEST = (1, 115)
 CLEAN_STEP = {"interface": "deploy", "step": "erase_devices_metadata"}
@@ -50,12 +49,7 @@ def _queued(svc: Services) -> list[tuple[str, str | None]]:
         return [(e.kind, e.node_uuid) for e in queue.entries(session, dead=False)]
 
 
-def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
-    with svc.db.read() as session:
-        rows = session.scalars(
-            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
-        )
-        return [(h.event_type, h.event, h.user) for h in rows]
+_history = history_by_user
 
 
 def _snapshot(svc: Services, node_id: int) -> tuple[Any, ...]:
@@ -73,9 +67,7 @@ def _snapshot(svc: Services, node_id: int) -> tuple[Any, ...]:
     )
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def _start(svc: Services, node: Node, request: FlowRequest, actor: str | None = "alice") -> str:
@@ -418,20 +410,8 @@ def test_a_node_changed_since_it_was_read_is_not_moved(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A conductor bumps the epoch just after the request read the node: 409, not a move."""
-    real = lookup.load_node
-
-    def load_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc, states.ENROLL)
-    monkeypatch.setattr(lookup, "load_node", load_then_bump)
+    bump_after_find(monkeypatch, "load_node")
     with pytest.raises(RequestError) as refused:
         _start(svc, node, FlowRequest(states.MANAGE))
     assert not isinstance(refused.value, NodeLocked)

@@ -11,15 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.db.models import Node, NodeHistory
+from metalforge.db.models import Node
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, raid
+from metalforge.services import raid
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, stored_node
+from tests.services.conftest import add_node, bump_after_find, history_by_user, refused, stored_node
 
 LATEST = (1, 115)
 RAID1 = {"logical_disks": [{"raid_level": "1", "size_gb": "MAX", "is_root_volume": True}]}
@@ -39,17 +37,10 @@ def _node(svc: Services, node_id: int) -> Node:
     return stored_node(svc, node_id)
 
 
-def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
-    with svc.db.read() as session:
-        rows = session.scalars(
-            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
-        )
-        return [(h.event_type, h.event, h.user) for h in rows]
+_history = history_by_user
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def test_set_stores_the_configuration_fenced_and_recorded(svc: Services) -> None:
@@ -132,20 +123,8 @@ def test_a_node_a_conductor_holds_is_refused_unchanged(svc: Services) -> None:
 def test_a_node_changed_since_it_was_read_is_not_written_over(
     svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        found = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == found.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return found
-
     node = _add_node(svc)
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
     with pytest.raises(RequestError) as refused:
         raid.set_target(svc, node.uuid, LATEST, RAID1, "alice")
     assert "changed while it was being updated" in _refused(409, refused)

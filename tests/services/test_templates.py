@@ -21,6 +21,7 @@ from metalforge.errors import RequestError
 from metalforge.services import templates
 from metalforge.services.context import Services
 from metalforge.services.templates import StepSpec, TemplateSpec
+from tests.services.conftest import refused
 from tests.support.stack import test_settings
 
 RAID1 = {"logical_disks": [{"raid_level": "1", "size_gb": "MAX", "is_root_volume": True}]}
@@ -54,9 +55,7 @@ def _count(svc: Services, model: type[DeployTemplate | DeployTemplateStep] = Dep
         return len(session.query(model).all())
 
 
-def _refused(status: int, excinfo: pytest.ExceptionInfo[RequestError]) -> str:
-    assert excinfo.value.status == status, excinfo.value.message
-    return excinfo.value.message
+_refused = refused
 
 
 def test_create_stores_the_template_with_a_new_uuid(svc: Services) -> None:

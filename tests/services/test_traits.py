@@ -9,11 +9,9 @@ is not written over, the epoch is bumped) and history names who asked.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.cli import build_registry
@@ -21,8 +19,9 @@ from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, NodeHistory, NodeTrait
 from metalforge.errors import NodeLocked, RequestError
-from metalforge.services import lookup, traits
+from metalforge.services import traits
 from metalforge.services.context import Services
+from tests.services.conftest import bump_after_find
 from tests.support.stack import test_settings
 
 NODE = "00000000-0000-0000-0000-0000000000a1"
@@ -63,19 +62,7 @@ def _reserve(svc: Services, holder: str | None) -> None:
 @pytest.fixture
 def bumped_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Someone (a conductor taking the node) bumps the epoch just after the service read it."""
-    real = lookup.find_node
-
-    def find_then_bump(session: Session, *args: Any, **kwargs: Any) -> Node:
-        node = real(session, *args, **kwargs)
-        session.execute(
-            update(Node)
-            .where(Node.id == node.id)
-            .values(epoch=Node.epoch + 1)
-            .execution_options(synchronize_session=False)
-        )
-        return node
-
-    monkeypatch.setattr(lookup, "find_node", find_then_bump)
+    bump_after_find(monkeypatch)
 
 
 def test_set_replaces_the_traits_bumps_the_epoch_and_names_the_actor(svc: Services) -> None:
