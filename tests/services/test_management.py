@@ -73,10 +73,10 @@ def test_the_boot_device_set_is_the_one_read_back(
     }
     assert stored.reservation is None, "the reservation is given back after the call"
     assert stored.epoch > node.epoch, "the write is fenced"
-    assert _history(svc, node.id) == [
-        ("management", f"boot device set to pxe ({how})", _holder_seen(svc, node.id))
-    ]
-    assert _holder_seen(svc, node.id).startswith(f"{API_HOLDER} until ")
+    [(event_type, event, holder)] = _history(svc, node.id)
+    assert (event_type, event) == ("management", f"boot device set to pxe ({how})")
+    assert holder is not None
+    assert holder.startswith(f"{API_HOLDER} until ")
 
 
 def test_an_unknown_boot_device_is_400(svc: Services) -> None:
@@ -196,12 +196,3 @@ def test_any_request_clears_an_expired_api_hold_fenced(svc: Services) -> None:
     stored = _node(svc, node.id)
     assert (stored.reservation, stored.maintenance) == (None, True)
     assert stored.epoch == node.epoch + 2, "the hold's release and the write each bump it"
-
-
-def _holder_seen(svc: Services, node_id: int) -> str:
-    """The conductor column of the node's last history entry."""
-    with svc.db.read() as session:
-        entry = session.scalars(
-            select(NodeHistory).where(NodeHistory.node_id == node_id).order_by(NodeHistory.id)
-        ).all()[-1]
-        return str(entry.conductor)

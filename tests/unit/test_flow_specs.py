@@ -16,6 +16,7 @@ from metalforge import states
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.config import ConductorSettings
+from metalforge.services import provisioning
 
 # state: (agent may look up, agent heartbeat continues the flow, power requests refused)
 EXPECTED: dict[str, tuple[bool, bool, bool]] = {
@@ -60,6 +61,11 @@ def test_derived_sets_state_by_state(name: str) -> None:
     assert (name in catalog.POWER_BLOCKED_STATES) is power_blocked
 
 
+def test_only_cleaning_refuses_power_before_looking_at_the_lock() -> None:
+    assert {states.CLEANING, states.CLEAN_WAIT} == catalog.POWER_REFUSED_WHILE_LOCKED
+    assert catalog.POWER_REFUSED_WHILE_LOCKED <= catalog.POWER_BLOCKED_STATES
+
+
 @pytest.mark.parametrize("name", sorted(states.BUSY_STATES))
 def test_hooks_where_a_conductor_acts(name: str) -> None:
     """Hold states wait for the operator; other busy states that do not wait need a hook."""
@@ -83,7 +89,7 @@ def test_every_flow_verb_leads_into_its_own_flow() -> None:
 
 
 def test_every_api_verb_is_a_flow_verb_or_a_control_verb() -> None:
-    assert set(states.VERBS) == set(catalog.VERBS) | {states.ABORT, states.UNHOLD}
+    assert set(states.VERBS) == set(catalog.VERBS) | set(provisioning.CONTROL_VERBS)
 
 
 def test_timeouts_name_real_settings_and_step_flows_have_one() -> None:

@@ -15,7 +15,6 @@ from types import ModuleType
 import pytest
 
 from metalforge import states
-from metalforge.conductor.flows import catalog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -227,14 +226,6 @@ def test_every_busy_state_can_end(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(states.FAILURE_STATES))
 def test_every_failure_state_has_a_way_out_through_the_api(name: str) -> None:
     assert set(states.allowed_events(name)) & set(states.VERBS)
-
-
-@pytest.mark.parametrize("name", sorted(states.BUSY_STATES))
-def test_a_conductor_works_in_every_busy_state_that_does_not_wait(name: str) -> None:
-    """Busy states other than wait and hold need a flow handler, or a node would sit there."""
-    if name in states.WAIT_STATES | states.HOLD_STATES:
-        return
-    assert name in catalog.HOOKS
 
 
 # -- the generated documentation --------------------------------------------------------

@@ -210,7 +210,6 @@ class ViewPlan:
     """(position, name) of the fields a caller's rules may hide or unmask."""
 
 
-@functools.lru_cache(maxsize=512)
 def _wanted(version: Version, fields: tuple[str, ...] | None, list_view: bool) -> list[str]:
     if fields is not None:
         wanted = [name for name in fields if name != "links"]
@@ -279,6 +278,7 @@ def _fetchers(
     return fetch, fetch_row
 
 
+@functools.lru_cache(maxsize=512)
 def view_plan(
     version: Version, fields: tuple[str, ...] | None = None, list_view: bool = False
 ) -> ViewPlan:

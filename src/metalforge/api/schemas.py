@@ -16,7 +16,6 @@ from metalforge.services.traits import MAX_TRAITS
 
 MAX_DEPTH = 32
 """Deepest nesting of objects and lists a request body may have."""
-"""Traits a node or a request may carry (Ironic's limit per node)."""
 MAX_CANDIDATES = 10_000
 """Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""
 MAX_POWER_TIMEOUT = 24 * 3600

@@ -32,6 +32,30 @@ PREPARE_KEYS = ("clean_prepared", "clean_preparing_since", "clean_disable_ramdis
 """Where cleaning remembers that the ramdisk was booted (or is not wanted) for this flow."""
 
 
+def requested_key(kind: FlowKind) -> str:
+    """Where a request leaves the steps it asks for, until the flow plans with them."""
+    return f"requested_{kind}_steps"
+
+
+def progress_keys(kind: FlowKind) -> tuple[str, ...]:
+    """Everything a flow of ``kind`` keeps in ``driver_internal_info`` between steps."""
+    return (plan_key(kind), index_key(kind), requested_key(kind), *PREPARE_KEYS)
+
+
+def without_progress(info: dict[str, Any], *kinds: FlowKind) -> dict[str, Any]:
+    """``info`` without what earlier flows of ``kinds`` left: a new flow starts clean."""
+    dropped = {key for kind in kinds for key in progress_keys(kind)}
+    return {key: value for key, value in info.items() if key not in dropped}
+
+
+def take_requested(task: NodeTask, kind: FlowKind) -> list[dict[str, Any]]:
+    """The steps the request asked for, removed from the node now that the plan uses them."""
+    info = dict(task.node.driver_internal_info)
+    requested: list[dict[str, Any]] = info.pop(requested_key(kind), None) or []
+    task.node.driver_internal_info = info
+    return requested
+
+
 def plan_key(kind: FlowKind) -> str:
     return f"{kind}_steps"
 

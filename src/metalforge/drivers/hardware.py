@@ -14,10 +14,19 @@ from dataclasses import dataclass
 
 from metalforge.db.models import INTERFACES, Node
 from metalforge.drivers.base import Interface
+from metalforge.errors import RequestError
 
 
-class UnknownDriver(LookupError):
-    """The named hardware type or interface is not enabled."""
+class UnknownDriver(RequestError, LookupError):
+    """The named hardware type or interface is not enabled.
+
+    A request naming one is refused with 400 wherever it is found out (a
+    provision check, a RAID target, the step catalogue), without each place
+    translating it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(400, message)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,6 @@ def heartbeat(
             raise bad_request(str(exc)) from None
         woke = row.provision_state in catalog.AGENT_WAKE_STATES
         if woke:
-            owner = svc.preferred_conductor(row.uuid, row.driver, row.conductor_group)
-            queue.enqueue_provision(session, row.id, preferred_owner=owner)
+            svc.queue_for(session, row, queue.PROVISION)
     if woke:
         svc.notify()

@@ -248,11 +248,8 @@ def _resolve_candidates(
     """
     resolved: list[str] = []
     for ident in names:
-        try:
-            node = lookup.find_node(session, ident, version)
-        except RequestError:
-            raise bad_request(f"Candidate node {ident} could not be found.") from None
-        if project is not None and project not in (node.owner, node.lessee):
+        node = lookup.find_node_or_none(session, ident, version)
+        if node is None or (project is not None and project not in (node.owner, node.lessee)):
             raise bad_request(f"Candidate node {ident} could not be found.")
         if node.uuid not in resolved:
             resolved.append(node.uuid)
@@ -320,11 +317,8 @@ def _backfill_node(
 def _visible_node(
     session: Session, ident: str, version: Version, sees_node: Callable[[Node], bool]
 ) -> Node | None:
-    try:
-        node = lookup.find_node(session, ident, version)
-    except RequestError:
-        return None
-    return node if sees_node(node) else None
+    node = lookup.find_node_or_none(session, ident, version)
+    return node if node is not None and sees_node(node) else None
 
 
 def _adopt_node(allocation: Allocation, node: Node) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -13,8 +13,20 @@ from metalforge.conductor.hashring import HashRing as HashRing
 from metalforge.config import Settings
 from metalforge.db import queue
 from metalforge.db.engine import Database
-from metalforge.db.models import Node
 from metalforge.drivers.hardware import DriverRegistry
+
+
+class QueuedNode(Protocol):
+    """What queueing work for a node reads of it: a Node, or a row of these columns."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def conductor_group(self) -> str: ...
 
 
 @dataclass
@@ -30,7 +42,7 @@ class Services:
         return self.directory.owner(node_uuid, driver, group)
 
     def queue_for(
-        self, session: Session, node: Node, kind: str, payload: dict[str, Any] | None = None
+        self, session: Session, node: QueuedNode, kind: str, payload: dict[str, Any] | None = None
     ) -> None:
         """Queue ``kind`` work for ``node`` in the caller's transaction, for its ring owner."""
         owner = self.preferred_conductor(node.uuid, node.driver, node.conductor_group)

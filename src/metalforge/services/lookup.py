@@ -97,6 +97,19 @@ def find_node(session: Session, ident: str, version: Version, *, for_update: boo
     return node
 
 
+def find_node_or_none(
+    session: Session, ident: str, version: Version, *, for_update: bool = False
+) -> Node | None:
+    """``find_node``, with ``None`` for a node that does not exist (a node named in a
+    body or a filter). Only the 404 is none: any other refusal keeps its own answer."""
+    try:
+        return find_node(session, ident, version, for_update=for_update)
+    except RequestError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 @functools.lru_cache(maxsize=256)
 def _row_query(columns: tuple[str, ...], by_name: bool) -> Select[Any]:
     table = Node.__table__

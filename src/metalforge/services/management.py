@@ -10,7 +10,12 @@ a holder that is no conductor: should the API process die mid-call, the next
 conductor that needs the node takes the reservation at once, and a request
 takes it once its deadline (``api.call_hold_seconds``) has passed, so the
 node is never stuck. A conductor that takes the node while the call runs
-wins; the fencing epoch then turns this request into a 409. Reads take no
+wins; the fencing epoch then turns this request into a 409. Two boot-device
+requests on one node: the second is refused while the first's hold stands,
+except in the moment between its check and its taking of the reservation
+(taking, like a conductor's, passes over any holder that is no live
+conductor); then the first call ends in 409, fenced, and the second's
+device stands. Reads take no
 reservation (Ironic takes only a shared lock for them). A BMC failure
 answers 400 with the driver's message, which names the BMC and the reason.
 """
@@ -30,7 +35,6 @@ from metalforge.drivers.base import (
     ManagementInterface,
     ReadOnlyTask,
 )
-from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup
 from metalforge.services.context import Services
@@ -44,10 +48,7 @@ class BootDevice:
 
 
 def _management(svc: Services, node: Node) -> ManagementInterface:
-    try:
-        iface = svc.drivers.interface(node, "management")
-    except UnknownDriver as exc:
-        raise bad_request(str(exc)) from None
+    iface = svc.drivers.interface(node, "management")
     if not isinstance(iface, ManagementInterface):
         raise bad_request(f"Node {node.uuid} has no management interface ({iface.name})")
     return iface

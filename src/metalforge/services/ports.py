@@ -170,28 +170,12 @@ def delete_port(svc: Services, ident: str, version: Version) -> None:
         session.execute(delete(Port).where(Port.id == port.id))
 
 
-def _find_node_or_none(
-    session: Session, ident: str, version: Version, *, locked: bool = True
-) -> Node | None:
-    """The node named ``ident`` (under a row lock unless not ``locked``), or None when missing.
-
-    Only "no such node" (``find_node``'s 404) is none: any other refusal
-    keeps its own status and message instead of reading as a missing node.
-    """
-    try:
-        return lookup.find_node(session, ident, version, for_update=locked)
-    except RequestError as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def _visible_node(session: Session, ident: str, version: Version, sees: Sees) -> Node | None:
     """The node named in a body, or None when it is missing or the caller may not see it.
 
     Missing and hidden read alike, so nothing is said of a hidden node's existence.
     """
-    node = _find_node_or_none(session, ident, version)
+    node = lookup.find_node_or_none(session, ident, version, for_update=True)
     if node is None or not sees(node.owner, node.lessee):
         return None
     return node
@@ -226,7 +210,7 @@ def _lock_nodes(
     """
     target_id: int | None = None
     if wanted != port.node.uuid:
-        target = _find_node_or_none(session, wanted, version, locked=False)
+        target = lookup.find_node_or_none(session, wanted, version)
         if target is None or not sees(target.owner, target.lessee):
             raise bad_request(f"Node {wanted} could not be found.")
         target_id = None if target.id == port.node_id else target.id

@@ -27,13 +27,9 @@ def request_power(
     """
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version)
-        # Ironic refuses power changes during cleaning (400) before it looks at
-        # the lock, so a node busy in a clean step answers 400 at once, not 409.
-        flow = catalog.flow_of(node.provision_state)
-        blocked = node.provision_state in catalog.POWER_BLOCKED_STATES
-        if not (blocked and flow is not None and flow.name == "clean"):
+        if node.provision_state not in catalog.POWER_REFUSED_WHILE_LOCKED:
             fencing.check_unlocked(session, node)
-        if blocked:
+        if node.provision_state in catalog.POWER_BLOCKED_STATES:
             raise bad_request(
                 f"Power state change is not allowed while node {node.uuid} is in "
                 f'state "{node.provision_state}"'

@@ -45,17 +45,17 @@ MISSING_FIELD = {
     "provision state to rescue",
 }
 
-CONTROL_VERBS = frozenset({states.ABORT, states.UNHOLD})
+CONTROL_VERBS: dict[str, Verb] = {
+    states.ABORT: Verb(states.ABORT, since=(1, 13), clears_last_error=False),
+    states.UNHOLD: Verb(states.UNHOLD, since=(1, 85), clears_last_error=False),
+}
 """Verbs that act on the running flow instead of starting one."""
 
 
 def verb_of(verb: str) -> Verb:
-    """The declaration of ``verb``: its flow's, or a bare one for abort and unhold."""
+    """The declaration of ``verb``: its flow's, or abort's and unhold's."""
     found = catalog.VERBS.get(verb)
-    if found is not None:
-        return found[1]
-    since = (1, 13) if verb == states.ABORT else (1, 85)
-    return Verb(verb, since=since, clears_last_error=False)
+    return found[1] if found is not None else CONTROL_VERBS[verb]
 
 
 def check_fields(request: FlowRequest) -> None:

@@ -6,11 +6,13 @@ from typing import Any
 
 from metalforge.db.models import Node
 from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask
-from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import bad_request, not_found
+from metalforge.errors import bad_request, not_acceptable, not_found
 from metalforge.services import fencing, lookup
 from metalforge.services.context import Services
-from metalforge.services.microversion import Version
+from metalforge.services.microversion import Version, fmt
+
+SINCE: Version = (1, 12)
+"""The API microversion that introduced the target RAID configuration."""
 
 
 def set_target(
@@ -21,7 +23,12 @@ def set_target(
     A bad configuration is refused here rather than failing a clean later.
     """
     with svc.db.write() as session:
-        node = lookup.find_node(session, ident, version)
+        node = lookup.find_node(session, ident, version)  # 404 before 406, as Ironic
+        if version < SINCE:
+            raise not_acceptable(
+                f"Setting a target RAID configuration needs API version {fmt(SINCE)}; "
+                f"requested {fmt(version)}"
+            )
         fencing.check_unlocked(session, node)
         if config:  # clearing the target is always allowed
             _check(svc, node, config)
@@ -32,10 +39,7 @@ def set_target(
 
 
 def _check(svc: Services, node: Node, config: dict[str, Any]) -> None:
-    try:
-        raid = svc.drivers.interface(node, "raid")
-    except UnknownDriver as exc:
-        raise bad_request(str(exc)) from None
+    raid = svc.drivers.interface(node, "raid")
     if not isinstance(raid, RaidInterface):
         # 404, as Ironic: RAID is an optional interface the driver lacks.
         raise not_found(

@@ -41,8 +41,6 @@ def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
         node = lookup.find_node(session, ident, version)
         try:
             found = steps.supported_steps(svc.drivers, node, "clean", overrides)
-        except UnknownDriver as exc:
-            raise bad_request(str(exc)) from None
         except StepsNotKnown as exc:
             retry = exc.retry_after if exc.retry_after > 0 else -1
             return CleanSteps(node.uuid, [], str(exc), retry)

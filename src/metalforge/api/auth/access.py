@@ -252,12 +252,9 @@ def visible_node(request: Request, session: Session, ident: str, version: Versio
     For a node named in a body or a filter, where a hidden node must read as
     a missing one.
     """
-    try:
-        node = lookup.find_node(session, ident, version)
-    except RequestError as exc:
-        if exc.status == 404:
-            return None
-        raise
+    node = lookup.find_node_or_none(session, ident, version)
+    if node is None:
+        return None
     if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
         return None
     return node

@@ -26,7 +26,7 @@ from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.db.models import Node
 from metalforge.drivers import base as drivers_base
-from metalforge.errors import NodeLocked, bad_request, not_acceptable
+from metalforge.errors import bad_request, not_acceptable
 from metalforge.redaction import scrub_message
 from metalforge.services import lookup, maintenance, node_validation, power, provisioning, raid
 
@@ -87,7 +87,7 @@ def _canonical_verb(target: str, version: Version) -> str:
 
 
 def _check_field_versions(body: ProvisionRequest, verb: str, version: Version) -> None:
-    """The microversion each provision field needs (where the verb takes the field)."""
+    """The microversion each provision field needs (where the verb takes it); no runbooks."""
     given = body.model_fields_set
     if "deploy_steps" in given and version < (1, 69):
         raise not_acceptable(f"deploy_steps is not available at API version {fmt(version)}")
@@ -201,14 +201,7 @@ def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) 
     """Store what ``raid.create_configuration`` will build; ``{}`` clears it."""
     version = request_version(request)
     config = body.model_dump(exclude_unset=True)
-    svc = services(request)
-    with svc.db.read() as session:
-        lookup.find_node(session, node_ident, version)  # 404 before 406, as Ironic
-    if version < (1, 12):
-        raise not_acceptable(
-            f"Setting a target RAID configuration needs API version 1.12; requested {fmt(version)}"
-        )
-    raid.set_target(svc, node_ident, version, config, actor(request))
+    raid.set_target(services(request), node_ident, version, config, actor(request))
     return Response(status_code=204)
 
 
@@ -274,7 +267,3 @@ def validate_node(node_ident: str, request: Request) -> JSONResponse:
                 else scrub_message(outcome.reason, node.driver_info, node.instance_info)
             )
     return JSONResponse(result)
-
-
-def locked(node: Node) -> NodeLocked:
-    return NodeLocked(node.uuid, node.reservation)

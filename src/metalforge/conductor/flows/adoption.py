@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import history
+from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError
@@ -15,9 +15,7 @@ def adopt(task: NodeTask) -> None:
         for family in ("power", "deploy", "management"):
             task.ctx.drivers.interface(task.node, family).validate(task)
     except DriverError as exc:
-        task.transition(
-            states.FAIL, note=str(exc), severity=history.ERROR, last_error=f"Adoption failed: {exc}"
-        )
+        fail(task, f"Adoption failed: {exc}", str(exc))
         return
     task.transition(states.DONE, last_error=None)
 

@@ -1,6 +1,7 @@
 """Every provision flow, and the state sets derived from their declarations.
 
-Adding a flow is one module with its hooks and ``SPEC``, listed here. The
+A flow's states and transitions are in ``states``; its module (hooks and
+``SPEC``) is listed here. The
 sets below are what other code asks ("may the agent look this node up?",
 "does a heartbeat continue its flow?", "may an operator change power now?");
 they are computed from the specs so no hand-written copy can drift.
@@ -56,9 +57,6 @@ def _index() -> tuple[dict[str, FlowSpec], dict[str, FlowState], dict[str, tuple
 
 _FLOW_OF, _STATE_OF, _VERBS = _index()
 
-FLOW_OF_STATE: Mapping[str, FlowSpec] = MappingProxyType(_FLOW_OF)
-"""The flow each busy state belongs to."""
-STATE_DECLARATIONS: Mapping[str, FlowState] = MappingProxyType(_STATE_OF)
 VERBS: Mapping[str, tuple[FlowSpec, Verb]] = MappingProxyType(_VERBS)
 """Each flow-starting verb, with its flow."""
 
@@ -78,6 +76,10 @@ POWER_BLOCKED_STATES: frozenset[str] = frozenset(
     n for n, s in _STATE_OF.items() if not s.power_changes_allowed
 )
 """States in which an operator's power request is refused: the flow drives the power."""
+POWER_REFUSED_WHILE_LOCKED: frozenset[str] = frozenset(
+    n for n, s in _STATE_OF.items() if s.power_refusal_ignores_lock
+)
+"""Power-blocked states whose refusal comes before the lock check (400, never 409)."""
 ABORT_SINCE: Mapping[str, tuple[int, int]] = MappingProxyType(
     {n: s.abort_since for n, s in _STATE_OF.items() if s.abort_since is not None}
 )

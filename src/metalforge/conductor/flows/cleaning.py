@@ -19,16 +19,6 @@ from metalforge.drivers.base import DriverError, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
-PROGRESS_KEYS = (
-    "clean_steps",
-    "clean_step_index",
-    "requested_clean_steps",
-    "clean_prepared",
-    "clean_preparing_since",
-    "clean_disable_ramdisk",
-)
-"""What a cleaning flow leaves in ``driver_internal_info``; a new flow starts without it."""
-
 
 def _automated_clean_enabled(task: NodeTask) -> bool:
     node_setting = task.node.automated_clean
@@ -113,13 +103,11 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
         stepflow.fail(task, "clean", f"Cannot plan cleaning: {exc}")
         return None
     warn_unknown_overrides(task, "clean", overrides, supported)
-    info = dict(task.node.driver_internal_info)
-    requested = info.pop("requested_clean_steps", None)
-    task.node.driver_internal_info = info
+    requested = stepflow.take_requested(task, "clean")
     if not manual:
         return steps.automated_plan(supported)
     try:
-        plan = steps.requested_plan(supported, requested or [])
+        plan = steps.requested_plan(supported, requested)
         if task.node.driver_internal_info.get("clean_disable_ramdisk"):
             steps.check_without_ramdisk(plan)
     except steps.StepRequestError as exc:
@@ -158,16 +146,17 @@ def clean_wait(task: NodeTask) -> None:
 
 def forget_cleaning(admission: Admission) -> dict[str, Any]:
     """A new flow starts without what an earlier cleaning left on the node."""
-    info = dict(admission.node.driver_internal_info)
-    for key in PROGRESS_KEYS:
-        info.pop(key, None)
-    return {"driver_internal_info": info}
+    return {
+        "driver_internal_info": stepflow.without_progress(
+            admission.node.driver_internal_info, "clean"
+        )
+    }
 
 
 def _manual_intent(admission: Admission) -> dict[str, Any]:
     changes = forget_cleaning(admission)
     info = changes["driver_internal_info"]
-    info["requested_clean_steps"] = list(admission.request.clean_steps)
+    info[stepflow.requested_key("clean")] = list(admission.request.clean_steps)
     if admission.request.disable_ramdisk:
         info["clean_disable_ramdisk"] = True
     return changes
@@ -216,8 +205,15 @@ SPEC = FlowSpec(
         ),
     ),
     states={
-        states.CLEANING: FlowState(hook=clean, agent_may_look_up=True),
-        states.CLEAN_WAIT: FlowState(hook=clean_wait, agent_may_look_up=True, agent_continues=True),
+        states.CLEANING: FlowState(
+            hook=clean, agent_may_look_up=True, power_refusal_ignores_lock=True
+        ),
+        states.CLEAN_WAIT: FlowState(
+            hook=clean_wait,
+            agent_may_look_up=True,
+            agent_continues=True,
+            power_refusal_ignores_lock=True,
+        ),
         states.CLEAN_HOLD: FlowState(power_changes_allowed=True),
     },
     step_kind="clean",

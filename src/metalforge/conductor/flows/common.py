@@ -21,9 +21,9 @@ def deploy_interface(task: NodeTask) -> DeployInterface:
     return iface
 
 
-def fail(task: NodeTask, message: str) -> None:
-    """The flow's ``fail`` transition, with ``message`` in history and ``last_error``."""
-    task.transition(states.FAIL, note=message, severity=history.ERROR, last_error=message)
+def fail(task: NodeTask, message: str, note: str | None = None) -> None:
+    """The flow's ``fail`` transition: ``message`` in ``last_error``, ``note`` or it in history."""
+    task.transition(states.FAIL, note=note or message, severity=history.ERROR, last_error=message)
 
 
 def warn_unknown_overrides(

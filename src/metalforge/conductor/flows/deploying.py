@@ -18,15 +18,11 @@ from metalforge.conductor.task import NodeTask
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
-PROGRESS_KEYS = ("deploy_steps", "deploy_step_index", "requested_deploy_steps")
-
 
 def deploy(task: NodeTask) -> None:
     """deploying: build the plan once, then run it."""
     if not stepflow.has_plan(task, "deploy"):
-        info = dict(task.node.driver_internal_info)
-        requested = info.pop("requested_deploy_steps", None) or []
-        task.node.driver_internal_info = info
+        requested = stepflow.take_requested(task, "deploy")
         overrides = steps.parse_overrides(task.ctx.settings.deploy_step_priority_override)
         try:
             with task.ctx.db.read() as session:
@@ -72,11 +68,9 @@ def _check_plan(admission: Admission) -> None:
 
 def _intent(admission: Admission) -> dict[str, Any]:
     node, request = admission.node, admission.request
-    info = dict(node.driver_internal_info)
-    for key in PROGRESS_KEYS:
-        info.pop(key, None)
+    info = stepflow.without_progress(node.driver_internal_info, "deploy")
     if request.deploy_steps:
-        info["requested_deploy_steps"] = list(request.deploy_steps)
+        info[stepflow.requested_key("deploy")] = list(request.deploy_steps)
     instance_info = dict(node.instance_info)
     if request.configdrive is not None:
         instance_info["configdrive"] = request.configdrive

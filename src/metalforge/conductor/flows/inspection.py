@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from metalforge import states
-from metalforge.conductor import history
+from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import utcnow
@@ -20,12 +20,7 @@ def inspect(task: NodeTask) -> None:
             raise DriverError(f"the {iface.name} inspect interface cannot inspect")
         outcome = iface.inspect_hardware(task)
     except DriverError as exc:
-        task.transition(
-            states.FAIL,
-            note=str(exc),
-            severity=history.ERROR,
-            last_error=f"Inspection failed: {exc}",
-        )
+        fail(task, f"Inspection failed: {exc}", str(exc))
         return
     if outcome == "wait":
         task.transition(states.WAIT)

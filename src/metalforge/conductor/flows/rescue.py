@@ -9,7 +9,6 @@ from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError, RescueInterface
-from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
 
@@ -48,10 +47,7 @@ def unrescue(task: NodeTask) -> None:
 def _supported(admission: Admission) -> None:
     """Rescue needs a rescue interface that can do it: ``no-rescue`` is refused here."""
     node = admission.node
-    try:
-        iface = admission.drivers.interface(node, "rescue")
-    except UnknownDriver as exc:
-        raise bad_request(str(exc)) from None
+    iface = admission.drivers.interface(node, "rescue")
     if not isinstance(iface, RescueInterface):
         raise bad_request(
             f"Node {node.uuid} cannot be rescued: its rescue interface is {iface.name!r}. "

@@ -11,15 +11,11 @@ from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError
 
-PROGRESS_KEYS = ("service_steps", "service_step_index")
-
 
 def service(task: NodeTask) -> None:
     """servicing: build the plan from the requested steps once, then run it."""
     if not stepflow.has_plan(task, "service"):
-        info = dict(task.node.driver_internal_info)
-        requested = info.pop("requested_service_steps", None) or []
-        task.node.driver_internal_info = info
+        requested = stepflow.take_requested(task, "service")
         try:
             supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
             plan = steps.requested_plan(supported, requested)
@@ -38,10 +34,8 @@ def service_wait(task: NodeTask) -> None:
 
 
 def _intent(admission: Admission) -> dict[str, Any]:
-    info = dict(admission.node.driver_internal_info)
-    for key in PROGRESS_KEYS:
-        info.pop(key, None)
-    info["requested_service_steps"] = list(admission.request.service_steps)
+    info = stepflow.without_progress(admission.node.driver_internal_info, "service")
+    info[stepflow.requested_key("service")] = list(admission.request.service_steps)
     return {"driver_internal_info": info}
 
 

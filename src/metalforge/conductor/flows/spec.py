@@ -101,6 +101,9 @@ class FlowState:
     """An agent heartbeat queues a check (the flow waits for the agent's report)."""
     power_changes_allowed: bool = False
     """Operators may change power (the flow does not depend on it just now)."""
+    power_refusal_ignores_lock: bool = False
+    """A power request is refused here (400) even while the node is locked: Ironic's
+    answer during cleaning, where a 409 would send clients into a retry loop."""
     abort_since: tuple[int, int] | None = None
     """The API microversion from which ``abort`` is accepted here, when later than the verb's."""
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import allocations, history
-from metalforge.conductor.flows import cleaning, deploying
+from metalforge.conductor import allocations, stepflow
+from metalforge.conductor.flows import cleaning
+from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.guards import not_protected
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
@@ -19,16 +20,9 @@ def tear_down(task: NodeTask) -> None:
             raise DriverError(f"the {deploy.name} deploy interface cannot tear down")
         deploy.tear_down(task)
     except DriverError as exc:
-        task.transition(
-            states.FAIL,
-            note=str(exc),
-            severity=history.ERROR,
-            last_error=f"Failed to tear down: {exc}",
-        )
+        fail(task, f"Failed to tear down: {exc}", str(exc))
         return
-    info = dict(task.node.driver_internal_info)
-    for key in (*deploying.PROGRESS_KEYS, *cleaning.PROGRESS_KEYS):
-        info.pop(key, None)
+    info = stepflow.without_progress(task.node.driver_internal_info, "deploy", "clean")
     allocation_id = task.node.allocation_id
     if allocation_id is not None:
         # The instance is gone, so is the node's allocation: in this very

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import history
 from metalforge.conductor.flows import cleaning
-from metalforge.conductor.flows.common import power
+from metalforge.conductor.flows.common import fail, power
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError
@@ -18,12 +17,7 @@ def verify(task: NodeTask) -> None:
         iface.validate(task)
         task.node.power_state = iface.get_power_state(task)
     except DriverError as exc:
-        task.transition(
-            states.FAIL,
-            note=str(exc),
-            severity=history.ERROR,
-            last_error=f"Failed to verify node: {exc}",
-        )
+        fail(task, f"Failed to verify node: {exc}", str(exc))
         return
     task.transition(states.DONE, last_error=None)
 
