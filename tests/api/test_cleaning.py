@@ -508,6 +508,19 @@ def test_failing_step_leaves_clean_failed_in_maintenance_power_untouched(stack: 
     assert node["clean_step"] == {}
     # The step before the failing one ran and stays done.
     assert _steps_logged(client, "fail-1", "finished") == ["deploy.erase_devices_metadata"]
+    # Ironic's keys show the plan and where it stopped, in every view of the node.
+    shown = node["driver_internal_info"]
+    failed_at = shown["clean_steps"][shown["clean_step_index"]]
+    assert (failed_at["interface"], failed_at["step"]) == ("deploy", "erase_devices")
+    listed = client.get("/v1/nodes?fields=uuid,driver_internal_info", headers=LATEST).json()
+    assert [n["driver_internal_info"] for n in listed["nodes"] if n["uuid"] == node["uuid"]] == [
+        shown
+    ]
+    patched = client.patch(
+        "/v1/nodes/fail-1", json=[{"op": "add", "path": "/extra/seen", "value": 1}], headers=LATEST
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["driver_internal_info"] == shown
 
     # Recovery, as in Ironic: manage; manual cleaning waits for maintenance to be
     # turned off; provide is accepted in maintenance and cleans again.
@@ -515,6 +528,7 @@ def test_failing_step_leaves_clean_failed_in_maintenance_power_untouched(stack: 
     assert provision(client, "fail-1", "manage").status_code == 202
     node = wait_for_state(client, "fail-1", "manageable")
     assert node["maintenance"] is True
+    assert "clean_steps" not in node["driver_internal_info"], "manage forgets the failed plan"
     refused = _clean(client, "fail-1", _step("deploy.erase_devices"))
     assert refused.status_code == 400
     assert "maintenance" in error_text(refused)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from metalforge.db import flow_progress
 from metalforge.db.engine import Database
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Allocation, Node, NodeHistory, NodeTrait, Port, utcnow
 
 
@@ -72,3 +78,63 @@ def test_the_allocation_foreign_keys_keep_data_and_clear_dangling_references(
     with db.read() as session:
         assert session.scalar(select(Node.allocation_id).where(Node.uuid == held.uuid)) is None
     db.dispose()
+
+
+_FLOW_MIGRATION = importlib.import_module("metalforge.db.migrations.versions.0008_flow_progress")
+
+_STEP = {"interface": "deploy", "step": "erase_devices", "priority": 10, "args": {}}
+_MID_CLEAN = {
+    "clean_steps": [_STEP],
+    "clean_step_index": 1,
+    "clean_prepared": True,
+    "step_started_at": 100.0,
+    "step_heartbeat_at": 160.0,
+    "agent_cached_clean_steps": [_STEP],
+    "bios_settings": {"boot_mode": "uefi"},
+}
+_REQUESTED_DEPLOY = {"requested_deploy_steps": [_STEP], "redfish_virtual_media": "x.iso"}
+
+
+def test_flow_progress_leaves_driver_internal_info_with_the_node_in_its_place(
+    db_url: str,
+) -> None:
+    db = Database(db_url)
+    db.upgrade("0007")
+    with db.write() as session:
+        cleaning, deploying, idle = _node("1"), _node("2"), _node("3")
+        cleaning.provision_state, cleaning.driver_internal_info = "clean wait", _MID_CLEAN
+        deploying.provision_state, deploying.driver_internal_info = "deploying", _REQUESTED_DEPLOY
+        idle.driver_internal_info = {"bios_settings": {}}
+        session.add_all([cleaning, deploying, idle])
+    db.upgrade()
+    with db.read() as session:
+        info = dict(session.execute(select(Node.uuid, Node.driver_internal_info)).all())
+        ids = dict(session.execute(select(Node.uuid, Node.id)).all())
+        found = flow_progress.load_many(session.connection(), ids.values())
+    # The drivers' keys stay; the flow's moved.
+    assert info[cleaning.uuid] == {
+        "agent_cached_clean_steps": [_STEP],
+        "bios_settings": {"boot_mode": "uefi"},
+    }
+    assert info[deploying.uuid] == {"redfish_virtual_media": "x.iso"}
+    assert info[idle.uuid] == {"bios_settings": {}}
+    assert found[ids[cleaning.uuid]] == FlowProgress(
+        flow="clean",
+        plan=(_STEP,),
+        step_index=1,
+        ramdisk_prepared=True,
+        step_started_at=100.0,
+        step_heartbeat_at=160.0,
+    )
+    assert found[ids[deploying.uuid]] == FlowProgress(flow="deploy", requested=(_STEP,))
+    assert ids[idle.uuid] not in found
+    db.dispose()
+
+
+@pytest.mark.parametrize("info", [_MID_CLEAN, _REQUESTED_DEPLOY, {"clean_preparing_since": 5.0}])
+def test_a_downgrade_puts_the_flow_keys_back(info: dict[str, Any]) -> None:
+    moved = _FLOW_MIGRATION.progress_of("clean wait", info)
+    row = SimpleNamespace(**moved)
+    kept = {k: v for k, v in info.items() if k in ("agent_cached_clean_steps", "bios_settings")}
+    kept.update({k: v for k, v in info.items() if k == "redfish_virtual_media"})
+    assert {**kept, **_FLOW_MIGRATION.info_of(row)} == info

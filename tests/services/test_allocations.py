@@ -59,9 +59,6 @@ def _setting(**values: Any) -> allocations.Edit:
     return lambda doc: {**doc, **values}
 
 
-_refused = refused
-
-
 def _backfilled(svc: Services, **node_fields: Any) -> tuple[Node, allocations.AllocationRecord]:
     """A deployed node backfilled into a new allocation."""
     node = _add_node(svc, provision_state=states.ACTIVE, **node_fields)
@@ -135,7 +132,7 @@ def test_a_request_that_cannot_be_met_as_asked_is_refused_and_writes_nothing(
 ) -> None:
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
-    assert message in _refused(status, excinfo)
+    assert message in refused(status, excinfo)
     assert _allocations(svc) == []
     assert _work(svc) == []
     assert wakes == []
@@ -146,10 +143,10 @@ def test_fields_newer_than_the_version_are_refused(svc: Services) -> None:
         allocations.create_allocation(
             svc, NewAllocation(resource_class="rc", owner="p1"), (1, 59), ANYONE, actor=None
         )
-    assert "owner is not available" in _refused(406, excinfo)
+    assert "owner is not available" in refused(406, excinfo)
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, NewAllocation(node="n1"), (1, 57), ANYONE, actor=None)
-    assert "needs API version 1.58" in _refused(400, excinfo)
+    assert "needs API version 1.58" in refused(400, excinfo)
 
 
 def test_the_grant_decides_the_owner_and_which_nodes_may_be_candidates(svc: Services) -> None:
@@ -160,7 +157,7 @@ def test_the_grant_decides_the_owner_and_which_nodes_may_be_candidates(svc: Serv
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[other.uuid])
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, new, LATEST, grant, actor=ALICE)
-    assert _refused(400, excinfo) == f"Candidate node {other.uuid} could not be found."
+    assert refused(400, excinfo) == f"Candidate node {other.uuid} could not be found."
 
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[mine.uuid, leased.uuid])
     record = allocations.create_allocation(svc, new, LATEST, grant, actor=ALICE)
@@ -178,7 +175,7 @@ def test_a_taken_name_or_uuid_is_a_conflict(svc: Services) -> None:
     ):
         with pytest.raises(RequestError) as excinfo:
             allocations.create_allocation(svc, new, LATEST, ANYONE, actor=None)
-        assert "already exists" in _refused(409, excinfo)
+        assert "already exists" in refused(409, excinfo)
     assert len(_allocations(svc)) == 1
 
 
@@ -230,7 +227,7 @@ def test_backfilling_a_node_that_does_not_fit_is_refused(
     new = NewAllocation(node=node.uuid, resource_class="baremetal", uuid=str(uuidlib.uuid4()))
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
-    assert message in _refused(status, excinfo)
+    assert message in refused(status, excinfo)
     assert _allocations(svc) == []
     assert _node(svc, node.id).epoch == node.epoch
 
@@ -240,7 +237,7 @@ def test_a_node_the_caller_cannot_see_is_answered_as_missing(svc: Services) -> N
     blind = Grant(owner=None, project=None, sees_node=lambda seen: seen.owner != "p2")
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, NewAllocation(node=node.uuid), LATEST, blind, actor=None)
-    assert _refused(400, excinfo) == f"Node {node.uuid} could not be found."
+    assert refused(400, excinfo) == f"Node {node.uuid} could not be found."
 
 
 # -- update ---------------------------------------------------------------------
@@ -264,7 +261,7 @@ def test_an_edit_renames_and_is_checked_like_a_new_allocation(svc: Services) -> 
     ):
         with pytest.raises(RequestError) as excinfo:
             allocations.update_allocation(svc, record.uuid, edit)
-        assert _refused(status, excinfo) == message
+        assert refused(status, excinfo) == message
     assert allocations.show_allocation(svc, record.uuid).name == "new"
 
 
@@ -275,7 +272,7 @@ def test_deleting_the_allocation_of_a_deployed_node_is_refused(svc: Services) ->
     node, record = _backfilled(svc)
     with pytest.raises(RequestError) as excinfo:
         allocations.delete_allocation(svc, record.uuid, actor=ALICE)
-    assert "undeploy the node or set it into maintenance mode first" in _refused(409, excinfo)
+    assert "undeploy the node or set it into maintenance mode first" in refused(409, excinfo)
     assert len(_allocations(svc)) == 1
     assert _node(svc, node.id).instance_uuid == record.uuid
 
@@ -313,7 +310,7 @@ def test_a_node_side_delete_asks_the_callers_check_first(svc: Services) -> None:
 
     with pytest.raises(RequestError) as excinfo:
         allocations.delete_node_allocation(svc, node.uuid, LATEST, refuse, actor=ALICE)
-    _refused(403, excinfo)
+    refused(403, excinfo)
     assert seen == [(node.uuid, record.uuid)]
     assert len(_allocations(svc)) == 1
 
@@ -326,10 +323,10 @@ def test_a_node_without_an_allocation_answers_why(svc: Services) -> None:
     by_hand = _add_node(svc, instance_uuid=str(uuidlib.uuid4()))
     with pytest.raises(RequestError) as excinfo:
         allocations.show_node_allocation(svc, free.uuid, LATEST, lambda n, a: None)
-    assert _refused(404, excinfo) == f"Node {free.uuid} is not associated with any allocation."
+    assert refused(404, excinfo) == f"Node {free.uuid} is not associated with any allocation."
     with pytest.raises(RequestError) as excinfo:
         allocations.show_node_allocation(svc, by_hand.uuid, LATEST, lambda n, a: None)
-    assert "does not belong to any allocation" in _refused(400, excinfo)
+    assert "does not belong to any allocation" in refused(400, excinfo)
 
 
 # -- node PATCH -----------------------------------------------------------------
@@ -349,6 +346,6 @@ def test_removing_instance_uuid_of_a_deployed_node_is_refused(svc: Services) -> 
     changes: dict[str, Any] = {"instance_uuid": None}
     with pytest.raises(RequestError) as excinfo, svc.db.write() as session:
         allocations.release_for_patch(session, _node(svc, node.id), changes)
-    assert "it belongs to an allocation" in _refused(409, excinfo)
+    assert "it belongs to an allocation" in refused(409, excinfo)
     assert changes == {"instance_uuid": None}
     assert len(_allocations(svc)) == 1

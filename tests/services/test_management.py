@@ -49,9 +49,6 @@ def _history(svc: Services, node_id: int) -> list[tuple[str, str, str | None]]:
         return [(h.event_type, h.event, h.conductor) for h in rows]
 
 
-_refused = refused
-
-
 def test_a_fake_node_boots_from_disk_until_told_otherwise(svc: Services) -> None:
     node = _add_node(svc)
     assert management.boot_device(svc, node.uuid, LATEST) == BootDevice("disk", True)
@@ -81,9 +78,9 @@ def test_the_boot_device_set_is_the_one_read_back(
 
 def test_an_unknown_boot_device_is_400(svc: Services) -> None:
     node = _add_node(svc)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         management.set_boot_device(svc, node.uuid, LATEST, "floppy", False)
-    assert "Invalid boot device 'floppy'" in _refused(400, refused)
+    assert "Invalid boot device 'floppy'" in refused(400, raised)
     stored = _node(svc, node.id)
     assert (stored.driver_internal_info, stored.epoch) == ({"kept": 1}, node.epoch)
 
@@ -92,9 +89,9 @@ def test_a_device_the_node_does_not_support_is_400_and_the_node_is_given_back(
     svc: Services,
 ) -> None:
     node = _add_node(svc)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         management.set_boot_device(svc, node.uuid, LATEST, "cdrom", True)
-    assert "Boot device 'cdrom' is not supported" in _refused(400, refused)
+    assert "Boot device 'cdrom' is not supported" in refused(400, raised)
     stored = _node(svc, node.id)
     assert stored.reservation is None
     assert stored.driver_internal_info == {"kept": 1}
@@ -121,9 +118,9 @@ def test_an_unknown_node_is_404(svc: Services) -> None:
         lambda: management.supported_boot_devices(svc, "rack9-n9", LATEST),
         lambda: management.set_boot_device(svc, "rack9-n9", LATEST, "pxe", False),
     ):
-        with pytest.raises(RequestError) as refused:
+        with pytest.raises(RequestError) as raised:
             call()
-        assert _refused(404, refused) == "Node rack9-n9 could not be found."
+        assert refused(404, raised) == "Node rack9-n9 could not be found."
 
 
 # -- a reservation left by an API process that died during the BMC call ---------------

@@ -56,12 +56,6 @@ def _count(svc: Services, model: type[Node | Port | NodeTrait | NodeHistory]) ->
         return session.scalar(select(func.count()).select_from(model)) or 0
 
 
-_history = history_by_user
-
-
-_refused = refused
-
-
 def _setting(**values: Any) -> nodes.Edit:
     """An edit setting ``values`` whatever the node holds, as a parsed patch would."""
     return lambda node: dict(values)
@@ -75,7 +69,7 @@ def _update(svc: Services, ident: str, edit: nodes.Edit, **kwargs: Any) -> dict[
         ident,
         LATEST,
         edit,
-        lambda node: {"description": node.description, "epoch": node.epoch},
+        lambda node, _steps: {"description": node.description, "epoch": node.epoch},
         **options,
     )
 
@@ -105,7 +99,7 @@ def test_enroll_gives_the_settings_resource_class_and_the_drivers_interfaces(
     assert (stored["power"], stored["raid"], stored["network"]) == ("fake", "fake", "noop")
     assert (node.driver_info, node.extra, node.instance_info, node.properties) == ({}, {}, {}, {})
     assert (node.conductor_group, node.epoch, node.reservation) == ("", 0, None)
-    assert _history(svc, node.id) == [("provisioning", "node enrolled in enroll", "alice")]
+    assert history_by_user(svc, node.id) == [("provisioning", "node enrolled in enroll", "alice")]
 
 
 def test_enroll_keeps_what_was_given(svc: Services) -> None:
@@ -136,18 +130,18 @@ def test_enroll_before_1_11_makes_an_available_node(svc: Services) -> None:
 
 def test_a_duplicate_name_is_409_and_stores_nothing(svc: Services) -> None:
     first = _enroll(svc, name="rack1-n1")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _enroll(svc, name="rack1-n1", actor="bob")
-    assert _refused(409, refused) == "A node with name rack1-n1 already exists."
+    assert refused(409, raised) == "A node with name rack1-n1 already exists."
     assert _count(svc, Node) == 1
-    assert [user for _, _, user in _history(svc, _node(svc, first.uuid).id)] == ["alice"]
+    assert [user for _, _, user in history_by_user(svc, _node(svc, first.uuid).id)] == ["alice"]
 
 
 def test_a_duplicate_uuid_is_409(svc: Services) -> None:
     first = _enroll(svc, name="one")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _enroll(svc, name="two", uuid=first.uuid)
-    assert _refused(409, refused) == f"A node with UUID {first.uuid} already exists."
+    assert refused(409, raised) == f"A node with UUID {first.uuid} already exists."
     assert _count(svc, Node) == 1
 
 
@@ -164,9 +158,9 @@ def test_a_duplicate_uuid_is_409(svc: Services) -> None:
 def test_enroll_refuses_bad_values_and_stores_nothing(
     svc: Services, given: dict[str, Any], words: str
 ) -> None:
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _enroll(svc, **given)
-    assert words in _refused(400, refused)
+    assert words in refused(400, raised)
     assert _count(svc, Node) == 0
     assert _count(svc, NodeHistory) == 0
 
@@ -191,14 +185,14 @@ def test_update_applies_the_edit_fenced_and_recorded(svc: Services) -> None:
         {"team": "ops"},
         node.epoch + 1,
     )
-    assert _history(svc, node.id) == [("update", "updated description, extra", "bob")]
+    assert history_by_user(svc, node.id) == [("update", "updated description, extra", "bob")]
 
 
 def test_an_edit_that_changes_nothing_writes_nothing(svc: Services) -> None:
     node = _add_node(svc, reservation="conductor-1")
     _update(svc, node.uuid, _setting())
     assert _node(svc, node.uuid).epoch == node.epoch
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 def test_maintenance_off_by_update_clears_its_reason_and_fault(svc: Services) -> None:
@@ -208,7 +202,7 @@ def test_maintenance_off_by_update_clears_its_reason_and_fault(svc: Services) ->
     _update(svc, node.uuid, _setting(maintenance=False))
     stored = _node(svc, node.uuid)
     assert (stored.maintenance, stored.maintenance_reason, stored.fault) == (False, None, None)
-    assert _history(svc, node.id) == [
+    assert history_by_user(svc, node.id) == [
         ("update", "updated fault, maintenance, maintenance_reason", "bob")
     ]
 
@@ -217,18 +211,18 @@ def test_a_new_driver_interface_is_checked_and_stored(svc: Services) -> None:
     node = _add_node(svc, raid_interface="fake")
     _update(svc, node.uuid, _setting(raid_interface="no-raid"))
     assert _node(svc, node.uuid).raid_interface == "no-raid"
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _update(svc, node.uuid, _setting(raid_interface="hw-raid-9000"))
-    assert "hw-raid-9000" in _refused(400, refused)
+    assert "hw-raid-9000" in refused(400, raised)
     stored = _node(svc, node.uuid)
     assert (stored.raid_interface, stored.epoch) == ("no-raid", node.epoch + 1)
 
 
 def test_reset_interfaces_without_a_driver_change_is_400(svc: Services) -> None:
     node = _add_node(svc)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _update(svc, node.uuid, _setting(description="x"), reset_interfaces=True)
-    assert "reset_interfaces parameter can only be used" in _refused(400, refused)
+    assert "reset_interfaces parameter can only be used" in refused(400, raised)
     stored = _node(svc, node.uuid)
     assert (stored.description, stored.epoch) == (None, node.epoch)
 
@@ -236,12 +230,12 @@ def test_reset_interfaces_without_a_driver_change_is_400(svc: Services) -> None:
 def test_update_to_a_name_another_node_has_is_409(svc: Services) -> None:
     _add_node(svc, name="taken")
     node = _add_node(svc, name="mine")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _update(svc, node.uuid, _setting(name="taken"))
-    assert _refused(409, refused) == "A node with name taken already exists."
+    assert refused(409, raised) == "A node with name taken already exists."
     stored = _node(svc, node.uuid)
     assert (stored.name, stored.epoch) == ("mine", node.epoch)
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 @pytest.mark.parametrize(
@@ -250,13 +244,13 @@ def test_update_to_a_name_another_node_has_is_409(svc: Services) -> None:
 )
 def test_a_node_in_a_transition_is_not_updated(svc: Services, state: str, target: str) -> None:
     node = _add_node(svc, state, target_provision_state=target)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _update(svc, node.uuid, _setting(description="x"))
-    assert not isinstance(refused.value, NodeLocked)
-    assert "while a state transition is in progress" in _refused(409, refused)
+    assert not isinstance(raised.value, NodeLocked)
+    assert "while a state transition is in progress" in refused(409, raised)
     stored = _node(svc, node.uuid)
     assert (stored.description, stored.epoch) == (None, node.epoch)
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 def test_a_node_whose_transition_allows_updates_is_updated(svc: Services) -> None:
@@ -275,7 +269,7 @@ def test_a_node_a_conductor_holds_is_refused_unchanged(svc: Services) -> None:
         node.epoch,
         "conductor-1",
     )
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 def test_a_node_changed_since_it_was_read_is_not_written_over(
@@ -283,9 +277,9 @@ def test_a_node_changed_since_it_was_read_is_not_written_over(
 ) -> None:
     node = _add_node(svc)
     bump_after_find(monkeypatch)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _update(svc, node.uuid, _setting(description="x"))
-    assert "changed while it was being updated" in _refused(409, refused)
+    assert "changed while it was being updated" in refused(409, raised)
     stored = _node(svc, node.uuid)
     assert (stored.description, stored.epoch) == (None, node.epoch)
 
@@ -322,9 +316,9 @@ def test_delete_takes_the_ports_and_traits_with_the_node(svc: Services) -> None:
 def test_a_protected_node_is_not_deleted(svc: Services) -> None:
     node = _add_node(svc, protected=True, maintenance=True)
     _with_ports_and_traits(svc, node, ["52:54:00:00:00:01"], ["CUSTOM_A"])
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         nodes.delete_node(svc, node.uuid, LATEST)
-    assert f"Node {node.uuid} is protected" in _refused(403, refused)
+    assert f"Node {node.uuid} is protected" in refused(403, raised)
     assert _stored(svc, node.uuid) is not None
     assert (_count(svc, Port), _count(svc, NodeTrait)) == (1, 1)
 
@@ -332,9 +326,9 @@ def test_a_protected_node_is_not_deleted(svc: Services) -> None:
 def test_an_active_node_is_deleted_only_in_maintenance(svc: Services) -> None:
     node = _add_node(svc, states.ACTIVE)
     _with_ports_and_traits(svc, node, ["52:54:00:00:00:01"], ["CUSTOM_A"])
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         nodes.delete_node(svc, node.uuid, LATEST)
-    message = _refused(409, refused)
+    message = refused(409, raised)
     assert f'Can not delete node {node.uuid} while it is in provision state "active"' in message
     assert _stored(svc, node.uuid) is not None
     assert (_count(svc, Port), _count(svc, NodeTrait)) == (1, 1)
@@ -348,9 +342,9 @@ def test_an_active_node_is_deleted_only_in_maintenance(svc: Services) -> None:
 def test_a_node_with_an_instance_is_deleted_only_in_maintenance(svc: Services) -> None:
     instance = str(uuidlib.uuid4())
     node = _add_node(svc, states.MANAGEABLE, instance_uuid=instance)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         nodes.delete_node(svc, node.uuid, LATEST)
-    assert f"is associated with instance {instance}" in _refused(409, refused)
+    assert f"is associated with instance {instance}" in refused(409, raised)
     assert _stored(svc, node.uuid) is not None
 
 
@@ -363,9 +357,9 @@ def test_available_may_not_be_deleted_when_the_settings_say_so(svc: Services) ->
         drivers=svc.drivers,
         directory=svc.directory,
     )
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         nodes.delete_node(strict, node.uuid, LATEST)
-    message = _refused(409, refused)
+    message = refused(409, raised)
     assert "Valid provision states to start deletion are: adopt failed, enroll, manageable" in (
         message
     )
@@ -389,8 +383,8 @@ def test_a_node_changed_since_it_was_read_is_not_deleted(
     node = _add_node(svc)
     _with_ports_and_traits(svc, node, ["52:54:00:00:00:01"], ["CUSTOM_A"])
     bump_after_find(monkeypatch)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         nodes.delete_node(svc, node.uuid, LATEST)
-    assert "changed while it was being deleted" in _refused(409, refused)
+    assert "changed while it was being deleted" in refused(409, raised)
     assert _stored(svc, node.uuid) is not None
     assert (_count(svc, Port), _count(svc, NodeTrait)) == (1, 1), "the ports go only with it"

@@ -52,19 +52,13 @@ def _work(svc: Services) -> list[tuple[str, int | None, dict[str, Any]]]:
         ]
 
 
-_history = history_by_user
-
-
 def _unchanged(svc: Services, node: Node) -> None:
     """Nothing a refused request could have written is there."""
     stored = _node(svc, node.id)
     assert (stored.target_power_state, stored.power_state) == (None, POWER_OFF)
     assert stored.epoch == node.epoch
     assert _work(svc) == []
-    assert _history(svc, node.id) == []
-
-
-_refused = refused
+    assert history_by_user(svc, node.id) == []
 
 
 def test_a_request_sets_the_target_and_queues_the_change(svc: Services, wakes: list[str]) -> None:
@@ -80,7 +74,7 @@ def test_a_request_sets_the_target_and_queues_the_change(svc: Services, wakes: l
         assert [(e.kind, e.node_uuid) for e in queue.entries(session, dead=False)] == [
             ("power", node.uuid)
         ]
-    assert _history(svc, node.id) == [("power", f"power {POWER_ON} requested", "alice")]
+    assert history_by_user(svc, node.id) == [("power", f"power {POWER_ON} requested", "alice")]
     assert wakes == ["notify"]
 
 
@@ -106,14 +100,14 @@ def test_the_target_is_the_state_the_node_ends_in(
 def test_a_second_request_while_one_is_pending_is_409(svc: Services) -> None:
     node = _add_node(svc)
     power.request_power(svc, node.uuid, LATEST, POWER_ON, None, "alice")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, node.uuid, LATEST, POWER_OFF, None, "bob")
-    assert not isinstance(refused.value, NodeLocked)
-    assert f"already has a power change to {POWER_ON} in progress" in _refused(409, refused)
+    assert not isinstance(raised.value, NodeLocked)
+    assert f"already has a power change to {POWER_ON} in progress" in refused(409, raised)
     stored = _node(svc, node.id)
     assert (stored.target_power_state, stored.epoch) == (POWER_ON, node.epoch + 1)
     assert _work(svc) == [("power", node.id, {"target": POWER_ON, "timeout": None})]
-    assert [user for _, _, user in _history(svc, node.id)] == ["alice"]
+    assert [user for _, _, user in history_by_user(svc, node.id)] == ["alice"]
 
 
 @pytest.mark.parametrize("state", sorted(catalog.POWER_BLOCKED_STATES))
@@ -121,9 +115,9 @@ def test_a_state_whose_flow_drives_the_power_refuses_requests(
     svc: Services, wakes: list[str], state: str
 ) -> None:
     node = _add_node(svc, state)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, node.uuid, LATEST, POWER_ON, None, "alice")
-    assert _refused(400, refused) == (
+    assert refused(400, raised) == (
         f'Power state change is not allowed while node {node.uuid} is in state "{state}"'
     )
     _unchanged(svc, node)
@@ -158,10 +152,10 @@ def test_cleaning_refuses_with_400_even_while_a_conductor_holds_the_node(
     """Ironic answers a node busy cleaning at once, before it looks at the lock."""
     assert state in catalog.POWER_BLOCKED_STATES
     node = _add_node(svc, state, reservation="conductor-1")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, node.uuid, LATEST, POWER_ON, None, None)
-    assert not isinstance(refused.value, NodeLocked)
-    assert "Power state change is not allowed" in _refused(400, refused)
+    assert not isinstance(raised.value, NodeLocked)
+    assert "Power state change is not allowed" in refused(400, raised)
     _unchanged(svc, node)
 
 
@@ -178,9 +172,9 @@ def test_elsewhere_a_held_node_answers_node_locked(svc: Services, state: str) ->
 @pytest.mark.parametrize("target", [POWER_OFF, SOFT_POWER_OFF])
 def test_disable_power_off_refuses_powering_off(svc: Services, target: str) -> None:
     node = _add_node(svc, disable_power_off=True)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, node.uuid, LATEST, target, None, None)
-    assert "is disabled (disable_power_off)" in _refused(400, refused)
+    assert "is disabled (disable_power_off)" in refused(400, raised)
     _unchanged(svc, node)
 
 
@@ -193,9 +187,9 @@ def test_disable_power_off_still_allows_power_on(svc: Services) -> None:
 
 def test_an_unknown_node_is_404(svc: Services) -> None:
     _add_node(svc)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, "rack9-n9", LATEST, POWER_ON, None, None)
-    assert _refused(404, refused) == "Node rack9-n9 could not be found."
+    assert refused(404, raised) == "Node rack9-n9 could not be found."
     assert _work(svc) == []
 
 
@@ -204,8 +198,8 @@ def test_a_node_changed_since_it_was_read_is_not_written_over(
 ) -> None:
     node = _add_node(svc)
     bump_after_find(monkeypatch)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         power.request_power(svc, node.uuid, LATEST, POWER_ON, None, None)
-    assert "changed while the request was processed" in _refused(409, refused)
+    assert "changed while the request was processed" in refused(409, raised)
     _unchanged(svc, node)
     assert wakes == []

@@ -17,7 +17,8 @@ from sqlalchemy import select
 from metalforge import states
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import FlowRequest
-from metalforge.db import queue
+from metalforge.db import flow_progress, queue
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
 from metalforge.errors import NodeLocked, RequestError
 from metalforge.services import provisioning
@@ -49,9 +50,6 @@ def _queued(svc: Services) -> list[tuple[str, str | None]]:
         return [(e.kind, e.node_uuid) for e in queue.entries(session, dead=False)]
 
 
-_history = history_by_user
-
-
 def _snapshot(svc: Services, node_id: int) -> tuple[Any, ...]:
     """What a refused request must not change."""
     node = _node(svc, node_id)
@@ -63,11 +61,8 @@ def _snapshot(svc: Services, node_id: int) -> tuple[Any, ...]:
         node.driver_internal_info,
         node.instance_info,
         [(w.kind, w.node_id) for w in _work(svc)],
-        _history(svc, node_id),
+        history_by_user(svc, node_id),
     )
-
-
-_refused = refused
 
 
 def _start(svc: Services, node: Node, request: FlowRequest, actor: str | None = "alice") -> str:
@@ -93,7 +88,9 @@ def test_manage_moves_to_verifying_and_queues_one_provision_item(
     (item,) = _work(svc)
     assert (item.node_id, item.state, item.payload) == (node.id, queue.PENDING, {})
     assert item.dedupe_key == queue.provision_key(node.id)
-    assert _history(svc, node.id) == [("provisioning", "enroll -> verifying (manage)", "alice")]
+    assert history_by_user(svc, node.id) == [
+        ("provisioning", "enroll -> verifying (manage)", "alice")
+    ]
     assert wakes == ["notify"]
 
 
@@ -147,9 +144,18 @@ def test_a_move_to_a_stable_state_queues_nothing(svc: Services) -> None:
     assert _work(svc) == []
 
 
+def _progress(svc: Services, node_id: int) -> FlowProgress:
+    with svc.db.read() as session:
+        return flow_progress.load(session.connection(), node_id)
+
+
 def test_provide_clears_last_error_and_forgets_an_earlier_cleaning(svc: Services) -> None:
-    info = {"clean_steps": [{"step": "old"}], "clean_step_index": 3, "kept": True}
-    node = _add_node(svc, last_error="the BMC was unreachable", driver_internal_info=info)
+    node = _add_node(svc, last_error="the BMC was unreachable", driver_internal_info={"kept": True})
+    earlier = FlowProgress(
+        flow="clean", plan=({"step": "old"},), step_index=3, ramdisk_prepared=True
+    )
+    with svc.db.write() as session:
+        flow_progress.write(session.connection(), node.id, earlier)
     _start(svc, node, FlowRequest(states.PROVIDE, target="provide"))
     stored = _node(svc, node.id)
     assert (stored.provision_state, stored.target_provision_state) == (
@@ -158,6 +164,7 @@ def test_provide_clears_last_error_and_forgets_an_earlier_cleaning(svc: Services
     )
     assert stored.last_error is None
     assert stored.driver_internal_info == {"kept": True}
+    assert _progress(svc, node.id) == FlowProgress(flow="clean")
     assert _queued(svc) == [(queue.PROVISION, node.uuid)]
 
 
@@ -197,10 +204,10 @@ def test_manual_clean_records_the_requested_steps(svc: Services) -> None:
         states.CLEANING,
         states.MANAGEABLE,
     )
-    assert stored.driver_internal_info == {
-        "requested_clean_steps": [CLEAN_STEP],
-        "clean_disable_ramdisk": True,
-    }
+    assert stored.driver_internal_info == {}
+    assert _progress(svc, node.id) == FlowProgress(
+        flow="clean", requested=(CLEAN_STEP,), without_ramdisk=True
+    )
 
 
 def test_manual_clean_with_a_step_the_node_lacks_changes_nothing(svc: Services) -> None:
@@ -211,10 +218,10 @@ def test_manual_clean_with_a_step_the_node_lacks_changes_nothing(svc: Services) 
         given=frozenset({"clean_steps"}),
         clean_steps=({"interface": "deploy", "step": "no_such_step"},),
     )
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
-    assert "Manual cleaning refused" in _refused(400, refused)
-    assert "deploy.no_such_step" in refused.value.message
+    assert "Manual cleaning refused" in refused(400, raised)
+    assert "deploy.no_such_step" in raised.value.message
     assert _snapshot(svc, node.id) == before
 
 
@@ -236,9 +243,9 @@ def test_deploy_stores_the_configdrive_and_queues_the_deployment(svc: Services) 
 def test_deploy_the_conductor_could_not_plan_changes_nothing(svc: Services) -> None:
     node = _add_node(svc, states.AVAILABLE, instance_info={"traits": ["CUSTOM_GPU"]})
     before = _snapshot(svc, node.id)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, FlowRequest(states.DEPLOY, target="deploy"))
-    message = _refused(400, refused)
+    message = refused(400, raised)
     assert f"Cannot deploy node {node.uuid}" in message
     assert "CUSTOM_GPU" in message
     assert _snapshot(svc, node.id) == before
@@ -272,9 +279,9 @@ def test_clean_without_clean_steps_is_refused(svc: Services) -> None:
         FlowRequest(states.CLEAN, target="clean"),
         FlowRequest(states.CLEAN, target="clean", given=frozenset({"clean_steps"})),
     ):
-        with pytest.raises(RequestError) as refused:
+        with pytest.raises(RequestError) as raised:
             _start(svc, node, request)
-        message = _refused(400, refused)
+        message = refused(400, raised)
         assert '"clean_steps" is required' in message
         assert message == provisioning.MISSING_FIELD["clean_steps"]
     assert _snapshot(svc, node.id) == before
@@ -295,9 +302,9 @@ def test_a_field_the_verb_does_not_take_is_refused(svc: Services, verb: str, fie
     node = _add_node(svc)
     before = _snapshot(svc, node.id)
     request = FlowRequest(verb, target=verb, given=frozenset({field}), clean_steps=(CLEAN_STEP,))
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
-    assert _refused(400, refused) == provisioning.MISPLACED_FIELD[field]
+    assert refused(400, raised) == provisioning.MISPLACED_FIELD[field]
     assert _snapshot(svc, node.id) == before
 
 
@@ -312,16 +319,16 @@ def test_check_fields_accepts_the_fields_the_verb_takes() -> None:
             service_steps=({"interface": "deploy", "step": "x"},),
         )
     )
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         provisioning.check_fields(FlowRequest(states.SERVICE, given=frozenset({"service_steps"})))
-    assert _refused(400, refused) == provisioning.MISSING_FIELD["service_steps"]
-    with pytest.raises(RequestError) as refused:
+    assert refused(400, raised) == provisioning.MISSING_FIELD["service_steps"]
+    with pytest.raises(RequestError) as raised:
         provisioning.check_fields(
             FlowRequest(
                 states.RESCUE_VERB, given=frozenset({"rescue_password"}), rescue_password=""
             )
         )
-    assert "rescue_password" in _refused(400, refused)
+    assert "rescue_password" in refused(400, raised)
 
 
 def test_verb_of_names_the_flow_verbs_and_the_control_verbs() -> None:
@@ -366,9 +373,9 @@ def test_a_verb_the_state_table_does_not_allow_changes_nothing(
     node = _add_node(svc, state)
     before = _snapshot(svc, node.id)
     request = FlowRequest(verb, target=verb, given=frozenset(), clean_steps=(CLEAN_STEP,))
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
-    assert _refused(400, refused) == (
+    assert refused(400, raised) == (
         f'The requested action "{verb}" can not be performed on node "{node.uuid}" '
         f'while it is in state "{state}".'
     )
@@ -379,9 +386,9 @@ def test_a_verb_the_state_table_does_not_allow_changes_nothing(
 def test_deploy_of_a_node_in_maintenance_is_refused(svc: Services) -> None:
     node = _add_node(svc, states.AVAILABLE, maintenance=True, maintenance_reason="disk swap")
     before = _snapshot(svc, node.id)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, FlowRequest(states.DEPLOY, target="deploy"))
-    assert "while it is in maintenance mode" in _refused(400, refused)
+    assert "while it is in maintenance mode" in refused(400, raised)
     assert _snapshot(svc, node.id) == before
 
 
@@ -389,9 +396,9 @@ def test_deploy_of_a_node_in_maintenance_is_refused(svc: Services) -> None:
 def test_a_protected_node_is_not_rebuilt_or_undeployed(svc: Services, verb: str) -> None:
     node = _add_node(svc, states.ACTIVE, protected=True, protected_reason="prod database")
     before = _snapshot(svc, node.id)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, FlowRequest(verb, target=verb))
-    assert f"Node {node.uuid} is protected" in _refused(403, refused)
+    assert f"Node {node.uuid} is protected" in refused(403, raised)
     assert _snapshot(svc, node.id) == before
 
 
@@ -412,14 +419,14 @@ def test_a_node_changed_since_it_was_read_is_not_moved(
     """A conductor bumps the epoch just after the request read the node: 409, not a move."""
     node = _add_node(svc, states.ENROLL)
     bump_after_find(monkeypatch, "load_node")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, FlowRequest(states.MANAGE))
-    assert not isinstance(refused.value, NodeLocked)
-    assert "changed while the request was processed" in _refused(409, refused)
+    assert not isinstance(raised.value, NodeLocked)
+    assert "changed while the request was processed" in refused(409, raised)
     stored = _node(svc, node.id)
     assert (stored.provision_state, stored.epoch) == (states.ENROLL, node.epoch)
     assert _work(svc) == []
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 # -- abort ------------------------------------------------------------------------
@@ -433,7 +440,7 @@ def test_abort_queues_an_abort_item_and_records_who_asked(svc: Services, wakes: 
     assert (item.kind, item.node_id, item.payload, item.dedupe_key) == ("abort", node.id, {}, None)
     stored = _node(svc, node.id)
     assert stored.provision_state == states.CLEAN_WAIT, "the conductor carries the abort out"
-    assert _history(svc, node.id) == [("provisioning", "abort requested", "bob")]
+    assert history_by_user(svc, node.id) == [("provisioning", "abort requested", "bob")]
     assert wakes == ["notify"]
 
 
@@ -441,11 +448,11 @@ def test_abort_in_deploy_wait_needs_a_later_version(svc: Services) -> None:
     node = _add_node(svc, states.DEPLOY_WAIT, target_provision_state=states.ACTIVE)
     needed = catalog.ABORT_SINCE[states.DEPLOY_WAIT]
     older = (needed[0], needed[1] - 1)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         provisioning.start(svc, node.uuid, older, FlowRequest(states.ABORT), "bob")
-    assert "needs API version 1.110 or newer" in _refused(400, refused)
+    assert "needs API version 1.110 or newer" in refused(400, raised)
     assert _work(svc) == []
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
     provisioning.start(svc, node.uuid, needed, FlowRequest(states.ABORT), "bob")
     assert _queued(svc) == [(states.ABORT, node.uuid)]
 
@@ -456,9 +463,9 @@ def test_abort_in_deploy_wait_needs_a_later_version(svc: Services) -> None:
 def test_deploy_of_a_node_with_an_interface_its_driver_lacks_is_400(svc: Services) -> None:
     node = _add_node(svc, states.AVAILABLE, raid_interface="hw-raid-9000")
     before = _snapshot(svc, node.id)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, FlowRequest(states.DEPLOY, target="deploy"))
-    assert "hw-raid-9000" in _refused(400, refused)
+    assert "hw-raid-9000" in refused(400, raised)
     assert _snapshot(svc, node.id) == before
 
 
@@ -470,7 +477,7 @@ def test_manual_clean_of_a_node_with_an_interface_its_driver_lacks_is_400(
     request = FlowRequest(
         states.CLEAN, target="clean", given=frozenset({"clean_steps"}), clean_steps=(CLEAN_STEP,)
     )
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
-    assert "hw-raid-9000" in _refused(400, refused)
+    assert "hw-raid-9000" in refused(400, raised)
     assert _snapshot(svc, node.id) == before

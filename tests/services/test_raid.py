@@ -37,12 +37,6 @@ def _node(svc: Services, node_id: int) -> Node:
     return stored_node(svc, node_id)
 
 
-_history = history_by_user
-
-
-_refused = refused
-
-
 def test_set_stores_the_configuration_fenced_and_recorded(svc: Services) -> None:
     node = _add_node(svc)
     raid.set_target(svc, node.uuid, LATEST, TWO_DISKS, "alice")
@@ -50,7 +44,7 @@ def test_set_stores_the_configuration_fenced_and_recorded(svc: Services) -> None
     assert stored.target_raid_config == TWO_DISKS
     assert stored.raid_config == {}, "only the clean step builds it"
     assert stored.epoch == node.epoch + 1
-    assert _history(svc, node.id) == [
+    assert history_by_user(svc, node.id) == [
         ("raid", "target RAID configuration set, 2 logical disk(s)", "alice")
     ]
 
@@ -63,7 +57,7 @@ def test_a_new_configuration_replaces_the_old_and_an_empty_one_clears_it(svc: Se
     stored = _node(svc, node.id)
     assert stored.target_raid_config == {}
     assert stored.epoch == node.epoch + 2
-    assert _history(svc, node.id) == [
+    assert history_by_user(svc, node.id) == [
         ("raid", "target RAID configuration set, 1 logical disk(s)", "alice"),
         ("raid", "target RAID configuration cleared", "bob"),
     ]
@@ -82,21 +76,21 @@ def test_an_invalid_configuration_is_400_and_the_old_one_stays(
     svc: Services, config: dict[str, Any], words: str
 ) -> None:
     node = _add_node(svc, target_raid_config=RAID1)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         raid.set_target(svc, node.uuid, LATEST, config, "alice")
-    message = _refused(400, refused)
+    message = refused(400, raised)
     assert message.startswith("Invalid target RAID configuration: ")
     assert words in message
     stored = _node(svc, node.id)
     assert (stored.target_raid_config, stored.epoch) == (RAID1, node.epoch)
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 def test_a_node_without_raid_is_404_but_may_be_cleared(svc: Services) -> None:
     node = _add_node(svc, raid_interface="no-raid", target_raid_config=RAID1)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         raid.set_target(svc, node.uuid, LATEST, TWO_DISKS, None)
-    assert "its raid interface is no-raid" in _refused(404, refused)
+    assert "its raid interface is no-raid" in refused(404, raised)
     assert _node(svc, node.id).target_raid_config == RAID1
     raid.set_target(svc, node.uuid, LATEST, {}, None)
     assert _node(svc, node.id).target_raid_config == {}
@@ -104,9 +98,9 @@ def test_a_node_without_raid_is_404_but_may_be_cleared(svc: Services) -> None:
 
 def test_a_raid_interface_the_driver_lacks_is_400(svc: Services) -> None:
     node = _add_node(svc, raid_interface="hw-raid-9000")
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         raid.set_target(svc, node.uuid, LATEST, RAID1, None)
-    assert "hw-raid-9000" in _refused(400, refused)
+    assert "hw-raid-9000" in refused(400, raised)
     assert _node(svc, node.id).target_raid_config == {}
 
 
@@ -117,7 +111,7 @@ def test_a_node_a_conductor_holds_is_refused_unchanged(svc: Services) -> None:
             raid.set_target(svc, node.uuid, LATEST, config, "alice")
     stored = _node(svc, node.id)
     assert (stored.target_raid_config, stored.epoch) == (RAID1, node.epoch)
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []
 
 
 def test_a_node_changed_since_it_was_read_is_not_written_over(
@@ -125,9 +119,9 @@ def test_a_node_changed_since_it_was_read_is_not_written_over(
 ) -> None:
     node = _add_node(svc)
     bump_after_find(monkeypatch)
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestError) as raised:
         raid.set_target(svc, node.uuid, LATEST, RAID1, "alice")
-    assert "changed while it was being updated" in _refused(409, refused)
+    assert "changed while it was being updated" in refused(409, raised)
     stored = _node(svc, node.id)
     assert (stored.target_raid_config, stored.epoch) == ({}, node.epoch)
-    assert _history(svc, node.id) == []
+    assert history_by_user(svc, node.id) == []

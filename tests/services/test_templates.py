@@ -55,9 +55,6 @@ def _count(svc: Services, model: type[DeployTemplate | DeployTemplateStep] = Dep
         return len(session.query(model).all())
 
 
-_refused = refused
-
-
 def test_create_stores_the_template_with_a_new_uuid(svc: Services) -> None:
     created = templates.create_template(
         svc, _spec("CUSTOM_RAID1", RAID1_STEP, VMX_ON, extra={"team": "ops"})
@@ -84,7 +81,7 @@ def test_create_keeps_a_given_uuid_in_its_canonical_form(svc: Services) -> None:
 def test_create_refuses_a_uuid_that_is_not_one(svc: Services) -> None:
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP, uuid="not-a-uuid"))
-    assert _refused(400, excinfo) == "Expected a UUID for UUID but received not-a-uuid."
+    assert refused(400, excinfo) == "Expected a UUID for UUID but received not-a-uuid."
     assert _count(svc) == 0
 
 
@@ -92,7 +89,7 @@ def test_a_name_in_use_is_a_conflict(svc: Services) -> None:
     first = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec("CUSTOM_RAID1", VMX_ON))
-    assert _refused(409, excinfo) == "A deploy template with name CUSTOM_RAID1 already exists."
+    assert refused(409, excinfo) == "A deploy template with name CUSTOM_RAID1 already exists."
     assert _count(svc) == 1
     assert _stored(svc, first.uuid).steps == (RAID1_STEP,)
 
@@ -101,7 +98,7 @@ def test_a_uuid_in_use_is_a_conflict(svc: Services) -> None:
     first = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec("CUSTOM_RAID0", RAID0_STEP, uuid=first.uuid))
-    assert _refused(409, excinfo) == f"A deploy template with UUID {first.uuid} already exists."
+    assert refused(409, excinfo) == f"A deploy template with UUID {first.uuid} already exists."
     assert _count(svc) == 1
 
 
@@ -109,7 +106,7 @@ def test_a_uuid_in_use_is_a_conflict(svc: Services) -> None:
 def test_a_name_that_is_no_trait_is_refused(svc: Services, name: str) -> None:
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec(name, RAID1_STEP))
-    assert "it must be a valid trait name" in _refused(400, excinfo)
+    assert "it must be a valid trait name" in refused(400, excinfo)
     assert _count(svc) == 0
 
 
@@ -124,7 +121,7 @@ def test_a_step_twice_with_the_same_arguments_is_refused(svc: Services) -> None:
         templates.create_template(
             svc, _spec("CUSTOM_X", VMX_ON, RAID1_STEP, again_at_another_priority)
         )
-    message = _refused(400, excinfo)
+    message = refused(400, excinfo)
     assert message.startswith(
         "Duplicate deploy steps in deploy template CUSTOM_X: bios.apply_configuration "
         "with the same arguments."
@@ -191,7 +188,7 @@ def test_a_rename_is_stored(svc: Services) -> None:
     assert _stored(svc, created.uuid).name == "CUSTOM_MIRROR"
     with pytest.raises(RequestError) as excinfo:
         _stored(svc, "CUSTOM_RAID1")
-    assert _refused(404, excinfo) == "Deploy template CUSTOM_RAID1 could not be found."
+    assert refused(404, excinfo) == "Deploy template CUSTOM_RAID1 could not be found."
 
 
 def test_a_rename_to_a_name_in_use_is_a_conflict(svc: Services) -> None:
@@ -199,7 +196,7 @@ def test_a_rename_to_a_name_in_use_is_a_conflict(svc: Services) -> None:
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
     with pytest.raises(RequestError) as excinfo:
         templates.patch_template(svc, created.uuid, _replace(name="CUSTOM_RAID0", extra={"x": 1}))
-    assert _refused(409, excinfo) == "A deploy template with name CUSTOM_RAID0 already exists."
+    assert refused(409, excinfo) == "A deploy template with name CUSTOM_RAID0 already exists."
     assert _stored(svc, created.uuid) == TemplateSpec(
         "CUSTOM_RAID1", (RAID1_STEP,), {}, created.uuid
     )
@@ -211,10 +208,10 @@ def test_a_patch_that_breaks_a_rule_changes_nothing(svc: Services) -> None:
         templates.patch_template(
             svc, created.uuid, _replace(steps=(RAID1_STEP, RAID1_STEP), extra={"x": 1})
         )
-    assert "Duplicate deploy steps" in _refused(400, excinfo)
+    assert "Duplicate deploy steps" in refused(400, excinfo)
     with pytest.raises(RequestError) as excinfo:
         templates.patch_template(svc, created.uuid, _replace(name="not a trait"))
-    assert "it must be a valid trait name" in _refused(400, excinfo)
+    assert "it must be a valid trait name" in refused(400, excinfo)
     with svc.db.read() as session:
         template = templates.find_template(session, created.uuid)
         assert template.updated_at is None
@@ -227,7 +224,7 @@ def test_a_patch_of_an_unknown_template_is_not_found(svc: Services) -> None:
 
     with pytest.raises(RequestError) as excinfo:
         templates.patch_template(svc, "CUSTOM_NONE", edit)
-    assert _refused(404, excinfo) == "Deploy template CUSTOM_NONE could not be found."
+    assert refused(404, excinfo) == "Deploy template CUSTOM_NONE could not be found."
 
 
 def test_delete_removes_the_template_and_its_steps(svc: Services) -> None:
@@ -241,4 +238,4 @@ def test_delete_removes_the_template_and_its_steps(svc: Services) -> None:
     assert _count(svc, DeployTemplateStep) == 1
     with pytest.raises(RequestError) as excinfo:
         templates.delete_template(svc, created.uuid)
-    assert _refused(404, excinfo) == f"Deploy template {created.uuid} could not be found."
+    assert refused(404, excinfo) == f"Deploy template {created.uuid} could not be found."

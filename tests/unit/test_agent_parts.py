@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.agent.client import CommandResult
 from metalforge.drivers.agent.deploy import AGENT_BOOT_RETRY, AgentDeploy
@@ -131,17 +132,17 @@ def test_command_errors_keep_ipas_details() -> None:
 
 
 @pytest.mark.parametrize(
-    ("info", "retry_after"),
+    ("progress", "retry_after"),
     [
-        ({}, -1),  # no agent on its way: nobody can tell when (seed 002)
-        ({"clean_preparing_since": 1.0}, AGENT_BOOT_RETRY),  # the ramdisk boots for cleaning
+        (NO_FLOW, -1),  # no agent on its way: nobody can tell when (seed 002)
+        (FlowProgress(flow="clean", ramdisk_booting_since=1.0), AGENT_BOOT_RETRY),
     ],
 )
 def test_unknown_clean_steps_suggest_when_to_ask_again(
-    info: dict[str, float], retry_after: int
+    progress: FlowProgress, retry_after: int
 ) -> None:
     node = Node(uuid="00000000-0000-0000-0000-000000000001", driver="redfish")
-    node.driver_internal_info = info
+    node.driver_internal_info = {}
     with pytest.raises(StepsNotKnown) as raised:
-        AgentDeploy().get_clean_steps(ReadOnlyTask(node))
+        AgentDeploy().get_clean_steps(ReadOnlyTask(node, progress=progress))
     assert raised.value.retry_after == retry_after

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,6 +208,8 @@ class ViewPlan:
     ``instance_uuid``, which an allocation always sets to its own UUID."""
     redactable: tuple[tuple[int, str], ...] = ()
     """(position, name) of the fields a caller's rules may hide or unmask."""
+    internal_info: tuple[int, ...] = ()
+    """Where ``driver_internal_info`` is: the drivers' keys and the flow's step keys."""
 
 
 def _wanted(version: Version, fields: tuple[str, ...] | None, list_view: bool) -> list[str]:
@@ -232,6 +234,7 @@ class _Slots:
     traits: list[int] = field(default_factory=list)
     allocation: list[int] = field(default_factory=list)
     redactable: list[tuple[int, str]] = field(default_factory=list)
+    internal_info: list[int] = field(default_factory=list)
     # Who may see what depends on the node's owner and lessee: always read them.
     columns: set[str] = field(default_factory=lambda: {"uuid", "owner", "lessee"})
 
@@ -254,6 +257,9 @@ class _Slots:
             self.columns.add("id")
         elif name in _COMPUTED:
             self.convert.append((index, _COMPUTED[name]))
+        if name == "driver_internal_info":
+            self.internal_info.append(index)
+            self.columns.add("id")
 
 
 def _fetchers(
@@ -298,10 +304,23 @@ def view_plan(
         conductor=tuple(slots.conductor),
         traits=tuple(slots.traits),
         allocation=tuple(slots.allocation),
+        internal_info=tuple(slots.internal_info),
         redactable=tuple(slots.redactable),
         columns=ordered,
         old_states=version < (1, 39),
     )
+
+
+def _source_values(
+    node: Any, plan: ViewPlan, step_keys: Callable[[Any], Mapping[str, Any]] | None
+) -> list[Any]:
+    """The node's own values for the view, its flow's step keys in ``driver_internal_info``."""
+    values = list(plan.fetch_row(node) if isinstance(node, Row) else plan.fetch(node))
+    if step_keys is not None:
+        for index in plan.internal_info:
+            if keys := step_keys(node):
+                values[index] = {**values[index], **keys}
+    return values
 
 
 def render(
@@ -312,15 +331,18 @@ def render(
     *,
     conductor: Callable[[Any], str | None] | None = None,
     traits: Callable[[Any], list[str]] | None = None,
+    step_keys: Callable[[Any], Mapping[str, Any]] | None = None,
     disclosure: Callable[[str | None, str | None], NodeDisclosure] | None = None,
 ) -> dict[str, Any]:
     """The JSON object for ``node``: an ORM ``Node``, or a row starting with ``plan.columns``.
 
-    ``disclosure`` tells, from the node's owner and lessee, what the caller
-    may see; without it secrets are masked and every field is shown.
+    ``step_keys`` gives the flow's keys ``driver_internal_info`` shows
+    (``clean_steps``...; see ``services.lookup.step_keys``). ``disclosure``
+    tells, from the node's owner and lessee, what the caller may see;
+    without it secrets are masked and every field is shown.
     """
     uuid = node.uuid
-    values = list(plan.fetch_row(node) if isinstance(node, Row) else plan.fetch(node))
+    values = _source_values(node, plan, step_keys)
     seen = disclosure(node.owner, node.lessee) if disclosure and plan.redactable else MASKED_ONLY
     for index, func in plan.convert:
         values[index] = func(values[index])
@@ -336,13 +358,18 @@ def render(
         values[index] = traits(node) if traits else [t.trait for t in node.traits]
     body = dict(zip(plan.names, values, strict=True))
     if plan.old_states:
-        state = body.get("provision_state")
-        if version < (1, 2) and state == "available":
-            body["provision_state"] = None
-        elif state == "inspect wait":
-            body["provision_state"] = "inspecting"
+        _spell_old_states(body, version)
     body["links"] = links(base, "nodes", uuid)
     return body
+
+
+def _spell_old_states(body: dict[str, Any], version: Version) -> None:
+    """States as versions older than ``available`` (1.2) and ``inspect wait`` (1.39) name them."""
+    state = body.get("provision_state")
+    if version < (1, 2) and state == "available":
+        body["provision_state"] = None
+    elif state == "inspect wait":
+        body["provision_state"] = "inspecting"
 
 
 def _disclose(values: list[Any], plan: ViewPlan, seen: NodeDisclosure, node: Any) -> None:
@@ -363,8 +390,17 @@ def node_view(
     fields: Sequence[str] | None = None,
     list_view: bool = False,
     conductor: Callable[[Any], str | None] | None = None,
+    step_keys: Mapping[str, Any] | None = None,
     disclosure: Callable[[str | None, str | None], NodeDisclosure] | None = None,
 ) -> dict[str, Any]:
     """The JSON object for ``node``: full, the short list form, or only ``fields``."""
     plan = view_plan(version, tuple(fields) if fields is not None else None, list_view)
-    return render(node, plan, version, base, conductor=conductor, disclosure=disclosure)
+    return render(
+        node,
+        plan,
+        version,
+        base,
+        conductor=conductor,
+        step_keys=(lambda _: step_keys) if step_keys else None,
+        disclosure=disclosure,
+    )

@@ -36,6 +36,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import steps
+from metalforge.conductor.steps import Step
 from metalforge.db.models import DeployTemplate, Node, NodeTrait
 from metalforge.drivers.hardware import DriverRegistry
 
@@ -59,6 +60,8 @@ class Plan:
     steps: list[steps.Step]
     templates: list[str]
     """Names of the templates that contributed, in the order they were applied."""
+    supported: list[Step]
+    """Every deploy step the node offers, overrides applied (what the plan chose from)."""
 
 
 def _priority(label: str, name: str, raw: Any) -> int:
@@ -187,7 +190,7 @@ def plan_for_node(
     if requested:
         layers.append([Source("deploy_steps", requested)])
     plan = merge(supported, layers)
-    return Plan(plan, [t.label.removeprefix("deploy template ") for t in templates])
+    return Plan(plan, [t.label.removeprefix("deploy template ") for t in templates], supported)
 
 
 def check_node_templates(

@@ -1,11 +1,10 @@
 """Running a plan of steps, one at a time, resumable after a crash.
 
-The plan and the index of the step reached live in the node's
-``driver_internal_info`` (``<kind>_steps``, ``<kind>_step_index``); the running
-step is shown in ``clean_step``/``deploy_step``/``service_step``. The index is
-saved before each step starts, so a conductor that takes the node over runs
-the interrupted step again and never one that finished: steps must be
-idempotent.
+The plan and the index of the step reached live in the node's flow progress
+(``db.flow_progress``, ``task.progress``); the running step is shown in
+``clean_step``/``deploy_step``/``service_step``. The index is saved before
+each step starts, so a conductor that takes the node over runs the
+interrupted step again and never one that finished: steps must be idempotent.
 
 An asynchronous step parks the node in the wait state and queues a check; the
 check (``poll``) finishes it, or fails it when it has waited too long.
@@ -13,83 +12,58 @@ check (``poll``) finishes it, or fails it when it has waited too long.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from metalforge import states
 from metalforge.conductor import history, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
+from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.drivers.base import DriverError
-
-FlowKind = Literal["clean", "deploy", "service"]
 
 Finish = Callable[[NodeTask], None]
 """Run after the last step and before the flow ends (cleaning stops the ramdisk)."""
 
-PREPARE_KEYS = ("clean_prepared", "clean_preparing_since", "clean_disable_ramdisk")
-"""Where cleaning remembers that the ramdisk was booted (or is not wanted) for this flow."""
-
-
-def requested_key(kind: FlowKind) -> str:
-    """Where a request leaves the steps it asks for, until the flow plans with them."""
-    return f"requested_{kind}_steps"
-
-
-def progress_keys(kind: FlowKind) -> tuple[str, ...]:
-    """Everything a flow of ``kind`` keeps in ``driver_internal_info`` between steps."""
-    return (plan_key(kind), index_key(kind), requested_key(kind), *PREPARE_KEYS)
-
-
-def without_progress(info: dict[str, Any], *kinds: FlowKind) -> dict[str, Any]:
-    """``info`` without what earlier flows of ``kinds`` left: a new flow starts clean."""
-    dropped = {key for kind in kinds for key in progress_keys(kind)}
-    return {key: value for key, value in info.items() if key not in dropped}
-
 
 def take_requested(task: NodeTask, kind: FlowKind) -> list[dict[str, Any]]:
-    """The steps the request asked for, removed from the node now that the plan uses them."""
-    info = dict(task.node.driver_internal_info)
-    requested: list[dict[str, Any]] = info.pop(requested_key(kind), None) or []
-    task.node.driver_internal_info = info
-    return requested
-
-
-def plan_key(kind: FlowKind) -> str:
-    return f"{kind}_steps"
-
-
-def index_key(kind: FlowKind) -> str:
-    return f"{kind}_step_index"
+    """The steps the request asked for, removed from the progress now that the plan uses them."""
+    progress = task.progress
+    if progress.flow != kind:
+        return []
+    task.progress = dataclasses.replace(progress, requested=())
+    return list(progress.requested)
 
 
 def has_plan(task: NodeTask, kind: FlowKind) -> bool:
-    return plan_key(kind) in task.node.driver_internal_info
+    return task.progress.has_plan(kind)
 
 
 def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> None:
-    """Record the plan (and index 0) on the node before any step runs."""
-    info = dict(task.node.driver_internal_info)
-    info[plan_key(kind)] = [s.to_record() for s in plan]
-    info[index_key(kind)] = 0
-    task.node.driver_internal_info = info
+    """Record the plan (and index 0) before any step runs."""
+    task.progress = dataclasses.replace(
+        _of_flow(task.progress, kind), plan=tuple(s.to_record() for s in plan), step_index=0
+    )
     names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
     task.record(f"{kind}_plan", f"{kind} plan: {names}")
     # Saved together with the start of the first step (or the end of the flow).
 
 
+def _of_flow(progress: FlowProgress, kind: FlowKind) -> FlowProgress:
+    """``progress`` as a ``kind`` flow's: what it holds is kept if it is one or no flow's yet
+    (automated cleaning notes the ramdisk before it plans), else a fresh record."""
+    if progress.flow == kind:
+        return progress
+    if progress.flow is None:
+        return dataclasses.replace(progress, flow=kind)
+    return FlowProgress(flow=kind)
+
+
 def clear_plan(task: NodeTask, kind: FlowKind) -> None:
-    info = dict(task.node.driver_internal_info)
-    for key in (
-        plan_key(kind),
-        index_key(kind),
-        "step_started_at",
-        "step_heartbeat_at",
-        *PREPARE_KEYS,
-    ):
-        info.pop(key, None)
-    task.node.driver_internal_info = info
+    """The flow ended: nothing of its progress stays (the next flow starts afresh)."""
+    task.progress = FlowProgress()
     setattr(task.node, f"{kind}_step", {})
 
 
@@ -118,17 +92,20 @@ def fail(task: NodeTask, kind: FlowKind, message: str) -> None:
 
 
 def _current(task: NodeTask, kind: FlowKind) -> tuple[list[steps.Step], int]:
-    info = task.node.driver_internal_info
-    plan = [steps.from_record(r) for r in info.get(plan_key(kind), [])]
-    return plan, int(info.get(index_key(kind), 0))
+    progress = task.progress
+    if not progress.has_plan(kind):
+        return [], 0
+    return [steps.from_record(r) for r in progress.plan or ()], progress.step_index
 
 
-def _set_index(task: NodeTask, kind: FlowKind, index: int) -> None:
-    task.node.driver_internal_info = {**task.node.driver_internal_info, index_key(kind): index}
+def _set_index(task: NodeTask, index: int) -> None:
+    task.progress = dataclasses.replace(task.progress, step_index=index)
 
 
 def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
-    started = float(task.node.driver_internal_info.get("step_started_at", task.now()))
+    started = task.progress.step_started_at
+    if started is None:
+        started = task.now()
     took = task.now() - started
     task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
 
@@ -141,10 +118,9 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         if task.ctx.stopping.is_set():
             return  # the saved index lets the next owner resume here
         setattr(task.node, f"{kind}_step", step.to_record())
-        task.node.driver_internal_info = {
-            **task.node.driver_internal_info,
-            "step_started_at": task.now(),
-        }
+        task.progress = dataclasses.replace(
+            task.progress, step_started_at=task.now(), step_heartbeat_at=None
+        )
         task.record(
             f"{kind}_step",
             f"{step.name} started (priority {step.priority}, step {index + 1} of {len(plan)})",
@@ -170,7 +146,7 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
             return
         _step_done(task, kind, step)
         index += 1
-        _set_index(task, kind, index)
+        _set_index(task, index)
     if finish is not None:
         try:
             finish(task)
@@ -190,11 +166,11 @@ def poll(task: NodeTask, kind: FlowKind, timeout: float, finish: Finish | None =
         run(task, kind, finish)
         return
     step = plan[index]
-    info = task.node.driver_internal_info
-    started = float(info.get("step_started_at", task.now()))
+    progress = task.progress
+    started = progress.step_started_at if progress.step_started_at is not None else task.now()
     # A step that reports progress (an agent that is alive and still working)
     # is timed from its last progress, so a many-hour erase is not cut short.
-    last_sign = max(started, float(info.get("step_heartbeat_at", 0)))
+    last_sign = max(started, progress.step_heartbeat_at or 0.0)
     interface = task.ctx.drivers.interface(task.node, step.interface)
     try:
         outcome = interface.check_step(task, step.step)
@@ -212,7 +188,7 @@ def poll(task: NodeTask, kind: FlowKind, timeout: float, finish: Finish | None =
         schedule_poll(task, task.ctx.settings.async_poll_interval)
         return
     _step_done(task, kind, step)
-    _set_index(task, kind, index + 1)
+    _set_index(task, index + 1)
     current = getattr(task.node, f"{kind}_step") or {}
     if current.get("abort_after"):
         abort(task, kind, step, after=True)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.base import Interface, ReadOnlyTask
 from metalforge.drivers.hardware import DriverRegistry
@@ -73,24 +74,31 @@ def parse_overrides(entries: Iterable[str]) -> dict[str, int]:
     return result
 
 
-def _declared(impl: Interface, node: Node, kind: StepKind) -> list[StepDecl]:
+def _declared(
+    impl: Interface, node: Node, kind: StepKind, progress: FlowProgress
+) -> list[StepDecl]:
     if kind == "clean":
         # Through the interface's own listing: an in-band one may not know its
         # steps yet and says so (``StepsNotKnown``), which callers pass on.
-        return impl.get_clean_steps(ReadOnlyTask(node))
+        return impl.get_clean_steps(ReadOnlyTask(node, progress=progress))
     return [decl for decl in impl.steps() if decl.kind == kind]
 
 
 def supported_steps(
-    drivers: DriverRegistry, node: Node, kind: StepKind, overrides: Mapping[str, int]
+    drivers: DriverRegistry,
+    node: Node,
+    kind: StepKind,
+    overrides: Mapping[str, int],
+    progress: FlowProgress = NO_FLOW,
 ) -> list[Step]:
     """Every ``kind`` step the node's interfaces offer, overrides applied, in plan order.
 
-    Raises ``StepsNotKnown`` when an interface cannot list its clean steps yet.
+    Raises ``StepsNotKnown`` when an interface cannot list its clean steps yet
+    (``progress`` tells whether a ramdisk is on its way to report them).
     """
     found: list[Step] = []
     for family, impl in drivers.interfaces(node).items():
-        for decl in _declared(impl, node, kind):
+        for decl in _declared(impl, node, kind, progress):
             name = f"{family}.{decl.method}"
             found.append(
                 Step(

@@ -34,7 +34,8 @@ from sqlalchemy.orm import Session
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.config import ConductorSettings
-from metalforge.db import agent_sessions
+from metalforge.db import agent_sessions, flow_progress
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Conductor, Node, NodeHistory, node_from_row, utcnow
 from metalforge.drivers.base import Interface
 from metalforge.errors import NodeLocked
@@ -129,10 +130,33 @@ class NodeTask:
         self._on_release: list[Callable[[Session], object]] = []
         self._with_transition: list[Callable[[Session], object]] = []
         self._released = False
+        self._progress: FlowProgress | None = None
+        self._saved_progress: FlowProgress | None = None
 
     @property
     def node(self) -> Node:
         return self._node
+
+    @property
+    def progress(self) -> FlowProgress:
+        """The node's flow progress, read when first wanted and written with the node."""
+        if self._progress is None:
+            with self.ctx.db.read() as session:
+                self._progress = flow_progress.load(session.connection(), self._node.id)
+            self._saved_progress = self._progress
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: FlowProgress) -> None:
+        if self._progress is None:
+            _ = self.progress  # what is stored, to know whether the write changes it
+        self._progress = value
+
+    def _progress_change(self) -> FlowProgress | None:
+        """The progress to write with the next write, if it changed."""
+        if self._progress is None or self._progress == self._saved_progress:
+            return None
+        return self._progress
 
     @property
     def released(self) -> bool:
@@ -251,8 +275,8 @@ class NodeTask:
 
     def _pending(
         self, note: str | None = None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
-        """What the next write carries: changed columns and history rows.
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None, FlowProgress | None]:
+        """What the next write carries: changed columns, history rows and flow progress.
 
         Worked out before the write transaction begins: on SQLite it holds the
         service's only write lock, so everything done inside it is done while
@@ -261,6 +285,11 @@ class NodeTask:
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
+        progress = self._progress_change()
+        if progress is not None:
+            # The progress is written with a fenced update of the node: it
+            # moves only while this task holds the node (and updated_at shows it).
+            changes.setdefault("updated_at", utcnow())
         node = self._node
         scrub = Scrubber(node.driver_info, node.instance_info, node.driver_internal_info)
         for key in _MESSAGE_COLUMNS:
@@ -270,7 +299,7 @@ class NodeTask:
             changes["last_error"] = self._with_requester(changes["last_error"])
         for entry in entries:
             entry["event"] = scrub(entry["event"])
-        return changes, entries, scrub(note) if note else note
+        return changes, entries, scrub(note) if note else note, progress
 
     def _with_requester(self, message: str) -> str:
         """A failure names who asked for the operation that failed, and is logged so.
@@ -299,6 +328,7 @@ class NodeTask:
         session: Session,
         changes: dict[str, Any],
         entries: list[dict[str, Any]],
+        progress: FlowProgress | None,
     ) -> None:
         if changes:
             changes.setdefault("updated_at", utcnow())
@@ -313,16 +343,19 @@ class NodeTask:
             )
             if result.rowcount != 1:
                 raise LockLost(f"lost the reservation of node {self._node.uuid}")
+        if progress is not None:
+            flow_progress.write(session.connection(), self._node.id, progress)
         history.write(session, entries)
 
     def _remember(self) -> None:
         self._saved = self._snapshot()
+        self._saved_progress = self._progress
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
-        changes, entries, _ = self._pending()
+        changes, entries, _, progress = self._pending()
         with self.ctx.db.write() as session:
-            self._flush(session, changes, entries)
+            self._flush(session, changes, entries, progress)
         self._remember()
 
     def with_next_transition(self, func: Callable[[Session], object]) -> None:
@@ -343,7 +376,7 @@ class NodeTask:
         """
         for key, value in changes.items():
             setattr(self._node, key, value)
-        dirty, entries, note = self._pending(note)
+        dirty, entries, note, progress = self._pending(note)
         with self.ctx.db.write() as session:
             try:
                 moved = transitions.apply(
@@ -360,6 +393,8 @@ class NodeTask:
                 )
             except transitions.TransitionConflict as exc:
                 raise LockLost(str(exc)) from exc
+            if progress is not None:
+                flow_progress.write(session.connection(), self._node.id, progress)
             for func in self._with_transition:
                 func(session)
             self._with_transition.clear()
@@ -375,12 +410,12 @@ class NodeTask:
 
     def release(self) -> None:
         if self._released:
-            if self._changes() or self._history:
+            if self._changes() or self._history or self._progress_change():
                 raise LockLost(f"node {self._node.uuid} was changed after its release")
             return
-        changes, entries, _ = self._pending()
+        changes, entries, _, progress = self._pending()
         with self.ctx.db.write() as session:
-            self._flush(session, {**changes, "reservation": None}, entries)
+            self._flush(session, {**changes, "reservation": None}, entries, progress)
             self._run_release_hooks(session)
         self._remember()
 

@@ -395,6 +395,39 @@ class AgentSession(Base):
     agent_status_message: Mapped[str | None] = mapped_column(Text)
 
 
+class FlowProgressRow(Base):
+    """How far the node's current step flow (cleaning, deployment, servicing) has got.
+
+    Kept apart from the node's ``driver_internal_info``, which drivers own:
+    the conductor reads and writes it as one typed record
+    (``db.flow_progress.FlowProgress``) under the node's reservation, and a
+    new flow replaces it whole, so nothing an earlier flow left is read by
+    the next one. The API shows it as Ironic's ``<kind>_steps`` and
+    ``<kind>_step_index`` keys of ``driver_internal_info``.
+    """
+
+    __tablename__ = "flow_progress"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    flow: Mapped[str | None] = mapped_column(String(16))
+    """``clean``, ``deploy`` or ``service``: the kind of steps the plan holds."""
+    planned: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    """The flow has built its plan (which may hold no steps)."""
+    plan: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False, default=list)
+    """The steps in the order they run."""
+    step_index: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    """The step running or next to run: saved before it starts, so a takeover reruns it."""
+    requested: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False, default=list)
+    """The steps the request asked for, until the flow plans with them."""
+    ramdisk_prepared: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    ramdisk_booting_since: Mapped[float | None] = mapped_column(Float)
+    without_ramdisk: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    step_started_at: Mapped[float | None] = mapped_column(Float)
+    step_heartbeat_at: Mapped[float | None] = mapped_column(Float)
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from metalforge.config import ConductorSettings
 from metalforge.db.agent_sessions import AgentSessionInfo
+from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.steps import StepDecl, declared_steps
@@ -84,6 +85,14 @@ class DriverTask(Protocol):
     def interface(self, family: str) -> Interface:
         """The node's implementation of another interface family (a deploy boots via boot)."""
 
+    @property
+    def progress(self) -> FlowProgress:
+        """How far the node's step flow has got (plan, step index, ramdisk state)."""
+
+    @progress.setter
+    def progress(self, value: FlowProgress) -> None:
+        """Replace the progress; written with the node."""
+
     def agent_session(self) -> AgentSessionInfo | None:
         """The ramdisk agent's current session (token, URL, last heartbeat), if any."""
 
@@ -101,9 +110,23 @@ class ReadOnlyTask:
     task must not change the node: it is never saved.
     """
 
-    def __init__(self, node: Node, settings: ConductorSettings | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        settings: ConductorSettings | None = None,
+        progress: FlowProgress = NO_FLOW,
+    ) -> None:
         self._node = node
         self._settings = settings or ConductorSettings()
+        self._progress = progress
+
+    @property
+    def progress(self) -> FlowProgress:
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: FlowProgress) -> None:
+        self._progress = value  # like the node: changed in memory, never saved
 
     @property
     def node(self) -> Node:

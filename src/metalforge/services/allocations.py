@@ -421,6 +421,16 @@ def _deallocate(session: Session, allocation: Allocation, actor: str | None) -> 
     work.delete_allocation(session, allocation.id)
 
 
+def _allocation_stays(node: Node) -> bool:
+    """The node's allocation may not be taken from it now (seed 004).
+
+    A deployed node, or one in a state that allows no update, keeps it;
+    maintenance lifts the rule: that is how an operator cleans up by hand.
+    """
+    held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
+    return held and not node.maintenance
+
+
 def _free(session: Session, node: Node, allocation: Allocation, actor: str | None) -> None:
     """Clear the node's side of the allocation, fenced.
 
@@ -428,8 +438,7 @@ def _free(session: Session, node: Node, allocation: Allocation, actor: str | Non
     (seed 004), unless it is in maintenance: that is how an operator cleans
     up by hand.
     """
-    held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
-    if held and not node.maintenance:
+    if _allocation_stays(node):
         raise conflict(
             f"Cannot remove allocation {allocation.uuid} from node {node.uuid} in "
             f"provision state {node.provision_state}; undeploy the node or set it "
@@ -454,8 +463,7 @@ def release_for_patch(session: Session, node: Node, changes: dict[str, Any]) -> 
     """
     if node.allocation_id is None or changes.get("instance_uuid") is not None:
         return
-    held = states.keeps_its_allocation(node.provision_state, node.target_provision_state)
-    if held and not node.maintenance:
+    if _allocation_stays(node):
         raise conflict(
             f"Cannot remove the instance_uuid of node {node.uuid} in provision state "
             f"{node.provision_state}: it belongs to an allocation. Undeploy the node or set "

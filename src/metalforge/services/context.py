@@ -41,6 +41,23 @@ class Services:
     def preferred_conductor(self, node_uuid: str, driver: str, group: str) -> str | None:
         return self.directory.owner(node_uuid, driver, group)
 
+    def conductor_lookup(self) -> Callable[[QueuedNode], str | None]:
+        """The conductor of each node one request shows (its ``conductor`` field).
+
+        Each (driver, group) ring is looked up once per request, not per node
+        of a page.
+        """
+        rings: dict[tuple[str, str], HashRing] = {}
+
+        def owner(node: QueuedNode) -> str | None:
+            key = (node.driver, node.conductor_group)
+            ring = rings.get(key)
+            if ring is None:
+                ring = rings[key] = self.directory.ring(*key)
+            return ring.owner(node.uuid)
+
+        return owner
+
     def queue_for(
         self, session: Session, node: QueuedNode, kind: str, payload: dict[str, Any] | None = None
     ) -> None:

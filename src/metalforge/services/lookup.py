@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from metalforge.db.models import Allocation, Node, Port, node_from_row
+from metalforge.db import flow_progress
+from metalforge.db.models import Allocation, Node, NodeTrait, Port, node_from_row
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services.microversion import Version
 
@@ -150,3 +151,27 @@ def load_node(session: Session, ident: str, version: Version) -> Node:
     The object is not in the session: changing it writes nothing.
     """
     return node_from_row(dict(find_node_row(session, ident, version, NODE_COLUMNS)._mapping))
+
+
+def step_keys(connection: Connection, node_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Ironic's step keys (``clean_steps``, ``clean_step_index``...) of nodes with a plan.
+
+    Node views add them to ``driver_internal_info``, where Ironic clients
+    read them; metalforge keeps them in the node's flow progress.
+    """
+    found = flow_progress.load_many(connection, node_ids)
+    return {node_id: keys for node_id, p in found.items() if (keys := p.ironic_keys())}
+
+
+def traits_of(connection: Connection, node_ids: Sequence[int]) -> dict[int, list[str]]:
+    """The traits of ``node_ids``, sorted, read in a few queries for a whole page."""
+    found: dict[int, list[str]] = {node_id: [] for node_id in node_ids}
+    for start in range(0, len(node_ids), 500):
+        rows = connection.execute(
+            select(NodeTrait.node_id, NodeTrait.trait)
+            .where(NodeTrait.node_id.in_(node_ids[start : start + 500]))
+            .order_by(NodeTrait.node_id, NodeTrait.trait)
+        )
+        for node_id, trait in rows:
+            found[node_id].append(trait)
+    return found

@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 from metalforge import states
 from metalforge.conductor import allocations as conductor_allocations
 from metalforge.conductor import history
+from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import RequestError, bad_request, conflict, forbidden
+from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import allocations, fencing, lookup
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
@@ -191,13 +192,14 @@ def update(
     ident: str,
     version: Version,
     edit: Edit,
-    render: Callable[[Node], R],
+    render: Callable[[Node, dict[str, Any]], R],
     *,
     reset_interfaces: bool | None,
     patches_driver: bool,
     actor: str | None,
 ) -> R:
-    """Apply ``edit`` to the node under its row lock, fenced; ``render`` the node as written.
+    """Apply ``edit`` to the node under its row lock, fenced; ``render`` the node as written
+    (with the step keys its ``driver_internal_info`` shows: ``lookup.step_keys``).
 
     Two PATCHes of one node apply one after the other, each to what the
     other wrote; a conductor taking the node meanwhile makes this one a 409.
@@ -221,7 +223,8 @@ def update(
         if changes:
             _write(session, node, changes, actor)
         session.refresh(node)
-        return render(node)
+        shown = lookup.step_keys(session.connection(), [node.id])
+        return render(node, shown.get(node.id, {}))
 
 
 def _write(session: Session, node: Node, changes: dict[str, Any], actor: str | None) -> None:
@@ -241,11 +244,7 @@ def delete_node(svc: Services, ident: str, version: Version) -> None:
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version)
         fencing.check_unlocked(session, node)
-        if node.protected:
-            # 403 as in Ironic: a 409 would make both clients retry for ~10 s.
-            raise forbidden(
-                f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
-            )
+        refuse_if_protected(node)
         if node.instance_uuid and not node.maintenance:
             raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
         allowed = set(states.DELETE_ALLOWED_STATES)

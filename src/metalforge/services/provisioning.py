@@ -9,14 +9,12 @@ cannot be lost.
 
 from __future__ import annotations
 
-from typing import Any
-
 from metalforge import states
 from metalforge.conductor import transitions
 from metalforge.conductor.flows import catalog
-from metalforge.conductor.flows.spec import Admission, Verb
+from metalforge.conductor.flows.spec import Admission, Intent, Verb
 from metalforge.conductor.flows.spec import FlowRequest as FlowRequest
-from metalforge.db import queue
+from metalforge.db import flow_progress, queue
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, conflict
 from metalforge.services import fencing, lookup
@@ -111,7 +109,8 @@ def _abort(svc: Services, admission: Admission, version: Version, actor: str | N
 def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) -> None:
     for check in verb.checks:
         check(admission)
-    changes: dict[str, Any] = verb.intent(admission) if verb.intent else {}
+    intent = verb.intent(admission) if verb.intent else Intent()
+    changes = dict(intent.changes)
     if verb.clears_last_error:
         changes["last_error"] = None
     node = admission.node
@@ -119,5 +118,9 @@ def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) ->
         transitions.apply(admission.session, node, verb.name, changes=changes, user=actor)
     except transitions.TransitionConflict:
         raise conflict(f"Node {node.uuid} {fencing.REQUEST_RACED}; please retry.") from None
+    if intent.progress is not None:
+        # After the transition, whose conditional write settles a race: the
+        # request that lost it raised above and wrote no progress.
+        flow_progress.write(admission.session.connection(), node.id, intent.progress)
     if states.STATES[node.provision_state].busy:
         svc.queue_for(admission.session, node, queue.PROVISION)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from metalforge.conductor import deploy_plan, steps
 from metalforge.conductor.steps import Step as Step
+from metalforge.db import flow_progress
 from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
@@ -40,7 +41,8 @@ def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
         try:
-            found = steps.supported_steps(svc.drivers, node, "clean", overrides)
+            progress = flow_progress.load(session.connection(), node.id)
+            found = steps.supported_steps(svc.drivers, node, "clean", overrides, progress)
         except StepsNotKnown as exc:
             retry = exc.retry_after if exc.retry_after > 0 else -1
             return CleanSteps(node.uuid, [], str(exc), retry)

@@ -35,7 +35,8 @@ from metalforge.services import lookup
 GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
 
 
-def forbidden(rule: str) -> RequestError:
+def denied(rule: str) -> RequestError:
+    """The policy refused ``rule``: a 403 naming the rule, as Ironic words it."""
     return RequestError(403, f"Access was denied to the following resource: {rule}")
 
 
@@ -61,7 +62,7 @@ def allows(request: Request, rule: str, target: Mapping[str, str] | None = None)
 def require(request: Request, rule: str, target: Mapping[str, str] | None = None) -> None:
     """403 unless the caller passes ``rule`` on ``target``."""
     if not allows(request, rule, target):
-        raise forbidden(rule)
+        raise denied(rule)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class Guard:
             if self.kind == "node" and not any(
                 allows(request, rule, access.target) for rule in (self.rule, *self.also)
             ):
-                raise forbidden(self.rule)
+                raise denied(self.rule)
             request.state.node_access = access
         elif self.kind == "port":
             access = _read_port_access(connection, ident, version)
@@ -164,7 +165,7 @@ def list_scope(request: Request, list_all_rule: str) -> str | None:
     caller = caller_of(request)
     list_rule = list_all_rule.removesuffix("_all")
     if caller.project_id is None:
-        raise forbidden(list_all_rule)
+        raise denied(list_all_rule)
     require(request, list_rule)
     return caller.project_id
 

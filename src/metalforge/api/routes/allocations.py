@@ -20,7 +20,7 @@ from metalforge.api.auth.access import (
     actor,
     allows,
     caller_of,
-    forbidden,
+    denied,
     guard,
     project_scope,
     require,
@@ -178,7 +178,7 @@ def _owner_filter(query: Query, project: str | None) -> str | None:
         return owner
     if owner is not None and owner != project:
         # A caller limited to its project asks about another's allocations.
-        raise forbidden("baremetal:allocation:list_all")
+        raise denied("baremetal:allocation:list_all")
     return project
 
 
@@ -295,7 +295,7 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
     project = caller.project_id
     if not allows(request, CREATE):
         if project and owner and owner != project:
-            raise forbidden(CREATE)
+            raise denied(CREATE)
         require(request, CREATE_RESTRICTED)
         owner = project
     if not caller.system_scoped:

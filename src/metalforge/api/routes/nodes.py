@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import bindparam, select
+from sqlalchemy import Row, bindparam, select
 from sqlalchemy.orm import Session
 
 from metalforge import states
@@ -16,7 +16,7 @@ from metalforge.api.auth.access import (
     actor,
     allows,
     caller_of,
-    forbidden,
+    denied,
     guard,
     node_disclosure,
     project_scope,
@@ -27,11 +27,12 @@ from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import (
     NODE_FIELDS,
     SELECTABLE_FIELDS,
+    ViewPlan,
     node_view,
     render,
     view_plan,
 )
-from metalforge.api.params import Query, fields, page, parse_bool
+from metalforge.api.params import Page, Query, fields, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
@@ -40,7 +41,6 @@ from metalforge.api.versions import Version, fmt, request_version
 from metalforge.db.models import INTERFACES, Node, NodeTrait
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
-from metalforge.services.context import HashRing
 
 router = APIRouter(tags=["nodes"])
 
@@ -141,7 +141,7 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
     if query.get("parent_node") is None and not query.bool("include_children"):
         conditions.append(Node.parent_node.is_(None))
     if (s := query.get("conductor")) is not None:
-        owned = [n.id for n in session.scalars(select(Node)) if _conductor(svc)(n) == s]
+        owned = [n.id for n in session.scalars(select(Node)) if svc.conductor_lookup()(n) == s]
         conditions.append(Node.id.in_(owned))
     return conditions
 
@@ -151,7 +151,7 @@ def _scope_filter(query: Query, scope: str | None) -> list[Any]:
     if scope is None:
         return []
     if query.get("project") not in (None, scope):
-        raise forbidden("baremetal:node:list_all")
+        raise denied("baremetal:node:list_all")
     return [lookup.held_by(scope)]
 
 
@@ -192,20 +192,6 @@ def _value_filters(query: Query) -> list[Any]:
     return conditions
 
 
-def _conductor(svc: ApiServices) -> Callable[[Any], str | None]:
-    """The ``conductor`` field's getter for one request: rings looked up once per page."""
-    rings: dict[tuple[str, str], HashRing] = {}
-
-    def owner(node: Any) -> str | None:
-        key = (node.driver, node.conductor_group)
-        ring = rings.get(key)
-        if ring is None:
-            ring = rings[key] = svc.directory.ring(*key)
-        return ring.owner(node.uuid)
-
-    return owner
-
-
 _NODE_TRAITS = (
     select(NodeTrait.__table__.c.trait)
     .where(NodeTrait.__table__.c.node_id == bindparam("b_node"))
@@ -213,18 +199,28 @@ _NODE_TRAITS = (
 )
 
 
-def _traits(session: Session, node_ids: list[int]) -> dict[int, list[str]]:
-    """The traits of ``node_ids``, sorted, read in a few queries for a whole page."""
-    found: dict[int, list[str]] = {node_id: [] for node_id in node_ids}
-    for start in range(0, len(node_ids), 500):
-        rows = session.connection().execute(
-            select(NodeTrait.node_id, NodeTrait.trait)
-            .where(NodeTrait.node_id.in_(node_ids[start : start + 500]))
-            .order_by(NodeTrait.node_id, NodeTrait.trait)
-        )
-        for node_id, trait in rows:
-            found[node_id].append(trait)
-    return found
+def _page(
+    request: Request, svc: ApiServices, query: Query, plan: ViewPlan, pg: Page
+) -> tuple[Sequence[Row[Any]], dict[int, list[str]], dict[int, dict[str, Any]]]:
+    """A page of nodes as Core rows of the columns the view reads, with their traits and
+    flow step keys when the view shows them (a few queries for the whole page).
+
+    Hydrating seventy ORM attributes per node would cost more than the rest
+    of the request.
+    """
+    table = Node.__table__
+    with svc.db.read() as session:
+        columns = dict.fromkeys([*plan.columns, "id"])
+        scope = project_scope(request)
+        conditions = _filters(query, svc, session, scope)
+        stmt = select(*(table.c[name] for name in columns)).where(*conditions)
+        stmt = listing.paged(stmt, session, Node, pg, _project_scope(scope))
+        connection = session.connection()
+        nodes = connection.execute(stmt).all()
+        ids = [n.id for n in nodes]
+        traits = lookup.traits_of(connection, ids) if plan.traits else {}
+        shown_steps = lookup.step_keys(connection, ids) if plan.internal_info else {}
+    return nodes, traits, shown_steps
 
 
 def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
@@ -238,18 +234,8 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
     detail = listing.detail_or_fields(query, wanted, detail_path=detail_path)
     base = base_url(request)
     plan = view_plan(query.version, tuple(wanted) if wanted is not None else None, not detail)
-    table = Node.__table__
-    with svc.db.read() as session:
-        # Core rows of the columns the view reads: hydrating seventy ORM
-        # attributes per node would cost more than the rest of the request.
-        columns = dict.fromkeys([*plan.columns, "id"])
-        scope = project_scope(request)
-        conditions = _filters(query, svc, session, scope)
-        stmt = select(*(table.c[name] for name in columns)).where(*conditions)
-        stmt = listing.paged(stmt, session, Node, pg, _project_scope(scope))
-        nodes = session.connection().execute(stmt).all()
-        traits = _traits(session, [n.id for n in nodes]) if plan.traits else {}
-    conductor = _conductor(svc)
+    nodes, traits, shown_steps = _page(request, svc, query, plan, pg)
+    conductor = svc.conductor_lookup()
     disclosure = node_disclosure(request)
     items = [
         render(
@@ -259,6 +245,7 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
             base,
             conductor=conductor,
             traits=lambda n: traits[n.id],
+            step_keys=lambda n: shown_steps.get(n.id, {}),
             disclosure=disclosure,
         )
         for n in nodes
@@ -307,19 +294,22 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
     query = Query(request, ["fields"])
     wanted = fields(query, SELECTABLE_FIELDS)
     plan = view_plan(query.version, tuple(wanted) if wanted is not None else None)
-    with svc.db.snapshot(single_statement=not plan.traits) as connection:
+    single = not (plan.traits or plan.internal_info)
+    with svc.db.snapshot(single_statement=single) as connection:
         node = lookup.find_node_row(connection, node_ident, query.version, plan.columns)
         traits: list[str] = []
         if plan.traits:
             traits = list(connection.scalars(_NODE_TRAITS, {"b_node": node.id}))
+        shown_steps = lookup.step_keys(connection, [node.id]) if plan.internal_info else {}
     return JSONResponse(
         render(
             node,
             plan,
             query.version,
             base_url(request),
-            conductor=_conductor(svc),
+            conductor=svc.conductor_lookup(),
             traits=lambda _: traits,
+            step_keys=lambda _: shown_steps.get(node.id, {}),
             disclosure=node_disclosure(request),
         )
     )
@@ -349,7 +339,7 @@ def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
         return owner
     caller = caller_of(request)
     if caller.project_id is None or not allows(request, "baremetal:node:create:self_owned_node"):
-        raise forbidden("baremetal:node:create")
+        raise denied("baremetal:node:create")
     if owner not in (None, caller.project_id):
         raise bad_request(
             "Cannot create a node as a project scoped admin with an owner other than "
@@ -380,7 +370,7 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
         plan,
         version,
         base_url(request),
-        conductor=_conductor(svc),
+        conductor=svc.conductor_lookup(),
         traits=lambda _: [],
         disclosure=node_disclosure(request),
     )
@@ -468,10 +458,14 @@ def patch_node(
             )
         return _normalise(before, after)
 
-    def view(node: Node) -> dict[str, Any]:
-        disclosure = node_disclosure(request)
+    def view(node: Node, step_keys: dict[str, Any]) -> dict[str, Any]:
         return node_view(
-            node, version, base_url(request), conductor=_conductor(svc), disclosure=disclosure
+            node,
+            version,
+            base_url(request),
+            conductor=svc.conductor_lookup(),
+            step_keys=step_keys,
+            disclosure=node_disclosure(request),
         )
 
     body = nodes.update(

@@ -23,7 +23,7 @@ from metalforge.conductor.flows import (
     verify,
 )
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Hook, Verb
-from metalforge.conductor.stepflow import FlowKind
+from metalforge.db.flow_progress import FlowKind
 
 SPECS: tuple[FlowSpec, ...] = (
     verify.SPEC,

@@ -7,14 +7,15 @@ and the ramdisk stopped after the last step.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from typing import Any
 
 from metalforge import states
-from metalforge.conductor import stepflow, steps
+from metalforge.conductor import history, stepflow, steps
 from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
-from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.drivers.base import DriverError, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
@@ -32,8 +33,8 @@ def _prepare(task: NodeTask) -> bool:
     nothing boots. When the ramdisk must boot first, the node waits in
     ``clean wait`` and ``clean_wait`` comes back here once it is up.
     """
-    info = task.node.driver_internal_info
-    if info.get("clean_prepared") or info.get("clean_disable_ramdisk"):
+    progress = task.progress
+    if progress.ramdisk_prepared or progress.without_ramdisk:
         return True
     try:
         outcome = deploy_interface(task).prepare_cleaning(task)
@@ -41,12 +42,9 @@ def _prepare(task: NodeTask) -> bool:
         stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
         return False
     if outcome == "done":
-        task.node.driver_internal_info = {**task.node.driver_internal_info, "clean_prepared": True}
+        task.progress = dataclasses.replace(task.progress, ramdisk_prepared=True)
         return True
-    task.node.driver_internal_info = {
-        **task.node.driver_internal_info,
-        "clean_preparing_since": task.now(),
-    }
+    task.progress = dataclasses.replace(task.progress, ramdisk_booting_since=task.now())
     stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
     task.transition(states.WAIT, note="waiting for the ramdisk agent to come up")
     return False
@@ -54,14 +52,15 @@ def _prepare(task: NodeTask) -> bool:
 
 def _check_prepared(task: NodeTask) -> None:
     """clean wait before any plan exists: is the ramdisk agent up yet?"""
-    info = task.node.driver_internal_info
     try:
         outcome = deploy_interface(task).check_cleaning_prepared(task)
     except DriverError as exc:
         stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
         return
     if outcome == "wait":
-        since = float(info.get("clean_preparing_since", task.now()))
+        since = task.progress.ramdisk_booting_since
+        if since is None:
+            since = task.now()
         timeout = SPEC.timeout(task.ctx.settings)
         if task.now() - since > timeout:
             booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
@@ -74,22 +73,31 @@ def _check_prepared(task: NodeTask) -> None:
             return
         stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
         return
-    info = dict(task.node.driver_internal_info)  # the interface may have changed it
-    info.pop("clean_preparing_since", None)
-    info["clean_prepared"] = True
-    task.node.driver_internal_info = info
+    task.progress = dataclasses.replace(
+        task.progress, ramdisk_booting_since=None, ramdisk_prepared=True
+    )
     task.transition(states.RESUME, note="the ramdisk agent is up")
 
 
-def tear_down_ramdisk(task: NodeTask) -> None:
+def _tear_down_ramdisk(task: NodeTask) -> None:
     """Stop the ramdisk cleaning booted (after the last step, or on abort while it boots)."""
     deploy_interface(task).tear_down_cleaning(task)
 
 
+def _abort_while_booting(task: NodeTask) -> None:
+    """Aborted before any step: a ramdisk still booting runs nothing yet, so stop it."""
+    if task.progress.ramdisk_booting_since is None:
+        return
+    try:
+        _tear_down_ramdisk(task)
+    except DriverError as exc:
+        task.record("clean_abort", f"could not stop the ramdisk: {exc}", history.WARNING)
+
+
 def _finish(task: NodeTask) -> None:
-    if not task.node.driver_internal_info.get("clean_prepared"):
+    if not task.progress.ramdisk_prepared:
         return  # nothing was booted (automated cleaning off, or disable_ramdisk)
-    tear_down_ramdisk(task)
+    _tear_down_ramdisk(task)
 
 
 def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
@@ -108,7 +116,7 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
         return steps.automated_plan(supported)
     try:
         plan = steps.requested_plan(supported, requested)
-        if task.node.driver_internal_info.get("clean_disable_ramdisk"):
+        if task.progress.without_ramdisk:
             steps.check_without_ramdisk(plan)
     except steps.StepRequestError as exc:
         stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
@@ -144,22 +152,18 @@ def clean_wait(task: NodeTask) -> None:
 # -- requests ------------------------------------------------------------------
 
 
-def forget_cleaning(admission: Admission) -> dict[str, Any]:
-    """A new flow starts without what an earlier cleaning left on the node."""
-    return {
-        "driver_internal_info": stepflow.without_progress(
-            admission.node.driver_internal_info, "clean"
+def forget_cleaning(_admission: Admission) -> Intent:
+    """A new cleaning starts without what an earlier flow left on the node."""
+    return Intent(progress=FlowProgress.starting("clean"))
+
+
+def _manual_intent(admission: Admission) -> Intent:
+    request = admission.request
+    return Intent(
+        progress=FlowProgress.starting(
+            "clean", request.clean_steps, without_ramdisk=request.disable_ramdisk
         )
-    }
-
-
-def _manual_intent(admission: Admission) -> dict[str, Any]:
-    changes = forget_cleaning(admission)
-    info = changes["driver_internal_info"]
-    info[stepflow.requested_key("clean")] = list(admission.request.clean_steps)
-    if admission.request.disable_ramdisk:
-        info["clean_disable_ramdisk"] = True
-    return changes
+    )
 
 
 def _check_requested_steps(admission: Admission) -> None:
@@ -218,4 +222,5 @@ SPEC = FlowSpec(
     },
     step_kind="clean",
     timeout_setting="clean_callback_timeout",
+    on_abort=_abort_while_booting,
 )

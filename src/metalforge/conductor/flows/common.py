@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from metalforge import states
 from metalforge.conductor import history, steps
+from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.task import NodeTask
+from metalforge.db.flow_progress import NO_FLOW
 from metalforge.drivers.base import DeployInterface, DriverError, PowerInterface
 
 
@@ -44,3 +46,8 @@ def warn_unknown_overrides(
             f"offer, ignored: {', '.join(unknown)}",
             history.WARNING,
         )
+
+
+def forget_progress(_admission: Admission) -> Intent:
+    """The node leaves the step flows behind: nothing an earlier flow left is kept."""
+    return Intent(progress=NO_FLOW)

@@ -7,14 +7,13 @@ resumes it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from metalforge import states
 from metalforge.conductor import deploy_plan, stepflow, steps
 from metalforge.conductor.flows.common import warn_unknown_overrides
 from metalforge.conductor.flows.guards import not_in_maintenance, not_protected
-from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
@@ -32,9 +31,7 @@ def deploy(task: NodeTask) -> None:
         except steps.StepRequestError as exc:
             stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
             return
-        if overrides:
-            supported = steps.supported_steps(task.ctx.drivers, task.node, "deploy", overrides)
-            warn_unknown_overrides(task, "deploy", overrides, supported)
+        warn_unknown_overrides(task, "deploy", overrides, plan.supported)
         if plan.templates:
             task.record(
                 "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
@@ -66,15 +63,15 @@ def _check_plan(admission: Admission) -> None:
         raise bad_request(f"Cannot deploy node {node.uuid}: {exc}") from None
 
 
-def _intent(admission: Admission) -> dict[str, Any]:
+def _intent(admission: Admission) -> Intent:
     node, request = admission.node, admission.request
-    info = stepflow.without_progress(node.driver_internal_info, "deploy")
-    if request.deploy_steps:
-        info[stepflow.requested_key("deploy")] = list(request.deploy_steps)
     instance_info = dict(node.instance_info)
     if request.configdrive is not None:
         instance_info["configdrive"] = request.configdrive
-    return {"driver_internal_info": info, "instance_info": instance_info}
+    return Intent(
+        changes={"instance_info": instance_info},
+        progress=FlowProgress.starting("deploy", request.deploy_steps),
+    )
 
 
 _FIELDS = frozenset({"deploy_steps", "configdrive"})

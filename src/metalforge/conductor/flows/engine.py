@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from metalforge import states
 from metalforge.conductor import history, stepflow
-from metalforge.conductor.flows import catalog, cleaning
+from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.common import fail, power
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError
@@ -68,16 +68,9 @@ def abort(task: NodeTask) -> None:
             )
             task.save()
             return
-        if (
-            step is None
-            and kind == "clean"
-            and task.node.driver_internal_info.get("clean_preparing_since")
-        ):
-            # Aborted while the ramdisk boots: nothing runs on it yet, stop it.
-            try:
-                cleaning.tear_down_ramdisk(task)
-            except DriverError as exc:
-                task.record("clean_abort", f"could not stop the ramdisk: {exc}", history.WARNING)
+        spec = catalog.flow_of(state)
+        if step is None and spec is not None and spec.on_abort is not None:
+            spec.on_abort(task)
         stepflow.abort(task, kind, step)
         return
     if states.ABORT in states.allowed_events(state):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge.conductor.flows.spec import Admission
+from metalforge.db.models import Node
 from metalforge.errors import RequestError, bad_request
 
 
@@ -15,10 +16,17 @@ def not_in_maintenance(admission: Admission) -> None:
         )
 
 
-def not_protected(admission: Admission) -> None:
-    node = admission.node
+def refuse_if_protected(node: Node) -> None:
+    """A protected node is not undeployed, rebuilt or deleted.
+
+    403 as in Ironic, for the provision verbs as for DELETE (a 409 would make
+    clients retry for ~10 s).
+    """
     if node.protected:
-        # Ironic answers a protected node with 403, for this as for DELETE.
         raise RequestError(
             403, f"Node {node.uuid} is protected and cannot be undeployed, rebuilt or deleted"
         )
+
+
+def not_protected(admission: Admission) -> None:
+    refuse_if_protected(admission.node)

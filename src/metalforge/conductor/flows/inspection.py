@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from metalforge import states
 from metalforge.conductor.flows.common import fail
-from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import utcnow
 from metalforge.drivers.base import DriverError, InspectInterface
@@ -28,8 +26,8 @@ def inspect(task: NodeTask) -> None:
     task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
 
 
-def _intent(admission: Admission) -> dict[str, Any]:
-    return {"inspection_started_at": utcnow(), "inspection_finished_at": None}
+def _intent(_admission: Admission) -> Intent:
+    return Intent(changes={"inspection_started_at": utcnow(), "inspection_finished_at": None})
 
 
 SPEC = FlowSpec(

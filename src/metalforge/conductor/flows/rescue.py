@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from metalforge import states
 from metalforge.conductor.flows.common import fail
-from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError, RescueInterface
 from metalforge.errors import bad_request
@@ -55,9 +53,11 @@ def _supported(admission: Admission) -> None:
         )
 
 
-def _intent(admission: Admission) -> dict[str, Any]:
+def _intent(admission: Admission) -> Intent:
     password = admission.request.rescue_password
-    return {"instance_info": {**admission.node.instance_info, "rescue_password": password}}
+    return Intent(
+        changes={"instance_info": {**admission.node.instance_info, "rescue_password": password}}
+    )
 
 
 SPEC = FlowSpec(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from metalforge import states
 from metalforge.conductor import stepflow, steps
 from metalforge.conductor.flows.common import deploy_interface
-from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Verb
+from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.drivers.base import DriverError
 
 
@@ -33,10 +32,8 @@ def service_wait(task: NodeTask) -> None:
     stepflow.poll(task, "service", SPEC.timeout(task.ctx.settings))
 
 
-def _intent(admission: Admission) -> dict[str, Any]:
-    info = stepflow.without_progress(admission.node.driver_internal_info, "service")
-    info[stepflow.requested_key("service")] = list(admission.request.service_steps)
-    return {"driver_internal_info": info}
+def _intent(admission: Admission) -> Intent:
+    return Intent(progress=FlowProgress.starting("service", admission.request.service_steps))
 
 
 SPEC = FlowSpec(

@@ -13,14 +13,14 @@ operators may not change power) are derived from these declarations in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from metalforge.conductor.stepflow import FlowKind
 from metalforge.conductor.task import NodeTask
 from metalforge.config import ConductorSettings
+from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.hardware import DriverRegistry
 
@@ -66,8 +66,19 @@ class Admission:
 
 Check = Callable[[Admission], None]
 """Refuses a request (raises a ``RequestError``) the flow could not carry out."""
-Intent = Callable[[Admission], dict[str, Any]]
-"""Node columns the verb writes together with its transition."""
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What a verb writes together with its transition."""
+
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    """Node columns."""
+    progress: FlowProgress | None = None
+    """The flow progress the node starts the flow with; ``None`` keeps the one it has."""
+
+
+IntentOf = Callable[[Admission], Intent]
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class Verb:
     """Checks of the node itself, made before the state table is consulted."""
     checks: tuple[Check, ...] = ()
     """Checks made once the state table allows the verb."""
-    intent: Intent | None = None
+    intent: IntentOf | None = None
     clears_last_error: bool = True
 
 
@@ -119,6 +130,9 @@ class FlowSpec:
     """Set for the flows that run a plan of steps (``stepflow``)."""
     timeout_setting: str | None = None
     """The conductor setting bounding how long the flow waits (an agent, a step)."""
+    on_abort: Hook | None = None
+    """Run when the operator aborts the flow while no step runs (cleaning stops a
+    ramdisk that is still booting); it records, rather than raises, what fails."""
 
     def timeout(self, settings: ConductorSettings) -> float:
         """The flow's wait bound in seconds, read from the conductor's settings."""

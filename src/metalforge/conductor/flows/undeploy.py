@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import allocations, stepflow
+from metalforge.conductor import allocations
 from metalforge.conductor.flows import cleaning
 from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.guards import not_protected
@@ -22,7 +22,6 @@ def tear_down(task: NodeTask) -> None:
     except DriverError as exc:
         fail(task, f"Failed to tear down: {exc}", str(exc))
         return
-    info = stepflow.without_progress(task.node.driver_internal_info, "deploy", "clean")
     allocation_id = task.node.allocation_id
     if allocation_id is not None:
         # The instance is gone, so is the node's allocation: in this very
@@ -34,7 +33,6 @@ def tear_down(task: NodeTask) -> None:
         instance_uuid=None,
         allocation_id=None,
         deploy_step={},
-        driver_internal_info=info,
         last_error=None,
     )
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor.flows import cleaning
-from metalforge.conductor.flows.common import fail, power
+from metalforge.conductor.flows.common import fail, forget_progress, power
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.drivers.base import DriverError
@@ -24,6 +23,6 @@ def verify(task: NodeTask) -> None:
 
 SPEC = FlowSpec(
     name="verify",
-    verbs=(Verb(states.MANAGE, since=(1, 4), intent=cleaning.forget_cleaning),),
+    verbs=(Verb(states.MANAGE, since=(1, 4), intent=forget_progress),),
     states={states.VERIFYING: FlowState(hook=verify)},
 )

@@ -27,6 +27,7 @@ and the last heartbeat.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -123,7 +124,7 @@ class AgentDeploy(DeployInterface):
         info = task.node.driver_internal_info
         cached = info.get("agent_cached_clean_steps")
         if cached is None:
-            booting = info.get("clean_preparing_since") is not None
+            booting = task.progress.ramdisk_booting_since is not None
             raise StepsNotKnown(
                 "the ramdisk agent has not reported its clean steps yet; they are known once "
                 "it has booted on the node (during cleaning)",
@@ -234,8 +235,9 @@ class AgentDeploy(DeployInterface):
             # Alive and working: the step's wait timeout counts from now (noted
             # every few seconds, not at every poll, to spare the database).
             now = task.now()
-            if now - float(task.node.driver_internal_info.get("step_heartbeat_at", 0)) > 5:
-                set_info(task, step_heartbeat_at=now)
+            progress = task.progress
+            if now - (progress.step_heartbeat_at or 0.0) > 5:
+                task.progress = dataclasses.replace(progress, step_heartbeat_at=now)
             return "wait"
         set_info(task, agent_command=None)
         if result.status == "SUCCEEDED":

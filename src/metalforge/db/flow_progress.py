@@ -1,0 +1,133 @@
+"""How far a node's step flow has got, as one typed record in its own table.
+
+Cleaning, deployment and servicing run a plan of steps that must survive a
+crash: the plan, the index of the step reached, the steps the request asked
+for, whether the ramdisk is up for cleaning and when the running step last
+showed progress. They used to be loose keys of ``driver_internal_info``
+(built with f-strings, cleared by hand); here they are one record, written
+with the node under its reservation (``conductor.task``) or with the
+transition that starts a flow (``services.provisioning``), and replaced whole
+when a new flow starts, so no flow reads what an earlier one left.
+
+The API still shows Ironic's ``clean_steps``/``clean_step_index`` (and the
+deploy and service pairs) in ``driver_internal_info``: ``ironic_keys``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal, cast
+
+from sqlalchemy import Connection, Table, delete, insert, select, update
+
+from metalforge.db.models import FlowProgressRow
+
+FlowKind = Literal["clean", "deploy", "service"]
+FLOW_KINDS: tuple[FlowKind, ...] = ("clean", "deploy", "service")
+
+_TABLE = cast(Table, FlowProgressRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowProgress:
+    """The progress of the node's step flow; ``FlowProgress()`` is "no flow under way"."""
+
+    flow: FlowKind | None = None
+    """The kind of steps the flow runs (servicing runs clean steps but is its own flow)."""
+    plan: tuple[dict[str, Any], ...] | None = None
+    """Step records in the order they run; ``None`` until the flow has planned."""
+    step_index: int = 0
+    """The step running or next to run."""
+    requested: tuple[dict[str, Any], ...] = ()
+    """The steps the request asked for, until the flow plans with them."""
+    ramdisk_prepared: bool = False
+    """Cleaning booted the ramdisk and the agent is up: it must be stopped at the end."""
+    ramdisk_booting_since: float | None = None
+    """Cleaning booted the ramdisk at this time (database clock) and waits for the agent."""
+    without_ramdisk: bool = False
+    """Manual cleaning of out-of-band steps only (``disable_ramdisk``): nothing boots."""
+    step_started_at: float | None = None
+    step_heartbeat_at: float | None = None
+    """The running step last showed progress (an agent still working on it)."""
+
+    @classmethod
+    def starting(
+        cls,
+        flow: FlowKind,
+        requested: Sequence[dict[str, Any]] = (),
+        *,
+        without_ramdisk: bool = False,
+    ) -> FlowProgress:
+        """The record a request leaves for a new flow: nothing of an earlier one."""
+        return cls(flow=flow, requested=tuple(requested), without_ramdisk=without_ramdisk)
+
+    def has_plan(self, flow: FlowKind) -> bool:
+        return self.flow == flow and self.plan is not None
+
+    def ironic_keys(self) -> dict[str, Any]:
+        """The ``driver_internal_info`` keys Ironic clients read for this progress."""
+        if self.flow is None or self.plan is None:
+            return {}
+        return {f"{self.flow}_steps": list(self.plan), f"{self.flow}_step_index": self.step_index}
+
+
+NO_FLOW = FlowProgress()
+
+_COLUMNS = tuple(name for name in (f.name for f in fields(FlowProgress)) if name not in ("plan",))
+
+
+def _from_row(row: Any) -> FlowProgress:
+    return FlowProgress(
+        flow=row.flow,
+        plan=tuple(row.plan) if row.planned else None,
+        step_index=row.step_index,
+        requested=tuple(row.requested),
+        ramdisk_prepared=row.ramdisk_prepared,
+        ramdisk_booting_since=row.ramdisk_booting_since,
+        without_ramdisk=row.without_ramdisk,
+        step_started_at=row.step_started_at,
+        step_heartbeat_at=row.step_heartbeat_at,
+    )
+
+
+def _values(progress: FlowProgress) -> dict[str, Any]:
+    values = {name: getattr(progress, name) for name in _COLUMNS}
+    values["requested"] = list(progress.requested)
+    values["planned"] = progress.plan is not None
+    values["plan"] = list(progress.plan or ())
+    return values
+
+
+def load(connection: Connection, node_id: int) -> FlowProgress:
+    row = connection.execute(select(_TABLE).where(_TABLE.c.node_id == node_id)).one_or_none()
+    return NO_FLOW if row is None else _from_row(row)
+
+
+def load_many(connection: Connection, node_ids: Iterable[int]) -> dict[int, FlowProgress]:
+    """The progress of each of ``node_ids`` that has a flow under way (a page of nodes)."""
+    ids = list(node_ids)
+    found: dict[int, FlowProgress] = {}
+    for start in range(0, len(ids), 500):
+        rows = connection.execute(
+            select(_TABLE).where(_TABLE.c.node_id.in_(ids[start : start + 500]))
+        )
+        for row in rows:
+            found[row.node_id] = _from_row(row)
+    return found
+
+
+def write(connection: Connection, node_id: int, progress: FlowProgress) -> None:
+    """Store ``progress`` as the node's (no row at all for ``NO_FLOW``).
+
+    The caller holds the node: its reservation (a conductor) or the row lock
+    of the transition that starts the flow (a request), so no other writer
+    races this one.
+    """
+    if progress == NO_FLOW:
+        connection.execute(delete(_TABLE).where(_TABLE.c.node_id == node_id))
+        return
+    values = _values(progress)
+    updated = connection.execute(update(_TABLE).where(_TABLE.c.node_id == node_id).values(**values))
+    if updated.rowcount == 0:
+        connection.execute(insert(_TABLE).values(node_id=node_id, **values))
