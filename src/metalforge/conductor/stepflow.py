@@ -43,22 +43,29 @@ def has_plan(task: NodeTask, kind: FlowKind) -> bool:
 
 def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> None:
     """Record the plan (and index 0) before any step runs."""
+    claim(task, kind)
     task.progress = dataclasses.replace(
-        _of_flow(task.progress, kind), plan=tuple(s.to_record() for s in plan), step_index=0
+        task.progress, plan=tuple(s.to_record() for s in plan), step_index=0
     )
     names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
     task.record(f"{kind}_plan", f"{kind} plan: {names}")
     # Saved together with the start of the first step (or the end of the flow).
 
 
-def _of_flow(progress: FlowProgress, kind: FlowKind) -> FlowProgress:
-    """``progress`` as a ``kind`` flow's: what it holds is kept if it is one or no flow's yet
-    (automated cleaning notes the ramdisk before it plans), else a fresh record."""
+def claim(task: NodeTask, kind: FlowKind) -> None:
+    """Make the node's progress a ``kind`` flow's before the flow records anything in it.
+
+    What it holds is kept if it is already one (the request's steps, the
+    ramdisk cleaning booted before it planned) or no flow's yet; another
+    flow's leftovers are never read as this one's.
+    """
+    progress = task.progress
     if progress.flow == kind:
-        return progress
+        return
     if progress.flow is None:
-        return dataclasses.replace(progress, flow=kind)
-    return FlowProgress(flow=kind)
+        task.progress = dataclasses.replace(progress, flow=kind)
+    else:
+        task.progress = FlowProgress(flow=kind)
 
 
 def clear_plan(task: NodeTask, kind: FlowKind) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Row, bindparam, select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from metalforge import states
@@ -38,7 +38,7 @@ from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
 from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.db.models import INTERFACES, Node, NodeTrait
+from metalforge.db.models import INTERFACES, Node
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
 
@@ -192,13 +192,6 @@ def _value_filters(query: Query) -> list[Any]:
     return conditions
 
 
-_NODE_TRAITS = (
-    select(NodeTrait.__table__.c.trait)
-    .where(NodeTrait.__table__.c.node_id == bindparam("b_node"))
-    .order_by(NodeTrait.__table__.c.trait)
-)
-
-
 def _page(
     request: Request, svc: ApiServices, query: Query, plan: ViewPlan, pg: Page
 ) -> tuple[Sequence[Row[Any]], dict[int, list[str]], dict[int, dict[str, Any]]]:
@@ -299,7 +292,7 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
         node = lookup.find_node_row(connection, node_ident, query.version, plan.columns)
         traits: list[str] = []
         if plan.traits:
-            traits = list(connection.scalars(_NODE_TRAITS, {"b_node": node.id}))
+            traits = lookup.node_traits(connection, node.id)
         shown_steps = lookup.step_keys(connection, [node.id]) if plan.internal_info else {}
     return JSONResponse(
         render(

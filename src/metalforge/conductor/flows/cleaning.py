@@ -127,6 +127,7 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
 def clean(task: NodeTask) -> None:
     """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
     if not stepflow.has_plan(task, "clean"):
+        stepflow.claim(task, "clean")
         manual = task.node.target_provision_state == states.MANAGEABLE
         if not manual and not _automated_clean_enabled(task):
             task.record("clean_plan", "automated cleaning is disabled; no steps run")
