@@ -196,6 +196,19 @@ def test_an_allocation_past_its_failure_budget_ends_in_error(sqlite_url: str) ->
         stack.stop()
 
 
+def test_an_allocation_item_that_names_no_allocation_is_dead_lettered(buggy_stack: Stack) -> None:
+    item_id = insert_raw_item(buggy_stack.db, "allocation", None, '{"allocation_id": "x"}')
+    buggy_stack.conductor.ctx.waker.notify()
+
+    def buried() -> WorkItem | None:
+        with buggy_stack.db.read() as session:
+            item = session.get(WorkItem, item_id)
+            return item if item is not None and item.state == queue.DEAD else None
+
+    item = wait_until("the item to be dead-lettered", buried)
+    assert item.last_error == "the allocation request names nothing to work on"
+
+
 def test_a_failed_release_gives_the_reservation_back(
     buggy_stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -107,3 +107,12 @@ def test_verb_fields_are_request_fields() -> None:
         for verb in spec.verbs:
             assert verb.fields <= known, verb.name
             assert verb.requires is None or verb.requires in verb.fields
+
+
+def test_allocation_matching_is_declared_and_its_takeover_setting_is_real() -> None:
+    flow = catalog.DETACHED["allocation"]
+    assert flow.work_kind == "allocation"
+    assert flow.work_kind not in {k for spec in catalog.SPECS for k in spec.states}
+    assert dict(flow.states) == {"allocating": "busy", "active": "stable", "error": "failure"}
+    assert flow.adopt_interval(ConductorSettings()) > 0
+    assert flow.adopt_interval(ConductorSettings(allocation_takeover_interval=0)) == 0

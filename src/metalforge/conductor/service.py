@@ -11,6 +11,7 @@ offline so others take over at once.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -23,9 +24,10 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import allocations, history, power_sync
+from metalforge.conductor import history, power_sync
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.flows import engine
+from metalforge.conductor.flows import catalog, engine
+from metalforge.conductor.flows.allocation import DetachedFlow
 from metalforge.conductor.task import (
     LIVE_CONDUCTORS,
     Interrupted,
@@ -68,12 +70,6 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
     engine.advance(task)
 
 
-def _allocation_id(item: queue.ClaimedItem) -> int | None:
-    """The allocation an ``allocation`` item is for (none in a payload nobody wrote)."""
-    value = item.payload.get("allocation_id")
-    return value if isinstance(value, int) else None
-
-
 def _fail_request(task: NodeTask, kind: str, message: str) -> None:
     """What a request that failed unexpectedly leaves: a power change fails alone,
     a provision request (or abort) fails the node's flow."""
@@ -112,13 +108,15 @@ class ConductorService:
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
         self.register()
-        for name, target in (
+        loops: list[tuple[str, Callable[[], None]]] = [
             ("dispatcher", self._dispatch_loop),
             ("heartbeat", self._heartbeat_loop),
             ("periodic", self._periodic_loop),
-            ("allocations", self._allocation_loop),
             ("power-sync", self._power_sync_loop),
-        ):
+        ]
+        for flow in catalog.DETACHED.values():
+            loops.append((f"{flow.name}-takeover", functools.partial(self._adoption_loop, flow)))
+        for name, target in loops:
             thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -230,9 +228,10 @@ class ConductorService:
                 )
             )
 
-        # Allocations this conductor was processing when it stopped: their items
-        # were handed back above; queue those that have none.
-        allocations.resume_own(self.ctx)
+        # What this conductor was working on without a node (allocations) when it
+        # stopped: their items were handed back above; queue those that have none.
+        for flow in catalog.DETACHED.values():
+            flow.resume(self.ctx)
 
     # -- loops -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -270,16 +269,16 @@ class ConductorService:
             except Exception:
                 LOG.exception("periodic task failed")
 
-    def _allocation_loop(self) -> None:
-        """Adopt the unfinished allocations of dead conductors, every interval."""
-        interval = self.ctx.settings.allocation_takeover_interval
+    def _adoption_loop(self, flow: DetachedFlow) -> None:
+        """Adopt what dead conductors left unfinished of ``flow``, every interval."""
+        interval = flow.adopt_interval(self.ctx.settings)
         if interval <= 0:
             return
         while not self.ctx.stopping.wait(interval):
             try:
-                allocations.adopt_orphans(self.ctx)
+                flow.adopt(self.ctx)
             except Exception:
-                LOG.exception("allocation takeover failed")
+                LOG.exception("%s takeover failed", flow.name)
 
     def _power_sync_loop(self) -> None:
         """Compare recorded and real power states of idle nodes, every interval.
@@ -413,8 +412,9 @@ class ConductorService:
             self._give_up(item, locked, reason)
             return
         host = self.ctx.hostname
-        if item.kind == allocations.KIND:
-            self._run_allocation(item)
+        detached = catalog.DETACHED.get(item.kind)
+        if detached is not None:
+            self._run_detached(detached, item)
             return
         handler = HANDLERS.get(item.kind)
         if handler is None or item.node_id is None:
@@ -453,10 +453,9 @@ class ConductorService:
         """Dead-letter ``item`` and fail what it was for, so nothing waits on it for ever."""
         message = f"Gave up on the {item.kind} request: {reason}"
         LOG.error("work item %s on node id %s: %s", item.id, item.node_id, message)
-        if item.kind == allocations.KIND:
-            allocation_id = _allocation_id(item)
-            if allocation_id is not None:
-                allocations.give_up(self.ctx, allocation_id, message)
+        detached = catalog.DETACHED.get(item.kind)
+        if detached is not None:
+            detached.give_up(self.ctx, item, message)
             self._bury(item, message)
             return
         if item.node_id is None:
@@ -477,18 +476,17 @@ class ConductorService:
         with self.ctx.db.write() as session:
             queue.bury(session, item.id, self.ctx.hostname, reason)
 
-    def _run_allocation(self, item: queue.ClaimedItem) -> None:
-        """Process an allocation (no node reservation: it takes candidates' as it goes)."""
-        allocation_id = _allocation_id(item)
-        if allocation_id is None:
-            self._bury(item, "no allocation id in the request")
-            return
+    def _run_detached(self, flow: DetachedFlow, item: queue.ClaimedItem) -> None:
+        """Run an item of a flow that holds no node (it takes what it needs as it goes)."""
         try:
-            done = allocations.process(self.ctx, allocation_id, item.attempts)
+            done = flow.run(self.ctx, item)
         except Exception as exc:
-            LOG.exception("processing allocation %s failed unexpectedly", allocation_id)
-            allocations.let_go(self.ctx, allocation_id)
+            LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
+            flow.let_go(self.ctx, item)
             self._retry_failed(item, f"{type(exc).__name__}: {exc}")
+            return
+        if done is None:
+            self._bury(item, f"the {item.kind} request names nothing to work on")
             return
         with self.ctx.db.write() as session:
             if done:

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.conductor import allocations as work
+from metalforge.conductor.flows import allocation as allocation_flow
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable, not_found
 from metalforge.services import fencing, lookup
@@ -38,7 +39,7 @@ from metalforge.services.values import check_resource_class, check_trait
 
 BACKFILL_SINCE: Version = (1, 58)
 OWNER_SINCE: Version = (1, 60)
-STATES = (work.ALLOCATING, work.ACTIVE, work.ERROR)
+STATES = tuple(allocation_flow.SPEC.states)
 """Every state an allocation can be in (a list filter naming another is a 400)."""
 PATCHABLE = ("name", "extra")
 """What a client may change: the rest is the request a conductor acted on."""

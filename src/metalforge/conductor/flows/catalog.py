@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from metalforge.conductor.flows import (
     adoption,
+    allocation,
     cleaning,
     deploying,
     inspection,
@@ -22,6 +23,7 @@ from metalforge.conductor.flows import (
     undeploy,
     verify,
 )
+from metalforge.conductor.flows.allocation import DetachedFlow
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Hook, Verb
 from metalforge.db.flow_progress import FlowKind
 
@@ -88,3 +90,9 @@ ABORT_SINCE: Mapping[str, tuple[int, int]] = MappingProxyType(
 
 def flow_of(state: str) -> FlowSpec | None:
     return _FLOW_OF.get(state)
+
+
+DETACHED: Mapping[str, DetachedFlow] = MappingProxyType(
+    {flow.work_kind: flow for flow in (allocation.SPEC,)}
+)
+"""The flows a conductor runs without holding a node, by work kind (allocation matching)."""
