@@ -36,7 +36,14 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions, flow_progress
 from metalforge.db.flow_progress import FlowProgress
-from metalforge.db.models import Conductor, Node, NodeHistory, node_from_row, utcnow
+from metalforge.db.models import (
+    Conductor,
+    FlowProgressRow,
+    Node,
+    NodeHistory,
+    node_from_row,
+    utcnow,
+)
 from metalforge.drivers.base import Interface
 from metalforge.errors import NodeLocked
 from metalforge.redaction import Scrubber
@@ -67,7 +74,14 @@ LIVE_CONDUCTORS = select(Conductor.hostname).where(
 Holders whose reservations stand. Any other holder's is free to take: a dead
 conductor's, and a holder that is no conductor at all (the API's short
 boot-device reservation, if the API process died during the BMC call)."""
-_READ = select(_NODES).where(_NODES.c.id == bindparam("b_id")).with_for_update()
+_PROGRESS = cast(Table, FlowProgressRow.__table__)
+_READ = (
+    select(_NODES, *flow_progress.JOINED_COLUMNS)
+    .select_from(_NODES.outerjoin(_PROGRESS, _PROGRESS.c.node_id == _NODES.c.id))
+    .where(_NODES.c.id == bindparam("b_id"))
+    .with_for_update(of=_NODES)
+)
+"""The node and its flow progress, in the one statement the lock runs anyway."""
 _TAKE = (
     update(_NODES)
     .where(
@@ -121,7 +135,13 @@ def _frozen(value: Any) -> Any:
 class NodeTask:
     """A node held under this conductor's reservation; implements ``DriverTask``."""
 
-    def __init__(self, ctx: ConductorContext, node: Node, purpose: str) -> None:
+    def __init__(
+        self,
+        ctx: ConductorContext,
+        node: Node,
+        purpose: str,
+        progress: FlowProgress | None = None,
+    ) -> None:
         self.ctx = ctx
         self.purpose = purpose
         self._node = node
@@ -130,8 +150,9 @@ class NodeTask:
         self._on_release: list[Callable[[Session], object]] = []
         self._with_transition: list[Callable[[Session], object]] = []
         self._released = False
-        self._progress: FlowProgress | None = None
-        self._saved_progress: FlowProgress | None = None
+        self._progress = progress
+        """``None`` until read (``lock`` reads it with the node)."""
+        self._saved_progress = progress
 
     @property
     def node(self) -> Node:
@@ -423,8 +444,9 @@ class NodeTask:
 def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any]:
     """Take node ``node_id``'s reservation in the caller's transaction.
 
-    Returns the node's columns as they are now (for ``acquire``, which builds
-    the node outside the transaction). Raises ``NodeGone`` or ``NodeLocked``,
+    Returns the node's columns as they are now, and its flow progress's
+    (``flow_progress.JOINED_COLUMNS``), for ``acquire``, which builds the
+    node outside the transaction. Raises ``NodeGone`` or ``NodeLocked``,
     having written nothing.
     """
     connection = session.connection()
@@ -474,7 +496,9 @@ def acquire(
     if locked is None:
         with ctx.db.write() as session:
             locked = lock(ctx, session, node_id)
-    task = NodeTask(ctx, node_from_row(locked), purpose)
+    columns = dict(locked)
+    progress = flow_progress.from_joined(columns)
+    task = NodeTask(ctx, node_from_row(columns), purpose, progress)
     try:
         yield task
     except LockLost:

@@ -15,11 +15,14 @@ deploy and service pairs) in ``driver_internal_info``: ``ironic_keys``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Executable, Table, bindparam, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from metalforge.db.models import FlowProgressRow
 
@@ -91,6 +94,24 @@ def _from_row(row: Any) -> FlowProgress:
     )
 
 
+PREFIX = "progress_"
+JOINED_COLUMNS = tuple(
+    column.label(f"{PREFIX}{column.key}") for column in _TABLE.columns if column.key != "node_id"
+)
+"""The table's columns, labelled, for a query that reads a node and its progress at once
+(``from_joined``): the conductor's lock reads both in the statement it runs anyway."""
+
+
+def from_joined(values: dict[str, Any]) -> FlowProgress:
+    """Take the ``JOINED_COLUMNS`` out of ``values`` (a row read with an outer join)."""
+    mine = {
+        key.removeprefix(PREFIX): values.pop(key) for key in [*values] if key.startswith(PREFIX)
+    }
+    if mine.get("planned") is None:
+        return NO_FLOW  # no row: the outer join left every column NULL
+    return _from_row(SimpleNamespace(**mine))
+
+
 def _values(progress: FlowProgress) -> dict[str, Any]:
     values = {name: getattr(progress, name) for name in _COLUMNS}
     values["requested"] = list(progress.requested)
@@ -118,16 +139,30 @@ def load_many(connection: Connection, node_ids: Iterable[int]) -> dict[int, Flow
 
 
 def write(connection: Connection, node_id: int, progress: FlowProgress) -> None:
-    """Store ``progress`` as the node's (no row at all for ``NO_FLOW``).
+    """Store ``progress`` as the node's (no row at all for ``NO_FLOW``), in one statement.
 
     The caller holds the node: its reservation (a conductor) or the row lock
     of the transition that starts the flow (a request), so no other writer
     races this one.
     """
     if progress == NO_FLOW:
-        connection.execute(delete(_TABLE).where(_TABLE.c.node_id == node_id))
-        return
-    values = _values(progress)
-    updated = connection.execute(update(_TABLE).where(_TABLE.c.node_id == node_id).values(**values))
-    if updated.rowcount == 0:
-        connection.execute(insert(_TABLE).values(node_id=node_id, **values))
+        connection.execute(_DELETE, {"b_node": node_id})
+    else:
+        connection.execute(
+            _upsert(connection.dialect.name), {"node_id": node_id, **_values(progress)}
+        )
+
+
+_DELETE = delete(_TABLE).where(_TABLE.c.node_id == bindparam("b_node"))
+
+
+@functools.cache
+def _upsert(dialect: str) -> Executable:
+    """Insert or replace a node's row in one statement, built once per engine.
+
+    Prebuilt like the conductor's other writes: on SQLite writes run one at
+    a time, so building statements inside them costs every writer.
+    """
+    stmt = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_TABLE)
+    replaced = {c.key: stmt.excluded[c.key] for c in _TABLE.columns if c.key != "node_id"}
+    return stmt.on_conflict_do_update(index_elements=[_TABLE.c.node_id], set_=replaced)
