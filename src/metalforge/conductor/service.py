@@ -27,7 +27,7 @@ from metalforge import states
 from metalforge.conductor import history, power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine
-from metalforge.conductor.flows.allocation import DetachedFlow
+from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.conductor.task import (
     LIVE_CONDUCTORS,
     Interrupted,

@@ -3,7 +3,7 @@
 Not a node flow: an allocation has states of its own and holds no node's
 reservation while it looks (it takes each candidate's in turn, see
 ``conductor.allocations``). So it is declared as work a conductor runs
-without a node (``DetachedFlow``): what runs a work item of its kind, what
+without a node (``spec.DetachedFlow``): what runs a work item of its kind, what
 undoes this conductor's claim when a run breaks, what a given-up item leaves,
 what a conductor resumes at start-up and what it adopts from dead conductors,
 every how many seconds. The conductor's service runs any such flow the same
@@ -12,44 +12,12 @@ way; nothing there names allocations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
 
 from metalforge.conductor import allocations
 from metalforge.conductor.context import ConductorContext
-from metalforge.config import ConductorSettings
+from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.db import queue
-
-StateKind = Literal["busy", "stable", "failure"]
-
-
-@dataclass(frozen=True)
-class DetachedFlow:
-    """Work a conductor runs without holding a node: one frozen declaration per kind."""
-
-    name: str
-    work_kind: str
-    """The work items' kind (one item per piece of work, de-duplicated)."""
-    states: Mapping[str, StateKind]
-    """The states of what the flow works on (an allocation's, not a node's)."""
-    run: Callable[[ConductorContext, queue.ClaimedItem], bool | None]
-    """Run an item: ``True`` done, ``False`` try again shortly, ``None`` the item is
-    unreadable (it names nothing to work on) and goes to the dead letters."""
-    let_go: Callable[[ConductorContext, queue.ClaimedItem], None]
-    """After ``run`` broke unexpectedly: give up this conductor's claim, for anyone to take."""
-    give_up: Callable[[ConductorContext, queue.ClaimedItem, str], None]
-    """The item is dead-lettered: leave what it was for in a failure state, not waiting."""
-    resume: Callable[[ConductorContext], int]
-    """At start-up: queue again what this conductor was working on when it stopped."""
-    adopt: Callable[[ConductorContext], int]
-    """Take over what dead conductors were working on; returns how many."""
-    adopt_interval_setting: str
-    """The conductor setting: seconds between adoptions (0 turns them off)."""
-
-    def adopt_interval(self, settings: ConductorSettings) -> float:
-        return float(getattr(settings, self.adopt_interval_setting))
 
 
 def _allocation_id(item: queue.ClaimedItem) -> int | None:

@@ -23,8 +23,7 @@ from metalforge.conductor.flows import (
     undeploy,
     verify,
 )
-from metalforge.conductor.flows.allocation import DetachedFlow
-from metalforge.conductor.flows.spec import FlowSpec, FlowState, Hook, Verb
+from metalforge.conductor.flows.spec import DetachedFlow, FlowSpec, FlowState, Hook, Verb
 from metalforge.db.flow_progress import FlowKind
 
 SPECS: tuple[FlowSpec, ...] = (

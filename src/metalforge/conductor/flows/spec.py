@@ -7,19 +7,22 @@ pass before the node moves, the columns the verb writes with its transition,
 and the setting that bounds its waits. The state sets other code needs (where
 the ramdisk agent may look up, where its heartbeat continues a flow, where
 operators may not change power) are derived from these declarations in
-``catalog``, never written out by hand.
+``catalog``, never written out by hand. Work a conductor runs without
+holding a node (allocation matching) is declared as a ``DetachedFlow``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import NodeTask
 from metalforge.config import ConductorSettings
+from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.hardware import DriverRegistry
@@ -139,3 +142,33 @@ class FlowSpec:
         if self.timeout_setting is None:
             raise ValueError(f"the {self.name} flow declares no timeout")
         return float(getattr(settings, self.timeout_setting))
+
+
+StateKind = Literal["busy", "stable", "failure"]
+
+
+@dataclass(frozen=True)
+class DetachedFlow:
+    """Work a conductor runs without holding a node: one frozen declaration per kind."""
+
+    name: str
+    work_kind: str
+    """The work items' kind (one item per piece of work, de-duplicated)."""
+    states: Mapping[str, StateKind]
+    """The states of what the flow works on (an allocation's, not a node's)."""
+    run: Callable[[ConductorContext, queue.ClaimedItem], bool | None]
+    """Run an item: ``True`` done, ``False`` try again shortly, ``None`` the item is
+    unreadable (it names nothing to work on) and goes to the dead letters."""
+    let_go: Callable[[ConductorContext, queue.ClaimedItem], None]
+    """After ``run`` broke unexpectedly: give up this conductor's claim, for anyone to take."""
+    give_up: Callable[[ConductorContext, queue.ClaimedItem, str], None]
+    """The item is dead-lettered: leave what it was for in a failure state, not waiting."""
+    resume: Callable[[ConductorContext], int]
+    """At start-up: queue again what this conductor was working on when it stopped."""
+    adopt: Callable[[ConductorContext], int]
+    """Take over what dead conductors were working on; returns how many."""
+    adopt_interval_setting: str
+    """The conductor setting: seconds between adoptions (0 turns them off)."""
+
+    def adopt_interval(self, settings: ConductorSettings) -> float:
+        return float(getattr(settings, self.adopt_interval_setting))
