@@ -34,6 +34,7 @@ from metalforge.conductor.task import (
     dead_conductors,
 )
 from metalforge.db import queue
+from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, WorkItem, utcnow
 from metalforge.errors import NodeLocked
 
@@ -162,12 +163,12 @@ def candidates(session: Session, req: Request) -> tuple[list[int], str | None]:
     if req.traits:
         ids = [r.id for r in rows]
         having: set[int] = set()
-        for start in range(0, len(ids), 500):
+        for batch in in_batches(ids):
             having.update(
                 session.scalars(
                     select(NodeTrait.node_id)
                     .where(
-                        NodeTrait.node_id.in_(ids[start : start + 500]),
+                        NodeTrait.node_id.in_(batch),
                         NodeTrait.trait.in_(req.traits),
                     )
                     .group_by(NodeTrait.node_id)

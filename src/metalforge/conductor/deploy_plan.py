@@ -57,7 +57,7 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    steps: list[steps.Step]
+    steps: list[Step]
     templates: list[str]
     """Names of the templates that contributed, in the order they were applied."""
     supported: list[Step]

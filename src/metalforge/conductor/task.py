@@ -140,7 +140,7 @@ class NodeTask:
         ctx: ConductorContext,
         node: Node,
         purpose: str,
-        progress: FlowProgress | None = None,
+        progress: FlowProgress,
     ) -> None:
         self.ctx = ctx
         self.purpose = purpose
@@ -151,7 +151,6 @@ class NodeTask:
         self._with_transition: list[Callable[[Session], object]] = []
         self._released = False
         self._progress = progress
-        """``None`` until read (``lock`` reads it with the node)."""
         self._saved_progress = progress
 
     @property
@@ -160,24 +159,16 @@ class NodeTask:
 
     @property
     def progress(self) -> FlowProgress:
-        """The node's flow progress, read when first wanted and written with the node."""
-        if self._progress is None:
-            with self.ctx.db.read() as session:
-                self._progress = flow_progress.load(session.connection(), self._node.id)
-            self._saved_progress = self._progress
+        """The node's flow progress, read with the node by ``lock``, written with it."""
         return self._progress
 
     @progress.setter
     def progress(self, value: FlowProgress) -> None:
-        if self._progress is None:
-            _ = self.progress  # what is stored, to know whether the write changes it
         self._progress = value
 
     def _progress_change(self) -> FlowProgress | None:
         """The progress to write with the next write, if it changed."""
-        if self._progress is None or self._progress == self._saved_progress:
-            return None
-        return self._progress
+        return None if self._progress == self._saved_progress else self._progress
 
     @property
     def released(self) -> bool:

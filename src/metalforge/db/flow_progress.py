@@ -24,10 +24,10 @@ from typing import Any, Literal, cast
 from sqlalchemy import Connection, Executable, Table, bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from metalforge.db.batches import in_batches
 from metalforge.db.models import FlowProgressRow
 
 FlowKind = Literal["clean", "deploy", "service"]
-FLOW_KINDS: tuple[FlowKind, ...] = ("clean", "deploy", "service")
 
 _TABLE = cast(Table, FlowProgressRow.__table__)
 
@@ -127,13 +127,9 @@ def load(connection: Connection, node_id: int) -> FlowProgress:
 
 def load_many(connection: Connection, node_ids: Iterable[int]) -> dict[int, FlowProgress]:
     """The progress of each of ``node_ids`` that has a flow under way (a page of nodes)."""
-    ids = list(node_ids)
     found: dict[int, FlowProgress] = {}
-    for start in range(0, len(ids), 500):
-        rows = connection.execute(
-            select(_TABLE).where(_TABLE.c.node_id.in_(ids[start : start + 500]))
-        )
-        for row in rows:
+    for batch in in_batches(list(node_ids)):
+        for row in connection.execute(select(_TABLE).where(_TABLE.c.node_id.in_(batch))):
             found[row.node_id] = _from_row(row)
     return found
 

@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, s
 from sqlalchemy.orm import Session
 
 from metalforge.db import flow_progress
+from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, Node, NodeTrait, Port, node_from_row
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services.microversion import Version
@@ -178,10 +179,10 @@ def node_traits(connection: Connection, node_id: int) -> list[str]:
 def traits_of(connection: Connection, node_ids: Sequence[int]) -> dict[int, list[str]]:
     """The traits of ``node_ids``, sorted, read in a few queries for a whole page."""
     found: dict[int, list[str]] = {node_id: [] for node_id in node_ids}
-    for start in range(0, len(node_ids), 500):
+    for batch in in_batches(node_ids):
         rows = connection.execute(
             select(NodeTrait.node_id, NodeTrait.trait)
-            .where(NodeTrait.node_id.in_(node_ids[start : start + 500]))
+            .where(NodeTrait.node_id.in_(batch))
             .order_by(NodeTrait.node_id, NodeTrait.trait)
         )
         for node_id, trait in rows:

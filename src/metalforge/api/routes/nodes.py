@@ -141,7 +141,8 @@ def _filters(query: Query, svc: ApiServices, session: Session, scope: str | None
     if query.get("parent_node") is None and not query.bool("include_children"):
         conditions.append(Node.parent_node.is_(None))
     if (s := query.get("conductor")) is not None:
-        owned = [n.id for n in session.scalars(select(Node)) if svc.conductor_lookup()(n) == s]
+        conductor_of = svc.conductor_lookup()  # one ring per (driver, group), not per node
+        owned = [n.id for n in session.scalars(select(Node)) if conductor_of(n) == s]
         conditions.append(Node.id.in_(owned))
     return conditions
 
