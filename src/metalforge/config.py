@@ -89,6 +89,9 @@ class ApiSettings(BaseModel):
     image is better given as a URL. Raise it for large inline config drives."""
     max_agent_request_body_size: int = Field(default=64 * 1024, ge=1024)
     """Largest body the agents' lookup and heartbeat accept, in bytes (413 beyond)."""
+    max_inspection_report_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
+    """Largest inspection report accepted from a ramdisk, in bytes (413 beyond): an
+    inventory is a few kilobytes, the logs it carries (compressed) up to a few MiB."""
     agent_host: str | None = None
     """Address of the ramdisk agents' endpoint (the provisioning network side), or none.
 
@@ -116,6 +119,46 @@ class DatabaseSettings(BaseModel):
     empty: ``metalforge.sqlite`` in ``state_dir``."""
     pool_size: int = 20
     """Connections kept per process (PostgreSQL only)."""
+
+
+class InspectionSettings(BaseModel):
+    """Inspection: how long a node may take to report, and what its report changes."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    timeout: float = Field(default=900.0, gt=0, le=900)
+    """Seconds from the start of an inspection to the ramdisk's report (at most 900,
+    the bound of the HA inspection design); past it the inspection fails."""
+    clean_up_period: float = Field(default=30.0, gt=0)
+    """Seconds between sweeps for timed-out inspections, records of deleted nodes and
+    expired raw reports."""
+    data_expiry: float = Field(default=86400.0, gt=0)
+    """Seconds a ramdisk's raw report is kept for reprocessing; the inventory and plugin
+    data it produced are kept until the node is deleted."""
+    power_off: bool = True
+    """Power the node off once its report is processed."""
+    power_on_interval: float = Field(default=0.0, ge=0)
+    """Seconds between two power-ons into the inspection ramdisk, across every conductor
+    (some BMCs and power circuits cannot take a few hundred at once); 0: no limit."""
+    add_ports: Literal["all", "active", "pxe", "disabled"] = "pxe"
+    """Which reported NICs get a port: ``pxe`` the booting one (all when the ramdisk did
+    not say which it booted from), ``active`` those with an IP address, ``all``, or none."""
+    keep_ports: Literal["all", "present", "added"] = "all"
+    """Which existing ports survive: ``all``; ``present``, those whose MAC was reported;
+    ``added``, those ``add_ports`` would have created."""
+    update_pxe_enabled: bool = True
+    """Set ``pxe_enabled`` on existing ports to whether each is the NIC the node booted from."""
+    disk_partitioning_spacing: bool = True
+    """Leave a GiB of the root disk for the partition table when setting ``local_gb``."""
+
+    @model_validator(mode="after")
+    def _check_ports(self) -> InspectionSettings:
+        if self.add_ports == "disabled" and self.keep_ports == "added":
+            raise ValueError(
+                "inspection.keep_ports = 'added' would delete every port when add_ports "
+                "is 'disabled'"
+            )
+        return self
 
 
 class ConductorSettings(BaseModel):
@@ -185,6 +228,7 @@ class ConductorSettings(BaseModel):
     """``interface.step:priority`` entries that replace a deploy step's default priority."""
     default_resource_class: str | None = None
     """Resource class given to nodes created without one."""
+    inspection: InspectionSettings = Field(default_factory=InspectionSettings)
 
     @field_validator("clean_step_priority_override", "deploy_step_priority_override")
     @classmethod

@@ -150,6 +150,7 @@ REQUESTS: dict[tuple[str, str], Request] = {
         None,
     ),
     ("GET", "/v1/nodes/{node_ident}/history"): lambda w: (f"/v1/nodes/{w.node}/history", None),
+    ("GET", "/v1/nodes/{node_ident}/inventory"): lambda w: (f"/v1/nodes/{w.node}/inventory", None),
     ("GET", "/v1/nodes/{node_ident}/history/{event_uuid}"): lambda w: (
         f"/v1/nodes/{w.node}/history/{w.event}",
         None,
@@ -253,6 +254,7 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/nodes/{node_ident}/traits"): "baremetal:node:traits:delete",
     ("DELETE", "/v1/nodes/{node_ident}/traits/{trait}"): "baremetal:node:traits:delete",
     ("GET", "/v1/nodes/{node_ident}/history"): "baremetal:node:history:get",
+    ("GET", "/v1/nodes/{node_ident}/inventory"): "baremetal:node:inventory:get",
     ("GET", "/v1/nodes/{node_ident}/history/{event_uuid}"): "baremetal:node:history:get",
     ("GET", "/v1/nodes/{node_ident}/management/boot_device"): "baremetal:node:get_boot_device",
     (
@@ -421,7 +423,8 @@ def _concealed(response: Any) -> bool:
     if response.status_code != 404:
         return False
     text = json.loads(response.json()["error_message"]).get("faultstring", "")
-    return "could not be found" in text
+    # A node the caller may see that has no inventory yet is not concealed.
+    return "could not be found" in text and "inventory record" not in text
 
 
 ROUTE_KEYS = sorted(REQUESTS)
@@ -491,3 +494,8 @@ def test_agent_routes_need_no_operator_credentials(stack: Stack) -> None:
         headers={"X-OpenStack-Ironic-API-Version": "1.68"},
     )
     assert beat.status_code == 404, beat.text
+    report = stack.client.post(
+        "/v1/continue_inspection",
+        json={"inventory": {"interfaces": [{"name": "eth0", "mac_address": "52:54:00:99:99:98"}]}},
+    )
+    assert report.status_code == 404, report.text

@@ -16,12 +16,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.errors import routing_error_body, send_json_error
 
-_EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup"})
+_EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup", "/v1/continue_inspection"})
 _PREFIXES = ("/v1/heartbeat/",)
 
 
 def is_agent_path(path: str) -> bool:
-    """The paths ironic-python-agent calls: version discovery, lookup, heartbeat."""
+    """The paths ironic-python-agent calls: version discovery, lookup, heartbeat and
+    the inspection report."""
     return path in _EXACT or path.startswith(_PREFIXES)
 
 

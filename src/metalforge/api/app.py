@@ -14,6 +14,7 @@ from metalforge.api.routes import (
     conductors,
     deploy_templates,
     drivers,
+    inspection,
     node_cleaning,
     node_deploying,
     node_history,
@@ -34,6 +35,7 @@ RESOURCE_ROUTERS = (
     node_deploying.router,
     node_traits.router,
     node_history.router,
+    inspection.router,
     node_management.router,
     ports.router,
     conductors.router,
@@ -56,6 +58,7 @@ def create_app(services: ApiServices) -> FastAPI:
     errors.install(app)
     app.include_router(root.router)
     app.include_router(agent.router)
+    app.include_router(inspection.agent_router)
     for router in RESOURCE_ROUTERS:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
@@ -72,6 +75,7 @@ def create_app(services: ApiServices) -> FastAPI:
         RequestGuardMiddleware,
         max_body_size=services.settings.api.max_request_body_size,
         max_agent_body_size=services.settings.api.max_agent_request_body_size,
+        max_report_size=services.settings.api.max_inspection_report_size,
     )
     app.add_middleware(VersionMiddleware)
     api = services.settings.api

@@ -34,6 +34,7 @@ def too_large_message(limit: int) -> str:
 
 
 _AGENT_PATHS = ("/v1/heartbeat/", "/heartbeat/", "/v1/lookup", "/lookup")
+_REPORT_PATH = "/v1/continue_inspection"
 
 
 class RequestGuardMiddleware:
@@ -41,13 +42,17 @@ class RequestGuardMiddleware:
 
     The agents' calls (which need no credentials) get a limit of their own,
     far below the operator's: a heartbeat is a few hundred bytes, and
-    anything that can reach the provisioning network may send one.
+    anything that can reach the provisioning network may send one. An
+    inspection report carries the ramdisk's logs and has a limit of its own.
     """
 
-    def __init__(self, app: ASGIApp, max_body_size: int, max_agent_body_size: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_body_size: int, max_agent_body_size: int, max_report_size: int
+    ) -> None:
         self.app = app
         self.operator_limit = max_body_size
         self.agent_limit = max_agent_body_size
+        self.report_limit = max_report_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,6 +64,8 @@ class RequestGuardMiddleware:
         limit = self.operator_limit
         if scope["path"].startswith(_AGENT_PATHS):
             limit = self.agent_limit
+        elif scope["path"] == _REPORT_PATH:
+            limit = self.report_limit
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await _reject(send, 413, too_large_message(limit))

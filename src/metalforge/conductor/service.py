@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from metalforge import states
 from metalforge.conductor import history, power_sync
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.flows import catalog, engine
+from metalforge.conductor.flows import catalog, engine, inspection
 from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.conductor.task import (
     LIVE_CONDUCTORS,
@@ -85,6 +85,7 @@ HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
     queue.PROVISION: _run_provision,
     "power": _run_power,
     "abort": _run_abort,
+    inspection.WORK_KIND: inspection.run_event,
 }
 
 

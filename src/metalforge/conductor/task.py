@@ -240,6 +240,17 @@ class NodeTask:
         if held is None:
             raise LockLost(f"lost the reservation of node {self._node.uuid}")
 
+    def write_fenced(self, func: Callable[[Session], object]) -> None:
+        """Write what ``func`` writes now, with the node's unsaved changes, if this task
+        still holds the node (``LockLost`` otherwise): a step of a flow that others
+        must see before the flow goes on (an inspection that began processing)."""
+        changes, entries, _, progress = self._pending()
+        with self.ctx.db.write() as session:
+            self._fence(session)
+            self._flush(session, changes, entries, progress)
+            func(session)
+        self._remember()
+
     def on_release(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction that releases the reservation."""
         self._on_release.append(func)

@@ -428,6 +428,61 @@ class FlowProgressRow(Base):
     step_heartbeat_at: Mapped[float | None] = mapped_column(Float)
 
 
+class Introspection(Base):
+    """A node's inspection: where it stands in the introspection state machine.
+
+    Keyed by the node's UUID and deliberately without a foreign key: the
+    workers that process ramdisk reports write here, and a node's deletion
+    must never wait on (or fail because of) them. What a deleted node leaves
+    is removed by the inventory sync, a singleton periodic task.
+    ``generation`` counts the inspections started on the node; work queued
+    for one inspection carries it, so a late event never touches the next.
+    """
+
+    __tablename__ = "introspections"
+
+    node_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    manage_boot: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class InspectionData(Base):
+    """What inspecting a node collected: the inventory, plugin data and the raw report.
+
+    ``inventory`` and ``plugin_data`` are what ``GET /v1/nodes/{id}/inventory``
+    returns, kept until the node is deleted; ``raw`` is the ramdisk's report
+    as received (without its logs), kept for reprocessing until it expires.
+    """
+
+    __tablename__ = "inspection_data"
+
+    node_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    inventory: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    plugin_data: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    processed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    raw: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    raw_received_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class Throttle(Base):
+    """A cluster-wide rate limit: the earliest moment the next caller may act.
+
+    Each caller takes the next slot in one short write (``db.throttle``) and
+    then waits for it outside any transaction, so N workers together never
+    act faster than the interval allows, and none holds a lock while it waits.
+    """
+
+    __tablename__ = "throttles"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
 from metalforge.config import ConductorSettings
@@ -281,12 +282,37 @@ class DeployInterface(Interface):
         """Undo ``prepare_cleaning`` once every step succeeded (stop the ramdisk)."""
 
 
+@dataclass(frozen=True)
+class SimulatedReport:
+    """A report a simulated ramdisk will post: what, and how many seconds after boot."""
+
+    delay: float
+    report: dict[str, Any]
+
+
 class InspectInterface(Interface):
     interface_type = "inspect"
 
+    boots_ramdisk: bool = False
+    """In band: ``inspect_hardware`` powers the node on into a ramdisk that reports
+    later. Such power-ons take their turn from the cluster-wide throttle."""
+
     @abstractmethod
     def inspect_hardware(self, task: DriverTask) -> StepOutcome:
-        """Collect properties; ``wait`` when an in-band agent reports later."""
+        """Collect properties (``done``), or boot the node into the inspection ramdisk
+        (``wait``: its report continues the inspection)."""
+
+    def simulated_report(self, task: DriverTask, macs: Sequence[str]) -> SimulatedReport | None:
+        """The report a simulated ramdisk will post after ``inspect_hardware`` answered
+        ``wait`` (fake hardware only; ``macs`` are the node's ports'); none for real ones."""
+        return None
+
+    def stop_inspection(self, task: DriverTask) -> None:
+        """The inspection ended (processed, aborted, timed out): power the node off."""
+        power = task.interface("power")
+        if isinstance(power, PowerInterface):
+            power.set_power_state(task, POWER_OFF, None)
+            task.node.power_state = power.get_power_state(task)
 
 
 class RaidInterface(Interface):

@@ -28,6 +28,10 @@ step                               priority  abortable  async  effect
 
 (timestamps and settings are recorded in ``driver_internal_info``).
 
+Inspection is in band and simulated: the node powers on, and a fake ramdisk
+reports an inventory ``fake_step_delay`` seconds later (see ``FakeInspect``;
+``driver_info.fake_inventory`` replaces parts of it).
+
 Deploy steps: the deploy interface's core steps keep Ironic's default
 priorities (``deploy`` 100, ``write_image`` 80 and asynchronous,
 ``prepare_instance_boot`` 60, ``tear_down_agent`` 40, ``boot_instance`` 20).
@@ -40,6 +44,7 @@ steps too, at priority 0, so deploy templates can switch them on; so is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from metalforge.db.models import utcnow
@@ -61,6 +66,7 @@ from metalforge.drivers.base import (
     PowerInterface,
     RaidInterface,
     RescueInterface,
+    SimulatedReport,
     StepFailed,
     StepOutcome,
     noop_interface,
@@ -224,14 +230,59 @@ class FakeDeploy(FakeMixin, DeployInterface):
         task.node.driver_internal_info = info
 
 
+FAKE_INVENTORY_DEFAULTS: dict[str, Any] = {
+    "cpu": {"count": 8, "architecture": "x86_64", "model_name": "Fake CPU", "frequency": "2400"},
+    "memory": {"total": 32768 * 1024**2, "physical_mb": 32768},
+    "disks": [
+        {"name": "/dev/sda", "size": 401 * 1024**3, "rotational": False, "model": "Fake Disk"}
+    ],
+    "system_vendor": {"manufacturer": "metalforge", "product_name": "fake-hardware"},
+    "boot": {"current_boot_mode": "uefi"},
+}
+"""The simulated ramdisk's inventory: 8 CPUs, 32 GiB, one 401 GiB disk (``local_gb`` 400)."""
+
+
+def _fallback_mac(task: DriverTask) -> str:
+    digits = task.node.uuid.replace("-", "")[-6:]
+    return "52:54:00:" + ":".join(digits[i : i + 2] for i in range(0, 6, 2))
+
+
 class FakeInspect(FakeMixin, InspectInterface):
+    """In band, simulated: the node powers on and a fake ramdisk reports an inventory.
+
+    The report lists the node's ports' MACs (the first one as the NIC it booted
+    from; a node without ports reports one MAC made from its UUID) and
+    ``FAKE_INVENTORY_DEFAULTS``, with ``driver_info.fake_inventory`` (an object)
+    replacing whole top-level keys. It arrives ``fake_step_delay`` seconds after
+    the power-on; ``fake_fail_steps`` may name ``inspect.inspect_hardware``
+    (the power-on fails) or ``inspect.report`` (the ramdisk reports an error).
+    """
+
+    boots_ramdisk = True
+
     def inspect_hardware(self, task: DriverTask) -> StepOutcome:
-        task.sleep(step_delay(task))
         if "inspect.inspect_hardware" in _failing(task):
             raise DriverError("fake-hardware was told to fail inspect.inspect_hardware")
-        defaults = {"cpus": 8, "cpu_arch": "x86_64", "memory_mb": 32768, "local_gb": 400}
-        task.node.properties = {**defaults, **task.node.properties}
-        return "done"
+        task.node.power_state = POWER_ON
+        return "wait"
+
+    def simulated_report(self, task: DriverTask, macs: Sequence[str]) -> SimulatedReport:
+        nics = list(macs) or [_fallback_mac(task)]
+        inventory: dict[str, Any] = {
+            **FAKE_INVENTORY_DEFAULTS,
+            "interfaces": [
+                {"name": f"eth{i}", "mac_address": mac, "ipv4_address": None}
+                for i, mac in enumerate(nics)
+            ],
+        }
+        inventory["boot"] = {**inventory["boot"], "pxe_interface": nics[0]}
+        overrides = task.node.driver_info.get("fake_inventory")
+        if isinstance(overrides, dict):
+            inventory.update(overrides)
+        report: dict[str, Any] = {"inventory": inventory, "error": None}
+        if "inspect.report" in _failing(task):
+            report["error"] = "fake-hardware was told to fail inspect.report"
+        return SimulatedReport(delay=step_delay(task), report=report)
 
 
 _RAID_ARGS = {

@@ -122,5 +122,7 @@ def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) ->
         # After the transition, whose conditional write settles a race: the
         # request that lost it raised above and wrote no progress.
         flow_progress.write(admission.session.connection(), node.id, intent.progress)
+    if intent.writes is not None:
+        intent.writes(admission.session)
     if states.STATES[node.provision_state].busy:
         svc.queue_for(admission.session, node, queue.PROVISION)

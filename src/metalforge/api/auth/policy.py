@@ -188,6 +188,7 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:node:traits:set", SYSTEM_MEMBER_OR_OWNER_ADMIN, "Add or replace traits."),
     Rule("baremetal:node:traits:delete", SYSTEM_MEMBER_OR_OWNER_ADMIN, "Remove traits."),
     Rule("baremetal:node:history:get", SYSTEM_OR_OWNER_READER, "Read a node's history."),
+    Rule("baremetal:node:inventory:get", SYSTEM_OR_OWNER_READER, "Read a node's inventory."),
     Rule("baremetal:port:get", SYSTEM_OR_PROJECT_READER, "Show a port."),
     Rule("baremetal:port:list", API_READER, "List the ports of the project's nodes."),
     Rule("baremetal:port:list_all", SYSTEM_READER, "List every port."),

@@ -57,10 +57,10 @@ def lookup_node(
     found = agent.look_up(
         services(request), version, macs, node_uuid, hand_token=version >= (1, 62)
     )
-    return JSONResponse(_lookup_body(request, found.node, found.token, version))
+    return JSONResponse(lookup_body(request, found.node, found.token, version))
 
 
-def _lookup_body(request: Request, node: Node, token: str | None, version: Version) -> Any:
+def lookup_body(request: Request, node: Node, token: str | None, version: Version) -> Any:
     svc = services(request)
     config: dict[str, Any] = {
         "heartbeat_timeout": svc.settings.conductor.agent_heartbeat_timeout,

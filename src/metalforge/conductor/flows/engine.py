@@ -26,6 +26,9 @@ def fail_flow(task: NodeTask, message: str) -> None:
     node at rest keeps its state and gets ``last_error``.
     """
     task.node.target_power_state = None
+    spec = catalog.flow_of(task.node.provision_state)
+    if spec is not None and spec.on_fail is not None:
+        spec.on_fail(task, message)
     kind = catalog.STEP_FLOW_OF_STATE.get(task.node.provision_state)
     if kind is not None:
         stepflow.fail(task, kind, message)
@@ -74,6 +77,9 @@ def abort(task: NodeTask) -> None:
         stepflow.abort(task, kind, step)
         return
     if states.ABORT in states.allowed_events(state):
+        spec = catalog.flow_of(state)
+        if spec is not None and spec.step_kind is None and spec.on_abort is not None:
+            spec.on_abort(task)
         message = f"Aborted by the operator in state {state}"
         task.transition(states.ABORT, note=message, last_error=message)
 

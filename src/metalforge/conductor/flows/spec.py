@@ -50,6 +50,8 @@ class FlowRequest:
     disable_ramdisk: bool = False
     configdrive: str | dict[str, Any] | None = None
     rescue_password: str | None = None
+    manage_boot: bool = True
+    """Inspection only: metalforge boots the node (false: someone else boots its ramdisk)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Intent:
     """Node columns."""
     progress: FlowProgress | None = None
     """The flow progress the node starts the flow with; ``None`` keeps the one it has."""
+    writes: Callable[[Session], None] | None = None
+    """Other records the verb writes, after the transition and in its transaction."""
 
 
 IntentOf = Callable[[Admission], Intent]
@@ -136,6 +140,9 @@ class FlowSpec:
     on_abort: Hook | None = None
     """Run when the operator aborts the flow while no step runs (cleaning stops a
     ramdisk that is still booting); it records, rather than raises, what fails."""
+    on_fail: Callable[[NodeTask, str], None] | None = None
+    """Run when the flow fails for a reason no step reported (an unexpected error, a
+    request given up on), before the ``fail`` transition, with the message."""
 
     def timeout(self, settings: ConductorSettings) -> float:
         """The flow's wait bound in seconds, read from the conductor's settings."""

@@ -1,0 +1,124 @@
+"""``POST /v1/continue_inspection``: the ramdisk's report, as ironic-python-agent posts it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalforge import inspection_states as ins
+from metalforge.db import introspections
+from tests.support.api import LATEST, create_node, error_text, provision, version, wait_for_state
+from tests.support.stack import Stack
+
+MAC = "52:54:00:12:34:56"
+
+
+def _waiting(stack: Stack, **fields: Any) -> dict[str, Any]:
+    """A node in ``inspect wait`` whose simulated ramdisk will not report for an hour."""
+    driver_info = {"fake_step_delay": 3600, **fields.pop("driver_info", {})}
+    node = create_node(stack.client, driver_info=driver_info, **fields)
+    port = stack.client.post(
+        "/v1/ports", json={"address": MAC, "node_uuid": node["uuid"]}, headers=LATEST
+    )
+    assert port.status_code == 201, port.text
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    return wait_for_state(stack.client, node["uuid"], "inspect wait")
+
+
+def _report(mac: str = MAC, **inventory: Any) -> dict[str, Any]:
+    return {
+        "inventory": {
+            "interfaces": [{"name": "eth0", "mac_address": mac, "ipv4_address": "192.0.2.5"}],
+            "cpu": {"count": 4, "architecture": "aarch64"},
+            "memory": {"physical_mb": 8192},
+            "disks": [{"name": "/dev/vda", "size": 21 * 1024**3}],
+            "boot": {"pxe_interface": mac},
+            **inventory,
+        },
+        "root_disk": {"name": "/dev/vda", "size": 21 * 1024**3},
+        "logs": "H4sIAAAAAAAAAwMAAAAAAAAAAAA=",
+        "error": None,
+    }
+
+
+def test_the_agents_report_finishes_the_inspection(stack: Stack) -> None:
+    node = _waiting(stack)
+    response = stack.client.post("/v1/continue_inspection", json=_report())
+    assert response.status_code == 202, response.text
+    assert response.json() == {"uuid": node["uuid"]}
+    done = wait_for_state(stack.client, node["uuid"], "manageable")
+    props = done["properties"]
+    assert (props["cpus"], props["cpu_arch"], props["memory_mb"], props["local_gb"]) == (
+        4,
+        "aarch64",
+        8192,
+        20,
+    )
+    with stack.db.read() as session:
+        data = introspections.load_data(session, node["uuid"])
+    assert data is not None
+    assert data.raw is not None
+    assert "logs" not in data.raw  # the logs are not kept with the report
+    inventory = stack.client.get(f"/v1/nodes/{node['uuid']}/inventory", headers=LATEST).json()
+    assert inventory["inventory"]["cpu"]["architecture"] == "aarch64"
+    assert "logs" not in inventory["plugin_data"]
+
+
+def test_a_second_report_after_processing_began_is_404(stack: Stack) -> None:
+    node = _waiting(stack)
+    assert stack.client.post("/v1/continue_inspection", json=_report()).status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    again = stack.client.post("/v1/continue_inspection", json=_report())
+    assert again.status_code == 404
+
+
+def test_unknown_macs_are_404_and_change_nothing(stack: Stack) -> None:
+    node = _waiting(stack)
+    response = stack.client.post("/v1/continue_inspection", json=_report("52:54:00:ff:ff:ff"))
+    assert response.status_code == 404
+    assert "could not be found" in error_text(response)
+    with stack.db.read() as session:
+        record = introspections.load(session, node["uuid"])
+    assert record is not None
+    assert record.state == ins.WAITING
+
+
+def test_a_node_is_found_by_its_bmc_address(stack: Stack) -> None:
+    node = _waiting(stack, driver_info={"redfish_address": "192.0.2.77"})
+    report = _report("52:54:00:aa:aa:aa", bmc_address="192.0.2.77")
+    response = stack.client.post("/v1/continue_inspection", json=report)
+    assert response.status_code == 202, response.text
+    assert response.json()["uuid"] == node["uuid"]
+
+
+def test_from_184_the_node_may_be_named_and_the_answer_is_a_lookup(stack: Stack) -> None:
+    node = _waiting(stack)
+    response = stack.client.post(
+        f"/v1/continue_inspection?node_uuid={node['uuid']}",
+        json=_report(),
+        headers=version("1.84"),
+    )
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["node"]["uuid"] == node["uuid"]
+    assert body["config"]["agent_token_required"] is True
+
+
+def test_versions_between_11_and_184_are_refused(stack: Stack) -> None:
+    response = stack.client.post("/v1/continue_inspection", json=_report(), headers=version("1.50"))
+    assert response.status_code == 404
+    assert "1.84" in error_text(response)
+
+
+def test_malformed_reports_are_400(stack: Stack) -> None:
+    for body in ([], {"inventory": {}}, {"inventory": {"interfaces": [{"name": "x"}]}}):
+        response = stack.client.post("/v1/continue_inspection", json=body)
+        assert response.status_code == 400, (body, response.text)
+        assert "Invalid inspection data" in error_text(response)
+    nothing = stack.client.post(
+        "/v1/continue_inspection",
+        json={"inventory": {"interfaces": [{"name": "eth0", "mac_address": "bogus"}]}},
+    )
+    assert nothing.status_code == 400
+    assert "No lookup information" in error_text(nothing)

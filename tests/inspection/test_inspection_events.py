@@ -1,0 +1,189 @@
+"""Introspection events delivered at least once: timeouts, repeats, stale items, reapply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from metalforge import inspection_states as ins
+from metalforge.conductor import inspection_sweeps
+from metalforge.conductor.flows import inspection
+from metalforge.db import introspections, queue
+from metalforge.db.introspections import Record
+from metalforge.db.models import Node, Port
+from tests.support.api import (
+    LATEST,
+    create_node,
+    get_node,
+    provision,
+    wait_for_state,
+    wait_until,
+)
+from tests.support.stack import AdjustableClock, Stack, start_stack, test_settings
+
+
+@pytest.fixture
+def clocked(db_url: str) -> Iterator[tuple[Stack, AdjustableClock]]:
+    clock = AdjustableClock()
+    running = start_stack(test_settings(db_url), clock=clock)
+    try:
+        yield running, clock
+    finally:
+        running.stop()
+
+
+def _manageable(stack: Stack, **fields: Any) -> dict[str, Any]:
+    node = create_node(stack.client, **fields)
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    return wait_for_state(stack.client, node["uuid"], "manageable")
+
+
+def _record(stack: Stack, uuid: str) -> Record:
+    with stack.db.read() as session:
+        record = introspections.load(session, uuid)
+    assert record is not None
+    return record
+
+
+def _node_id(stack: Stack, uuid: str) -> int:
+    with stack.db.read() as session:
+        node_id = session.scalar(select(Node.id).where(Node.uuid == uuid))
+    assert node_id is not None
+    return node_id
+
+
+def _queue_event(stack: Stack, uuid: str, event: str, generation: int) -> None:
+    with stack.db.write() as session:
+        queue.enqueue(
+            session,
+            inspection.WORK_KIND,
+            _node_id(stack, uuid),
+            {"event": event, "generation": generation},
+        )
+    stack.conductor.ctx.waker.notify()
+
+
+def _history(stack: Stack, uuid: str) -> list[str]:
+    response = stack.client.get(f"/v1/nodes/{uuid}/history", headers=LATEST)
+    return [event["event"] for event in response.json()["history"]]
+
+
+def _inspected(stack: Stack) -> dict[str, Any]:
+    node = _manageable(stack)
+    assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    return wait_for_state(stack.client, node["uuid"], "manageable")
+
+
+def test_the_sweep_times_out_an_inspection_whose_ramdisk_never_reports(
+    clocked: tuple[Stack, AdjustableClock],
+) -> None:
+    stack, clock = clocked
+    node = _manageable(stack, driver_info={"fake_step_delay": 3600})
+    assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "inspect wait")
+    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 0
+    clock.advance(stack.settings.conductor.inspection.timeout + 1)
+    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 1
+    # A second sweep before the item ran queues nothing more (one item per inspection).
+    inspection_sweeps.sweep(stack.conductor.ctx)
+    failed = wait_for_state(stack.client, node["uuid"], "inspect failed")
+    assert "timed out" in failed["last_error"]
+    assert failed["power_state"] == "power off"
+    record = _record(stack, node["uuid"])
+    assert record.state == ins.ERROR
+    assert "timed out" in (record.error or "")
+    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 0
+
+
+def test_a_report_delivered_twice_is_processed_once(stack: Stack) -> None:
+    node = _inspected(stack)
+    record = _record(stack, node["uuid"])
+    _queue_event(stack, node["uuid"], ins.CONTINUE, record.generation)
+    wait_until("the repeated report", lambda: _record(stack, node["uuid"]).state == ins.ERROR)
+    assert "not processed twice" in (_record(stack, node["uuid"]).error or "")
+    with stack.db.read() as session:
+        ports = session.scalar(
+            select(func.count())
+            .select_from(Port)
+            .where(Port.node_id == _node_id(stack, node["uuid"]))
+        )
+    assert ports == 1
+    finished = [e for e in _history(stack, node["uuid"]) if e.startswith("inspection finished")]
+    assert len(finished) == 1
+    assert get_node(stack.client, node["uuid"])["provision_state"] == "manageable"
+
+
+def test_an_event_for_an_earlier_inspection_changes_nothing(stack: Stack) -> None:
+    node = _inspected(stack)
+    record = _record(stack, node["uuid"])
+    _queue_event(stack, node["uuid"], ins.CONTINUE, record.generation - 1)
+    wait_until(
+        "the stale item to be dropped",
+        lambda: any("earlier inspection" in e for e in _history(stack, node["uuid"])),
+    )
+    assert _record(stack, node["uuid"]) == record
+
+
+def test_a_timeout_that_arrives_after_the_report_is_stale(stack: Stack) -> None:
+    node = _inspected(stack)
+    record = _record(stack, node["uuid"])
+    _queue_event(stack, node["uuid"], ins.TIMEOUT, record.generation)
+    wait_until("the queue to drain", lambda: not _pending(stack))
+    assert _record(stack, node["uuid"]) == record
+
+
+def _pending(stack: Stack) -> bool:
+    with stack.db.read() as session:
+        return bool(
+            session.scalar(
+                select(func.count())
+                .select_from(queue.WorkItem)
+                .where(queue.WorkItem.state.in_([queue.PENDING, queue.CLAIMED]))
+            )
+        )
+
+
+def test_reapply_processes_the_stored_report_again(stack: Stack) -> None:
+    node = _inspected(stack)
+    changed = stack.client.patch(
+        f"/v1/nodes/{node['uuid']}",
+        json=[{"op": "replace", "path": "/properties/cpus", "value": 1}],
+        headers=LATEST,
+    )
+    assert changed.status_code == 200, changed.text
+    record = _record(stack, node["uuid"])
+    _queue_event(stack, node["uuid"], ins.REAPPLY, record.generation)
+    wait_until(
+        "the reapply",
+        lambda: get_node(stack.client, node["uuid"])["properties"]["cpus"] == 8,
+    )
+    again = _record(stack, node["uuid"])
+    assert again.state == ins.FINISHED
+    assert get_node(stack.client, node["uuid"])["provision_state"] == "manageable"
+
+
+def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
+    clocked: tuple[Stack, AdjustableClock],
+) -> None:
+    stack, clock = clocked
+    kept = _inspected(stack)
+    gone = _inspected(stack)
+    assert stack.client.delete(f"/v1/nodes/{gone['uuid']}", headers=LATEST).status_code == 204
+    report = inspection_sweeps.sweep(stack.conductor.ctx)
+    assert report.forgotten == 1
+    with stack.db.read() as session:
+        assert introspections.load(session, gone["uuid"]) is None
+        assert introspections.load_data(session, gone["uuid"]) is None
+        data = introspections.load_data(session, kept["uuid"])
+    assert data is not None
+    assert data.raw is not None
+    clock.advance(stack.settings.conductor.inspection.data_expiry + 1)
+    assert inspection_sweeps.sweep(stack.conductor.ctx).expired == 1
+    with stack.db.read() as session:
+        data = introspections.load_data(session, kept["uuid"])
+    assert data is not None
+    assert data.raw is None
+    assert data.inventory is not None  # the inventory stays until the node goes
