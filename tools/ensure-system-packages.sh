@@ -3,12 +3,13 @@
 #   base: what creating the virtualenv needs
 #   test: servers and tools the test suite starts (PostgreSQL, ipmitool, the
 #         disk and network tools the virtual lab and ironic-python-agent use,
-#         apache2-utils for a real `htpasswd -B`)
+#         apache2-utils for a real `htpasswd -B`, redis-server for the tooz
+#         coordination backend, haproxy in front of the HA inspection test)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
-  want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils)
+  want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy)
 fi
 
 missing=()

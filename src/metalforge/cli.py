@@ -99,7 +99,7 @@ def build_api(
 
 def start_conductor(conductor: ConductorService) -> None:
     """Start a conductor of this process; it ends the process if its hostname is taken."""
-    conductor.on_hostname_lost = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    conductor.on_fatal = lambda: os.kill(os.getpid(), signal.SIGTERM)
     try:
         conductor.start()
     except HostnameInUse as exc:

@@ -121,6 +121,37 @@ class DatabaseSettings(BaseModel):
     """Connections kept per process (PostgreSQL only)."""
 
 
+class CoordinationSettings(BaseModel):
+    """Leader election for the singleton periodic tasks (inspection clean-up, ...)."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    backend_url: str = Field(default="", repr=False)
+    """A tooz URL (``redis://host:6379?timeout=5``, ``zookeeper://host:2181``) to elect
+    through Redis or ZooKeeper; empty: leases in the service's own database."""
+    group: str = "metalforge-conductors"
+    """The tooz group the conductors join (tooz backends only)."""
+    election_interval: float = Field(default=2.0, gt=0)
+    """Seconds between election rounds (campaign, renew the lease, run what is due)."""
+    leader_lease: float = Field(default=10.0, gt=0)
+    """Seconds a leader keeps a role without renewing it: a dead leader's roles are
+    taken over this long after its last round at the latest (at once, on the database
+    backend, once it is known dead). With tooz, pass the backend's lock timeout in
+    the URL as well."""
+    retry_count: int = Field(default=5, ge=1)
+    """Failed rounds in a row (the backend or the database unreachable) after which the
+    conductor stops rather than act on a picture of the cluster it cannot check."""
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> CoordinationSettings:
+        if self.leader_lease <= 2 * self.election_interval:
+            raise ValueError(
+                "coordination.leader_lease must exceed two election intervals, or a leader "
+                "loses its role between two renewals"
+            )
+        return self
+
+
 class InspectionSettings(BaseModel):
     """Inspection: how long a node may take to report, and what its report changes."""
 
@@ -229,6 +260,7 @@ class ConductorSettings(BaseModel):
     default_resource_class: str | None = None
     """Resource class given to nodes created without one."""
     inspection: InspectionSettings = Field(default_factory=InspectionSettings)
+    coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
 
     @field_validator("clean_step_priority_override", "deploy_step_priority_override")
     @classmethod

@@ -84,18 +84,19 @@ def test_the_sweep_times_out_an_inspection_whose_ramdisk_never_reports(
     node = _manageable(stack, driver_info={"fake_step_delay": 3600})
     assert provision(stack.client, node["uuid"], "inspect").status_code == 202
     wait_for_state(stack.client, node["uuid"], "inspect wait")
-    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 0
+    ctx = stack.conductor.ctx
+    assert inspection_sweeps.time_out_inspections(ctx) == 0
     clock.advance(stack.settings.conductor.inspection.timeout + 1)
-    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 1
+    assert inspection_sweeps.time_out_inspections(ctx) == 1
     # A second sweep before the item ran queues nothing more (one item per inspection).
-    inspection_sweeps.sweep(stack.conductor.ctx)
+    inspection_sweeps.time_out_inspections(ctx)
     failed = wait_for_state(stack.client, node["uuid"], "inspect failed")
     assert "timed out" in failed["last_error"]
     assert failed["power_state"] == "power off"
     record = _record(stack, node["uuid"])
     assert record.state == ins.ERROR
     assert "timed out" in (record.error or "")
-    assert inspection_sweeps.sweep(stack.conductor.ctx).timed_out == 0
+    assert inspection_sweeps.time_out_inspections(ctx) == 0
 
 
 def test_a_report_delivered_twice_is_processed_once(stack: Stack) -> None:
@@ -172,8 +173,7 @@ def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
     kept = _inspected(stack)
     gone = _inspected(stack)
     assert stack.client.delete(f"/v1/nodes/{gone['uuid']}", headers=LATEST).status_code == 204
-    report = inspection_sweeps.sweep(stack.conductor.ctx)
-    assert report.forgotten == 1
+    assert inspection_sweeps.forget_deleted_nodes(stack.conductor.ctx) == 1
     with stack.db.read() as session:
         assert introspections.load(session, gone["uuid"]) is None
         assert introspections.load_data(session, gone["uuid"]) is None
@@ -181,7 +181,7 @@ def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
     assert data is not None
     assert data.raw is not None
     clock.advance(stack.settings.conductor.inspection.data_expiry + 1)
-    assert inspection_sweeps.sweep(stack.conductor.ctx).expired == 1
+    assert inspection_sweeps.expire_reports(stack.conductor.ctx) == 1
     with stack.db.read() as session:
         data = introspections.load_data(session, kept["uuid"])
     assert data is not None

@@ -36,7 +36,7 @@ def test_a_crashed_runs_successor_starts_and_the_old_run_stands_down(sqlite_db: 
     successor = _service(sqlite_db)
     successor.register()  # watches a little longer than a heartbeat interval, then takes over
     stood_down: list[bool] = []
-    crashed.on_hostname_lost = lambda: stood_down.append(True)
+    crashed.on_fatal = lambda: stood_down.append(True)
     crashed.heartbeat()  # it had only stalled: its next heartbeat finds the name taken
     assert stood_down == [True]
     assert crashed.ctx.stopping.is_set()

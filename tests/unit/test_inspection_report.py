@@ -73,9 +73,9 @@ def test_the_ramdisks_root_disk_guess_is_used_without_hints() -> None:
 
 
 def test_memory_falls_back_to_total_bytes_and_is_required() -> None:
-    assert process(report(memory={"total": 8 * GIB}), {}, [], SETTINGS).properties[
-        "memory_mb"
-    ] == (8 * 1024)
+    assert process(report(memory={"total": 8 * GIB}), {}, [], SETTINGS).properties["memory_mb"] == (
+        8 * 1024
+    )
     with pytest.raises(ReportRejected, match="memory"):
         process(report(memory={}), {}, [], SETTINGS)
 

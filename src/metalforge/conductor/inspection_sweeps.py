@@ -1,25 +1,25 @@
-"""The inspection service's periodic clean-up: timeouts, deleted nodes, expired reports.
+"""The inspection service's periodic clean-up, as singleton tasks.
 
-Run by one process at a time (the leader of the ``inspection-sweeps`` role,
-see ``leadership``); each part is idempotent anyway, so a leader that is
-replaced in the middle of a sweep leaves nothing half done that the next
-sweep would not finish. A timed-out inspection is not failed here: a
-``timeout`` work item is queued (one per inspection, de-duplicated), and
-the worker that runs it holds the node, so a report being processed at
-that moment is never cut short.
+Three tasks, each run by one conductor at a time (``leadership``): time out
+inspections whose ramdisk never reported, forget the records of deleted
+nodes, and expire raw reports. Each is idempotent, so a leader replaced in
+the middle of a run leaves nothing the next run would not finish. A timed
+out inspection is not failed here: a ``timeout`` work item is queued (one
+per inspection, de-duplicated), and the worker that runs it holds the node,
+so a report being processed at that moment is never cut short.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass
 
 from sqlalchemy import select
 
 from metalforge import inspection_states as ins
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import inspection
+from metalforge.conductor.leadership import SingletonTask
 from metalforge.db import introspections, queue
 from metalforge.db.engine import now_for
 from metalforge.db.models import Node
@@ -31,30 +31,20 @@ TIMED_OUT_STATES = [ins.STARTING, ins.WAITING]
 by its work item's lease instead."""
 
 
-@dataclass(frozen=True)
-class SweepReport:
-    timed_out: int
-    forgotten: int
-    expired: int
-
-
-def sweep(ctx: ConductorContext) -> SweepReport:
-    """One clean-up pass; returns what it did."""
-    settings = ctx.settings.inspection
+def time_out_inspections(ctx: ConductorContext) -> int:
+    """Queue a ``timeout`` for each inspection past ``inspection.timeout``; how many."""
     with ctx.db.write() as session:
-        now = now_for(session)
-        late = introspections.waiting_since(
-            session, TIMED_OUT_STATES, now - dt.timedelta(seconds=settings.timeout)
-        )
+        cutoff = now_for(session) - dt.timedelta(seconds=ctx.settings.inspection.timeout)
+        late = introspections.waiting_since(session, TIMED_OUT_STATES, cutoff)
         rows = session.execute(
             select(Node.uuid, Node.id).where(Node.uuid.in_([r.node_uuid for r in late]))
         ).all()
         ids: dict[str, int] = {row.uuid: row.id for row in rows}
-        timed_out = 0
+        queued = 0
         for record in late:
             node_id = ids.get(record.node_uuid)
             if node_id is None:
-                continue  # the node is gone; forgotten below
+                continue  # the node is gone; its record goes with the next sync
             queue.enqueue(
                 session,
                 inspection.WORK_KIND,
@@ -62,14 +52,40 @@ def sweep(ctx: ConductorContext) -> SweepReport:
                 inspection.event_payload(ins.TIMEOUT, record),
                 dedupe_key=inspection.timeout_key(record),
             )
-            timed_out += 1
-        forgotten = introspections.forget_deleted_nodes(session)
-        expired = introspections.expire_raw_data(
-            session, now - dt.timedelta(seconds=settings.data_expiry)
-        )
-    if timed_out:
+            queued += 1
+    if queued:
+        LOG.info("inspection timeouts queued: %d", queued)
         ctx.waker.notify()
-    report = SweepReport(timed_out, forgotten, expired)
-    if timed_out or forgotten or expired:
-        LOG.info("inspection sweep: %s", report)
-    return report
+    return queued
+
+
+def forget_deleted_nodes(ctx: ConductorContext) -> int:
+    """Remove the inspection records and data of nodes no longer enrolled; how many."""
+    with ctx.db.write() as session:
+        forgotten = introspections.forget_deleted_nodes(session)
+    if forgotten:
+        LOG.info("inspection records of deleted nodes removed: %d", forgotten)
+    return forgotten
+
+
+def expire_reports(ctx: ConductorContext) -> int:
+    """Drop raw reports older than ``inspection.data_expiry``; how many."""
+    with ctx.db.write() as session:
+        expired = introspections.expire_raw_data(
+            session, now_for(session) - dt.timedelta(seconds=ctx.settings.inspection.data_expiry)
+        )
+    if expired:
+        LOG.info("raw inspection reports expired: %d", expired)
+    return expired
+
+
+def _clean_up_period(ctx: ConductorContext) -> float:
+    return ctx.settings.inspection.clean_up_period
+
+
+TASKS = (
+    SingletonTask("inspection-timeouts", _clean_up_period, time_out_inspections),
+    SingletonTask("inspection-sync", _clean_up_period, forget_deleted_nodes),
+    SingletonTask("inspection-expiry", _clean_up_period, expire_reports),
+)
+"""The inspection service's singleton periodic tasks."""

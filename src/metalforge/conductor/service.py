@@ -24,10 +24,11 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import history, power_sync
+from metalforge.conductor import history, inspection_sweeps, power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine, inspection
 from metalforge.conductor.flows.spec import DetachedFlow
+from metalforge.conductor.leadership import Leadership, build_elector
 from metalforge.conductor.task import (
     LIVE_CONDUCTORS,
     Interrupted,
@@ -103,12 +104,21 @@ class ConductorService:
         self._running_lock = threading.Lock()
         self.run_id = uuid.uuid4().hex
         """This process's claim on the hostname (see ``register``)."""
-        self.on_hostname_lost: Callable[[], None] = lambda: None
-        """What the process does when another takes its hostname (the CLI ends it)."""
+        self.on_fatal: Callable[[], None] = lambda: None
+        """What the process does when it must stop working at once (another process took
+        its hostname, the coordination backend is out of reach): the CLI ends it."""
+        self.leadership = Leadership(
+            ctx,
+            build_elector(ctx, ctx.settings.coordination),
+            inspection_sweeps.TASKS,
+            ctx.settings.coordination,
+            on_fatal=self._lost_coordination,
+        )
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
         self.register()
+        self.leadership.start()
         loops: list[tuple[str, Callable[[], None]]] = [
             ("dispatcher", self._dispatch_loop),
             ("heartbeat", self._heartbeat_loop),
@@ -133,6 +143,7 @@ class ConductorService:
             if thread is not threading.current_thread():
                 thread.join(timeout)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.leadership.stop()
         with self.ctx.db.write() as session:
             session.execute(
                 update(Conductor)
@@ -146,14 +157,21 @@ class ConductorService:
 
         Both would otherwise drop each other's reservations and claims; the
         newer registration wins and this process stops claiming, then asks
-        its owner to end it (``on_hostname_lost``).
+        its owner to end it (``on_fatal``).
         """
         LOG.critical(
             "another conductor registered with hostname %s; this one stops", self.ctx.hostname
         )
         self.ctx.stopping.set()
         self.ctx.waker.notify()
-        self.on_hostname_lost()
+        self.on_fatal()
+
+    def _lost_coordination(self, reason: str) -> None:
+        """Leader election keeps failing: stop rather than act on a stale picture."""
+        LOG.critical("conductor %s stops: %s", self.ctx.hostname, reason)
+        self.ctx.stopping.set()
+        self.ctx.waker.notify()
+        self.on_fatal()
 
     def _name_in_use(self) -> bool:
         """Whether another running process heartbeats under this conductor's hostname.

@@ -483,6 +483,22 @@ class Throttle(Base):
     next_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
+class LeaderLease(Base):
+    """Who leads a singleton role (a periodic task only one process may run), until when.
+
+    ``epoch`` grows each time the role changes hands; a holder keeps the role
+    by renewing ``expires_at`` and loses it to any member once it expires, or
+    at once when the holder is no live conductor.
+    """
+
+    __tablename__ = "leader_leases"
+
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

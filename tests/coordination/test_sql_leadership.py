@@ -1,0 +1,179 @@
+"""Leader election on the service's database: one leader per role, handed over safely."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.leadership import Leadership, SingletonTask, SqlElector
+from metalforge.conductor.service import ConductorService
+from metalforge.config import ConductorSettings, CoordinationSettings
+from metalforge.db.engine import Database
+from metalforge.db.models import LeaderLease
+from metalforge.drivers.catalog import HARDWARE_TYPES
+from metalforge.drivers.hardware import DriverRegistry
+from tests.support.stack import AdjustableClock
+
+ROLE = "inspection-timeouts"
+SETTINGS = CoordinationSettings(election_interval=0.1, leader_lease=5.0, retry_count=3)
+
+
+@pytest.fixture
+def clock() -> AdjustableClock:
+    return AdjustableClock()
+
+
+@pytest.fixture
+def db(db_url: str, clock: AdjustableClock) -> Database:
+    database = Database(db_url, local_clock=clock)
+    database.upgrade()
+    return database
+
+
+def _member(db: Database, host: str) -> ConductorService:
+    ctx = ConductorContext(
+        hostname=host,
+        db=db,
+        drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
+        settings=ConductorSettings(hostname=host, heartbeat_timeout=30),
+    )
+    service = ConductorService(ctx)
+    service.register()
+    return service
+
+
+def _elector(service: ConductorService) -> SqlElector:
+    return SqlElector(service.ctx, SETTINGS.leader_lease)
+
+
+def test_one_member_leads_a_role_and_keeps_it_while_it_renews(db: Database) -> None:
+    a, b = _elector(_member(db, "a")), _elector(_member(db, "b"))
+    assert a.campaign(ROLE)
+    assert not b.campaign(ROLE)
+    assert a.campaign(ROLE)  # renewing
+    assert not b.campaign(ROLE)
+    assert b.campaign("another-role")  # roles are elected apart
+    assert a.members() == frozenset({"a", "b"})
+
+
+def test_standing_down_hands_the_role_over_at_once(db: Database) -> None:
+    a, b = _elector(_member(db, "a")), _elector(_member(db, "b"))
+    assert a.campaign(ROLE)
+    a.stand_down(ROLE)
+    assert b.campaign(ROLE)
+    assert not a.campaign(ROLE)
+
+
+def test_an_expired_lease_is_taken_over(db: Database, clock: AdjustableClock) -> None:
+    a_service, b_service = _member(db, "a"), _member(db, "b")
+    a, b = _elector(a_service), _elector(b_service)
+    assert a.campaign(ROLE)
+    clock.advance(SETTINGS.leader_lease + 1)
+    b_service.heartbeat()
+    a_service.heartbeat()  # both alive: only the lease's expiry frees the role
+    assert b.campaign(ROLE)
+    assert not a.campaign(ROLE)
+
+
+def test_a_dead_holders_role_is_taken_without_waiting_for_its_lease(
+    db: Database, clock: AdjustableClock
+) -> None:
+    a_service, b_service = _member(db, "a"), _member(db, "b")
+    a, b = _elector(a_service), _elector(b_service)
+    assert a.campaign(ROLE)
+    clock.advance(31)  # a stopped heartbeating: it is dead, though its lease still runs
+    b_service.heartbeat()
+    assert a.members() == frozenset({"b"})
+    assert b.campaign(ROLE)
+
+
+def _leadership(
+    service: ConductorService, run: Callable[[ConductorContext], object], fatal: list[str]
+) -> Leadership:
+    task = SingletonTask(ROLE, lambda _ctx: 0.0, run)
+    return Leadership(service.ctx, _elector(service), [task], SETTINGS, fatal.append)
+
+
+def test_only_the_leader_runs_the_task(db: Database) -> None:
+    runs: list[str] = []
+    fatal: list[str] = []
+    a, b = _member(db, "a"), _member(db, "b")
+    first = _leadership(a, lambda ctx: runs.append(ctx.hostname), fatal)
+    second = _leadership(b, lambda ctx: runs.append(ctx.hostname), fatal)
+    for _ in range(3):
+        first.round()
+        second.round()
+    assert runs == ["a", "a", "a"]
+    assert first.leads(ROLE)
+    assert not second.leads(ROLE)
+
+
+def test_a_leader_whose_task_fails_stands_down(db: Database) -> None:
+    fatal: list[str] = []
+
+    def broken(_ctx: ConductorContext) -> None:
+        raise RuntimeError("disk full")
+
+    runs: list[str] = []
+    a, b = _member(db, "a"), _member(db, "b")
+    first = _leadership(a, broken, fatal)
+    second = _leadership(b, lambda ctx: runs.append(ctx.hostname), fatal)
+    first.round()
+    assert not first.leads(ROLE)
+    second.round()
+    assert runs == ["b"]
+    assert fatal == []
+
+
+def _epoch(db: Database) -> int:
+    with db.read() as session:
+        lease = session.get(LeaderLease, ROLE)
+    assert lease is not None
+    return lease.epoch
+
+
+def test_a_shrinking_membership_makes_everyone_stand_down_and_elect_again(
+    db: Database, clock: AdjustableClock
+) -> None:
+    fatal: list[str] = []
+    a, b, _c = _member(db, "a"), _member(db, "b"), _member(db, "c")
+    first = _leadership(a, lambda _ctx: None, fatal)
+    second = _leadership(b, lambda _ctx: None, fatal)
+    first.round()
+    second.round()
+    assert first.leads(ROLE)
+    before = _epoch(db)
+    first.round()
+    assert _epoch(db) == before  # renewing keeps the epoch
+    clock.advance(SETTINGS.leader_lease / 2)
+    c_died_at = 31  # c stops heartbeating; a and b go on
+    clock.advance(c_died_at)
+    a.heartbeat()
+    b.heartbeat()
+    first.round()  # a sees c gone: it stands down and the role is elected again
+    second.round()
+    assert _epoch(db) > before
+    assert first.leads(ROLE) != second.leads(ROLE)  # exactly one leads
+
+
+def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
+    fatal: list[str] = []
+    a = _member(db, "a")
+    leadership = _leadership(a, lambda _ctx: None, fatal)
+    leadership.round()
+    assert leadership.leads(ROLE)
+    db.dispose()
+    a.ctx.db = Database("sqlite:////nonexistent/dir/metalforge.sqlite")
+    leadership.elector = SqlElector(a.ctx, SETTINGS.leader_lease)
+    for _ in range(SETTINGS.retry_count):
+        leadership.round()
+        assert not leadership.leads(ROLE)
+    assert len(fatal) == 1
+    assert "failed 3 times" in fatal[0]
+
+
+def test_a_lease_shorter_than_two_rounds_is_refused() -> None:
+    with pytest.raises(ValueError, match="leader_lease"):
+        CoordinationSettings(election_interval=5.0, leader_lease=8.0)
