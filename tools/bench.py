@@ -1,4 +1,4 @@
-"""``make bench``: enroll, list and lifecycle throughput of the all-in-one service.
+"""``make bench``: enroll, list, lifecycle and inspection throughput of the all-in-one service.
 
 Starts ``metalforge all-in-one`` as a subprocess on a fresh database (SQLite
 by default, ``--database-url`` for PostgreSQL), drives it over HTTP from
@@ -9,6 +9,7 @@ file). Nothing here asserts a time: the figures are recorded, not tested.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import http.client
 import json
 import math
@@ -66,12 +67,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     port = free_port()
+    inspector_port = free_port()
     env = {
         **os.environ,
         "METALFORGE_DATABASE__URL": db_url,
         "METALFORGE_API__PORT": str(port),
+        "METALFORGE_INSPECTOR__PORT": str(inspector_port),
         "METALFORGE_LOG_LEVEL": "WARNING",
         "METALFORGE_CONDUCTOR__HOSTNAME": "bench",
         "METALFORGE_CONDUCTOR__WORKERS": "16",
@@ -89,7 +92,7 @@ def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], 
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, port
+                return proc, port, inspector_port
         except OSError:
             time.sleep(0.1)
     proc.kill()
@@ -232,6 +235,115 @@ def allocate(client: Client, count: int, concurrency: int) -> float:
     return count / took
 
 
+def inspection_burst(
+    client: Client, inspector: Client, uuids: list[str], concurrency: int
+) -> tuple[float, float, float]:
+    """Inspections per second for a burst started at once, and p50/p95 start-to-finished.
+
+    The nodes are managed first; then every inspection is started through the
+    inspector API as fast as the clients can post, and the inspector's list
+    is polled until each one ended. Durations are the records' own
+    ``started_at``/``finished_at``.
+    """
+
+    def manage(i: int) -> None:
+        status, body = client.request(
+            "PUT", f"/v1/nodes/{uuids[i]}/states/provision", {"target": "manage"}
+        )
+        if status != 202:
+            raise RuntimeError(f"manage failed: {status} {body}")
+        wait_state(client, uuids[i], "manageable")
+
+    run_parallel(manage, range(len(uuids)), concurrency)
+
+    def start(i: int) -> None:
+        status, body = inspector.request("POST", f"/v1/introspection/{uuids[i]}")
+        if status != 202:
+            raise RuntimeError(f"introspection start failed: {status} {body}")
+
+    started = time.perf_counter()
+    run_parallel(start, range(len(uuids)), concurrency)
+    wanted = set(uuids)
+    records: dict[str, Any] = {}
+    while True:
+        _, body = inspector.request("GET", "/v1/introspection?limit=1000")
+        records = {r["uuid"]: r for r in body["introspection"] if r["uuid"] in wanted}
+        if len(records) == len(wanted) and all(r["finished"] for r in records.values()):
+            break
+        time.sleep(0.2)
+    took = time.perf_counter() - started
+    failed = [r for r in records.values() if r["state"] != "finished"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} inspections failed, e.g. {failed[0]}")
+    durations = sorted(
+        (
+            dt.datetime.fromisoformat(r["finished_at"]) - dt.datetime.fromisoformat(r["started_at"])
+        ).total_seconds()
+        for r in records.values()
+    )
+    return len(uuids) / took, statistics.median(durations), percentile(durations, 0.95)
+
+
+def leader_failover(db_url: str, workdir: Path) -> float:
+    """Seconds from SIGKILLing the leader of the inspection clean-up to its successor.
+
+    Two ``metalforge conductor`` processes on the bench's database, default
+    coordination settings (leases in the database); the figure is what an
+    operator gets out of the box (bounded by the lease and the dead-conductor
+    timeout, whichever ends first).
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    query = text(
+        "SELECT holder FROM leader_leases WHERE role = 'inspection-timeouts' AND holder IS NOT NULL"
+    )
+
+    def holder() -> str | None:
+        with engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else str(row[0])
+
+    procs = {}
+    for name in ("failover-1", "failover-2"):
+        env = {
+            **os.environ,
+            "METALFORGE_DATABASE__URL": db_url,
+            "METALFORGE_LOG_LEVEL": "WARNING",
+            "METALFORGE_CONDUCTOR__HOSTNAME": name,
+        }
+        log = (workdir / f"{name}.log").open("wb")
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "metalforge.cli", "conductor"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        leader = holder()
+        while leader not in procs:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no failover conductor led")
+            time.sleep(0.1)
+            leader = holder()
+        assert leader is not None
+        procs[leader].kill()
+        killed = time.perf_counter()
+        while holder() in (leader, None):
+            if time.monotonic() > deadline + 120:
+                raise RuntimeError("no new leader")
+            time.sleep(0.05)
+        return time.perf_counter() - killed
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(30)
+        engine.dispose()
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -252,6 +364,7 @@ def main() -> None:
     parser.add_argument("--lifecycle-nodes", type=int, default=1_000)
     parser.add_argument("--lifecycle-concurrency", type=int, default=50)
     parser.add_argument("--list-rounds", type=int, default=20)
+    parser.add_argument("--inspection-nodes", type=int, default=500)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument(
         "--postgres",
@@ -273,19 +386,27 @@ def main() -> None:
             cluster.execute("CREATE DATABASE bench")
             args.database_url = cluster.url("bench")
         db_url = args.database_url or f"sqlite:///{workdir}/bench.sqlite"
-        proc, port = start_service(db_url, workdir)
         try:
-            client = Client(port)
-            enroll_rate, uuids = enroll(client, args.nodes, args.enroll_concurrency)
-            list_p50, list_p95 = list_latency(client, "/v1/nodes", args.list_rounds)
-            detail_p50, detail_p95 = list_latency(client, "/v1/nodes/detail", args.list_rounds)
-            life_rate, life_p50, life_p95 = lifecycle(
-                client, uuids[: args.lifecycle_nodes], args.lifecycle_concurrency
-            )
-            alloc_rate = allocate(client, args.lifecycle_nodes, args.lifecycle_concurrency)
+            proc, port, inspector_port = start_service(db_url, workdir)
+            try:
+                client = Client(port)
+                inspector = Client(inspector_port)
+                enroll_rate, uuids = enroll(client, args.nodes, args.enroll_concurrency)
+                list_p50, list_p95 = list_latency(client, "/v1/nodes", args.list_rounds)
+                detail_p50, detail_p95 = list_latency(client, "/v1/nodes/detail", args.list_rounds)
+                life_rate, life_p50, life_p95 = lifecycle(
+                    client, uuids[: args.lifecycle_nodes], args.lifecycle_concurrency
+                )
+                alloc_rate = allocate(client, args.lifecycle_nodes, args.lifecycle_concurrency)
+                burst = uuids[args.lifecycle_nodes : args.lifecycle_nodes + args.inspection_nodes]
+                inspect_rate, inspect_p50, inspect_p95 = inspection_burst(
+                    client, inspector, burst, args.lifecycle_concurrency
+                )
+            finally:
+                proc.terminate()
+                proc.wait(30)
+            failover = leader_failover(db_url, workdir)
         finally:
-            proc.terminate()
-            proc.wait(30)
             if cluster is not None:
                 cluster.stop()
     engine = "PostgreSQL" if args.database_url else "SQLite (embedded default)"
@@ -302,6 +423,11 @@ def main() -> None:
         f"p95 {life_p95 * 1000:.0f} ms |",
         f"| allocations by resource class, {args.lifecycle_nodes} allocations, "
         f"{args.lifecycle_concurrency} clients | {alloc_rate:.1f} allocations/s |",
+        f"| inspection burst: {len(burst)} fake-hardware nodes started at once "
+        f"among {args.nodes} | {inspect_rate:.1f} inspections/s |",
+        f"| one inspection, start to finished, in that burst | p50 {inspect_p50 * 1000:.0f} ms, "
+        f"p95 {inspect_p95 * 1000:.0f} ms |",
+        f"| leader failover (SIGKILL, default coordination settings) | {failover:.1f} s |",
     ]
     report = "\n".join(
         [

@@ -21,6 +21,7 @@ import uvicorn
 
 from metalforge.api.app import create_app
 from metalforge.api.auth.policy import Policy
+from metalforge.api.inspector.app import InspectorSocketDispatcher, create_inspector_app
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
@@ -68,14 +69,22 @@ def open_database(settings: Settings) -> Database:
     return Database(settings.database.url, pool_size=settings.database.pool_size)
 
 
-def _check_auth(settings: Settings) -> None:
-    host = settings.api.host
+def _is_loopback(host: str) -> bool:
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = host == "localhost"
-    if settings.api.auth_strategy == "noauth" and not loopback:
-        raise StartupError(f"noauth is only allowed on a loopback address, not {host}")
+        return host == "localhost"
+
+
+def _check_auth(settings: Settings) -> None:
+    if settings.api.auth_strategy != "noauth":
+        return
+    hosts = [settings.api.host]
+    if settings.inspector.enabled:
+        hosts.append(settings.inspector.host)
+    for host in hosts:
+        if not _is_loopback(host):
+            raise StartupError(f"noauth is only allowed on a loopback address, not {host}")
 
 
 def build_api(
@@ -97,6 +106,14 @@ def build_api(
         raise StartupError(str(exc)) from exc
 
 
+def served_app(settings: Settings, app: Any) -> Any:
+    """What the server runs: the API, and the inspector API on its own socket if enabled."""
+    if not settings.inspector.enabled:
+        return app
+    inspector = create_inspector_app(app.state.services)
+    return InspectorSocketDispatcher(app, inspector, settings.inspector.port)
+
+
 def start_conductor(conductor: ConductorService) -> None:
     """Start a conductor of this process; it ends the process if its hostname is taken."""
     conductor.on_fatal = lambda: os.kill(os.getpid(), signal.SIGTERM)
@@ -114,7 +131,8 @@ def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) 
 
 
 def listening_sockets(settings: Settings) -> list[socket.socket]:
-    """The API's socket and, when configured, the agents' endpoint (one server serves both)."""
+    """The API's socket and, when configured, the agents' endpoint and the inspector API's
+    (one server serves them all)."""
     api = settings.api
     wanted = [(api.host, api.port)]
     if api.agent_host is not None:
@@ -125,6 +143,11 @@ def listening_sockets(settings: Settings) -> list[socket.socket]:
                 "(a wildcard agent_host needs its own agent_port)"
             )
         wanted.append((api.agent_host, api.agent_port))
+    inspector = settings.inspector
+    if inspector.enabled:
+        if inspector.port in (api.port, api.agent_port if api.agent_host else None):
+            raise StartupError("inspector.port must differ from the API's and the agents' ports")
+        wanted.append((inspector.host, inspector.port))
     sockets = []
     for host, port in wanted:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -156,7 +179,7 @@ def _serve(settings: Settings, app: Any) -> None:
     # (a page of a thousand nodes) has allocated enough to trigger one.
     gc.freeze()
     config = uvicorn.Config(
-        app,
+        served_app(settings, app),
         host=settings.api.host,
         port=settings.api.port,
         log_level=settings.log_level.lower(),
@@ -187,8 +210,14 @@ def _banner(settings: Settings) -> None:
         f"  openstacksdk:   {sdk}\n"
         + (
             f"  ramdisk agents: {scheme}://{api.agent_host}:{api.agent_port} "
-            "(lookup and heartbeat only)\n"
+            "(lookup, heartbeat and inspection reports only)\n"
             if api.agent_host
+            else ""
+        )
+        + (
+            f"  inspector API:  {scheme}://{settings.inspector.host}:{settings.inspector.port} "
+            "(openstack baremetal introspection ... with INSPECTOR_URL set to it)\n"
+            if settings.inspector.enabled
             else ""
         ),
         flush=True,

@@ -109,6 +109,19 @@ class ApiSettings(BaseModel):
         return self
 
 
+class InspectorSettings(BaseModel):
+    """The ironic-inspector API (python-ironic-inspector-client's ``introspection`` commands)."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    enabled: bool = True
+    """Serve it (from the API processes, beside the Ironic API)."""
+    host: str = "127.0.0.1"
+    """Address to listen on; the same authentication as the API (noauth: loopback only)."""
+    port: int = 5050
+    """TCP port; 5050 is ironic-inspector's."""
+
+
 class DatabaseSettings(BaseModel):
     """Where the truth lives."""
 
@@ -291,6 +304,7 @@ class Settings(BaseSettings):
     (``www_authenticate_uri``, ``auth_type``, ``auth_url``, ``username``,
     ``password``, ``project_name``, ``user_domain_name``, ...). Never logged.
     """
+    inspector: InspectorSettings = Field(default_factory=InspectorSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     conductor: ConductorSettings = Field(default_factory=ConductorSettings)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from metalforge import inspection_states as ins
 from metalforge.conductor import inspection_sweeps
@@ -187,3 +187,35 @@ def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
     assert data is not None
     assert data.raw is None
     assert data.inventory is not None  # the inventory stays until the node goes
+
+
+def test_an_event_for_a_deleted_node_is_retried_then_dropped(stack: Stack) -> None:
+    node = _inspected(stack)
+    record = _record(stack, node["uuid"])
+    node_id = _node_id(stack, node["uuid"])
+    assert stack.client.delete(f"/v1/nodes/{node['uuid']}", headers=LATEST).status_code == 204
+    with stack.db.write() as session:
+        queue.enqueue(
+            session, inspection.WORK_KIND, node_id, {"event": ins.TIMEOUT, "generation": 1}
+        )
+        item_id = session.scalar(select(func.max(queue.WorkItem.id)))
+
+    def dropped() -> queue.WorkItem | None:
+        with stack.db.write() as session:
+            # Due at once: skip the growing pause between the tries.
+            session.execute(
+                update(queue.WorkItem)
+                .where(queue.WorkItem.id == item_id, queue.WorkItem.state == queue.PENDING)
+                .values(not_before=queue.WorkItem.created_at)
+            )
+        stack.conductor.ctx.waker.notify()
+        with stack.db.read() as session:
+            item = session.get(queue.WorkItem, item_id)
+        assert item is not None
+        return item if item.state == queue.FAILED else None
+
+    item = wait_until("the item to be dropped", dropped)
+    assert item.state == queue.FAILED
+    assert item.last_error == "its node is gone"
+    assert item.failures == stack.settings.conductor.work_item_max_failures - 1
+    assert record.generation == 1

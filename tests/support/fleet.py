@@ -55,10 +55,18 @@ def provision(api: str, uuid: str, target: str) -> None:
     put(api, f"/v1/nodes/{uuid}/states/provision", {"target": target})
 
 
-def write_config(path: Path, url: str, *, log_level: str = "INFO", **conductor: object) -> Path:
+def write_config(
+    path: Path,
+    url: str,
+    *,
+    log_level: str = "INFO",
+    sections: dict[str, dict[str, object]] | None = None,
+    **conductor: object,
+) -> Path:
     """A TOML file for every process of a multi-process test: PostgreSQL and fast conductors.
 
-    ``conductor`` overrides the quick heartbeat and polling the tests share.
+    ``conductor`` overrides the quick heartbeat and polling the tests share;
+    ``sections`` adds tables (``{"conductor.inspection": {"timeout": 60}}``).
     """
     settings: dict[str, object] = {
         "workers": 4,
@@ -76,6 +84,11 @@ def write_config(path: Path, url: str, *, log_level: str = "INFO", **conductor: 
     for key, value in settings.items():
         rendered = str(value).lower() if isinstance(value, bool) else repr(value)
         lines.append(f"{key} = {rendered}")
+    for name, values in (sections or {}).items():
+        lines += ["", f"[{name}]"]
+        for key, value in values.items():
+            rendered = str(value).lower() if isinstance(value, bool) else repr(value)
+            lines.append(f"{key} = {rendered}")
     path.write_text("\n".join(lines) + "\n")
     return path
 

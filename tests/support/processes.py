@@ -71,6 +71,7 @@ class ServiceProcess:
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
+        self.inspector_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -180,10 +181,18 @@ class ProcessGroup:
     def start_api(self, name: str, port: int | None = None) -> ServiceProcess:
         """``metalforge api`` on a free loopback port; returns at once (then ``wait_http``)."""
         port = port or free_port()
+        inspector_port = free_port()
         process = self.spawn(
-            name, "api", {"METALFORGE_API__HOST": "127.0.0.1", "METALFORGE_API__PORT": str(port)}
+            name,
+            "api",
+            {
+                "METALFORGE_API__HOST": "127.0.0.1",
+                "METALFORGE_API__PORT": str(port),
+                "METALFORGE_INSPECTOR__PORT": str(inspector_port),
+            },
         )
         process.url = f"http://127.0.0.1:{port}"
+        process.inspector_port = inspector_port
         return process
 
     def start_conductor(self, hostname: str) -> ServiceProcess:

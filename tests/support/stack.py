@@ -15,6 +15,7 @@ from metalforge.cli import (
     build_conductor,
     build_registry,
     listening_sockets,
+    served_app,
     tls_options,
 )
 from metalforge.conductor.service import ConductorService
@@ -41,6 +42,8 @@ def test_settings(db_url: str, **conductor: Any) -> Settings:
     return load_settings(
         database={"url": db_url},
         conductor={**FAST_CONDUCTOR, "hostname": "test-conductor", **conductor},
+        # Each served stack's inspector API on a port of its own.
+        inspector={"port": free_port()},
     )
 
 
@@ -117,7 +120,7 @@ class LiveServer:
         tls = tls_options(stack.settings)
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            stack.app,
+            served_app(stack.settings, stack.app),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",

@@ -34,7 +34,6 @@ def too_large_message(limit: int) -> str:
 
 
 _AGENT_PATHS = ("/v1/heartbeat/", "/heartbeat/", "/v1/lookup", "/lookup")
-_REPORT_PATH = "/v1/continue_inspection"
 
 
 class RequestGuardMiddleware:
@@ -47,12 +46,18 @@ class RequestGuardMiddleware:
     """
 
     def __init__(
-        self, app: ASGIApp, max_body_size: int, max_agent_body_size: int, max_report_size: int
+        self,
+        app: ASGIApp,
+        max_body_size: int,
+        max_agent_body_size: int,
+        max_report_size: int,
+        report_paths: frozenset[str] = frozenset({"/v1/continue_inspection"}),
     ) -> None:
         self.app = app
         self.operator_limit = max_body_size
         self.agent_limit = max_agent_body_size
         self.report_limit = max_report_size
+        self.report_paths = report_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,7 +69,7 @@ class RequestGuardMiddleware:
         limit = self.operator_limit
         if scope["path"].startswith(_AGENT_PATHS):
             limit = self.agent_limit
-        elif scope["path"] == _REPORT_PATH:
+        elif scope["path"] in self.report_paths:
             limit = self.report_limit
         declared = _content_length(scope)
         if declared is not None and declared > limit:

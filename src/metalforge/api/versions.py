@@ -16,11 +16,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, routing_error_body, send_json_error
+from metalforge.services.microversion import NEWEST
 from metalforge.services.microversion import Version as Version
 from metalforge.services.microversion import fmt as fmt
 
 MIN_VERSION: Version = (1, 1)
-MAX_VERSION: Version = (1, 115)
+MAX_VERSION: Version = NEWEST
 DEFAULT_VERSION: Version = (1, 1)
 
 MIN_HEADER = b"x-openstack-ironic-api-minimum-version"

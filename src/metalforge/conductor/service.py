@@ -388,8 +388,21 @@ class ConductorService:
             except NodeLocked:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
             except NodeGone:
-                queue.finish(session, item.id, host)
+                self._node_gone(session, item)
         return ready
+
+    def _node_gone(self, session: Session, item: queue.ClaimedItem) -> None:
+        """The item's node is not there: an introspection event is retried a few times
+        (as the inspection design asks), then dropped; any other item is done at once."""
+        host = self.ctx.hostname
+        limit = self.ctx.settings.work_item_max_failures
+        if item.kind != inspection.WORK_KIND:
+            queue.finish(session, item.id, host)
+        elif item.failures + 1 < limit:
+            delay = float(2 ** min(item.failures + 1, 6))
+            queue.retry(session, item.id, host, delay, failure="its node is gone")
+        else:
+            queue.finish(session, item.id, host, error="its node is gone")
 
     def _run_guarded(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
         try:
@@ -452,7 +465,8 @@ class ConductorService:
             with self.ctx.db.write() as session:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
         except NodeGone:
-            self._finish(item, None)
+            with self.ctx.db.write() as session:
+                self._node_gone(session, item)
         except Interrupted:
             with self.ctx.db.write() as session:
                 queue.retry(session, item.id, host, 0, count=False)

@@ -264,6 +264,11 @@ class FakeInspect(FakeMixin, InspectInterface):
         if "inspect.inspect_hardware" in _failing(task):
             raise DriverError("fake-hardware was told to fail inspect.inspect_hardware")
         task.node.power_state = POWER_ON
+        # When it powered on, on the shared clock: what a test of the throttle reads.
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_inspection_powered_on_at": task.now(),
+        }
         return "wait"
 
     def simulated_report(self, task: DriverTask, macs: Sequence[str]) -> SimulatedReport:

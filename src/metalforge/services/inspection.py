@@ -15,14 +15,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
+from metalforge import states
 from metalforge.conductor import inspection_report
 from metalforge.conductor.flows import inspection
+from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
-from metalforge.db.introspections import Data
+from metalforge.db.introspections import Data, Record
 from metalforge.db.models import Introspection, Node, Port
-from metalforge.errors import RequestError, bad_request, not_found
-from metalforge.services import lookup
+from metalforge.errors import RequestError, bad_request, conflict, not_found
+from metalforge.services import fencing, lookup, provisioning
 from metalforge.services.context import Services
+from metalforge.services.microversion import NEWEST as LATEST
 from metalforge.services.microversion import Version
 
 NOT_FOUND = "The resource could not be found."
@@ -114,3 +117,106 @@ def inventory(svc: Services, ident: str, version: Version) -> dict[str, Any]:
     if data is None or data.inventory is None:
         raise not_found(f"Node inventory record for node {node.uuid} could not be found.")
     return {"inventory": data.inventory, "plugin_data": data.plugin_data or {}}
+
+
+# -- the ironic-inspector API ---------------------------------------------------
+STARTABLE_PROVISION_STATES = (states.MANAGEABLE, states.INSPECT_FAILED, states.INSPECTING)
+"""Where ``POST /v1/introspection/{node}`` may start (or repeat the start of) an inspection."""
+
+
+def _node(session: Session, ident: str) -> Node:
+    return lookup.find_node(session, ident, LATEST)
+
+
+def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> None:
+    """Start inspecting the node: Ironic's ``inspect`` verb, as the inspector API asks it.
+
+    Only from ``manageable`` or ``inspect failed`` (the node moves to
+    ``inspecting`` as with ``baremetal node inspect``), or again while it is
+    still starting; an ``enroll`` node must be managed first.
+    """
+    with svc.db.read() as session:
+        node = _node(session, ident)
+    if node.provision_state not in STARTABLE_PROVISION_STATES:
+        raise bad_request(
+            f"Invalid provision state for introspection: {node.provision_state}, valid states "
+            f"are {', '.join(STARTABLE_PROVISION_STATES)}"
+        )
+    if node.provision_state == states.INSPECTING:
+        return  # a start repeated while the node is still starting: it is under way
+    request = FlowRequest(verb=states.INSPECT, target="inspect", manage_boot=manage_boot)
+    provisioning.start(svc, node.uuid, LATEST, request, actor)
+
+
+def status(svc: Services, ident: str) -> Record:
+    with svc.db.read() as session:
+        node = _node(session, ident)
+        record = introspections.load(session, node.uuid)
+    if record is None:
+        raise not_found(f"Could not find node {node.uuid} in cache")
+    return record
+
+
+def statuses(svc: Services, marker: str | None, limit: int, wanted: list[str]) -> list[Record]:
+    """A page of records, newest first; ``marker`` is the last UUID of the previous page."""
+    with svc.db.read() as session:
+        after = None
+        if marker is not None:
+            after = introspections.load(session, marker)
+            if after is None:
+                raise not_found(f"Node {marker} was not found")
+        return introspections.page(session, limit=limit, marker=after, states=wanted)
+
+
+def abort(svc: Services, ident: str, actor: str | None) -> None:
+    """Stop the inspection: Ironic's ``abort`` while the node waits for its ramdisk."""
+    record = status(svc, ident)
+    if record.state == ins.STARTING:
+        raise conflict("Node is locked, please, retry later")
+    if record.state not in ins.ACTIVE:
+        return  # nothing runs: like ironic-inspector, an abort then changes nothing
+    if record.state != ins.WAITING:
+        raise conflict(f"The inspection is {record.state} and cannot be aborted now")
+    provisioning.start(
+        svc, record.node_uuid, LATEST, FlowRequest(verb=states.ABORT, target="abort"), actor
+    )
+
+
+def data(svc: Services, ident: str, *, processed: bool) -> dict[str, Any]:
+    """What the inspection stored: processed (inventory and what was derived) or as received."""
+    record = status(svc, ident)
+    with svc.db.read() as session:
+        stored = introspections.load_data(session, record.node_uuid)
+    if processed and stored is not None and stored.inventory is not None:
+        return {**(stored.plugin_data or {}), "inventory": stored.inventory}
+    if not processed and stored is not None and stored.raw is not None:
+        return stored.raw
+    raise not_found(f"Introspection data not found for node {record.node_uuid}")
+
+
+def reapply(svc: Services, ident: str, report: object | None) -> None:
+    """Process the stored report again (or ``report``, which replaces it)."""
+    with svc.db.write() as session:
+        node = _node(session, ident)
+        fencing.check_unlocked(session, node)
+        record = introspections.load(session, node.uuid)
+        if record is None:
+            raise not_found(f"Could not find node {node.uuid} in cache")
+        if not ins.allowed(record.state, ins.REAPPLY):
+            raise bad_request(f"Cannot reapply while the inspection is {record.state}")
+        if report is not None:
+            try:
+                checked = inspection_report.check_shape(report)
+            except inspection_report.ReportRejected as exc:
+                raise bad_request(f"Invalid introspection data: {exc}") from None
+            introspections.store_raw(
+                session, node.uuid, {k: v for k, v in checked.items() if k != "logs"}
+            )
+        else:
+            stored = introspections.load_data(session, node.uuid)
+            if stored is None or stored.raw is None:
+                raise not_found(f"Introspection data not found for node {node.uuid}")
+        svc.queue_for(
+            session, node, inspection.WORK_KIND, inspection.event_payload(ins.REAPPLY, record)
+        )
+    svc.notify()

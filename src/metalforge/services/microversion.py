@@ -9,6 +9,9 @@ from __future__ import annotations
 
 Version = tuple[int, int]
 
+NEWEST: Version = (1, 115)
+"""The newest Ironic API version metalforge speaks (what ``latest`` means)."""
+
 
 def fmt(version: Version) -> str:
     return f"{version[0]}.{version[1]}"

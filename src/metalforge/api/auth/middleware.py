@@ -14,6 +14,7 @@ The caller is stored in the ASGI scope's ``state``, where routes read it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from starlette.concurrency import run_in_threadpool
@@ -127,13 +128,21 @@ def build_authenticator(api: ApiSettings, keystone_options: dict[str, object]) -
 class AuthMiddleware:
     """Pure ASGI: authenticates every non-public request before any route runs."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticator: Authenticator,
+        is_public: Callable[[str], bool] = is_agent_path,
+        render_error: Callable[[int, str], bytes] = error_body,
+    ) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.is_public = is_public
+        self.render_error = render_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Served without operator credentials: version discovery and the agents' calls.
-        if scope["type"] != "http" or is_agent_path(scope["path"]):
+        if scope["type"] != "http" or self.is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         try:
@@ -142,12 +151,12 @@ class AuthMiddleware:
             await send_json_error(
                 send,
                 401,
-                error_body(401, refused.message),
+                self.render_error(401, refused.message),
                 [(b"www-authenticate", refused.challenge.encode("latin-1"))],
             )
             return
         except Unavailable as down:
-            await send_json_error(send, 503, error_body(503, str(down)))
+            await send_json_error(send, 503, self.render_error(503, str(down)))
             return
         scope.setdefault("state", {})[CALLER_KEY] = caller
         await self.app(scope, receive, send)

@@ -1,0 +1,1 @@
+"""The ironic-inspector API (``/v1/introspection``), for python-ironic-inspector-client."""

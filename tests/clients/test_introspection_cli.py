@@ -1,0 +1,118 @@
+"""The real ``openstack baremetal introspection`` commands against the inspector API.
+
+python-openstackclient with python-ironic-inspector-client's plugin, run as
+an operator runs it, against the all-in-one service's inspector port
+(5050 in ``make run``; a free port here), on fake-hardware nodes whose
+simulated ramdisk reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.clients.conftest import BaremetalCli, CliResult
+from tests.support.stack import LiveServer
+
+OPENSTACK = Path(sys.executable).with_name("openstack")
+TIMEOUT = 180.0
+
+
+class IntrospectionCli:
+    def __init__(self, inspector_url: str) -> None:
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+        self.env.update(OS_AUTH_TYPE="none", INSPECTOR_URL=inspector_url)
+
+    def run(self, *args: str, ok: bool = True) -> CliResult:
+        proc = subprocess.run(
+            [str(OPENSTACK), "baremetal", "introspection", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        result = CliResult(proc.returncode, proc.stdout, proc.stderr)
+        command = " ".join(args)
+        if ok:
+            assert result.returncode == 0, f"`introspection {command}` failed:\n{result.output}"
+        else:
+            assert result.returncode != 0, f"`introspection {command}` succeeded:\n{result.output}"
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-f", "json").stdout)
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _clients(live_server: LiveServer) -> tuple[BaremetalCli, IntrospectionCli]:
+    port = live_server.stack.settings.inspector.port
+    return BaremetalCli(live_server.url), IntrospectionCli(f"http://127.0.0.1:{port}")
+
+
+def _manageable(cli: BaremetalCli, name: str, **driver_info: str) -> str:
+    args = [f"--driver-info={k}={v}" for k, v in driver_info.items()]
+    node = cli.json("node", "create", "--driver", "fake-hardware", "--name", name, *args)
+    cli.run("node", "manage", name, "--wait", "60")
+    return str(node["uuid"])
+
+
+def test_start_wait_status_list_and_data(live_server: LiveServer, tmp_path: Path) -> None:
+    cli, introspection = _clients(live_server)
+    uuid = _manageable(cli, "intro-1")
+    started = introspection.json("start", "--wait", "intro-1")
+    assert started == [{"UUID": "intro-1", "Error": None}]
+    status = introspection.json("status", "intro-1")
+    assert status["state"] == "finished"
+    assert status["finished"] is True
+    assert status["error"] is None
+    assert status["uuid"] == uuid
+    listed = introspection.json("list")
+    assert [row["UUID"] for row in listed] == [uuid]
+    saved = tmp_path / "data.json"
+    introspection.run("data", "save", "--file", str(saved), "intro-1")
+    data = json.loads(saved.read_text())
+    assert data["inventory"]["cpu"]["count"] == 8
+    unprocessed = json.loads(introspection.run("data", "save", "--unprocessed", uuid).stdout)
+    assert "all_interfaces" not in unprocessed
+    node = cli.json("node", "show", "intro-1")
+    assert node["provision_state"] == "manageable"
+    assert node["properties"]["memory_mb"] == 32768
+
+
+def test_abort_and_reprocess(live_server: LiveServer) -> None:
+    cli, introspection = _clients(live_server)
+    _manageable(cli, "intro-slow", fake_step_delay="3600")
+    introspection.run("start", "intro-slow")
+    _wait_until(lambda: cli.json("node", "show", "intro-slow")["provision_state"] == "inspect wait")
+    introspection.run("abort", "intro-slow")
+    status = introspection.json("status", "intro-slow")
+    assert (status["state"], status["error"]) == ("error", "Canceled by operator")
+    # a node inspected before can be reprocessed from its stored report
+    _manageable(cli, "intro-2")
+    introspection.run("start", "--wait", "intro-2")
+    cli.run("node", "set", "intro-2", "--property", "cpus=1")
+    introspection.run("reprocess", "intro-2")
+    _wait_until(lambda: cli.json("node", "show", "intro-2")["properties"]["cpus"] == 8)
+    assert introspection.json("status", "intro-2")["state"] == "finished"
+
+
+def test_errors_name_the_problem(live_server: LiveServer) -> None:
+    cli, introspection = _clients(live_server)
+    cli.json("node", "create", "--driver", "fake-hardware", "--name", "enrolled")
+    refused = introspection.run("start", "enrolled", ok=False)
+    assert "Invalid provision state for introspection: enroll" in refused.output
+    missing = introspection.run("status", "no-such-node", ok=False)
+    assert "could not be found" in missing.output
