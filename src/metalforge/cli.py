@@ -232,6 +232,17 @@ def _private_state_dir(settings: Settings) -> None:
         path.chmod(0o700)
 
 
+def _stop_conductor(conductor: ConductorService, db: Database) -> None:
+    """Stop within ``conductor.shutdown_timeout``: an item still inside a driver call then
+    is not waited for (its conductor is offline, others take its node over); the process
+    exits without joining its thread."""
+    finished = conductor.stop()
+    db.dispose()
+    if not finished:
+        logging.shutdown()
+        os._exit(0)
+
+
 def cmd_all_in_one(settings: Settings) -> None:
     _check_auth(settings)
     _private_state_dir(settings)
@@ -245,8 +256,7 @@ def cmd_all_in_one(settings: Settings) -> None:
     try:
         _serve(settings, app)
     finally:
-        conductor.stop()
-        db.dispose()
+        _stop_conductor(conductor, db)
 
 
 def cmd_api(settings: Settings) -> None:
@@ -281,8 +291,7 @@ def cmd_conductor(settings: Settings) -> None:
     finally:
         if listener is not None:
             listener.stop()
-        conductor.stop()
-        db.dispose()
+        _stop_conductor(conductor, db)
 
 
 def cmd_db_upgrade(settings: Settings) -> None:

@@ -220,6 +220,9 @@ class ConductorSettings(BaseModel):
     """Seconds between conductor heartbeats in the conductors table."""
     heartbeat_timeout: float = 30.0
     """Seconds without a heartbeat after which a conductor is considered dead."""
+    shutdown_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a stopping conductor (SIGTERM) gives its running items to reach a safe
+    point before it goes offline anyway; what is left is taken over by the others."""
     lease_seconds: float = 60.0
     """How long a claimed work item stays claimed before another conductor may retry it."""
     work_item_max_failures: int = Field(default=5, ge=1)

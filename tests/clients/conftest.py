@@ -36,35 +36,36 @@ class CliResult:
         return self.stdout + self.stderr
 
 
-class BaremetalCli:
-    """Runs ``baremetal`` against one server, with a clean OpenStack environment.
+class Cli:
+    """Runs one OpenStack command line with a clean environment.
 
     Every ``OS_*`` variable of the calling environment is dropped so that a
     developer's own cloud settings (``OS_CLOUD``, tokens) cannot leak into the
-    test; only no-auth standalone mode pointed at the live server remains.
+    test; only no-auth mode and what ``env`` adds remain.
     """
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, prefix: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT):
+        self.prefix = prefix
+        self.timeout = timeout
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-        self.env.update(OS_AUTH_TYPE="none", OS_ENDPOINT=url)
+        self.env.update(OS_AUTH_TYPE="none", **env)
 
     def run(self, *args: str, ok: bool = True) -> CliResult:
         """Run one command; with ``ok`` the command must succeed, else it must fail."""
         proc = subprocess.run(
-            [str(BAREMETAL), *args],
+            [*self.prefix, *args],
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=CLI_TIMEOUT,
+            timeout=self.timeout,
             check=False,
         )
         result = CliResult(proc.returncode, proc.stdout, proc.stderr)
-        command = " ".join(args)
+        command = " ".join([Path(self.prefix[0]).name, *self.prefix[1:], *args])
         if ok:
-            assert result.returncode == 0, f"`baremetal {command}` failed:\n{result.output}"
+            assert result.returncode == 0, f"`{command}` failed:\n{result.output}"
         else:
-            assert result.returncode != 0, f"`baremetal {command}` succeeded:\n{result.output}"
+            assert result.returncode != 0, f"`{command}` succeeded:\n{result.output}"
         return result
 
     def json(self, *args: str) -> Any:
@@ -74,6 +75,14 @@ class BaremetalCli:
     def error(self, *args: str) -> str:
         """The message a failing command printed (stderr and stdout together)."""
         return self.run(*args, ok=False).output
+
+
+class BaremetalCli(Cli):
+    """``baremetal`` in standalone no-auth mode against one server."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__([str(BAREMETAL)], {"OS_ENDPOINT": url})
+        self.url = url
 
 
 @pytest.fixture

@@ -9,45 +9,25 @@ simulated ramdisk reports.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from tests.clients.conftest import BaremetalCli, CliResult
+from tests.clients.conftest import BaremetalCli, Cli
 from tests.support.stack import LiveServer
 
 OPENSTACK = Path(sys.executable).with_name("openstack")
 TIMEOUT = 180.0
 
 
-class IntrospectionCli:
-    def __init__(self, inspector_url: str) -> None:
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-        self.env.update(OS_AUTH_TYPE="none", INSPECTOR_URL=inspector_url)
-
-    def run(self, *args: str, ok: bool = True) -> CliResult:
-        proc = subprocess.run(
-            [str(OPENSTACK), "baremetal", "introspection", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-        result = CliResult(proc.returncode, proc.stdout, proc.stderr)
-        command = " ".join(args)
-        if ok:
-            assert result.returncode == 0, f"`introspection {command}` failed:\n{result.output}"
-        else:
-            assert result.returncode != 0, f"`introspection {command}` succeeded:\n{result.output}"
-        return result
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args, "-f", "json").stdout)
+def introspection_cli(inspector_url: str) -> Cli:
+    """``openstack baremetal introspection`` against one inspector API, without auth."""
+    return Cli(
+        [str(OPENSTACK), "baremetal", "introspection"],
+        {"INSPECTOR_URL": inspector_url},
+        timeout=TIMEOUT,
+    )
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -57,9 +37,9 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def _clients(live_server: LiveServer) -> tuple[BaremetalCli, IntrospectionCli]:
+def _clients(live_server: LiveServer) -> tuple[BaremetalCli, Cli]:
     port = live_server.stack.settings.inspector.port
-    return BaremetalCli(live_server.url), IntrospectionCli(f"http://127.0.0.1:{port}")
+    return BaremetalCli(live_server.url), introspection_cli(f"http://127.0.0.1:{port}")
 
 
 def _manageable(cli: BaremetalCli, name: str, **driver_info: str) -> str:

@@ -11,16 +11,13 @@ import pytest
 from sqlalchemy import select
 
 from metalforge import states
-from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.service import ConductorService
 from metalforge.conductor.task import acquire
-from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
-from metalforge.drivers.catalog import HARDWARE_TYPES
-from metalforge.drivers.hardware import DriverRegistry
 from metalforge.errors import NodeLocked
+from tests.support.conductors import registered_conductor
 from tests.support.postgres import PostgresCluster
 
 SKEW = dt.timedelta(minutes=10)
@@ -45,16 +42,7 @@ def url(postgres: PostgresCluster) -> str:
 
 
 def _conductor(url: str, host: str, offset: dt.timedelta) -> ConductorService:
-    db = Database(url, local_clock=_clock(offset))
-    ctx = ConductorContext(
-        hostname=host,
-        db=db,
-        drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
-        settings=ConductorSettings(hostname=host, heartbeat_timeout=30),
-    )
-    service = ConductorService(ctx)
-    service.register()
-    return service
+    return registered_conductor(Database(url, local_clock=_clock(offset)), host)
 
 
 def test_hosts_ten_minutes_apart_see_each_other_alive(url: str) -> None:

@@ -9,11 +9,10 @@ import pytest
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.leadership import Leadership, SingletonTask, SqlElector
 from metalforge.conductor.service import ConductorService
-from metalforge.config import ConductorSettings, CoordinationSettings
+from metalforge.config import CoordinationSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import LeaderLease
-from metalforge.drivers.catalog import HARDWARE_TYPES
-from metalforge.drivers.hardware import DriverRegistry
+from tests.support.conductors import registered_conductor
 from tests.support.stack import AdjustableClock
 
 ROLE = "inspection-timeouts"
@@ -33,15 +32,7 @@ def db(db_url: str, clock: AdjustableClock) -> Database:
 
 
 def _member(db: Database, host: str) -> ConductorService:
-    ctx = ConductorContext(
-        hostname=host,
-        db=db,
-        drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
-        settings=ConductorSettings(hostname=host, heartbeat_timeout=30),
-    )
-    service = ConductorService(ctx)
-    service.register()
-    return service
+    return registered_conductor(db, host)
 
 
 def _elector(service: ConductorService) -> SqlElector:

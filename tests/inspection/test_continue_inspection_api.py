@@ -122,3 +122,19 @@ def test_malformed_reports_are_400(stack: Stack) -> None:
     )
     assert nothing.status_code == 400
     assert "No lookup information" in error_text(nothing)
+
+
+def test_a_report_before_the_node_waits_is_409_so_the_agent_retries(stack: Stack) -> None:
+    node = create_node(stack.client)
+    port = stack.client.post(
+        "/v1/ports", json={"address": MAC, "node_uuid": node["uuid"]}, headers=LATEST
+    )
+    assert port.status_code == 201
+    with stack.db.write() as session:
+        introspections.save(session, introspections.Record(node["uuid"], ins.STARTING, 1))
+    response = stack.client.post("/v1/continue_inspection", json=_report())
+    assert response.status_code == 409
+    assert "still starting" in error_text(response)
+    with stack.db.read() as session:
+        data = introspections.load_data(session, node["uuid"])
+    assert data is None  # nothing was stored

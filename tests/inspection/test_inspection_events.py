@@ -219,3 +219,33 @@ def test_an_event_for_a_deleted_node_is_retried_then_dropped(stack: Stack) -> No
     assert item.last_error == "its node is gone"
     assert item.failures == stack.settings.conductor.work_item_max_failures - 1
     assert record.generation == 1
+
+
+def test_a_stopping_conductor_leaves_the_throttle_wait_and_gives_its_items_back(
+    db_url: str,
+) -> None:
+    settings = test_settings(db_url)
+    settings.conductor.inspection.power_on_interval = 3600.0
+    stack = start_stack(settings)
+    stopped = False
+    try:
+        nodes = [_manageable(stack, driver_info={"fake_step_delay": 3600}) for _ in range(3)]
+        for node in nodes:
+            assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+
+        def states() -> list[tuple[str, bool]]:
+            shown = [get_node(stack.client, n["uuid"]) for n in nodes]
+            return sorted((n["provision_state"], n["reservation"] is not None) for n in shown)
+
+        # One node powers on at once; the two others wait an hour for their turn.
+        wanted = [("inspect wait", False), ("inspecting", True), ("inspecting", True)]
+        wait_until("one powered on, two waiting their turn", lambda: states() == wanted)
+        assert stack.conductor.stop(timeout=30) is True
+        stopped = True
+        assert states() == [("inspect wait", False), ("inspecting", False), ("inspecting", False)]
+        assert _pending(stack), "the interrupted items went back to the queue"
+    finally:
+        if not stopped:
+            stack.conductor.stop()
+        stack.client.close()
+        stack.db.dispose()

@@ -26,12 +26,12 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 from tests.support import fleet
+from tests.support.api import wait_until
 from tests.support.haproxy import HaProxy
 from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
@@ -92,16 +92,6 @@ def _leader(pg: str, role: str) -> str | None:
             "SELECT holder FROM leader_leases WHERE role = %s AND expires_at > now()", (role,)
         ).fetchone()
     return None if row is None else row[0]
-
-
-def _wait(what: str, condition: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _singleton_runs(
@@ -183,12 +173,14 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
                 stderr=subprocess.STDOUT,
             )
             # In the middle of it: a third of the inspections under way.
-            _wait(
+            wait_until(
                 "inspections under way",
                 lambda: sum(s != "starting" for _, s, _ in _records(pg_url)) >= NODES // 3,
                 timeout=120,
             )
-            leader = _wait("a leader", lambda: _leader(pg_url, "inspection-timeouts"), timeout=30)
+            leader = wait_until(
+                "a leader", lambda: _leader(pg_url, "inspection-timeouts"), timeout=30
+            )
             victim = next(host for host in WORKERS if host != leader)
             workers[victim].kill()
             workers[leader].stop(timeout=30)
@@ -202,7 +194,7 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
                 done = [r for r in records if r[1] in ("finished", "error")]
                 return records if len(done) == NODES else None
 
-            records = _wait("every inspection to end", settled, timeout=300)
+            records = wait_until("every inspection to end", settled, timeout=300)
             states = Counter(state for _, state, _ in records)
             print(f"killed {victim}, stopped leader {leader}; inspections: {dict(states)}")
             assert all(error for _, state, error in records if state == "error")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests.support.postgres import free_port
+from tests.support.processes import terminate
 
 
 class HaProxy:
@@ -71,10 +72,4 @@ class HaProxy:
                     time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)

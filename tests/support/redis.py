@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from tests.support.postgres import free_port
+from tests.support.processes import terminate
 
 
 class RedisServer:
@@ -58,10 +59,4 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)

@@ -165,3 +165,9 @@ def test_lookup_information() -> None:
 def test_keep_added_with_ports_disabled_is_a_configuration_error() -> None:
     with pytest.raises(ValueError, match="keep_ports"):
         InspectionSettings(add_ports="disabled", keep_ports="added")
+
+
+def test_a_node_without_a_disk_to_install_on_gets_local_gb_0() -> None:
+    assert process(report(disks=[]), {}, [], SETTINGS).properties["local_gb"] == 0
+    tiny = [{"name": "/dev/vda", "size": 32 * 1024**2}]
+    assert process(report(disks=tiny), {}, [], SETTINGS).properties["local_gb"] == 0

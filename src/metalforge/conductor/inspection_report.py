@@ -8,7 +8,7 @@ operator of a fleet turns on: the ramdisk's own error fails the inspection;
 ``cpu_arch``, ``cpus``, ``memory_mb`` and ``local_gb`` are set as integers
 (``local_gb`` is the root disk's size in GiB less one for the partition
 table, the root disk chosen by the node's ``root_device`` hints, else the
-ramdisk's guess, else the smallest disk of at least 4 GiB); ports are
+ramdisk's guess, else the smallest disk of at least 4 GiB; 0 without one); ports are
 created for the reported NICs as ``add_ports`` says, the booting NIC
 PXE-enabled, and pruned as ``keep_ports`` says.
 """
@@ -241,8 +241,10 @@ def process(
     if cpus is not None:
         new_props["cpus"] = cpus
     root = _root_disk(report, properties)
-    if root is not None:
-        new_props["local_gb"] = _local_gb(root, settings.disk_partitioning_spacing)
+    # No disk large enough to install on: a diskless node, as Ironic records it.
+    new_props["local_gb"] = (
+        0 if root is None else _local_gb(root, settings.disk_partitioning_spacing)
+    )
 
     pxe_mac = _pxe_mac(report)
     everything, all_macs = _interfaces(report, pxe_mac)

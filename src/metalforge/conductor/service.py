@@ -135,14 +135,32 @@ class ConductorService:
             "conductor %s started with %d workers", self.ctx.hostname, self.ctx.settings.workers
         )
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop claiming, let running items reach a safe point, go offline."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop claiming, let running items reach a safe point, go offline; whether
+        every item did (false: some are still inside a driver call).
+
+        Within ``timeout`` seconds (``conductor.shutdown_timeout``): every wait
+        a running item is in (a step's sleep, the power-on throttle) ends at
+        once and gives the item back; an item still inside a driver call by
+        then is left to its lease, and the conductor goes offline anyway, so
+        others take its nodes over at once.
+        """
+        limit = self.ctx.settings.shutdown_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         self.ctx.stopping.set()
         self.ctx.waker.notify()
         for thread in self._threads:
             if thread is not threading.current_thread():
-                thread.join(timeout)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._running:
+            LOG.warning(
+                "conductor %s stops with %d item(s) still running; they go to other conductors",
+                self.ctx.hostname,
+                len(self._running),
+            )
         self.leadership.stop()
         with self.ctx.db.write() as session:
             session.execute(
@@ -151,6 +169,7 @@ class ConductorService:
                 .values(online=False, updated_at=utcnow())
             )
         LOG.info("conductor %s stopped", self.ctx.hostname)
+        return not self._running
 
     def _lost_hostname(self) -> None:
         """Another process registered this hostname: stop working at once.
@@ -254,11 +273,20 @@ class ConductorService:
 
     # -- loops -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
+        failures = 0
+        limit = self.ctx.settings.coordination.retry_count
         while not self.ctx.stopping.wait(self.ctx.settings.heartbeat_interval):
             try:
                 self.heartbeat()
+                failures = 0
             except Exception:
-                LOG.exception("heartbeat failed")
+                failures += 1
+                LOG.exception("heartbeat failed (%d of %d in a row)", failures, limit)
+                if failures >= limit:
+                    # Others will soon count this conductor dead and take its nodes;
+                    # going on would act on a picture of the cluster it cannot check.
+                    self._lost_coordination(f"the database failed {failures} heartbeats in a row")
+                    return
 
     def heartbeat(self) -> None:
         with self.ctx.db.write() as session:

@@ -9,6 +9,7 @@ boot it from the network (``pxe``) or, on Redfish, from virtual media.
 from __future__ import annotations
 
 from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.agent.inspect import AgentInspect
 from metalforge.drivers.base import Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
@@ -44,7 +45,7 @@ REDFISH = HardwareType(
         "power": (RedfishPower,),
         "management": (RedfishManagement,),
         "boot": (PxeBoot, RedfishVirtualMediaBoot),
-        "inspect": (RedfishInspect, *_none("inspect")),
+        "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
     },
 )
@@ -56,7 +57,7 @@ IPMI = HardwareType(
         "power": (IpmiPower,),
         "management": (IpmiManagement,),
         "boot": (PxeBoot,),
-        "inspect": _none("inspect"),
+        "inspect": (AgentInspect, *_none("inspect")),
         "bios": _none("bios"),
     },
 )

@@ -53,6 +53,8 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
     with svc.db.write() as session:
         node = _find_waiting(session, node_uuid, macs, bmcs)
         record = introspections.load(session, node.uuid)
+        if record is not None and record.state == ins.STARTING:
+            raise conflict(f"Node {node.uuid} is still starting its inspection; retry shortly")
         if record is None or record.state != ins.WAITING:
             raise _nobody()
         introspections.store_raw(session, node.uuid, stored)
@@ -63,11 +65,16 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
     return node
 
 
+REPORTABLE = (ins.STARTING, ins.WAITING)
+"""Records a report may be for: waiting, or still starting (the ramdisk was quicker than
+the conductor's commit; the report is refused with a 409, which the agent retries)."""
+
+
 def _waiting(session: Session, node_ids: list[int]) -> list[Node]:
     query = (
         select(Node)
         .join(Introspection, Introspection.node_uuid == Node.uuid)
-        .where(Introspection.state == ins.WAITING)
+        .where(Introspection.state.in_(REPORTABLE))
     )
     if node_ids:
         query = query.where(Node.id.in_(node_ids))

@@ -1,0 +1,49 @@
+"""``agent`` inspection, in band: boot ironic-python-agent, which reports the hardware.
+
+The node boots the ramdisk through its boot interface (PXE or virtual media)
+with a fresh agent session, as for cleaning; the agent's inspection
+collector posts its inventory to ``/v1/continue_inspection`` (the ramdisk
+image or its kernel parameters name that URL: ``ipa-inspection-callback-url``,
+or ``ipa-inspection-collectors`` with ``ipa-api-url``), and the conductor
+processes it. Once the report is processed (or the inspection is aborted or
+times out) the node is powered off and the agent's session ended.
+"""
+
+from __future__ import annotations
+
+from metalforge.drivers.agent.session import boot_of, power_of, set_info
+from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
+    DriverTask,
+    InspectInterface,
+    StepOutcome,
+)
+
+
+class AgentInspect(InspectInterface):
+    """Inspect with the ramdisk agent's inspection collector."""
+
+    name = "agent"
+    boots_ramdisk = True
+
+    def validate(self, task: DriverTask) -> None:
+        boot_of(task)
+        power_of(task)
+
+    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+        task.begin_agent_session()
+        boot_of(task).prepare_ramdisk(task)
+        power = power_of(task)
+        target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
+        power.set_power_state(task, target)
+        task.node.power_state = POWER_ON
+        task.record("inspection", "booting the inspection ramdisk")
+        return "wait"
+
+    def stop_inspection(self, task: DriverTask) -> None:
+        power_of(task).set_power_state(task, POWER_OFF)
+        task.node.power_state = POWER_OFF
+        task.end_agent_session()
+        set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)

@@ -1,0 +1,100 @@
+"""``baremetal node inspect --wait`` on a virtual node running the real ironic-python-agent.
+
+One virtual node (a sushy-emulator system whose power-on boots the real
+agent in namespaces on two loop disks), enrolled with the ``redfish``
+hardware type and the ``agent`` inspect interface. The agent's inspection
+collector posts its inventory to ``/v1/continue_inspection`` on the agents'
+endpoint, as a ramdisk booted for inspection does (the lab gives every
+agent ``ipa-inspection-callback-url``; a report while no inspection waits
+is refused, and the agent carries on as usual). The node's properties,
+ports and stored inventory are checked against the virtual hardware.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metalforge_lab.lab import Lab
+from tests.clients.conftest import BAREMETAL, BaremetalCli
+from tests.support.api import LATEST
+from tests.support.lab import agent_port, lab_config, require_lab
+from tests.support.postgres import free_port
+from tests.support.stack import LiveServer, Stack, start_stack, test_settings
+
+pytestmark = pytest.mark.slow
+LabStack = tuple[Lab, Stack, BaremetalCli]
+
+
+@pytest.fixture(scope="module")
+def lab_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabStack]:
+    require_lab()
+    if not BAREMETAL.exists():
+        pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
+    workdir: Path = tmp_path_factory.mktemp("inspect-e2e")
+    config = lab_config(workdir / "lab", "i", nodes=1)
+    config = dataclasses.replace(
+        config,
+        extra_kernel_params=(
+            *config.extra_kernel_params,
+            f"ipa-inspection-callback-url={config.api_url}/v1/continue_inspection",
+            "ipa-inspection-collectors=default",
+            "ipa-inspection-dhcp-wait-timeout=0",
+        ),
+    )
+    with Lab(config) as lab:
+        settings = test_settings(
+            f"sqlite:///{workdir}/metalforge.sqlite",
+            enabled_hardware_types=["fake-hardware", "redfish"],
+        )
+        settings.api.port = free_port()
+        settings.api.agent_host = lab.bridge.address
+        settings.api.agent_port = agent_port(config)
+        stack = start_stack(settings)
+        server = LiveServer(stack)
+        server.start()
+        try:
+            yield lab, stack, BaremetalCli(server.url)
+        finally:
+            server.stop()
+            stack.stop()
+        assert not lab.errors, lab.errors
+
+
+def test_inspect_wait_fills_properties_ports_and_inventory(lab_stack: LabStack) -> None:
+    lab, stack, cli = lab_stack
+    vnode = lab.nodes[0]
+    cli.run(
+        "node", "create", "--driver", "redfish", "--name", vnode.name,
+        "--driver-info", f"redfish_address={vnode.redfish_address}",
+        "--driver-info", f"redfish_system_id={vnode.redfish_system_id}",
+        "--driver-info", "redfish_username=admin",
+        "--driver-info", "redfish_password=password",
+        "--boot-interface", "pxe", "--deploy-interface", "direct",
+        "--inspect-interface", "agent",
+    )  # fmt: skip
+    cli.run("port", "create", vnode.mac, "--node", vnode.name)
+    cli.run("node", "manage", vnode.name, "--wait", "60")
+    cli.run("node", "inspect", vnode.name, "--wait", "240")
+
+    node = cli.json("node", "show", vnode.name)
+    assert node["provision_state"] == "manageable", node["last_error"]
+    assert node["last_error"] is None
+    assert node["power_state"] == "power off"
+    # What the lab's hardware manager reports (src/metalforge_lab/ramdisk): two x86_64
+    # CPUs, 2 GiB, its loop disks; the disks are 32 MiB: none to install on, local_gb 0.
+    props = node["properties"]
+    assert (props["cpu_arch"], props["cpus"], props["memory_mb"]) == ("x86_64", 2, 2048)
+    assert props["local_gb"] == 0
+    ports = cli.json("port", "list", "--node", vnode.name, "--long")
+    assert vnode.mac in {p["address"] for p in ports}
+
+    inventory = stack.client.get(f"/v1/nodes/{vnode.name}/inventory", headers=LATEST)
+    assert inventory.status_code == 200, inventory.text
+    reported = inventory.json()["inventory"]
+    assert vnode.mac in {i["mac_address"] for i in reported["interfaces"]}
+    assert {d.serial for d in vnode.disks} <= {d.get("serial") for d in reported["disks"]}
+    assert vnode.agent_starts >= 1
