@@ -194,6 +194,11 @@ class InspectionSettings(BaseModel):
     """Set ``pxe_enabled`` on existing ports to whether each is the NIC the node booted from."""
     disk_partitioning_spacing: bool = True
     """Leave a GiB of the root disk for the partition table when setting ``local_gb``."""
+    discovery: bool = False
+    """Enroll a new node (in ``enroll``) when a machine no node matches reports."""
+    discovery_driver: str = "fake-hardware"
+    """The driver of discovered nodes (``ipmi`` or ``redfish`` record the reported BMC
+    address in ``ipmi_address``/``redfish_address``); it must be enabled."""
 
     @model_validator(mode="after")
     def _check_ports(self) -> InspectionSettings:

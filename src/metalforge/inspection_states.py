@@ -6,7 +6,8 @@ its inspection has got, in ironic-inspector's words: ``starting`` (setting
 up, powering the node into the ramdisk), ``waiting`` (for the ramdisk's
 report), ``processing`` (the report is being turned into properties and
 ports), ``finished`` and ``error``, plus ``reapplying`` (stored data processed
-again). Every event that moves it goes through ``advance``, which consults
+again) and ``enrolling`` (a machine no node matched reported, and was
+enrolled: discovery). Every event that moves it goes through ``advance``, which consults
 this table and nothing else; the workers that apply events, the API's
 up-front checks, the documentation's table and the exhaustive tests all
 read it.
@@ -32,8 +33,10 @@ PROCESSING: Final = "processing"
 FINISHED: Final = "finished"
 ERROR: Final = "error"
 REAPPLYING: Final = "reapplying"
+ENROLLING: Final = "enrolling"
+"""A report from a machine no node matched, enrolled as a new node (discovery)."""
 
-STATES: Final = (STARTING, WAITING, PROCESSING, FINISHED, ERROR, REAPPLYING)
+STATES: Final = (STARTING, WAITING, PROCESSING, FINISHED, ERROR, REAPPLYING, ENROLLING)
 NOT_STARTED: Final = None
 """A node with no introspection record yet."""
 
@@ -53,15 +56,17 @@ FAIL: Final = "fail"
 """Automatic: setting up or processing failed."""
 REAPPLY: Final = "reapply"
 """The operator asks for the stored data to be processed again."""
+ENROLL: Final = "enroll"
+"""An unknown machine reported (discovery enabled): its new node's record begins."""
 
-EVENTS: Final = (START, WAIT, TIMEOUT, ABORT, CONTINUE, FINISH, FAIL, REAPPLY)
+EVENTS: Final = (START, WAIT, TIMEOUT, ABORT, CONTINUE, FINISH, FAIL, REAPPLY, ENROLL)
 
 STRICT: Final = frozenset({CONTINUE})
 """Events that are never run twice: out of place, they send the record to ``error``."""
 STALE_WHEN_OUT_OF_PLACE: Final = frozenset({TIMEOUT})
 """Events that, out of place, only tell that the record moved on: nothing changes."""
 
-ACTIVE: Final = frozenset({STARTING, WAITING, PROCESSING, REAPPLYING})
+ACTIVE: Final = frozenset({STARTING, WAITING, PROCESSING, REAPPLYING, ENROLLING})
 """States in which the inspection is under way (``finished`` is false)."""
 BOOTING: Final = frozenset({STARTING, WAITING})
 """States in which the node may boot the inspection ramdisk (what the PXE filter lets through)."""
@@ -89,6 +94,9 @@ _TABLE: Final[dict[tuple[str | None, str], str]] = {
     (ERROR, REAPPLY): REAPPLYING,
     (REAPPLYING, FINISH): FINISHED,
     (REAPPLYING, FAIL): ERROR,
+    (NOT_STARTED, ENROLL): ENROLLING,
+    (ENROLLING, CONTINUE): PROCESSING,
+    (ENROLLING, FAIL): ERROR,
 }
 """``(state, event) -> target``. ``processing -continue-> error`` is the seed's "déjà vu"."""
 

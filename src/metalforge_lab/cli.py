@@ -74,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
         help="operator API port on 127.0.0.1, also the agents' port on the bridge "
         "(default %(default)s)",
     )
+    run_demo.add_argument(
+        "--inspector-port",
+        type=int,
+        default=demo.DEFAULT_INSPECTOR_PORT,
+        help="ironic-inspector API port on 127.0.0.1 (default %(default)s)",
+    )
     run_demo.add_argument("--disks", type=int, default=1, help="loop disks per node")
     run_demo.add_argument("--disk-size-mib", type=int, default=64)
     return parser
@@ -147,6 +153,7 @@ def _demo(args: argparse.Namespace) -> int:
             nodes=args.nodes,
             state_dir=args.state_dir,
             api_port=args.api_port,
+            inspector_port=args.inspector_port,
             disks_per_node=args.disks,
             disk_size_mib=args.disk_size_mib,
         )

@@ -56,6 +56,7 @@ from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, VirtualNode, clean_up
 LOG = logging.getLogger(__name__)
 
 DEFAULT_API_PORT = 6385
+DEFAULT_INSPECTOR_PORT = 5050
 MAX_NODES = 20
 """Each node's agent is a real Python process of its own (about 100 MB once booted)."""
 READY_LINE = "metalforge demo is ready"
@@ -109,6 +110,7 @@ class DemoOptions:
     nodes: int
     state_dir: Path
     api_port: int = DEFAULT_API_PORT
+    inspector_port: int = DEFAULT_INSPECTOR_PORT
     disks_per_node: int = 1
     disk_size_mib: int = 64
 
@@ -158,11 +160,15 @@ def preflight(options: DemoOptions) -> None:
             f"no ironic-python-agent virtualenv at {ipa_python.parent.parent} "
             "(`make run VIRTUAL_NODES=N` builds it, or `make .ipa-venv/.installed-stamp`)"
         )
-    if port_in_use("127.0.0.1", options.api_port):
-        raise DemoError(
-            f"127.0.0.1:{options.api_port} is already in use (another `make run` or demo?); "
-            "stop that, or choose another port with --api-port"
-        )
+    for port, flag in (
+        (options.api_port, "--api-port"),
+        (options.inspector_port, "--inspector-port"),
+    ):
+        if port_in_use("127.0.0.1", port):
+            raise DemoError(
+                f"127.0.0.1:{port} is already in use (another `make run` or demo?); "
+                f"stop that, or choose another port with {flag}"
+            )
 
 
 def _runs_with(pid: int, argument: str) -> bool:
@@ -226,7 +232,9 @@ def _toml(value: str | int | Sequence[str]) -> str:
     return json.dumps(value if isinstance(value, str | int) else list(value))
 
 
-def write_config(path: Path, state_dir: Path, api_port: int, agent_host: str) -> None:
+def write_config(
+    path: Path, state_dir: Path, api_port: int, agent_host: str, inspector_port: int
+) -> None:
     """metalforge's settings for the demo; all paths absolute, as metalforge's cwd may differ."""
     sections: dict[str, dict[str, str | int | Sequence[str]]] = {
         "": {"state_dir": str(state_dir), "log_level": "INFO"},
@@ -236,6 +244,7 @@ def write_config(path: Path, state_dir: Path, api_port: int, agent_host: str) ->
             "agent_host": agent_host,
             "agent_port": api_port,
         },
+        "inspector": {"host": "127.0.0.1", "port": inspector_port},
         "database": {"url": f"sqlite:///{state_dir / DATABASE}"},
         "conductor": {
             "enabled_hardware_types": ["fake-hardware", "redfish"],
@@ -247,7 +256,7 @@ def write_config(path: Path, state_dir: Path, api_port: int, agent_host: str) ->
     lines = [
         "# Written by `metalforge-lab demo` at every start: edits are lost.",
         "# The operator API stays on loopback (noauth); the agents reach metalforge",
-        "# on the lab's bridge, where only lookup and heartbeat are served.",
+        "# on the lab's bridge, where only lookup, heartbeat and inspection reports are served.",
     ]
     for section, values in sections.items():
         lines.append(f"\n[{section}]" if section else "")
@@ -404,6 +413,16 @@ class Api:
         return json.loads(raw) if raw else None
 
 
+def inspection_kernel_params(agents_url: str) -> tuple[str, ...]:
+    """What a ramdisk booted for inspection is told: run the inspection collector and post
+    to metalforge (a report while no inspection waits is refused; the agent goes on)."""
+    return (
+        f"ipa-inspection-callback-url={agents_url}/v1/continue_inspection",
+        "ipa-inspection-collectors=default",
+        "ipa-inspection-dhcp-wait-timeout=0",
+    )
+
+
 def enroll(api: Api, vnode: VirtualNode) -> None:
     """What ``enroll_commands`` shows, through the API; then ``manage`` (checked by the caller)."""
     node = api.call(
@@ -420,6 +439,7 @@ def enroll(api: Api, vnode: VirtualNode) -> None:
             },
             "boot_interface": "pxe",
             "deploy_interface": "direct",
+            "inspect_interface": "agent",
         },
     )
     api.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": vnode.mac})
@@ -457,7 +477,7 @@ def enroll_commands(vnode: VirtualNode) -> list[str]:
         f"    --driver-info redfish_system_id={vnode.redfish_system_id} \\",
         f"    --driver-info redfish_username={BMC_USER} "
         f"--driver-info redfish_password={BMC_PASSWORD} \\",
-        "    --boot-interface pxe --deploy-interface direct",
+        "    --boot-interface pxe --deploy-interface direct --inspect-interface agent",
         f"baremetal port create {vnode.mac} --node {vnode.name}",
         f"baremetal node manage {vnode.name}",
     ]
@@ -492,7 +512,7 @@ def next_steps(started: Started) -> str:
         f"metalforge demo: {len(lab.nodes)} virtual node(s), enrolled and manageable.",
         "",
         f"  operator API   {started.api_url}  (noauth, loopback only)",
-        f"  agents' API    {started.agent_url}  (lookup and heartbeat, on bridge "
+        f"  agents' API    {started.agent_url}  (lookup, heartbeat, inspection reports; bridge "
         f"{lab.bridge.name} {lab.bridge.network})",
         f"  Redfish BMCs   {first.redfish_address}  (sushy-emulator)",
         f"  sample image   {started.image_url}  (4 MiB: GPT, one partition)",
@@ -509,6 +529,9 @@ def next_steps(started: Started) -> str:
         "",
         f"  export OS_AUTH_TYPE=none OS_ENDPOINT={started.api_url}",
         "  baremetal node list",
+        "",
+        "  # inspection: the agent reports the node's CPUs, memory, disks and NICs",
+        f"  baremetal node inspect {name} --wait 300",
         "",
         '  # cleaning: the BMC boots the agent over "PXE", the agent erases the disk (~10 s)',
         f"  baremetal node provide {name} --wait 300",
@@ -612,6 +635,9 @@ def _start_lab(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStac
                 subnet=str(subnet),
                 disks_per_node=options.disks_per_node,
                 disk_size_mib=options.disk_size_mib,
+                extra_kernel_params=inspection_kernel_params(
+                    f"http://{subnet.network_address + 1}:{options.api_port}"
+                ),
             )
         )
         _say(f"starting {options.nodes} virtual node(s) on bridge {bridge} ({subnet}) ...")
@@ -640,7 +666,7 @@ def _start(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStack) -
     image_base = stack.enter_context(image_server(state_dir / "images", agent_host))
 
     config = state_dir / CONFIG_FILE
-    write_config(config, state_dir, options.api_port, agent_host)
+    write_config(config, state_dir, options.api_port, agent_host, options.inspector_port)
     metalforge = MetalforgeProcess(config, state_dir / METALFORGE_LOG, state_dir / METALFORGE_PID)
     _say(f"starting {' '.join(metalforge.argv)} (log: {_shown(metalforge.log_path)}) ...")
     stack.callback(metalforge.stop)

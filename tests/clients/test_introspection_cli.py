@@ -96,3 +96,17 @@ def test_errors_name_the_problem(live_server: LiveServer) -> None:
     assert "Invalid provision state for introspection: enroll" in refused.output
     missing = introspection.run("status", "no-such-node", ok=False)
     assert "could not be found" in missing.output
+
+
+def test_baremetal_node_inspect_wait_on_fake_hardware(live_server: LiveServer) -> None:
+    cli, introspection = _clients(live_server)
+    cli.json("node", "create", "--driver", "fake-hardware", "--name", "inspected")
+    cli.run("node", "manage", "inspected", "--wait", "60")
+    cli.run("node", "inspect", "inspected", "--wait", "120")
+    node = cli.json("node", "show", "inspected")
+    assert node["provision_state"] == "manageable"
+    assert node["properties"]["local_gb"] == 400
+    ports = cli.json("port", "list", "--node", "inspected")
+    assert len(ports) == 1
+    # The same inspection as the inspector API sees it.
+    assert introspection.json("status", "inspected")["state"] == "finished"

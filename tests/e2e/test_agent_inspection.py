@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from metalforge_lab import demo
 from metalforge_lab.lab import Lab
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.api import LATEST
-from tests.support.lab import agent_port, lab_config, require_lab
-from tests.support.postgres import free_port
-from tests.support.stack import LiveServer, Stack, start_stack, test_settings
+from tests.support.lab import lab_config, require_lab, served_for_lab
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 LabStack = tuple[Lab, Stack, BaremetalCli]
@@ -40,27 +40,12 @@ def lab_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabStack]:
         config,
         extra_kernel_params=(
             *config.extra_kernel_params,
-            f"ipa-inspection-callback-url={config.api_url}/v1/continue_inspection",
-            "ipa-inspection-collectors=default",
-            "ipa-inspection-dhcp-wait-timeout=0",
+            *demo.inspection_kernel_params(config.api_url),
         ),
     )
     with Lab(config) as lab:
-        settings = test_settings(
-            f"sqlite:///{workdir}/metalforge.sqlite",
-            enabled_hardware_types=["fake-hardware", "redfish"],
-        )
-        settings.api.port = free_port()
-        settings.api.agent_host = lab.bridge.address
-        settings.api.agent_port = agent_port(config)
-        stack = start_stack(settings)
-        server = LiveServer(stack)
-        server.start()
-        try:
+        with served_for_lab(lab, config, workdir) as (stack, server):
             yield lab, stack, BaremetalCli(server.url)
-        finally:
-            server.stop()
-            stack.stop()
         assert not lab.errors, lab.errors
 
 

@@ -44,9 +44,15 @@ from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAG
 from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.api import LATEST, get_node
-from tests.support.lab import MIB, agent_port, image_server, lab_config, nonzero_bytes, require_lab
-from tests.support.postgres import free_port
-from tests.support.stack import LiveServer, Stack, start_stack, test_settings
+from tests.support.lab import (
+    MIB,
+    image_server,
+    lab_config,
+    nonzero_bytes,
+    require_lab,
+    served_for_lab,
+)
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -73,23 +79,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     image_dir = workdir / "images"
     image_dir.mkdir()
     with Lab(config) as lab:
-        settings = test_settings(
-            f"sqlite:///{workdir}/metalforge.sqlite",
-            enabled_hardware_types=["fake-hardware", "redfish"],
-            agent_heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        )
-        settings.api.port = free_port()
-        settings.api.agent_host = lab.bridge.address
-        settings.api.agent_port = agent_port(config)
-        stack = start_stack(settings)
-        server = LiveServer(stack)
-        server.start()
-        try:
-            with image_server(image_dir, lab.bridge.address) as images:
-                yield Environment(lab, stack, BaremetalCli(server.url), images, image_dir)
-        finally:
-            server.stop()
-            stack.stop()
+        served = served_for_lab(lab, config, workdir, agent_heartbeat_timeout=HEARTBEAT_TIMEOUT)
+        with served as (stack, server), image_server(image_dir, lab.bridge.address) as images:
+            yield Environment(lab, stack, BaremetalCli(server.url), images, image_dir)
         assert not lab.errors, lab.errors
 
 

@@ -6,8 +6,17 @@ from typing import Any
 
 from metalforge import inspection_states as ins
 from metalforge.db import introspections
-from tests.support.api import LATEST, create_node, error_text, provision, version, wait_for_state
-from tests.support.stack import Stack
+from tests.support.api import (
+    LATEST,
+    create_node,
+    error_text,
+    get_node,
+    provision,
+    version,
+    wait_for_state,
+    wait_until,
+)
+from tests.support.stack import Stack, start_stack, test_settings
 
 MAC = "52:54:00:12:34:56"
 
@@ -138,3 +147,44 @@ def test_a_report_before_the_node_waits_is_409_so_the_agent_retries(stack: Stack
     with stack.db.read() as session:
         data = introspections.load_data(session, node["uuid"])
     assert data is None  # nothing was stored
+
+
+def test_discovery_enrolls_a_machine_no_node_matches(db_url: str) -> None:
+    settings = test_settings(db_url)
+    settings.conductor.inspection.discovery = True
+    settings.conductor.inspection.discovery_driver = "fake-hardware"
+    stack = start_stack(settings)
+    try:
+        new_mac = "52:54:00:de:5c:01"
+        response = stack.client.post(
+            "/v1/continue_inspection", json=_report(new_mac, bmc_address="192.0.2.9")
+        )
+        assert response.status_code == 202, response.text
+        uuid = response.json()["uuid"]
+        node = wait_for_state(stack.client, uuid, "enroll")
+        wait_until(
+            "the report to be processed",
+            lambda: get_node(stack.client, uuid)["properties"].get("cpus") == 4,
+        )
+        with stack.db.read() as session:
+            record = introspections.load(session, uuid)
+        assert record is not None
+        assert record.state == ins.FINISHED
+        assert node["driver"] == "fake-hardware"
+        ports = stack.client.get(f"/v1/ports?node={uuid}", headers=LATEST).json()["ports"]
+        assert [p["address"] for p in ports] == [new_mac]
+        inventory = stack.client.get(f"/v1/nodes/{uuid}/inventory", headers=LATEST).json()
+        assert inventory["plugin_data"]["auto_discovered"] is True
+        # The same machine again: its MAC is known now, so no second node.
+        again = stack.client.post("/v1/continue_inspection", json=_report(new_mac))
+        assert again.status_code == 404
+        listed = stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"]
+        assert len(listed) == 1
+    finally:
+        stack.stop()
+
+
+def test_without_discovery_an_unknown_machine_is_404(stack: Stack) -> None:
+    response = stack.client.post("/v1/continue_inspection", json=_report("52:54:00:de:5c:02"))
+    assert response.status_code == 404
+    assert stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"] == []

@@ -12,12 +12,16 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
+from metalforge import inspection_states as ins
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.policy import Policy
 from metalforge.api.inspector import routes
 from metalforge.api.inspector.app import PUBLIC_PATHS, create_inspector_app
+from metalforge.db import introspections
+from metalforge.db.models import Node
 from tests.support.api import create_node, provision, wait_for_state
 from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
 from tests.support.stack import Stack, start_stack
@@ -227,3 +231,18 @@ def test_without_credentials_guarded_routes_are_401(authz: tuple[Stack, TestClie
         assert "message" in response.json()["error"]
     assert client.get("/").status_code == 200
     assert client.post("/v1/continue", json={}).status_code == 400  # public, then refused
+
+
+def test_start_while_inspecting_repeats_only_a_start(stack: Stack, inspector: TestClient) -> None:
+    node = create_node(stack.client)
+    with stack.db.write() as session:
+        session.execute(
+            update(Node).where(Node.uuid == node["uuid"]).values(provision_state="inspecting")
+        )
+        introspections.save(session, introspections.Record(node["uuid"], ins.PROCESSING, 1))
+    refused = inspector.post(f"/v1/introspection/{node['uuid']}")
+    assert refused.status_code == 400
+    assert "Invalid state for introspection: processing" in _message(refused)
+    with stack.db.write() as session:
+        introspections.save(session, introspections.Record(node["uuid"], ins.STARTING, 1))
+    assert inspector.post(f"/v1/introspection/{node['uuid']}").status_code == 202

@@ -52,7 +52,15 @@ def _requirements() -> None:
 def demo_argv(state_dir: Path, api_port: int) -> list[str]:
     """One node: enough to see the flow, and the lightest lab."""
     command = [sys.executable, "-m", "metalforge_lab.cli", "demo", "--nodes", "1"]
-    return [*command, "--state-dir", str(state_dir), "--api-port", str(api_port)]
+    return [
+        *command,
+        "--state-dir",
+        str(state_dir),
+        "--api-port",
+        str(api_port),
+        "--inspector-port",
+        str(free_port()),
+    ]
 
 
 class DemoProcess:
@@ -207,6 +215,7 @@ def test_a_newcomer_follows_the_printed_steps_and_ctrl_c_leaves_nothing(tmp_path
         verbs = [command[1:3] for command in commands]
         assert verbs == [
             ["node", "list"],
+            ["node", "inspect"],
             ["node", "provide"],
             ["node", "show"],
             ["node", "set"],
@@ -219,6 +228,10 @@ def test_a_newcomer_follows_the_printed_steps_and_ctrl_c_leaves_nothing(tmp_path
         for command in commands:
             assert command[0] == "baremetal"
             results[command[2]] = cli.run(*command[1:]).stdout
+            if command[2] == "inspect":
+                shown = cli.json("node", "show", name)
+                assert shown["provision_state"] == "manageable", shown["last_error"]
+                assert shown["properties"]["memory_mb"] == 2048, "the agent's report"
             if command[2] == "deploy":
                 shown = cli.json("node", "show", name)
                 assert shown["provision_state"] == "active", shown["last_error"]

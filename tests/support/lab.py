@@ -23,8 +23,9 @@ import pytest
 
 from metalforge_lab import namespaces
 from metalforge_lab.agent_runner import default_ipa_python
-from metalforge_lab.lab import LabConfig
+from metalforge_lab.lab import Lab, LabConfig
 from tests.support.postgres import free_port
+from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 IN_CI = bool(os.environ.get("CI"))
 TOOLS = ("ip", "unshare", "losetup", "sgdisk", "parted", "wipefs", "shred", "blkid")
@@ -112,3 +113,26 @@ def nonzero_bytes(path: Path) -> int:
         while chunk := handle.read(4 * MIB):
             count += len(chunk) - chunk.count(0)
     return count
+
+
+@contextlib.contextmanager
+def served_for_lab(
+    lab: Lab, config: LabConfig, workdir: Path, **conductor: Any
+) -> Iterator[tuple[Stack, LiveServer]]:
+    """metalforge (SQLite, fake-hardware and redfish) serving the lab's agents on its bridge."""
+    settings = test_settings(
+        f"sqlite:///{workdir}/metalforge.sqlite",
+        enabled_hardware_types=["fake-hardware", "redfish"],
+        **conductor,
+    )
+    settings.api.port = free_port()
+    settings.api.agent_host = lab.bridge.address
+    settings.api.agent_port = agent_port(config)
+    stack = start_stack(settings)
+    server = LiveServer(stack)
+    server.start()
+    try:
+        yield stack, server
+    finally:
+        server.stop()
+        stack.stop()

@@ -171,3 +171,9 @@ def test_a_node_without_a_disk_to_install_on_gets_local_gb_0() -> None:
     assert process(report(disks=[]), {}, [], SETTINGS).properties["local_gb"] == 0
     tiny = [{"name": "/dev/vda", "size": 32 * 1024**2}]
     assert process(report(disks=tiny), {}, [], SETTINGS).properties["local_gb"] == 0
+
+
+def test_a_report_with_absurdly_many_interfaces_is_rejected() -> None:
+    nics = [{"name": f"eth{i}", "mac_address": PXE} for i in range(1025)]
+    with pytest.raises(ReportRejected, match="at most 1024"):
+        check_shape({"inventory": {"interfaces": nics}})

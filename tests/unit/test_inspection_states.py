@@ -31,6 +31,9 @@ EXPECTED = {
     (ins.ERROR, ins.REAPPLY): ins.REAPPLYING,
     (ins.REAPPLYING, ins.FINISH): ins.FINISHED,
     (ins.REAPPLYING, ins.FAIL): ins.ERROR,
+    (None, ins.ENROLL): ins.ENROLLING,
+    (ins.ENROLLING, ins.CONTINUE): ins.PROCESSING,
+    (ins.ENROLLING, ins.FAIL): ins.ERROR,
 }
 """Written out independently of the module's table, so a change to either is caught."""
 

@@ -24,6 +24,8 @@ from metalforge.config import InspectionSettings
 
 GIB = 1024**3
 MIB = 1024**2
+MAX_INTERFACES = 1024
+"""NICs one report may list: far more than a server has; the MACs are looked up at once."""
 SMALLEST_ROOT_DISK = 4 * GIB
 """The ramdisk's own rule for guessing a root disk when it names none."""
 
@@ -86,6 +88,10 @@ def check_shape(report: object) -> dict[str, Any]:
     interfaces = inventory.get("interfaces")
     if not isinstance(interfaces, list) or not interfaces:
         raise ReportRejected("the inventory lists no interfaces")
+    if len(interfaces) > MAX_INTERFACES:
+        raise ReportRejected(
+            f"the inventory lists {len(interfaces)} interfaces; at most {MAX_INTERFACES} are read"
+        )
     for iface in interfaces:
         if not isinstance(iface, dict) or not isinstance(iface.get("mac_address"), str):
             raise ReportRejected("every interface of the inventory needs a mac_address string")

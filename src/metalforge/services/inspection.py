@@ -16,14 +16,15 @@ from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
 from metalforge import states
-from metalforge.conductor import inspection_report
+from metalforge.conductor import history, inspection_report
 from metalforge.conductor.flows import inspection
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
+from metalforge.db.engine import now_for
 from metalforge.db.introspections import Data, Record
-from metalforge.db.models import Introspection, Node, Port
+from metalforge.db.models import Introspection, Node, Port, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
-from metalforge.services import fencing, lookup, provisioning
+from metalforge.services import fencing, lookup, nodes, provisioning
 from metalforge.services.context import Services
 from metalforge.services.microversion import NEWEST as LATEST
 from metalforge.services.microversion import Version
@@ -51,7 +52,14 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
         raise bad_request("No lookup information provided")
     stored = {key: value for key, value in checked.items() if key != "logs"}
     with svc.db.write() as session:
-        node = _find_waiting(session, node_uuid, macs, bmcs)
+        try:
+            node = _find_waiting(session, node_uuid, macs, bmcs)
+        except RequestError:
+            if node_uuid is not None or not _may_discover(svc, session, macs):
+                raise
+            node = _discover(svc, session, stored, bmcs)
+            svc.notify()
+            return node
         record = introspections.load(session, node.uuid)
         if record is not None and record.state == ins.STARTING:
             raise conflict(f"Node {node.uuid} is still starting its inspection; retry shortly")
@@ -68,6 +76,54 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
 REPORTABLE = (ins.STARTING, ins.WAITING)
 """Records a report may be for: waiting, or still starting (the ramdisk was quicker than
 the conductor's commit; the report is refused with a 409, which the agent retries)."""
+
+
+DISCOVERED_BMC_KEYS = {"ipmi": "ipmi_address", "redfish": "redfish_address"}
+"""Where a discovered node of these drivers keeps the BMC address its ramdisk reported."""
+
+
+def _may_discover(svc: Services, session: Session, macs: list[str]) -> bool:
+    """Discovery is on, and the report is from a new machine (none of its MACs is known)."""
+    settings = svc.settings.conductor.inspection
+    if not settings.discovery or settings.discovery_driver not in svc.drivers.types:
+        return False
+    if not macs:
+        return False
+    known = session.scalar(select(Port.id).where(Port.address.in_(macs)).limit(1))
+    return known is None
+
+
+def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: list[str]) -> Node:
+    """Enroll the machine that reported as a new node and queue its report's processing."""
+    driver = svc.settings.conductor.inspection.discovery_driver
+    info: dict[str, Any] = {}
+    key = DISCOVERED_BMC_KEYS.get(driver)
+    if key is not None and bmcs:
+        info[key] = bmcs[0]
+    values = nodes.enrolment_values(svc, {"driver": driver, "driver_info": info}, LATEST)
+    row = (
+        session.connection()
+        .execute(nodes.insert_node(("uuid",)), {**values, "provision_updated_at": utcnow()})
+        .one()
+    )
+    history.record(
+        session,
+        row.id,
+        "inspection",
+        "enrolled from an inspection report (discovery)",
+        state=states.ENROLL,
+    )
+    node = session.get(Node, row.id)
+    assert node is not None
+    step = ins.advance(None, ins.ENROLL)
+    assert step.target is not None
+    record = Record(node.uuid, step.target, 1, manage_boot=False, started_at=now_for(session))
+    introspections.save(session, record)
+    introspections.store_raw(session, node.uuid, {**report, "auto_discovered": True})
+    svc.queue_for(
+        session, node, inspection.WORK_KIND, inspection.event_payload(ins.CONTINUE, record)
+    )
+    return node
 
 
 def _waiting(session: Session, node_ids: list[int]) -> list[Node]:
@@ -150,7 +206,13 @@ def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> No
             f"are {', '.join(STARTABLE_PROVISION_STATES)}"
         )
     if node.provision_state == states.INSPECTING:
-        return  # a start repeated while the node is still starting: it is under way
+        with svc.db.read() as session:
+            record = introspections.load(session, node.uuid)
+        if record is not None and record.state == ins.STARTING:
+            return  # a start repeated while the node is still starting: it is under way
+        raise bad_request(
+            f"Invalid state for introspection: {record.state if record else 'not started'}"
+        )
     request = FlowRequest(verb=states.INSPECT, target="inspect", manage_boot=manage_boot)
     provisioning.start(svc, node.uuid, LATEST, request, actor)
 

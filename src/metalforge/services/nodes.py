@@ -84,14 +84,14 @@ def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> RequestError:
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_node(columns: tuple[str, ...]) -> Insert:
+def insert_node(columns: tuple[str, ...]) -> Insert:
     """``INSERT INTO nodes ... RETURNING`` ``columns`` then ``id`` (column defaults applied)."""
     table = cast(Table, Node.__table__)
     returned = [table.c[name] for name in dict.fromkeys([*columns, "id"])]
     return insert(table).returning(*returned)
 
 
-def _enrolment_values(svc: Services, given: dict[str, Any], version: Version) -> dict[str, Any]:
+def enrolment_values(svc: Services, given: dict[str, Any], version: Version) -> dict[str, Any]:
     values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
     check_values(values)
     interfaces = check_driver(svc, str(values.get("driver")), values)
@@ -117,14 +117,14 @@ def enroll(
     actor: str | None,
 ) -> Row[Any]:
     """Enroll a node from the request's fields; returns ``columns`` of the new row."""
-    values = _enrolment_values(svc, given, version)
+    values = enrolment_values(svc, given, version)
     try:
         with svc.db.write() as session:
             # One Core INSERT ... RETURNING of what the view shows: the ORM's
             # flush and refresh took most of the request, inside the write lock.
             node = (
                 session.connection()
-                .execute(_insert_node(columns), {**values, "provision_updated_at": utcnow()})
+                .execute(insert_node(columns), {**values, "provision_updated_at": utcnow()})
                 .one()
             )
             history.record(

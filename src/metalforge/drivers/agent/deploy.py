@@ -44,6 +44,7 @@ from metalforge.drivers.agent.image import image_info
 from metalforge.drivers.agent.session import (
     agent_up,
     boot_of,
+    boot_ramdisk,
     cache_steps,
     check_alive,
     client_for,
@@ -51,11 +52,11 @@ from metalforge.drivers.agent.session import (
     now,
     power_of,
     set_info,
+    stop_ramdisk,
 )
 from metalforge.drivers.base import (
     POWER_OFF,
     POWER_ON,
-    REBOOT,
     DeployInterface,
     DriverError,
     DriverTask,
@@ -88,20 +89,10 @@ class AgentDeploy(DeployInterface):
     # The ramdisk -----------------------------------------------------------
 
     def _boot_ramdisk(self, task: DriverTask, purpose: str) -> None:
-        task.begin_agent_session()
-        boot_of(task).prepare_ramdisk(task)
-        power = power_of(task)
-        target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
-        power.set_power_state(task, target)
-        task.node.power_state = POWER_ON
-        set_info(task, agent_command=None)
-        task.record("agent", f"booting the ramdisk agent for {purpose}")
+        boot_ramdisk(task, purpose)
 
     def _stop_ramdisk(self, task: DriverTask) -> None:
-        power_of(task).set_power_state(task, POWER_OFF)
-        task.node.power_state = POWER_OFF
-        task.end_agent_session()
-        set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
+        stop_ramdisk(task)
 
     # Cleaning --------------------------------------------------------------
 

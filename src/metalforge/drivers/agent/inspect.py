@@ -11,15 +11,8 @@ times out) the node is powered off and the agent's session ended.
 
 from __future__ import annotations
 
-from metalforge.drivers.agent.session import boot_of, power_of, set_info
-from metalforge.drivers.base import (
-    POWER_OFF,
-    POWER_ON,
-    REBOOT,
-    DriverTask,
-    InspectInterface,
-    StepOutcome,
-)
+from metalforge.drivers.agent.session import boot_of, boot_ramdisk, power_of, stop_ramdisk
+from metalforge.drivers.base import DriverTask, InspectInterface, StepOutcome
 
 
 class AgentInspect(InspectInterface):
@@ -33,17 +26,8 @@ class AgentInspect(InspectInterface):
         power_of(task)
 
     def inspect_hardware(self, task: DriverTask) -> StepOutcome:
-        task.begin_agent_session()
-        boot_of(task).prepare_ramdisk(task)
-        power = power_of(task)
-        target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
-        power.set_power_state(task, target)
-        task.node.power_state = POWER_ON
-        task.record("inspection", "booting the inspection ramdisk")
+        boot_ramdisk(task, "inspection")
         return "wait"
 
     def stop_inspection(self, task: DriverTask) -> None:
-        power_of(task).set_power_state(task, POWER_OFF)
-        task.node.power_state = POWER_OFF
-        task.end_agent_session()
-        set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
+        stop_ramdisk(task)

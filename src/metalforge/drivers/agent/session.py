@@ -12,6 +12,9 @@ from typing import Any
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.drivers.agent.client import AgentClient
 from metalforge.drivers.base import (
+    POWER_OFF,
+    POWER_ON,
+    REBOOT,
     BootInterface,
     DriverError,
     DriverTask,
@@ -32,6 +35,26 @@ def boot_of(task: DriverTask) -> BootInterface:
     if not isinstance(iface, BootInterface):
         raise DriverError(f"the {iface.name} boot interface cannot boot a ramdisk")
     return iface
+
+
+def boot_ramdisk(task: DriverTask, purpose: str) -> None:
+    """Boot the agent's ramdisk with a fresh session (the old agent's token is void first)."""
+    task.begin_agent_session()
+    boot_of(task).prepare_ramdisk(task)
+    power = power_of(task)
+    target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
+    power.set_power_state(task, target)
+    task.node.power_state = POWER_ON
+    set_info(task, agent_command=None)
+    task.record("agent", f"booting the ramdisk agent for {purpose}")
+
+
+def stop_ramdisk(task: DriverTask) -> None:
+    """Power the node off and end the agent's session."""
+    power_of(task).set_power_state(task, POWER_OFF)
+    task.node.power_state = POWER_OFF
+    task.end_agent_session()
+    set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
 
 
 def now() -> dt.datetime:
