@@ -140,8 +140,9 @@ class CoordinationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
 
     backend_url: str = Field(default="", repr=False)
-    """A tooz URL (``redis://host:6379?timeout=5``, ``zookeeper://host:2181``) to elect
-    through Redis or ZooKeeper; empty: leases in the service's own database."""
+    """A tooz URL (``redis://host:6379?timeout=5``) to elect through Redis; empty: leases
+    in the service's own database. Another tooz backend with groups and locks needs its
+    client library installed beside metalforge (ZooKeeper: kazoo); only Redis is tested."""
     group: str = "metalforge-conductors"
     """The tooz group the conductors join (tooz backends only)."""
     election_interval: float = Field(default=2.0, gt=0)

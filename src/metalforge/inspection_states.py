@@ -61,15 +61,11 @@ ENROLL: Final = "enroll"
 
 EVENTS: Final = (START, WAIT, TIMEOUT, ABORT, CONTINUE, FINISH, FAIL, REAPPLY, ENROLL)
 
-STRICT: Final = frozenset({CONTINUE})
-"""Events that are never run twice: out of place, they send the record to ``error``."""
 STALE_WHEN_OUT_OF_PLACE: Final = frozenset({TIMEOUT})
 """Events that, out of place, only tell that the record moved on: nothing changes."""
 
 ACTIVE: Final = frozenset({STARTING, WAITING, PROCESSING, REAPPLYING, ENROLLING})
 """States in which the inspection is under way (``finished`` is false)."""
-BOOTING: Final = frozenset({STARTING, WAITING})
-"""States in which the node may boot the inspection ramdisk (what the PXE filter lets through)."""
 
 _TABLE: Final[dict[tuple[str | None, str], str]] = {
     (NOT_STARTED, START): STARTING,
@@ -112,10 +108,6 @@ class Step:
     refused: bool = False
     """The event was out of place (the record goes to ``error``, the request is consumed)."""
 
-    @property
-    def changes(self) -> bool:
-        return self.target is not None and self.target != self.source
-
     def reason(self) -> str:
         """Why the event was refused, for the record's ``error`` and the node's history."""
         where = self.source or "not started"
@@ -129,9 +121,13 @@ class Step:
         return f"{self.event} is not allowed while the inspection is {where}"
 
 
-def target(source: str | None, event: str) -> str | None:
-    """The state ``event`` leads to from ``source``, or ``None`` when it is not allowed."""
-    return _TABLE.get((source, event))
+def after(source: str | None, event: str) -> str:
+    """The state ``event`` leads to from ``source``, where the table must allow it (an
+    automatic event the flow applies itself); ``ValueError`` where it does not."""
+    step = advance(source, event)
+    if step.refused or step.target is None:
+        raise ValueError(step.reason())
+    return step.target
 
 
 def allowed(source: str | None, event: str) -> bool:

@@ -22,7 +22,7 @@ from metalforge_lab import demo
 from metalforge_lab.lab import Lab
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.api import LATEST
-from tests.support.lab import lab_config, require_lab, served_for_lab
+from tests.support.lab import lab_config, redfish_node_args, require_lab, served_for_lab
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
@@ -52,15 +52,7 @@ def lab_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabStack]:
 def test_inspect_wait_fills_properties_ports_and_inventory(lab_stack: LabStack) -> None:
     lab, stack, cli = lab_stack
     vnode = lab.nodes[0]
-    cli.run(
-        "node", "create", "--driver", "redfish", "--name", vnode.name,
-        "--driver-info", f"redfish_address={vnode.redfish_address}",
-        "--driver-info", f"redfish_system_id={vnode.redfish_system_id}",
-        "--driver-info", "redfish_username=admin",
-        "--driver-info", "redfish_password=password",
-        "--boot-interface", "pxe", "--deploy-interface", "direct",
-        "--inspect-interface", "agent",
-    )  # fmt: skip
+    cli.run(*redfish_node_args(vnode), "--inspect-interface", "agent")
     cli.run("port", "create", vnode.mac, "--node", vnode.name)
     cli.run("node", "manage", vnode.name, "--wait", "60")
     cli.run("node", "inspect", vnode.name, "--wait", "240")

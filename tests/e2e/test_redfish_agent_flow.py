@@ -49,6 +49,7 @@ from tests.support.lab import (
     image_server,
     lab_config,
     nonzero_bytes,
+    redfish_node_args,
     require_lab,
     served_for_lab,
 )
@@ -108,14 +109,7 @@ def _history(env: Environment, name: str) -> list[str]:
 
 
 def _enroll(env: Environment, vnode: VirtualNode) -> None:
-    env.cli.run(
-        "node", "create", "--driver", "redfish", "--name", vnode.name,
-        "--driver-info", f"redfish_address={vnode.redfish_address}",
-        "--driver-info", f"redfish_system_id={vnode.redfish_system_id}",
-        "--driver-info", "redfish_username=admin",
-        "--driver-info", "redfish_password=password",
-        "--boot-interface", "pxe", "--deploy-interface", "direct",
-    )  # fmt: skip
+    env.cli.run(*redfish_node_args(vnode))
     env.cli.run("port", "create", vnode.mac, "--node", vnode.name)
     env.cli.run("node", "manage", vnode.name)
     _wait_state(env, vnode.name, MANAGEABLE)

@@ -23,7 +23,7 @@ import pytest
 
 from metalforge_lab import namespaces
 from metalforge_lab.agent_runner import default_ipa_python
-from metalforge_lab.lab import Lab, LabConfig
+from metalforge_lab.lab import Lab, LabConfig, VirtualNode
 from tests.support.postgres import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
@@ -136,3 +136,15 @@ def served_for_lab(
     finally:
         server.stop()
         stack.stop()
+
+
+def redfish_node_args(vnode: VirtualNode) -> list[str]:
+    """``baremetal node create`` arguments for ``vnode`` behind its emulated Redfish BMC."""
+    return [
+        "node", "create", "--driver", "redfish", "--name", vnode.name,
+        "--driver-info", f"redfish_address={vnode.redfish_address}",
+        "--driver-info", f"redfish_system_id={vnode.redfish_system_id}",
+        "--driver-info", "redfish_username=admin",
+        "--driver-info", "redfish_password=password",
+        "--boot-interface", "pxe", "--deploy-interface", "direct",
+    ]  # fmt: skip

@@ -51,7 +51,6 @@ def test_every_pair(source: str | None, event: str) -> None:
         # A timeout the record moved past is stale: nothing changes.
         assert step.target is None
         assert not step.refused
-        assert not step.changes
     else:
         # Out of place: consumed, and the record goes to error with the reason.
         assert step.refused
@@ -87,7 +86,14 @@ def test_unknown_events_and_states_are_programming_errors() -> None:
         ins.advance("sleeping", ins.START)
 
 
-def test_booting_states_are_active() -> None:
-    assert ins.BOOTING <= ins.ACTIVE
+def test_finished_and_error_are_not_active() -> None:
     assert ins.FINISHED not in ins.ACTIVE
     assert ins.ERROR not in ins.ACTIVE
+
+
+def test_after_refuses_what_the_table_does_not_allow() -> None:
+    assert ins.after(ins.STARTING, ins.WAIT) == ins.WAITING
+    with pytest.raises(ValueError, match="not allowed"):
+        ins.after(ins.FINISHED, ins.WAIT)
+    with pytest.raises(ValueError, match="timeout is not allowed"):
+        ins.after(ins.FINISHED, ins.TIMEOUT)  # stale is not a move either

@@ -106,6 +106,11 @@ def check_shape(report: object) -> dict[str, Any]:
     return report
 
 
+def kept(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report as stored: without its logs (megabytes that are not inventory)."""
+    return {key: value for key, value in report.items() if key != "logs"}
+
+
 def macs_of(report: Mapping[str, Any]) -> list[str]:
     """Every valid MAC the report's inventory lists (for looking the node up)."""
     found = []

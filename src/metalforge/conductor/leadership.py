@@ -9,7 +9,8 @@ it must keep renewing. Two backends:
   each change of holder, and an expiry. A member takes a role that is free,
   expired, or held by a conductor no longer alive, in one locked
   read-then-write; the members are the live conductors.
-- ``ToozElector`` for operators who run Redis or ZooKeeper: a tooz group
+- ``ToozElector`` for operators who run Redis (or another tooz backend with
+  groups and locks, whose client library they install): a tooz group
   for membership and one tooz lock per role (the lock's own expiry is the
   lease, refreshed by the coordinator's heartbeat and checked each round).
   A backend that cannot do both refuses to start: it never degrades to
@@ -32,8 +33,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
@@ -116,25 +118,23 @@ class SqlElector(Elector):
             row.expires_at = now + self.lease
             return True
 
-    def stand_down(self, role: str) -> None:
+    def _release(self, *where: ColumnElement[bool]) -> None:
         with self.ctx.db.write() as session:
             session.execute(
                 update(LeaderLease)
-                .where(LeaderLease.role == role, LeaderLease.holder == self.member_id)
+                .where(LeaderLease.holder == self.member_id, *where)
                 .values(holder=None, expires_at=now_for(session))
             )
+
+    def stand_down(self, role: str) -> None:
+        self._release(LeaderLease.role == role)
 
     def members(self) -> frozenset[str]:
         with self.ctx.db.read() as session:
             return self._live(session)
 
     def stop(self) -> None:
-        with self.ctx.db.write() as session:
-            session.execute(
-                update(LeaderLease)
-                .where(LeaderLease.holder == self.member_id)
-                .values(holder=None, expires_at=now_for(session))
-            )
+        self._release()
 
 
 class ToozElector(Elector):
@@ -152,7 +152,7 @@ class ToozElector(Elector):
             raise LeadershipUnavailable(
                 f"the coordination backend's client library is not installed: {exc}"
             ) from exc
-        self._locks: dict[str, object] = {}
+        self._locks: dict[str, Any] = {}
         self._held: set[str] = set()
 
     def start(self) -> None:
@@ -171,7 +171,7 @@ class ToozElector(Elector):
                 f"the coordination backend cannot elect leaders (needs groups and locks): {exc}"
             ) from exc
 
-    def _lock(self, role: str) -> object:
+    def _lock(self, role: str) -> Any:
         if role not in self._locks:
             self._locks[role] = self._coordinator.get_lock(f"metalforge-leader-{role}".encode())
         return self._locks[role]
@@ -180,14 +180,14 @@ class ToozElector(Elector):
         lock = self._lock(role)
         if role in self._held:
             try:
-                still = bool(lock.heartbeat())  # type: ignore[attr-defined]
+                still = bool(lock.heartbeat())
             except Exception:
                 still = False
             if still:
                 return True
             LOG.warning("lost the %s leadership lock", role)
             self._held.discard(role)
-        if lock.acquire(blocking=False):  # type: ignore[attr-defined]
+        if lock.acquire(blocking=False):
             self._held.add(role)
             return True
         return False
@@ -196,7 +196,7 @@ class ToozElector(Elector):
         if role in self._held:
             self._held.discard(role)
             try:
-                self._lock(role).release()  # type: ignore[attr-defined]
+                self._lock(role).release()
             except Exception:
                 LOG.warning("could not release the %s leadership lock", role, exc_info=True)
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor.flows import catalog
 from metalforge.db import agent_sessions, queue
-from metalforge.db.models import Node, Port, node_from_row
+from metalforge.db.models import Node, node_from_row
 from metalforge.errors import bad_request, not_found
 from metalforge.services import lookup
 from metalforge.services.context import Services
@@ -38,9 +38,7 @@ def _not_found() -> Exception:
 
 
 def _find_by_macs(session: Session, macs: list[str]) -> Node | None:
-    if not macs:
-        return None
-    node_ids = set(session.scalars(select(Port.node_id).where(Port.address.in_(macs))))
+    node_ids = lookup.port_owners(session, macs)
     if len(node_ids) != 1:
         # No port, or the MACs belong to several nodes: either way not this agent's node.
         return None

@@ -22,7 +22,7 @@ from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
 from metalforge.db.engine import now_for
 from metalforge.db.introspections import Data, Record
-from metalforge.db.models import Introspection, Node, Port, utcnow
+from metalforge.db.models import Introspection, Node, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import fencing, lookup, nodes, provisioning
 from metalforge.services.context import Services
@@ -50,7 +50,7 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
         lookup.check_uuid(node_uuid, "node_uuid")
     elif not macs and not bmcs:
         raise bad_request("No lookup information provided")
-    stored = {key: value for key, value in checked.items() if key != "logs"}
+    stored = inspection_report.kept(checked)
     with svc.db.write() as session:
         try:
             node = _find_waiting(session, node_uuid, macs, bmcs)
@@ -89,8 +89,7 @@ def _may_discover(svc: Services, session: Session, macs: list[str]) -> bool:
         return False
     if not macs:
         return False
-    known = session.scalar(select(Port.id).where(Port.address.in_(macs)).limit(1))
-    return known is None
+    return not lookup.port_owners(session, macs)
 
 
 def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: list[str]) -> Node:
@@ -115,9 +114,8 @@ def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: lis
     )
     node = session.get(Node, row.id)
     assert node is not None
-    step = ins.advance(None, ins.ENROLL)
-    assert step.target is not None
-    record = Record(node.uuid, step.target, 1, manage_boot=False, started_at=now_for(session))
+    state = ins.after(None, ins.ENROLL)
+    record = Record(node.uuid, state, 1, manage_boot=False, started_at=now_for(session))
     introspections.save(session, record)
     introspections.store_raw(session, node.uuid, {**report, "auto_discovered": True})
     svc.queue_for(
@@ -141,20 +139,16 @@ def _find_waiting(
     session: Session, node_uuid: str | None, macs: list[str], bmcs: list[str]
 ) -> Node:
     """The one node waiting for this report: by UUID, else its MACs, else its BMC address."""
-    owners = (
-        sorted(set(session.scalars(select(Port.node_id).where(Port.address.in_(macs)))))
-        if macs
-        else []
-    )
+    owners = lookup.port_owners(session, macs)
     if len(owners) > 1:
         raise _nobody()  # the MACs belong to several nodes: no way to tell which
     if node_uuid is not None:
         node = session.scalar(select(Node).where(Node.uuid == node_uuid))
-        if node is None or (owners and owners != [node.id]):
+        if node is None or (owners and owners != {node.id}):
             raise _nobody()
         return node
     if owners:
-        found = _waiting(session, owners)
+        found = _waiting(session, list(owners))
         if not found:
             raise _nobody()
         return found[0]
@@ -200,14 +194,13 @@ def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> No
     """
     with svc.db.read() as session:
         node = _node(session, ident)
+        record = introspections.load(session, node.uuid)
     if node.provision_state not in STARTABLE_PROVISION_STATES:
         raise bad_request(
             f"Invalid provision state for introspection: {node.provision_state}, valid states "
             f"are {', '.join(STARTABLE_PROVISION_STATES)}"
         )
     if node.provision_state == states.INSPECTING:
-        with svc.db.read() as session:
-            record = introspections.load(session, node.uuid)
         if record is not None and record.state == ins.STARTING:
             return  # a start repeated while the node is still starting: it is under way
         raise bad_request(
@@ -217,13 +210,16 @@ def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> No
     provisioning.start(svc, node.uuid, LATEST, request, actor)
 
 
-def status(svc: Services, ident: str) -> Record:
-    with svc.db.read() as session:
-        node = _node(session, ident)
-        record = introspections.load(session, node.uuid)
+def _record_of(session: Session, node: Node) -> Record:
+    record = introspections.load(session, node.uuid)
     if record is None:
         raise not_found(f"Could not find node {node.uuid} in cache")
     return record
+
+
+def status(svc: Services, ident: str) -> Record:
+    with svc.db.read() as session:
+        return _record_of(session, _node(session, ident))
 
 
 def statuses(svc: Services, marker: str | None, limit: int, wanted: list[str]) -> list[Record]:
@@ -253,8 +249,8 @@ def abort(svc: Services, ident: str, actor: str | None) -> None:
 
 def data(svc: Services, ident: str, *, processed: bool) -> dict[str, Any]:
     """What the inspection stored: processed (inventory and what was derived) or as received."""
-    record = status(svc, ident)
     with svc.db.read() as session:
+        record = _record_of(session, _node(session, ident))
         stored = introspections.load_data(session, record.node_uuid)
     if processed and stored is not None and stored.inventory is not None:
         return {**(stored.plugin_data or {}), "inventory": stored.inventory}
@@ -268,9 +264,7 @@ def reapply(svc: Services, ident: str, report: object | None) -> None:
     with svc.db.write() as session:
         node = _node(session, ident)
         fencing.check_unlocked(session, node)
-        record = introspections.load(session, node.uuid)
-        if record is None:
-            raise not_found(f"Could not find node {node.uuid} in cache")
+        record = _record_of(session, node)
         if not ins.allowed(record.state, ins.REAPPLY):
             raise bad_request(f"Cannot reapply while the inspection is {record.state}")
         if report is not None:
@@ -278,9 +272,7 @@ def reapply(svc: Services, ident: str, report: object | None) -> None:
                 checked = inspection_report.check_shape(report)
             except inspection_report.ReportRejected as exc:
                 raise bad_request(f"Invalid introspection data: {exc}") from None
-            introspections.store_raw(
-                session, node.uuid, {k: v for k, v in checked.items() if k != "logs"}
-            )
+            introspections.store_raw(session, node.uuid, inspection_report.kept(checked))
         else:
             stored = introspections.load_data(session, node.uuid)
             if stored is None or stored.raw is None:

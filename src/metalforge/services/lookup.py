@@ -188,3 +188,11 @@ def traits_of(connection: Connection, node_ids: Sequence[int]) -> dict[int, list
         for node_id, trait in rows:
             found[node_id].append(trait)
     return found
+
+
+def port_owners(session: Session, macs: Sequence[str]) -> set[int]:
+    """The ids of the nodes whose ports have these MACs (several: the MACs do not tell
+    one machine; none: no node has them)."""
+    if not macs:
+        return set()
+    return set(session.scalars(select(Port.node_id).where(Port.address.in_(macs))))

@@ -44,7 +44,7 @@ def _time(value: dt.datetime | None) -> str | None:
 def status_view(request: Request, record: Record) -> dict[str, Any]:
     return {
         "uuid": record.node_uuid,
-        "finished": record.state not in ins.ACTIVE,
+        "finished": record.finished,
         "state": record.state,
         "started_at": _time(record.started_at),
         "finished_at": _time(record.finished_at),

@@ -68,12 +68,10 @@ def timeout_key(record: Record) -> str:
 def started(record: Record | None, node_uuid: str, now: dt.datetime, manage_boot: bool) -> Record:
     """The record once ``start`` is applied: a new inspection (a new generation),
     unless it was still starting (a repeated start of the same one)."""
-    step = ins.advance(record.state if record else None, ins.START)
-    if step.refused:
-        raise ValueError(step.reason())
+    state = ins.after(record.state if record else None, ins.START)
     again = record is not None and record.state == ins.STARTING
     generation = (record.generation if record else 0) + (0 if again else 1)
-    return Record(node_uuid, ins.STARTING, generation, manage_boot, started_at=now)
+    return Record(node_uuid, state, generation, manage_boot, started_at=now)
 
 
 def _check_can_start(admission: Admission) -> None:
@@ -112,6 +110,11 @@ def _interface(task: NodeTask) -> InspectInterface:
     return iface
 
 
+def _moved(record: Record, event: str, **changes: Any) -> Record:
+    """``record`` once ``event`` is applied, as the table says (it must allow it)."""
+    return record.moved(ins.after(record.state, event), **changes)
+
+
 def _saving(record: Record) -> Callable[[Session], None]:
     return lambda session: introspections.save(session, record)
 
@@ -121,21 +124,29 @@ def _now(task: NodeTask) -> dt.datetime:
 
 
 def _power_off(task: NodeTask, record: Record) -> None:
-    """Stop the ramdisk the inspection booted; a failure is recorded, not raised."""
+    """Stop the ramdisk the inspection booted, if it booted one (an out-of-band
+    inspection powered nothing on); a failure is recorded, not raised."""
     if not record.manage_boot:
         return
     try:
-        _interface(task).stop_inspection(task)
+        iface = _interface(task)
+        if iface.boots_ramdisk:
+            iface.stop_inspection(task)
     except DriverError as exc:
         task.record("inspection", f"Could not power the node off: {exc}", history.WARNING)
 
 
-def _end_in_error(task: NodeTask, record: Record, message: str, *, power_off: bool = True) -> None:
-    """The inspection failed: the record to ``error`` and, if the node is still
-    inspecting, the node to ``inspect failed``, in one write."""
+def _end_in_error(
+    task: NodeTask, record: Record, event: str, message: str, *, power_off: bool = True
+) -> None:
+    """``event`` failed the inspection (or was refused): the record to where the table
+    sends it (``error``) and, if the node is still inspecting, the node to
+    ``inspect failed``, in one write."""
     if power_off:
         _power_off(task, record)
-    failed = record.moved(ins.ERROR, finished_at=_now(task), error=message)
+    target = ins.advance(record.state, event).target
+    assert target is not None, f"{event} is stale here and ends nothing"
+    failed = record.moved(target, finished_at=_now(task), error=message)
     if task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT):
         task.with_next_transition(_saving(failed))
         fail(task, message)
@@ -186,18 +197,20 @@ def inspect(task: NodeTask) -> None:
                 _take_power_on_turn(task)
             outcome = iface.inspect_hardware(task)
     except DriverError as exc:
-        _end_in_error(task, record, f"Inspection failed: {exc}")
+        _end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}")
         return
     if outcome == "wait":
         _wait_for_report(task, iface, record)
         return
-    done = record.moved(ins.FINISHED, finished_at=_now(task))
+    # Out of band: the interface was its own ramdisk, and its report is processed.
+    reported = _moved(_moved(record, ins.WAIT), ins.CONTINUE)
+    done = _moved(reported, ins.FINISH, finished_at=_now(task))
     task.with_next_transition(_saving(done))
     task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
 
 
 def _wait_for_report(task: NodeTask, iface: InspectInterface, record: Record) -> None:
-    waiting = record.moved(ins.WAITING)
+    waiting = _moved(record, ins.WAIT)
     simulated = iface.simulated_report(task, _port_macs(task)) if record.manage_boot else None
     node_id, node_uuid = task.node.id, task.node.uuid
 
@@ -242,9 +255,11 @@ def _continue(task: NodeTask, record: Record) -> None:
         task.record("inspection", f"{step.reason()}; it was not processed", history.WARNING)
         return
     if step.refused:
-        _end_in_error(task, record, f"Inspection failed: {step.reason()}", power_off=False)
+        _end_in_error(
+            task, record, ins.CONTINUE, f"Inspection failed: {step.reason()}", power_off=False
+        )
         return
-    processing = record.moved(ins.PROCESSING)
+    processing = _moved(record, ins.CONTINUE)
     # Committed before any processing: a worker that dies from here on leaves a
     # record a redelivered report finds already processing (strict: error).
     if task.node.provision_state == states.INSPECT_WAIT:
@@ -259,15 +274,19 @@ def _timeout(task: NodeTask, record: Record) -> None:
     if ins.advance(record.state, ins.TIMEOUT).target is None:
         return  # the inspection moved on since the sweep saw it
     limit = task.settings.inspection.timeout
-    _end_in_error(task, record, f"Inspection timed out: no report within {limit:g} seconds")
+    _end_in_error(
+        task, record, ins.TIMEOUT, f"Inspection timed out: no report within {limit:g} seconds"
+    )
 
 
 def _reapply(task: NodeTask, record: Record) -> None:
     step = ins.advance(record.state, ins.REAPPLY)
     if step.refused:
-        _end_in_error(task, record, f"Reapplying failed: {step.reason()}", power_off=False)
+        _end_in_error(
+            task, record, ins.REAPPLY, f"Reapplying failed: {step.reason()}", power_off=False
+        )
         return
-    reapplying = record.moved(ins.REAPPLYING, started_at=_now(task), finished_at=None, error=None)
+    reapplying = _moved(record, ins.REAPPLY, started_at=_now(task), finished_at=None, error=None)
     task.write_fenced(_saving(reapplying))
     _process(task, reapplying, power_off=False)
 
@@ -288,24 +307,25 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
     with task.ctx.db.read() as session:
         data = introspections.load_data(session, task.node.uuid)
         raw = data.raw if data is not None else None
-        macs = inspection_report.macs_of(raw) if isinstance(raw, dict) else []
+        macs = inspection_report.macs_of(raw) if raw is not None else []
         ports = _known_ports(session, task.node.id, macs)
     if raw is None:
-        _end_in_error(task, record, "Inspection failed: the ramdisk's report is no longer stored")
+        message = "Inspection failed: the ramdisk's report is no longer stored"
+        _end_in_error(task, record, ins.FAIL, message)
         return
     try:
         outcome = inspection_report.process(
             raw, task.node.properties, ports, task.settings.inspection
         )
     except inspection_report.ReportRejected as exc:
-        _end_in_error(task, record, f"Inspection failed: {exc}", power_off=power_off)
+        _end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}", power_off=power_off)
         return
     task.node.properties = outcome.properties
     for warning in outcome.warnings:
         task.record("inspection", warning, history.WARNING)
     if power_off:
         _power_off(task, record)
-    finished = record.moved(ins.FINISHED, finished_at=_now(task), error=None)
+    finished = _moved(record, ins.FINISH, finished_at=_now(task), error=None)
     node_id, node_uuid = task.node.id, task.node.uuid
 
     def write(session: Session) -> None:
@@ -353,7 +373,7 @@ def _on_abort(task: NodeTask) -> None:
     if record is None or not ins.allowed(record.state, ins.ABORT):
         return
     _power_off(task, record)
-    aborted = record.moved(ins.ERROR, finished_at=_now(task), error=ABORTED)
+    aborted = _moved(record, ins.ABORT, finished_at=_now(task), error=ABORTED)
     task.with_next_transition(_saving(aborted))
 
 
@@ -361,8 +381,7 @@ def _on_fail(task: NodeTask, message: str) -> None:
     record = _record(task)
     if record is None or record.state not in ins.ACTIVE:
         return
-    step = ins.advance(record.state, ins.FAIL)
-    failed = record.moved(step.target or ins.ERROR, finished_at=_now(task), error=message)
+    failed = _moved(record, ins.FAIL, finished_at=_now(task), error=message)
     task.with_next_transition(_saving(failed))
 
 
