@@ -4,12 +4,15 @@
 #   test: servers and tools the test suite starts (PostgreSQL, ipmitool, the
 #         disk and network tools the virtual lab and ironic-python-agent use,
 #         apache2-utils for a real `htpasswd -B`, redis-server for the tooz
-#         coordination backend, haproxy in front of the HA inspection test)
+#         coordination backend, haproxy in front of the HA inspection test,
+#         dnsmasq-base, nftables and busybox's udhcpc for the PXE filter's
+#         network-namespace tests)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
-  want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy)
+  want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
+         dnsmasq-base nftables busybox udhcpc)
 fi
 
 missing=()

@@ -30,9 +30,12 @@ from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
 from metalforge.db.engine import Database
+from metalforge.db.models import PxeFilterHost
 from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.pxe_filter.service import host_statuses
+from metalforge.pxe_filter.setup import FilterHost, build_filter_host
 from metalforge.redaction import mask_url
 
 LOG = logging.getLogger("metalforge")
@@ -251,11 +254,16 @@ def cmd_all_in_one(settings: Settings) -> None:
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
     start_conductor(conductor)
+    filter_host = build_filter_host(settings, db)
+    if filter_host is not None:
+        filter_host.start()
     app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
     _banner(settings)
     try:
         _serve(settings, app)
     finally:
+        if filter_host is not None:
+            filter_host.stop()
         _stop_conductor(conductor, db)
 
 
@@ -278,6 +286,16 @@ def cmd_conductor(settings: Settings) -> None:
     if not db.is_sqlite:
         listener = Listener(settings.database.url, conductor.ctx.waker.notify)
         listener.start()
+    try:
+        _wait_for_signal()
+    finally:
+        if listener is not None:
+            listener.stop()
+        _stop_conductor(conductor, db)
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGTERM or SIGINT."""
     stop = {"now": False}
 
     def _on_signal(signum: int, _frame: Any) -> None:
@@ -285,13 +303,52 @@ def cmd_conductor(settings: Settings) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    while not stop["now"]:
+        signal.pause()
+
+
+def cmd_pxe_filter(settings: Settings, args: argparse.Namespace) -> None:
+    """This host's PXE filter (one per host running the inspection DHCP service), or
+    every host's status."""
+    db = open_database(settings)
     try:
-        while not stop["now"]:
-            signal.pause()
+        if args.action == "status":
+            print(render_filter_hosts(host_statuses(db)))
+            return
+        filter_host = build_filter_host(settings, db)
+        if filter_host is None:
+            raise StartupError("pxe_filter.driver is noop: there is nothing to run")
+        _run_filter_host(filter_host)
     finally:
-        if listener is not None:
-            listener.stop()
-        _stop_conductor(conductor, db)
+        db.dispose()
+
+
+def _run_filter_host(filter_host: FilterHost) -> None:
+    LOG.info("PXE filter starting (blocking until it has synced)")
+    filter_host.start()
+    try:
+        _wait_for_signal()
+    finally:
+        filter_host.stop()
+        LOG.info("PXE filter stopped; this host's DHCP service is blocked")
+
+
+def render_filter_hosts(hosts: list[PxeFilterHost]) -> str:
+    """Every filter host's last known state, one line each."""
+    if not hosts:
+        return "no PXE filter host has reported"
+    lines = [
+        f"{'HOST':<24}  {'DRIVER':<8}  {'MODE':<8}  {'ALLOWED':>7}  {'DENIED':>7}  "
+        f"{'UNKNOWN':<7}  {'SYNCED':<25}  ERROR"
+    ]
+    for host in hosts:
+        synced = host.synced_at.isoformat(timespec="seconds") if host.synced_at else "-"
+        lines.append(
+            f"{host.hostname:<24}  {host.driver:<8}  {host.mode:<8}  {host.allowed:>7}  "
+            f"{host.denied:>7}  {'allow' if host.unknown_allowed else 'deny':<7}  "
+            f"{synced:<25}  {host.error or ''}"
+        )
+    return "\n".join(lines)
 
 
 def cmd_db_upgrade(settings: Settings) -> None:
@@ -349,6 +406,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     replaying = work_sub.add_parser("replay", help="queue a dead-lettered item again")
     replaying.add_argument("item", type=int, help="the work item's id")
+    filter_parser = sub.add_parser(
+        "pxe-filter", help="this host's PXE filter (beside the inspection DHCP service)"
+    )
+    filter_parser.add_argument(
+        "action",
+        nargs="?",
+        default="run",
+        choices=["run", "status"],
+        help="run the filter (default), or show every filter host's status",
+    )
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -365,6 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         "conductor": cmd_conductor,
         "db": cmd_db_upgrade,
         "work": lambda chosen: cmd_work(chosen, args),
+        "pxe-filter": lambda chosen: cmd_pxe_filter(chosen, args),
     }
     commands[args.command](settings)
 

@@ -122,6 +122,48 @@ class InspectorSettings(BaseModel):
     """TCP port; 5050 is ironic-inspector's."""
 
 
+class PxeFilterSettings(BaseModel):
+    """Which machines the inspection DHCP/PXE service may answer (``metalforge pxe-filter``)."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    driver: Literal["noop", "dnsmasq", "iptables", "nftables"] = "noop"
+    """``dnsmasq``: one file per MAC in dnsmasq's ``dhcp-hostsdir``; ``iptables`` (the
+    same as ``nftables``): firewall sets on the DHCP port of ``interface``, through
+    ``nft``; ``noop``: no filtering (nothing runs)."""
+    hostname: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    """This filter host's name in the election and in the status table; unique per host."""
+    sync_period: float = Field(default=15.0, ge=0, le=30)
+    """Seconds between full resyncs that repair anything a wake-up missed; 0 disables
+    them (changes still arrive by notification)."""
+    election_interval: float = Field(default=1.0, gt=0)
+    """Seconds between election rounds of the filter hosts (and refreshes of the
+    leader's timed firewall entries)."""
+    leader_lease: float = Field(default=5.0, gt=0)
+    """Seconds the leader keeps the role without renewing it: a dead leader's host is
+    replaced this long after its last round at the latest."""
+    dnsmasq_hostsdir: Path = Path("/var/lib/metalforge/dhcp-hostsdir")
+    """The directory dnsmasq reads with ``--dhcp-hostsdir`` (``dnsmasq`` driver); every
+    file in it is the filter's and is removed at start."""
+    interface: str = Field(default="br-pxe", min_length=1, max_length=15, pattern=r"^[^\s\"]+$")
+    """The provisioning interface the inspection DHCP service listens on (firewall
+    drivers)."""
+    nft_command: list[str] = Field(default_factory=lambda: ["nft"], min_length=1)
+    """How to run ``nft`` (``["sudo", "nft"]``, or ``["ip", "netns", "exec", NS, "nft"]``
+    for a DHCP service in a network namespace)."""
+    table: str = Field(default="metalforge_pxe", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+    """The nftables table (family ``inet``) the firewall drivers own."""
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> PxeFilterSettings:
+        if self.leader_lease <= 2 * self.election_interval:
+            raise ValueError(
+                "pxe_filter.leader_lease must exceed two election intervals, or the leader "
+                "loses its role between two renewals"
+            )
+        return self
+
+
 class DatabaseSettings(BaseModel):
     """Where the truth lives."""
 
@@ -316,6 +358,7 @@ class Settings(BaseSettings):
     inspector: InspectorSettings = Field(default_factory=InspectorSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     conductor: ConductorSettings = Field(default_factory=ConductorSettings)
+    pxe_filter: PxeFilterSettings = Field(default_factory=PxeFilterSettings)
 
     @model_validator(mode="after")
     def _database_in_state_dir(self) -> Settings:

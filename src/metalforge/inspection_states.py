@@ -64,6 +64,10 @@ EVENTS: Final = (START, WAIT, TIMEOUT, ABORT, CONTINUE, FINISH, FAIL, REAPPLY, E
 STALE_WHEN_OUT_OF_PLACE: Final = frozenset({TIMEOUT})
 """Events that, out of place, only tell that the record moved on: nothing changes."""
 
+BOOTING_RAMDISK: Final = frozenset({STARTING, WAITING})
+"""States in which the node boots, or runs, the inspection ramdisk: the PXE filter
+lets exactly these nodes reach the inspection DHCP service."""
+
 ACTIVE: Final = frozenset({STARTING, WAITING, PROCESSING, REAPPLYING, ENROLLING})
 """States in which the inspection is under way (``finished`` is false)."""
 

@@ -36,7 +36,7 @@ def _member(db: Database, host: str) -> ConductorService:
 
 
 def _elector(service: ConductorService) -> SqlElector:
-    return SqlElector(service.ctx, SETTINGS.leader_lease)
+    return SqlElector.for_conductors(service.ctx, SETTINGS.leader_lease)
 
 
 def test_one_member_leads_a_role_and_keeps_it_while_it_renews(db: Database) -> None:
@@ -157,7 +157,7 @@ def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
     assert leadership.leads(ROLE)
     db.dispose()
     a.ctx.db = Database("sqlite:////nonexistent/dir/metalforge.sqlite")
-    leadership.elector = SqlElector(a.ctx, SETTINGS.leader_lease)
+    leadership.elector = SqlElector.for_conductors(a.ctx, SETTINGS.leader_lease)
     for _ in range(SETTINGS.retry_count):
         leadership.round()
         assert not leadership.leads(ROLE)

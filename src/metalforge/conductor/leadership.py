@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.task import LIVE_CONDUCTORS, live_cutoff
 from metalforge.config import CoordinationSettings
-from metalforge.db.engine import now_for
+from metalforge.db.engine import Database, now_for
 from metalforge.db.models import LeaderLease
 
 LOG = logging.getLogger(__name__)
@@ -77,23 +77,44 @@ class Elector(ABC):
         """Leave the membership and give every role up."""
 
 
-class SqlElector(Elector):
-    """Leases in the service's database; the members are the live conductors."""
+LiveMembers = Callable[[Session], frozenset[str]]
+"""Who is alive, read in the election's own transaction."""
 
-    def __init__(self, ctx: ConductorContext, lease_seconds: float) -> None:
-        self.ctx = ctx
-        self.member_id = ctx.hostname
+
+class SqlElector(Elector):
+    """Leases in the service's database.
+
+    ``live`` names the members known to be alive (the conductors, from their
+    heartbeats): a role held by anyone else is free at once. Without it only
+    the lease tells, so a dead holder's role is free when its lease runs out.
+    """
+
+    def __init__(
+        self, db: Database, member_id: str, lease_seconds: float, live: LiveMembers | None = None
+    ) -> None:
+        self.db = db
+        self.member_id = member_id
         self.lease = dt.timedelta(seconds=lease_seconds)
+        self._live_members = live
+
+    @classmethod
+    def for_conductors(cls, ctx: ConductorContext, lease_seconds: float) -> SqlElector:
+        """The conductors' election: members are the conductors alive by their heartbeats."""
+
+        def live(session: Session) -> frozenset[str]:
+            rows = session.connection().scalars(LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(ctx)})
+            return frozenset(rows)
+
+        return cls(ctx.db, ctx.hostname, lease_seconds, live)
 
     def start(self) -> None:
-        """Nothing to join: the conductors table is the membership."""
+        """Nothing to join: the membership is in the database."""
 
-    def _live(self, session: Session) -> frozenset[str]:
-        rows = session.connection().scalars(LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(self.ctx)})
-        return frozenset(rows)
+    def _live(self, session: Session) -> frozenset[str] | None:
+        return None if self._live_members is None else self._live_members(session)
 
     def campaign(self, role: str) -> bool:
-        with self.ctx.db.write() as session:
+        with self.db.write() as session:
             now = now_for(session)
             row = session.scalar(
                 select(LeaderLease).where(LeaderLease.role == role).with_for_update()
@@ -109,7 +130,8 @@ class SqlElector(Elector):
                 row.expires_at = now + self.lease
                 return True
             free = row.holder is None or row.expires_at <= now
-            if not free and row.holder not in self._live(session):
+            live = None if free else self._live(session)
+            if live is not None and row.holder not in live:
                 free = True  # its holder is dead: no need to wait for the lease
             if not free:
                 return False
@@ -119,7 +141,7 @@ class SqlElector(Elector):
             return True
 
     def _release(self, *where: ColumnElement[bool]) -> None:
-        with self.ctx.db.write() as session:
+        with self.db.write() as session:
             session.execute(
                 update(LeaderLease)
                 .where(LeaderLease.holder == self.member_id, *where)
@@ -130,8 +152,9 @@ class SqlElector(Elector):
         self._release(LeaderLease.role == role)
 
     def members(self) -> frozenset[str]:
-        with self.ctx.db.read() as session:
-            return self._live(session)
+        with self.db.read() as session:
+            live = self._live(session)
+        return frozenset({self.member_id}) if live is None else live
 
     def stop(self) -> None:
         self._release()
@@ -219,7 +242,7 @@ class ToozElector(Elector):
 def build_elector(ctx: ConductorContext, settings: CoordinationSettings) -> Elector:
     """The configured backend: the database unless ``backend_url`` names a tooz one."""
     if not settings.backend_url:
-        return SqlElector(ctx, settings.leader_lease)
+        return SqlElector.for_conductors(ctx, settings.leader_lease)
     return ToozElector(
         settings.backend_url,
         f"metalforge.conductor.{ctx.hostname}",

@@ -165,6 +165,16 @@ class Database:
         self._read = sessionmaker(
             self.read_engine, expire_on_commit=False, info={"clock": self.clock}
         )
+        self._after_commit: list[Callable[[], None]] = []
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` in the writing thread after each ``write`` transaction commits
+        (what was written is visible to every reader by then)."""
+        self._after_commit.append(callback)
+
+    def _committed(self) -> None:
+        for callback in self._after_commit:
+            callback()
 
     def now(self) -> dt.datetime:
         """Aware UTC on the database's clock."""
@@ -188,11 +198,12 @@ class Database:
         if self._write_mutex is None:
             with self._write() as session, session.begin():
                 yield session
-            return
-        # The session is built before the mutex is taken and closed after it is
-        # given back: only the transaction itself runs while other writers wait.
-        with self._write() as session, self._write_mutex, session.begin():
-            yield session
+        else:
+            # The session is built before the mutex is taken and closed after it is
+            # given back: only the transaction itself runs while other writers wait.
+            with self._write() as session, self._write_mutex, session.begin():
+                yield session
+        self._committed()
 
     @contextmanager
     def read(self) -> Iterator[Session]:

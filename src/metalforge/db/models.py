@@ -499,6 +499,27 @@ class LeaderLease(Base):
     expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
+class PxeFilterHost(Base):
+    """What one PXE filter host last did: the operator's view of every host's filter.
+
+    ``mode`` is ``passing`` (the leader: it answers the nodes being inspected),
+    ``blocking`` (another host, or one that failed and answers nobody) or
+    ``stopped``; ``error`` is the last failure, cleared by the next good sync.
+    """
+
+    __tablename__ = "pxe_filter_hosts"
+
+    hostname: Mapped[str] = mapped_column(String(255), primary_key=True)
+    driver: Mapped[str] = mapped_column(String(16), nullable=False)
+    mode: Mapped[str] = mapped_column(String(16), nullable=False)
+    allowed: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    denied: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    unknown_allowed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    synced_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

@@ -1,0 +1,67 @@
+"""What a PXE filter host should let through, computed from the database.
+
+The nodes being inspected (introspection ``starting`` or ``waiting``: they
+boot, or run, the inspection ramdisk) are allowed; every other MAC the
+service knows is denied, so a node rebooting into its tenant's system never
+boots the inspection image; a MAC nobody knows is allowed only when
+discovery is on, since then an unknown machine booting is how it enrols.
+Only the elected leader's host answers at all: every other host gets the
+fully blocking state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from metalforge import inspection_states as ins
+from metalforge.db.models import Introspection, Node, Port
+
+MAC = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$")
+"""A MAC as ports store it (lower case, colons): the only form a driver writes."""
+
+
+@dataclass(frozen=True)
+class FilterState:
+    """One host's filter: allowed MACs, denied MACs, and what happens to any other."""
+
+    allowed: frozenset[str]
+    denied: frozenset[str]
+    unknown_allowed: bool
+
+    @property
+    def blocking(self) -> bool:
+        """Whether this host answers nobody."""
+        return not self.allowed and not self.unknown_allowed
+
+
+BLOCKING = FilterState(frozenset(), frozenset(), unknown_allowed=False)
+"""Answer nobody: what a host applies before it knows better, on error and at exit."""
+
+
+def desired_state(session: Session, *, discovery: bool) -> FilterState:
+    """The cluster's filter, from every port and its node's introspection record."""
+    rows = session.execute(
+        select(Port.address, Introspection.state)
+        .join(Node, Port.node_id == Node.id)
+        .outerjoin(Introspection, Introspection.node_uuid == Node.uuid)
+    )
+    allowed: set[str] = set()
+    denied: set[str] = set()
+    for address, state in rows:
+        mac = address.lower()
+        if not MAC.match(mac):
+            continue  # the API stores only MACs; anything else is nothing a driver may write
+        (allowed if state in ins.BOOTING_RAMDISK else denied).add(mac)
+    return FilterState(frozenset(allowed), frozenset(denied), unknown_allowed=discovery)
+
+
+def for_host(state: FilterState, *, leading: bool) -> FilterState:
+    """What one host applies: the leader the cluster's filter, any other host blocking
+    (its known MACs stay denied, so taking over needs only the allowed ones)."""
+    if leading:
+        return state
+    return FilterState(frozenset(), state.allowed | state.denied, unknown_allowed=False)

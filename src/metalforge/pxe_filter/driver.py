@@ -1,0 +1,34 @@
+"""What a PXE filter driver does: make this host's DHCP service obey a ``FilterState``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from metalforge.pxe_filter.desired import FilterState
+
+
+class FilterError(RuntimeError):
+    """The host's filter could not be changed (the service then blocks and retries)."""
+
+
+class FilterDriver(ABC):
+    """One way of filtering; every method leaves the host in a state it can name."""
+
+    name: str
+
+    @abstractmethod
+    def start(self) -> None:
+        """Forget what an earlier run left and block everything."""
+
+    @abstractmethod
+    def apply(self, state: FilterState, *, repair: bool) -> None:
+        """Make the host filter as ``state`` says.
+
+        Called again with the same state to refresh what expires; with
+        ``repair`` the driver checks what is really in place rather than what it
+        last wrote, and rewrites whatever differs.
+        """
+
+    @abstractmethod
+    def block(self) -> None:
+        """Answer nobody, without the database (on error and at exit)."""

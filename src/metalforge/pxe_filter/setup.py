@@ -1,0 +1,65 @@
+"""Building a host's PXE filter from the settings, with the wake-ups that drive it."""
+
+from __future__ import annotations
+
+import logging
+
+from metalforge.conductor.leadership import SqlElector
+from metalforge.config import Settings
+from metalforge.db.changes import ChangeFeed
+from metalforge.db.engine import Database
+from metalforge.pxe_filter.dnsmasq import DnsmasqHostsdir
+from metalforge.pxe_filter.driver import FilterDriver
+from metalforge.pxe_filter.nftables import NftablesFilter
+from metalforge.pxe_filter.service import PxeFilter
+
+LOG = logging.getLogger(__name__)
+
+
+def build_driver(settings: Settings) -> FilterDriver | None:
+    """The configured driver; None for ``noop`` (nothing to run)."""
+    chosen = settings.pxe_filter
+    if chosen.driver == "dnsmasq":
+        return DnsmasqHostsdir(chosen.dnsmasq_hostsdir)
+    if chosen.driver in ("iptables", "nftables"):
+        return NftablesFilter(
+            chosen.nft_command,
+            chosen.interface,
+            table=chosen.table,
+            # Shorter than the lease: a dead leader's host stops answering first.
+            entry_timeout=chosen.leader_lease - chosen.election_interval,
+        )
+    return None
+
+
+class FilterHost:
+    """This host's filter and the change feed that wakes it."""
+
+    def __init__(self, db: Database, pxe_filter: PxeFilter) -> None:
+        self.filter = pxe_filter
+        self.feed = ChangeFeed(db, pxe_filter.wake)
+
+    def start(self) -> None:
+        self.feed.start()
+        self.filter.start()
+
+    def stop(self) -> None:
+        self.feed.stop()
+        self.filter.stop()
+
+
+def build_filter_host(settings: Settings, db: Database) -> FilterHost | None:
+    """The PXE filter this process runs, or None when the driver is ``noop``."""
+    driver = build_driver(settings)
+    if driver is None:
+        return None
+    chosen = settings.pxe_filter
+    elector = SqlElector(db, chosen.hostname, chosen.leader_lease)
+    pxe_filter = PxeFilter(
+        db,
+        chosen,
+        driver,
+        elector,
+        discovery=settings.conductor.inspection.discovery,
+    )
+    return FilterHost(db, pxe_filter)

@@ -1,0 +1,46 @@
+"""Nodes, ports and introspection records written straight to the database."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Iterator
+
+import pytest
+
+from metalforge.db.engine import Database
+from metalforge.db.models import Introspection, Node, Port
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+def add_node(db: Database, *macs: str, inspection: str | None = None) -> str:
+    """A node with ports ``macs`` and, with ``inspection``, a record in that state."""
+    uuid = str(uuidlib.uuid4())
+    with db.write() as session:
+        node = Node(uuid=uuid, driver="fake-hardware", provision_state="manageable")
+        session.add(node)
+        session.flush()
+        session.add_all(Port(uuid=str(uuidlib.uuid4()), address=m, node_id=node.id) for m in macs)
+        if inspection is not None:
+            session.add(Introspection(node_uuid=uuid, state=inspection, generation=1))
+    return uuid
+
+
+def set_inspection(db: Database, uuid: str, state: str) -> None:
+    with db.write() as session:
+        record = session.get(Introspection, uuid)
+        if record is None:
+            session.add(Introspection(node_uuid=uuid, state=state, generation=1))
+        else:
+            record.state = state
+
+
+def mac(index: int) -> str:
+    """The ``index``-th test MAC (locally administered)."""
+    return "02:00:" + ":".join(f"{(index >> shift) & 0xFF:02x}" for shift in (24, 16, 8, 0))

@@ -1,0 +1,125 @@
+"""The dnsmasq driver's files: what dnsmasq reads, written so it never reads half of one."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from metalforge.pxe_filter.desired import FilterState
+from metalforge.pxe_filter.dnsmasq import UNKNOWN_FILE, DnsmasqHostsdir
+from metalforge.pxe_filter.driver import FilterError
+from tests.pxe_filter.conftest import mac
+
+
+def _files(hostsdir: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(hostsdir.iterdir())}
+
+
+def _state(allowed: set[str], denied: set[str], unknown: bool = False) -> FilterState:
+    return FilterState(frozenset(allowed), frozenset(denied), unknown_allowed=unknown)
+
+
+@pytest.fixture
+def hostsdir(tmp_path: Path) -> Path:
+    path = tmp_path / "hostsdir"
+    path.mkdir()
+    return path
+
+
+def test_start_purges_what_an_earlier_run_left_and_blocks_unknown_machines(hostsdir: Path) -> None:
+    (hostsdir / mac(9)).write_text(f"{mac(9)}\n")
+    (hostsdir / "leftover.conf").write_text("*:*:*:*:*:*\n")
+    DnsmasqHostsdir(hostsdir).start()
+    assert _files(hostsdir) == {UNKNOWN_FILE: "*:*:*:*:*:*,ignore\n"}
+
+
+def test_one_file_per_mac_allowed_bare_denied_ignored(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    driver.apply(_state({mac(1)}, {mac(2), mac(3)}, unknown=True), repair=False)
+    assert _files(hostsdir) == {
+        mac(1): f"{mac(1)}\n",
+        mac(2): f"{mac(2)},ignore\n",
+        mac(3): f"{mac(3)},ignore\n",
+        UNKNOWN_FILE: "*:*:*:*:*:*\n",
+    }
+    # dnsmasq drops root: every file must be readable by its user.
+    assert all(p.stat().st_mode & stat.S_IROTH for p in hostsdir.iterdir())
+
+
+def test_only_changed_files_are_written(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
+    before = {p.name: p.stat().st_ino for p in hostsdir.iterdir()}
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
+    assert {p.name: p.stat().st_ino for p in hostsdir.iterdir()} == before
+    driver.apply(_state(set(), {mac(1), mac(2)}), repair=False)
+    after = {p.name: p.stat().st_ino for p in hostsdir.iterdir()}
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {mac(1)}
+
+
+def test_a_forgotten_mac_keeps_its_file_with_the_unknown_machines_rule(hostsdir: Path) -> None:
+    """dnsmasq keeps a deleted file's line until SIGHUP, so files are rewritten, never deleted."""
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
+    driver.apply(_state(set(), set(), unknown=True), repair=False)
+    assert _files(hostsdir)[mac(1)] == f"{mac(1)}\n"
+    assert _files(hostsdir)[mac(2)] == f"{mac(2)}\n"
+    driver.apply(_state(set(), set(), unknown=False), repair=False)
+    assert _files(hostsdir)[mac(1)] == f"{mac(1)},ignore\n"
+
+
+def test_files_are_renamed_into_place_no_temporary_is_left(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    driver.apply(
+        _state({mac(i) for i in range(50)}, {mac(i) for i in range(50, 100)}), repair=False
+    )
+    names = os.listdir(hostsdir)
+    assert len(names) == 101
+    assert not [n for n in names if n.startswith(".")]
+
+
+def test_repair_rewrites_what_someone_changed_on_disk(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    wanted = _state({mac(1)}, {mac(2)})
+    driver.apply(wanted, repair=False)
+    (hostsdir / mac(2)).write_text(f"{mac(2)}\n")  # someone lets a denied node through
+    driver.apply(wanted, repair=False)
+    assert _files(hostsdir)[mac(2)] == f"{mac(2)}\n"  # it trusts what it wrote...
+    driver.apply(wanted, repair=True)
+    assert _files(hostsdir)[mac(2)] == f"{mac(2)},ignore\n"  # ...until the resync checks
+
+
+def test_block_denies_every_file_without_the_database(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    driver.apply(_state({mac(1), mac(2)}, {mac(3)}, unknown=True), repair=False)
+    DnsmasqHostsdir(hostsdir).block()  # a new instance: nothing remembered
+    assert _files(hostsdir) == {
+        mac(1): f"{mac(1)},ignore\n",
+        mac(2): f"{mac(2)},ignore\n",
+        mac(3): f"{mac(3)},ignore\n",
+        UNKNOWN_FILE: "*:*:*:*:*:*,ignore\n",
+    }
+
+
+def test_a_missing_hostsdir_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FilterError, match="not a directory"):
+        DnsmasqHostsdir(tmp_path / "missing").start()
+
+
+def test_an_unwritable_hostsdir_is_an_error_and_leaves_no_temporary(hostsdir: Path) -> None:
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    (hostsdir / mac(1)).mkdir()  # a file cannot be renamed over a directory
+    with pytest.raises(FilterError, match="cannot write"):
+        driver.apply(_state({mac(1)}, set()), repair=False)
+    assert not [n for n in os.listdir(hostsdir) if n.startswith(".")]
