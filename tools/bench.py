@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pxe_filter_bench
+
 HEADERS = {"Content-Type": "application/json", "X-OpenStack-Ironic-API-Version": "latest"}
 
 
@@ -67,7 +69,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+def start_service(
+    db_url: str, workdir: Path, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int, int]:
     port = free_port()
     inspector_port = free_port()
     env = {
@@ -79,6 +83,7 @@ def start_service(db_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], 
         "METALFORGE_CONDUCTOR__HOSTNAME": "bench",
         "METALFORGE_CONDUCTOR__WORKERS": "16",
         "METALFORGE_CONDUCTOR__ASYNC_POLL_INTERVAL": "0.2",
+        **(extra_env or {}),
     }
     log = (workdir / "service.log").open("wb")
     proc = subprocess.Popen(
@@ -365,6 +370,8 @@ def main() -> None:
     parser.add_argument("--lifecycle-concurrency", type=int, default=50)
     parser.add_argument("--list-rounds", type=int, default=20)
     parser.add_argument("--inspection-nodes", type=int, default=500)
+    parser.add_argument("--pxe-filter-macs", type=int, default=10_000)
+    parser.add_argument("--pxe-filter-samples", type=int, default=20)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument(
         "--postgres",
@@ -406,6 +413,20 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(30)
             failover = leader_failover(db_url, workdir)
+            sync = pxe_filter_bench.driver_sync(workdir, args.pxe_filter_macs)
+            if cluster is not None:
+                cluster.execute("CREATE DATABASE bench_pxe")
+                pxe_url = cluster.url("bench_pxe")
+            else:
+                pxe_url = f"sqlite:///{workdir}/bench-pxe.sqlite"
+            enter_p50, enter_p95, leave_p50, leave_p95 = pxe_filter_bench.end_to_end(
+                pxe_url,
+                workdir,
+                args.pxe_filter_macs,
+                args.pxe_filter_samples,
+                start_service,
+                Client,
+            )
         finally:
             if cluster is not None:
                 cluster.stop()
@@ -428,6 +449,15 @@ def main() -> None:
         f"| one inspection, start to finished, in that burst | p50 {inspect_p50 * 1000:.0f} ms, "
         f"p95 {inspect_p95 * 1000:.0f} ms |",
         f"| leader failover (SIGKILL, default coordination settings) | {failover:.1f} s |",
+        *(
+            f"| PXE filter, {driver} driver, {args.pxe_filter_macs} MACs | {figure} |"
+            for driver, figure in sync.items()
+        ),
+        f"| PXE filter, inspect API call to the node allowed (dnsmasq, "
+        f"{args.pxe_filter_macs} nodes) | p50 {enter_p50 * 1000:.0f} ms, "
+        f"p95 {enter_p95 * 1000:.0f} ms |",
+        f"| PXE filter, abort API call to the node denied | p50 {leave_p50 * 1000:.0f} ms, "
+        f"p95 {leave_p95 * 1000:.0f} ms |",
     ]
     report = "\n".join(
         [

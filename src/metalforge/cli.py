@@ -190,7 +190,16 @@ def _serve(settings: Settings, app: Any) -> None:
         timeout_graceful_shutdown=10,
         **tls_options(settings),
     )
+    # uvicorn shuts down on SIGTERM, then raises the signal again once it has put
+    # its own handler back: with the default handler the process would die there,
+    # before the caller's clean-up (stopping the conductor, leaving the PXE filter
+    # blocking). This handler turns it into an orderly exit instead.
+    signal.signal(signal.SIGTERM, _exit_quietly)
     uvicorn.Server(config).run(sockets=listening_sockets(settings))
+
+
+def _exit_quietly(_signum: int, _frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def _banner(settings: Settings) -> None:

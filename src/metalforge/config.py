@@ -145,6 +145,9 @@ class PxeFilterSettings(BaseModel):
     dnsmasq_hostsdir: Path = Path("/var/lib/metalforge/dhcp-hostsdir")
     """The directory dnsmasq reads with ``--dhcp-hostsdir`` (``dnsmasq`` driver); every
     file in it is the filter's and is removed at start."""
+    dnsmasq_pid_file: Path | None = None
+    """dnsmasq's pid file: the filter sends it SIGHUP after purging the directory at
+    start, so it forgets an earlier run's lines; unset: start dnsmasq after the filter."""
     interface: str = Field(default="br-pxe", min_length=1, max_length=15, pattern=r"^[^\s\"]+$")
     """The provisioning interface the inspection DHCP service listens on (firewall
     drivers)."""

@@ -226,3 +226,39 @@ def _nft_set(nft: list[str], name: str) -> str:
         check=True,
         timeout=30,
     ).stdout
+
+
+def test_a_running_dnsmasq_forgets_an_earlier_runs_lines_when_the_filter_starts(
+    network: DhcpNetwork, tmp_path: Path
+) -> None:
+    """dnsmasq keeps a deleted file's line; given its pid file, the filter sends it SIGHUP."""
+    server = network.add_server(1)
+    network.add_client(1, UNKNOWN)
+    (server.hostsdir / UNKNOWN).write_text(f"{UNKNOWN}\n")  # an earlier run allowed it
+    network.start_dnsmasq(server)
+    pid_file = network.workdir / "dnsmasq-1" / "pid"
+    wait_until("dnsmasq to start", pid_file.is_file)
+    assert network.lease(UNKNOWN, attempts=3) == server.address
+    settings = test_settings(f"sqlite:///{tmp_path}/metalforge.sqlite").model_copy(
+        update={
+            "pxe_filter": test_settings("sqlite://").pxe_filter.model_copy(
+                update={
+                    "driver": "dnsmasq",
+                    "dnsmasq_hostsdir": server.hostsdir,
+                    "dnsmasq_pid_file": pid_file,
+                }
+            )
+        }
+    )
+    db = Database(settings.database.url)
+    db.upgrade()
+    filter_host = build_filter_host(settings, db)
+    assert filter_host is not None
+    try:
+        filter_host.start()
+        wait_until("the first sync", lambda: any(s.synced_at for s in host_statuses(db)))
+        assert not (server.hostsdir / UNKNOWN).exists()
+        assert network.lease(UNKNOWN) is None
+    finally:
+        filter_host.stop()
+        db.dispose()

@@ -11,8 +11,8 @@ dnsmasq only ever adds what it reads: a deleted file's line stays in force
 until it is sent SIGHUP, and a rewritten file's new line wins because it is
 read last. So while running, the driver never deletes: a MAC the service
 forgets keeps its file, rewritten to what an unknown machine gets. Files
-are only removed at start, before the operator's dnsmasq is (re)started or
-sent SIGHUP. A file is written only when its content changes, since every
+are only removed at start, and dnsmasq is then sent SIGHUP (given its pid
+file) or must be started after the filter. A file is written only when its content changes, since every
 write grows dnsmasq's list until its next SIGHUP.
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 from pathlib import Path
 
 from metalforge.pxe_filter.desired import MAC, FilterState
@@ -42,8 +43,11 @@ class DnsmasqHostsdir(FilterDriver):
 
     name = "dnsmasq"
 
-    def __init__(self, hostsdir: Path) -> None:
+    def __init__(self, hostsdir: Path, pid_file: Path | None = None) -> None:
         self.hostsdir = hostsdir
+        self.pid_file = pid_file
+        """dnsmasq's pid file: at start, after the purge, dnsmasq is told to forget
+        what it read (SIGHUP), so a running dnsmasq needs no restart."""
         self._written: dict[str, str] = {}
         """File name → content, as this driver last wrote (or found) it."""
 
@@ -59,6 +63,17 @@ class DnsmasqHostsdir(FilterDriver):
         if removed:
             LOG.info("removed %d files an earlier run left in %s", removed, self.hostsdir)
         self._write(UNKNOWN_FILE, f"{_WILDCARD},ignore\n")
+        if self.pid_file is not None:
+            self._reload_dnsmasq(self.pid_file)
+
+    @staticmethod
+    def _reload_dnsmasq(pid_file: Path) -> None:
+        try:
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, signal.SIGHUP)
+        except (OSError, ValueError) as exc:
+            raise FilterError(f"cannot signal dnsmasq (pid file {pid_file}): {exc}") from exc
+        LOG.info("dnsmasq (pid %d) told to forget what it read from %s", pid, pid_file)
 
     def apply(self, state: FilterState, *, repair: bool) -> None:
         if repair:

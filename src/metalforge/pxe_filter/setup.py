@@ -20,7 +20,7 @@ def build_driver(settings: Settings) -> FilterDriver | None:
     """The configured driver; None for ``noop`` (nothing to run)."""
     chosen = settings.pxe_filter
     if chosen.driver == "dnsmasq":
-        return DnsmasqHostsdir(chosen.dnsmasq_hostsdir)
+        return DnsmasqHostsdir(chosen.dnsmasq_hostsdir, chosen.dnsmasq_pid_file)
     if chosen.driver in ("iptables", "nftables"):
         return NftablesFilter(
             chosen.nft_command,
