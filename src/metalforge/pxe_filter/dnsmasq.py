@@ -12,8 +12,9 @@ until it is sent SIGHUP, and a rewritten file's new line wins because it is
 read last. So while running, the driver never deletes: a MAC the service
 forgets keeps its file, rewritten to what an unknown machine gets. Files
 are only removed at start, and dnsmasq is then sent SIGHUP (given its pid
-file) or must be started after the filter. A file is written only when its content changes, since every
-write grows dnsmasq's list until its next SIGHUP.
+file) or must be started after the filter. A file is written only when its
+content changes, since every write grows dnsmasq's list until its next
+SIGHUP.
 """
 
 from __future__ import annotations
