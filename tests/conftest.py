@@ -59,6 +59,16 @@ def stack(db_url: str) -> Iterator[Stack]:
 
 
 @pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A fresh database at the newest schema on each engine (row locks, the epoch compare
+    and notifications differ between them)."""
+    database = Database(db_url)
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
 def sqlite_db(sqlite_url: str) -> Iterator[Database]:
     """A fresh SQLite database at the newest schema, for tests below the API."""
     database = Database(sqlite_url)

@@ -22,6 +22,16 @@ from pydantic_settings import (
 )
 
 
+def _check_lease_outlasts_rounds(section: str, lease: float, interval: float) -> None:
+    """A leader renews its lease once per election round: a lease shorter than two
+    rounds would be lost between two renewals."""
+    if lease <= 2 * interval:
+        raise ValueError(
+            f"{section}.leader_lease must exceed two election intervals, or a leader "
+            "loses its role between two renewals"
+        )
+
+
 class UserSettings(BaseModel):
     """What an ``http_basic`` user may do: roles, and the project it belongs to."""
 
@@ -159,11 +169,7 @@ class PxeFilterSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check_lease(self) -> PxeFilterSettings:
-        if self.leader_lease <= 2 * self.election_interval:
-            raise ValueError(
-                "pxe_filter.leader_lease must exceed two election intervals, or the leader "
-                "loses its role between two renewals"
-            )
+        _check_lease_outlasts_rounds("pxe_filter", self.leader_lease, self.election_interval)
         return self
 
 
@@ -203,11 +209,7 @@ class CoordinationSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check_lease(self) -> CoordinationSettings:
-        if self.leader_lease <= 2 * self.election_interval:
-            raise ValueError(
-                "coordination.leader_lease must exceed two election intervals, or a leader "
-                "loses its role between two renewals"
-            )
+        _check_lease_outlasts_rounds("coordination", self.leader_lease, self.election_interval)
         return self
 
 

@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Iterator
-
-import pytest
 
 from metalforge.db.engine import Database
 from metalforge.db.models import Introspection, Node, Port
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
-    database.upgrade()
-    yield database
-    database.dispose()
 
 
 def add_node(db: Database, *macs: str, inspection: str | None = None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,15 +30,6 @@ def services_on(db: Database, db_url: str, wakes: list[str], **settings: Any) ->
         directory=ConductorDirectory(db, configured.conductor.heartbeat_timeout),
         notify=lambda: wakes.append("notify"),
     )
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    """A fresh database on each engine: row locks and the epoch compare differ between them."""
-    database = Database(db_url)
-    database.upgrade()
-    yield database
-    database.dispose()
 
 
 @pytest.fixture
