@@ -6,6 +6,7 @@ Settings are read here, once, and passed down to what is built.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import gc
 import ipaddress
 import logging
@@ -13,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from metalforge.db.models import PxeFilterHost
 from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
-from metalforge.pxe_filter.service import host_statuses
+from metalforge.pxe_filter.service import STATUS_EVERY, host_statuses
 from metalforge.pxe_filter.setup import FilterHost, build_filter_host
 from metalforge.redaction import mask_url
 
@@ -290,30 +292,35 @@ def cmd_conductor(settings: Settings) -> None:
     db = open_database(settings)
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
+    stop = _stop_signals()
     start_conductor(conductor)
     listener = None
     if not db.is_sqlite:
         listener = Listener(settings.database.url, conductor.ctx.waker.notify)
         listener.start()
     try:
-        _wait_for_signal()
+        _wait_for(stop)
     finally:
         if listener is not None:
             listener.stop()
         _stop_conductor(conductor, db)
 
 
-def _wait_for_signal() -> None:
-    """Block until SIGTERM or SIGINT."""
-    stop = {"now": False}
+def _stop_signals() -> threading.Event:
+    """An event SIGTERM or SIGINT sets, installed before anything is started."""
+    stop = threading.Event()
 
     def _on_signal(signum: int, _frame: Any) -> None:
-        stop["now"] = True
+        stop.set()
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    while not stop["now"]:
-        signal.pause()
+    return stop
+
+
+def _wait_for(stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        pass
 
 
 def cmd_pxe_filter(settings: Settings, args: argparse.Namespace) -> None:
@@ -322,40 +329,50 @@ def cmd_pxe_filter(settings: Settings, args: argparse.Namespace) -> None:
     db = open_database(settings)
     try:
         if args.action == "status":
-            print(render_filter_hosts(host_statuses(db)))
+            print(render_filter_hosts(host_statuses(db), db.now()))
             return
         filter_host = build_filter_host(settings, db)
         if filter_host is None:
             raise StartupError("pxe_filter.driver is noop: there is nothing to run")
+        if db.is_sqlite:
+            raise StartupError(
+                "on SQLite the all-in-one runs the PXE filter itself (set pxe_filter.driver "
+                "there): another process would not hear of changes; a separate "
+                "pxe-filter process needs PostgreSQL"
+            )
         _run_filter_host(filter_host)
     finally:
         db.dispose()
 
 
 def _run_filter_host(filter_host: FilterHost) -> None:
+    stop = _stop_signals()
     LOG.info("PXE filter starting (blocking until it has synced)")
     filter_host.start()
     try:
-        _wait_for_signal()
+        _wait_for(stop)
     finally:
         filter_host.stop()
         LOG.info("PXE filter stopped; this host's DHCP service is blocked")
 
 
-def render_filter_hosts(hosts: list[PxeFilterHost]) -> str:
-    """Every filter host's last known state, one line each."""
+def render_filter_hosts(hosts: list[PxeFilterHost], now: dt.datetime) -> str:
+    """Every filter host's last known state, one line each; a host silent for three
+    status periods is marked gone (its mode is what it last said, not what it does)."""
     if not hosts:
         return "no PXE filter host has reported"
     lines = [
         f"{'HOST':<24}  {'DRIVER':<8}  {'MODE':<8}  {'ALLOWED':>7}  {'DENIED':>7}  "
-        f"{'UNKNOWN':<7}  {'SYNCED':<25}  ERROR"
+        f"{'UNKNOWN':<7}  {'SEEN':>9}  {'SYNCED':<25}  ERROR"
     ]
     for host in hosts:
         synced = host.synced_at.isoformat(timespec="seconds") if host.synced_at else "-"
+        silent = (now - host.updated_at).total_seconds()
+        seen = f"{silent:.0f}s ago" if silent < 3 * STATUS_EVERY else "gone?"
         lines.append(
             f"{host.hostname:<24}  {host.driver:<8}  {host.mode:<8}  {host.allowed:>7}  "
             f"{host.denied:>7}  {'allow' if host.unknown_allowed else 'deny':<7}  "
-            f"{synced:<25}  {host.error or ''}"
+            f"{seen:>9}  {synced:<25}  {host.error or ''}"
         )
     return "\n".join(lines)
 

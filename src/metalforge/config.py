@@ -141,11 +141,12 @@ class PxeFilterSettings(BaseModel):
     """``dnsmasq``: one file per MAC in dnsmasq's ``dhcp-hostsdir``; ``iptables`` (the
     same as ``nftables``): firewall sets on the DHCP port of ``interface``, through
     ``nft``; ``noop``: no filtering (nothing runs)."""
-    hostname: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    hostname: str = Field(default_factory=socket.gethostname, min_length=1, max_length=200)
     """This filter host's name in the election and in the status table; unique per host."""
     sync_period: float = Field(default=15.0, ge=0, le=30)
     """Seconds between full resyncs that repair anything a wake-up missed; 0 disables
-    them (changes still arrive by notification)."""
+    them (changes then arrive only by notification, which a separate filter process
+    gets on PostgreSQL only)."""
     election_interval: float = Field(default=1.0, gt=0)
     """Seconds between election rounds of the filter hosts (and refreshes of the
     leader's timed firewall entries)."""

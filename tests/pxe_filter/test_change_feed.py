@@ -78,6 +78,9 @@ def test_other_writes_and_rolled_back_ones_do_not_wake(
         session.execute(update(Node).where(Node.uuid == uuid).values(power_state="power on"))
     with pytest.raises(RuntimeError):
         _write_then_fail(db)
+    # A later commit of something else must not carry the rolled-back write's mark.
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == uuid).values(power_state="power off"))
     assert not wakes.seen(1.0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pydantic
@@ -11,6 +12,8 @@ from metalforge import cli
 from metalforge import inspection_states as ins
 from metalforge.config import PxeFilterSettings
 from metalforge.db.engine import Database
+from metalforge.db.models import PxeFilterHost
+from metalforge.pxe_filter.service import STATUS_EVERY
 from tests.pxe_filter.conftest import add_node
 from tests.support.api import wait_until
 from tests.support.postgres import free_port
@@ -91,3 +94,35 @@ def test_the_role_with_the_noop_driver_refuses_to_start(tmp_path: Path) -> None:
 def test_settings_that_cannot_work_are_refused(settings: dict[str, object], message: str) -> None:
     with pytest.raises(pydantic.ValidationError, match=message):
         PxeFilterSettings.model_validate(settings)
+
+
+def test_a_separate_filter_process_on_sqlite_is_refused(tmp_path: Path) -> None:
+    """It would never hear of changes: on SQLite only the writing process is woken."""
+    config = _config(tmp_path, "dnsmasq", tmp_path)
+    Database(f"sqlite:///{tmp_path}/metalforge.sqlite").upgrade()
+    with pytest.raises(cli.StartupError, match="needs PostgreSQL"):
+        cli.main(["--config", str(config), "pxe-filter"])
+
+
+def test_status_marks_a_host_silent_for_three_periods_as_gone() -> None:
+    now = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)
+
+    def host(name: str, silent: float) -> PxeFilterHost:
+        return PxeFilterHost(
+            hostname=name,
+            driver="nftables",
+            mode="passing",
+            allowed=1,
+            denied=2,
+            unknown_allowed=False,
+            synced_at=now,
+            error=None,
+            updated_at=now - dt.timedelta(seconds=silent),
+        )
+
+    listing = cli.render_filter_hosts(
+        [host("alive", STATUS_EVERY), host("dead", 3 * STATUS_EVERY)], now
+    )
+    alive, dead = listing.splitlines()[1:]
+    assert "10s ago" in alive
+    assert "gone?" in dead

@@ -194,14 +194,17 @@ def test_two_hosts_with_nftables_only_the_leader_answers_and_another_takes_over(
         # The leader's process dies (SIGKILL: nothing of its own runs). Its host's timed
         # entries expire in the kernel; the other host takes over when the lease runs out.
         hosts[leading_server.address].kill()
+        standby_name = f"filter-{servers.index(standby) + 1}"
+        wait_until(
+            "the standby to lead",
+            lambda: {s.hostname: s.mode for s in host_statuses(db)}[standby_name] == PASSING,
+            timeout=30,
+        )
+        # Its entries ended a round before its lease: never two hosts answering.
+        assert "elements" not in _nft_set(leading_server.nft, "allow")
         wait_until(
             "the standby host to answer",
             lambda: network.lease(INSPECTED) == standby.address,
-            timeout=30,
-        )
-        wait_until(
-            "the dead leader's host to stop answering",
-            lambda: "elements" not in _nft_set(leading_server.nft, "allow"),
             timeout=30,
         )
         assert network.lease(OTHER) is None

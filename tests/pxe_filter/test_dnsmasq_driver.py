@@ -39,7 +39,7 @@ def test_start_purges_what_an_earlier_run_left_and_blocks_unknown_machines(hosts
 def test_one_file_per_mac_allowed_bare_denied_ignored(hostsdir: Path) -> None:
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
-    driver.apply(_state({mac(1)}, {mac(2), mac(3)}, unknown=True), repair=False)
+    driver.apply(_state({mac(1)}, {mac(2), mac(3)}, unknown=True), repair=False, valid_for=0.0)
     assert _files(hostsdir) == {
         mac(1): f"{mac(1)}\n",
         mac(2): f"{mac(2)},ignore\n",
@@ -53,11 +53,11 @@ def test_one_file_per_mac_allowed_bare_denied_ignored(hostsdir: Path) -> None:
 def test_only_changed_files_are_written(hostsdir: Path) -> None:
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
-    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False, valid_for=0.0)
     before = {p.name: p.stat().st_ino for p in hostsdir.iterdir()}
-    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False, valid_for=0.0)
     assert {p.name: p.stat().st_ino for p in hostsdir.iterdir()} == before
-    driver.apply(_state(set(), {mac(1), mac(2)}), repair=False)
+    driver.apply(_state(set(), {mac(1), mac(2)}), repair=False, valid_for=0.0)
     after = {p.name: p.stat().st_ino for p in hostsdir.iterdir()}
     changed = {name for name in after if after[name] != before[name]}
     assert changed == {mac(1)}
@@ -67,11 +67,11 @@ def test_a_forgotten_mac_keeps_its_file_with_the_unknown_machines_rule(hostsdir:
     """dnsmasq keeps a deleted file's line until SIGHUP, so files are rewritten, never deleted."""
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
-    driver.apply(_state({mac(1)}, {mac(2)}), repair=False)
-    driver.apply(_state(set(), set(), unknown=True), repair=False)
+    driver.apply(_state({mac(1)}, {mac(2)}), repair=False, valid_for=0.0)
+    driver.apply(_state(set(), set(), unknown=True), repair=False, valid_for=0.0)
     assert _files(hostsdir)[mac(1)] == f"{mac(1)}\n"
     assert _files(hostsdir)[mac(2)] == f"{mac(2)}\n"
-    driver.apply(_state(set(), set(), unknown=False), repair=False)
+    driver.apply(_state(set(), set(), unknown=False), repair=False, valid_for=0.0)
     assert _files(hostsdir)[mac(1)] == f"{mac(1)},ignore\n"
 
 
@@ -79,7 +79,9 @@ def test_files_are_renamed_into_place_no_temporary_is_left(hostsdir: Path) -> No
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
     driver.apply(
-        _state({mac(i) for i in range(50)}, {mac(i) for i in range(50, 100)}), repair=False
+        _state({mac(i) for i in range(50)}, {mac(i) for i in range(50, 100)}),
+        repair=False,
+        valid_for=0.0,
     )
     names = os.listdir(hostsdir)
     assert len(names) == 101
@@ -90,18 +92,18 @@ def test_repair_rewrites_what_someone_changed_on_disk(hostsdir: Path) -> None:
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
     wanted = _state({mac(1)}, {mac(2)})
-    driver.apply(wanted, repair=False)
+    driver.apply(wanted, repair=False, valid_for=0.0)
     (hostsdir / mac(2)).write_text(f"{mac(2)}\n")  # someone lets a denied node through
-    driver.apply(wanted, repair=False)
+    driver.apply(wanted, repair=False, valid_for=0.0)
     assert _files(hostsdir)[mac(2)] == f"{mac(2)}\n"  # it trusts what it wrote...
-    driver.apply(wanted, repair=True)
+    driver.apply(wanted, repair=True, valid_for=0.0)
     assert _files(hostsdir)[mac(2)] == f"{mac(2)},ignore\n"  # ...until the resync checks
 
 
 def test_block_denies_every_file_without_the_database(hostsdir: Path) -> None:
     driver = DnsmasqHostsdir(hostsdir)
     driver.start()
-    driver.apply(_state({mac(1), mac(2)}, {mac(3)}, unknown=True), repair=False)
+    driver.apply(_state({mac(1), mac(2)}, {mac(3)}, unknown=True), repair=False, valid_for=0.0)
     DnsmasqHostsdir(hostsdir).block()  # a new instance: nothing remembered
     assert _files(hostsdir) == {
         mac(1): f"{mac(1)},ignore\n",
@@ -121,5 +123,18 @@ def test_an_unwritable_hostsdir_is_an_error_and_leaves_no_temporary(hostsdir: Pa
     driver.start()
     (hostsdir / mac(1)).mkdir()  # a file cannot be renamed over a directory
     with pytest.raises(FilterError, match="cannot write"):
-        driver.apply(_state({mac(1)}, set()), repair=False)
+        driver.apply(_state({mac(1)}, set()), repair=False, valid_for=0.0)
     assert not [n for n in os.listdir(hostsdir) if n.startswith(".")]
+
+
+def test_a_planted_temporary_symlink_is_not_written_through(hostsdir: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    driver = DnsmasqHostsdir(hostsdir)
+    driver.start()
+    (hostsdir / f".{mac(1)}.tmp").symlink_to(victim)
+    driver.apply(_state({mac(1)}, set()), repair=False, valid_for=0.0)
+    assert victim.read_text() == "precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert _files(hostsdir)[mac(1)] == f"{mac(1)}\n"

@@ -52,18 +52,18 @@ def _rules(nft: list[str]) -> str:
 
 
 def test_the_leaders_filter_in_sets_with_its_entries_timed(nft: list[str]) -> None:
-    driver = NftablesFilter(nft, "eth0", entry_timeout=4)
+    driver = NftablesFilter(nft, "eth0")
     driver.start()
     assert _elements(nft, "allow") == set()
     state = FilterState(frozenset({mac(1)}), frozenset({mac(2), mac(3)}), unknown_allowed=True)
-    driver.apply(state, repair=True)
+    driver.apply(state, repair=True, valid_for=4.0)
     assert _elements(nft, "allow") == {mac(1)}
     assert _elements(nft, "deny") == {mac(2), mac(3)}
     assert _elements(nft, "pass") == {"67"}
     listed = subprocess.run(
         [*nft, "list", "set", "inet", "metalforge_pxe", "allow"], capture_output=True, text=True
     ).stdout
-    assert "timeout 4s" in listed  # gone by itself unless the leader renews it
+    assert "timeout 4s" in listed  # valid_for  # gone by itself unless the leader renews it
     # The pass rule sits after the deny set's drop, and everything else is dropped.
     rules = _rules(nft)
     assert rules.index("@deny drop") < rules.index("@pass accept") < rules.rindex("drop")
@@ -74,12 +74,18 @@ def test_a_change_swaps_the_sets_and_blocking_empties_the_leaders_entries(
 ) -> None:
     driver = NftablesFilter(nft, "eth0")
     driver.start()
-    driver.apply(FilterState(frozenset({mac(1)}), frozenset({mac(2)}), True), repair=True)
-    driver.apply(FilterState(frozenset(), frozenset({mac(1), mac(2)}), False), repair=False)
+    driver.apply(
+        FilterState(frozenset({mac(1)}), frozenset({mac(2)}), True), repair=True, valid_for=4.0
+    )
+    driver.apply(
+        FilterState(frozenset(), frozenset({mac(1), mac(2)}), False), repair=False, valid_for=4.0
+    )
     assert _elements(nft, "allow") == set()
     assert _elements(nft, "deny") == {mac(1), mac(2)}
     assert _elements(nft, "pass") == set()
-    driver.apply(FilterState(frozenset({mac(1)}), frozenset({mac(2)}), True), repair=False)
+    driver.apply(
+        FilterState(frozenset({mac(1)}), frozenset({mac(2)}), True), repair=False, valid_for=4.0
+    )
     driver.block()
     assert _elements(nft, "allow") == set()
     assert _elements(nft, "pass") == set()
@@ -90,13 +96,13 @@ def test_a_deleted_table_is_rebuilt_blocking_then_repaired(nft: list[str]) -> No
     driver = NftablesFilter(nft, "eth0")
     driver.start()
     state = FilterState(frozenset({mac(1)}), frozenset({mac(2)}), False)
-    driver.apply(state, repair=True)
+    driver.apply(state, repair=True, valid_for=4.0)
     subprocess.run([*nft, "delete", "table", "inet", "metalforge_pxe"], check=True)
     with pytest.raises(FilterError, match="nft refused"):
-        driver.apply(state, repair=False)
+        driver.apply(state, repair=False, valid_for=4.0)
     driver.block()
     assert _elements(nft, "allow") == set()
-    driver.apply(state, repair=True)
+    driver.apply(state, repair=True, valid_for=4.0)
     assert _elements(nft, "allow") == {mac(1)}
     assert _elements(nft, "deny") == {mac(2)}
 
@@ -105,9 +111,9 @@ def test_ten_thousand_macs_in_one_transaction(nft: list[str]) -> None:
     driver = NftablesFilter(nft, "eth0")
     driver.start()
     denied = frozenset(mac(i) for i in range(10_000))
-    driver.apply(FilterState(frozenset({mac(10_001)}), denied, False), repair=True)
+    driver.apply(FilterState(frozenset({mac(10_001)}), denied, False), repair=True, valid_for=4.0)
     assert len(_elements(nft, "deny")) == 10_000
-    driver.apply(BLOCKING, repair=True)
+    driver.apply(BLOCKING, repair=True, valid_for=4.0)
     assert _elements(nft, "deny") == set()
 
 

@@ -71,7 +71,10 @@ class ChangeFeed:
     def stop(self) -> None:
         if self._listener is not None:
             self._listener.stop()
-        self._active = False
+        if self._active:
+            self._active = False
+            event.remove(self._db.write_engine, "after_cursor_execute", self._saw_statement)
+            event.remove(self._db.write_engine, "rollback", self._rolled_back)
 
     def _saw_statement(self, _conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
         if changes_filter(statement):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -174,7 +175,11 @@ class Database:
 
     def _committed(self) -> None:
         for callback in self._after_commit:
-            callback()
+            try:
+                callback()
+            except Exception:
+                # The write is committed: a listener's failure must not fail it.
+                logging.getLogger(__name__).exception("an after-commit callback failed")
 
     def now(self) -> dt.datetime:
         """Aware UTC on the database's clock."""

@@ -53,7 +53,7 @@ def desired_state(session: Session, *, discovery: bool) -> FilterState:
     denied: set[str] = set()
     for address, state in rows:
         mac = address.lower()
-        if not MAC.match(mac):
+        if not MAC.fullmatch(mac):
             continue  # the API stores only MACs; anything else is nothing a driver may write
         (allowed if state in ins.BOOTING_RAMDISK else denied).add(mac)
     return FilterState(frozenset(allowed), frozenset(denied), unknown_allowed=discovery)

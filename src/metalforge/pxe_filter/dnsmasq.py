@@ -76,7 +76,8 @@ class DnsmasqHostsdir(FilterDriver):
             raise FilterError(f"cannot signal dnsmasq (pid file {pid_file}): {exc}") from exc
         LOG.info("dnsmasq (pid %d) told to forget what it read from %s", pid, pid_file)
 
-    def apply(self, state: FilterState, *, repair: bool) -> None:
+    def apply(self, state: FilterState, *, repair: bool, valid_for: float) -> None:
+        # Files cannot expire: the service's watchdog blocks a leader that overstays.
         if repair:
             self._written = self._on_disk()
         wanted = {mac: _line(mac, False) for mac in state.denied}
@@ -107,7 +108,7 @@ class DnsmasqHostsdir(FilterDriver):
         found: dict[str, str] = {}
         for entry in os.scandir(self.hostsdir):
             name = entry.name
-            if name.startswith(".") or not (name == UNKNOWN_FILE or MAC.match(name)):
+            if name.startswith(".") or not (name == UNKNOWN_FILE or MAC.fullmatch(name)):
                 continue
             with contextlib.suppress(OSError):
                 found[name] = Path(entry.path).read_text(encoding="ascii", errors="replace")
@@ -117,10 +118,14 @@ class DnsmasqHostsdir(FilterDriver):
         final = self.hostsdir / name
         temporary = self.hostsdir / f".{name}.tmp"
         try:
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # never write through what someone left there
+            descriptor = os.open(
+                temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
+            )
+            os.fchmod(descriptor, 0o644)  # dnsmasq reads as its own, unprivileged user
             with os.fdopen(descriptor, "w", encoding="ascii") as handle:
                 handle.write(content)
-            os.chmod(temporary, 0o644)  # dnsmasq reads as its own, unprivileged user
             os.replace(temporary, final)
         except OSError as exc:
             with contextlib.suppress(OSError):

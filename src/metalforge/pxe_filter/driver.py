@@ -21,12 +21,14 @@ class FilterDriver(ABC):
         """Forget what an earlier run left and block everything."""
 
     @abstractmethod
-    def apply(self, state: FilterState, *, repair: bool) -> None:
+    def apply(self, state: FilterState, *, repair: bool, valid_for: float) -> None:
         """Make the host filter as ``state`` says.
 
         Called again with the same state to refresh what expires; with
         ``repair`` the driver checks what is really in place rather than what it
-        last wrote, and rewrites whatever differs.
+        last wrote, and rewrites whatever differs. ``valid_for``: seconds the
+        leader's own entries (what lets anyone through) may stay in force unless
+        renewed; a driver that can make them expire does.
         """
 
     @abstractmethod

@@ -8,10 +8,11 @@ for machines nobody knows, with discovery on) and a final drop. Every host
 keeps its ``deny`` set current, so a host that becomes leader has only the
 ``allow`` and ``pass`` entries to add.
 
-Those leader-only entries are written with a timeout the leader refreshes
-every election round (shorter than its lease): if the leader's process
-dies, its host's kernel drops them by itself, so a dead leader's host stops
-answering before another host takes its place.
+Those leader-only entries are written with a timeout that ends one
+election round before the leader's lease (counted from the campaign that
+renewed it), refreshed every round: if the leader's process dies or hangs,
+its host's kernel drops them by itself before another host may take the
+role.
 
 MAC sets are ``ether_addr`` sets (hash sets: a lookup costs the same with
 ten thousand entries), and every change is one ``nft -f -`` transaction, so
@@ -50,27 +51,29 @@ class NftablesFilter(FilterDriver):
         interface: str,
         *,
         table: str = "metalforge_pxe",
-        entry_timeout: float = 4.0,
         call_timeout: float = 30.0,
     ) -> None:
         self.command = list(command)
         self.interface = interface
         self.table = table
-        self.entry_timeout = f"{max(1, math.floor(entry_timeout))}s"
         self.call_timeout = call_timeout
         self._denied: frozenset[str] | None = None
         """The ``deny`` set as last written (None: rebuild the whole table)."""
 
     def start(self) -> None:
         self._denied = None
-        self._rebuild(BLOCKING)
+        self._rebuild(BLOCKING, "")
 
-    def apply(self, state: FilterState, *, repair: bool) -> None:
+    def apply(self, state: FilterState, *, repair: bool, valid_for: float) -> None:
+        # Whole milliseconds, rounded down: an entry never outlives the leader's lease.
+        timeout = f"{math.floor(valid_for * 1000)}ms"
+        if not state.blocking and valid_for < 0.001:
+            raise FilterError("the leader's entries would expire at once")
         if repair or self._denied is None:
-            self._rebuild(state)
+            self._rebuild(state, timeout)
             return
         lines = [f"flush set inet {self.table} allow", f"flush set inet {self.table} pass"]
-        lines += self._leader_entries(state)
+        lines += self._leader_entries(state, timeout)
         if state.denied != self._denied:
             lines.append(f"flush set inet {self.table} deny")
             lines += self._add("deny", state.denied)
@@ -83,9 +86,9 @@ class NftablesFilter(FilterDriver):
         except FilterError:
             # The table is gone or broken: build it again, blocking.
             self._denied = None
-            self._rebuild(BLOCKING)
+            self._rebuild(BLOCKING, "")
 
-    def _rebuild(self, state: FilterState) -> None:
+    def _rebuild(self, state: FilterState, timeout: str) -> None:
         """The whole table in one transaction (what was there before is replaced)."""
         t = self.table
         lines = [
@@ -108,14 +111,14 @@ class NftablesFilter(FilterDriver):
             f"add rule inet {t} denylist drop",
         ]
         lines += self._add("deny", state.denied)
-        lines += self._leader_entries(state)
+        lines += self._leader_entries(state, timeout)
         self._run(lines)
         self._denied = state.denied
 
-    def _leader_entries(self, state: FilterState) -> list[str]:
-        lines = self._add("allow", state.allowed, self.entry_timeout)
+    def _leader_entries(self, state: FilterState, timeout: str) -> list[str]:
+        lines = self._add("allow", state.allowed, timeout)
         if state.unknown_allowed:
-            lines += self._add("pass", [str(DHCP_SERVER_PORT)], self.entry_timeout)
+            lines += self._add("pass", [str(DHCP_SERVER_PORT)], timeout)
         return lines
 
     def _add(self, name: str, values: Iterable[str], timeout: str = "") -> list[str]:

@@ -35,9 +35,17 @@ LOG = logging.getLogger(__name__)
 ROLE = "pxe-filter"
 """The singleton role whose holder's host answers the nodes being inspected."""
 
+STATUS_EVERY = 10.0
+"""Seconds between status writes of a host whose status did not change: a row older
+than a few of these belongs to a host that is gone."""
+
 PASSING = "passing"
 BLOCKING = "blocking"
 STOPPED = "stopped"
+
+
+class LeaseOverdue(RuntimeError):
+    """This host's leadership may have passed to another host: it must block."""
 
 
 @dataclass(frozen=True)
@@ -77,31 +85,46 @@ class PxeFilter:
         self.applied: FilterState | None = None
         """What the driver was last told (None: nothing yet, or lost to an error)."""
         self.error: str | None = None
+        self._driver_lock = threading.Lock()
+        """One driver call at a time; once ``_stopped`` is set under it, nothing but
+        blocking reaches the driver again."""
+        self._stopped = False
         self._prepared = False
+        self._healthy = False
+        """A sync succeeded since start or the last failure: only then may this host
+        campaign (a broken host must not keep winning the role and answer nobody)."""
+        self._won_at = 0.0
+        """When (monotonic) the campaign that last kept the role began."""
+        self._overdue = False
         self._next_election = 0.0
         self._next_repair = 0.0
         self._status: HostStatus | None = None
+        self._recorded_at = 0.0
         self._synced_at: dt.datetime | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def wake(self) -> None:
         """A commit may have changed the filter (the change feed's callback)."""
         self.woken.set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="pxe-filter", daemon=True)
-        self._thread.start()
+        for target, name in ((self._loop, "pxe-filter"), (self._watch, "pxe-filter-watchdog")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Leave the host blocking and give the role up (SIGTERM ends here)."""
         self.stopping.set()
         self.woken.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        try:
-            self.driver.block()
-        except Exception:
-            LOG.exception("could not block the PXE filter at exit")
+        with self._driver_lock:
+            self._stopped = True  # a round still running applies nothing after this
+            try:
+                self.driver.block()
+            except Exception:
+                LOG.exception("could not block the PXE filter at exit")
+        for thread in self._threads:
+            thread.join(timeout)
         self.leading = False
         try:
             self.elector.stand_down(ROLE)
@@ -114,6 +137,22 @@ class PxeFilter:
             self.step()
             self.woken.wait(self._seconds_to_next_round())
 
+    def _watch(self) -> None:
+        while not self.stopping.wait(self.settings.election_interval / 2):
+            self.check_lease()
+
+    def check_lease(self) -> None:
+        """The watchdog: a leader whose rounds stopped (a hung database call) must not
+        keep answering once another host may have taken the role: block now."""
+        if not self.leading or self._lease_left() > 0 or self._overdue:
+            return
+        self._overdue = True
+        LOG.error("PXE filter on %s missed its lease renewal; blocking", self.settings.hostname)
+        try:
+            self._block()
+        except Exception:
+            LOG.exception("could not block the PXE filter")
+
     def _seconds_to_next_round(self) -> float:
         now = self.monotonic()
         due = self._next_election
@@ -121,45 +160,75 @@ class PxeFilter:
             due = min(due, self._next_repair)
         return max(0.0, due - now)
 
+    def _lease_left(self) -> float:
+        """Seconds this host may still act as the leader: the lease it renewed at its
+        last campaign, less one round, so it stops before anyone else may start."""
+        lease = self.settings.leader_lease - self.settings.election_interval
+        return self._won_at + lease - self.monotonic()
+
     def step(self) -> None:
         """One round: campaign when due, then apply what changed; block on any error."""
         now = self.monotonic()
+        if self.error is not None and not self._overdue and now < self._next_election:
+            return  # after a failure the next try waits its round, wake-ups or not
         try:
+            if self._overdue:
+                raise LeaseOverdue("a round came too late to renew the leader's lease")
             if not self._prepared:
-                self.driver.start()
+                with self._driver_lock:
+                    self.driver.start()
                 self._prepared = True
                 self.applied = None
             refresh = False
             if now >= self._next_election:
                 self._next_election = now + self.settings.election_interval
-                self._campaign()
-                refresh = self.leading  # the leader's entries expire unless renewed
+                if self._healthy:
+                    self._campaign(now)
+                    refresh = self.leading  # the leader's entries expire unless renewed
             woken = self.woken.is_set()
             self.woken.clear()
             repair = self.applied is None or (
                 self.settings.sync_period > 0 and now >= self._next_repair
             )
-            if woken or repair or self.applied is None:
+            if woken or repair:
                 with self.db.read() as session:
-                    wanted = for_host(
-                        desired_state(session, discovery=self.discovery), leading=self.leading
-                    )
+                    desired = desired_state(session, discovery=self.discovery)
+                wanted = for_host(desired, leading=self.leading)
                 if repair or wanted != self.applied:
-                    self.driver.apply(wanted, repair=repair)
+                    self._apply(wanted, repair=repair)
                     refresh = False
                 self.applied = wanted
                 self._synced_at = self.db.now()
             if refresh and self.applied is not None:
-                self.driver.apply(self.applied, repair=False)
+                self._apply(self.applied, repair=False)
             if repair:
                 self._next_repair = now + self.settings.sync_period
             self.error = None
-            self._record_applied(force=repair)
+            if not self._healthy:
+                self._healthy = True
+                self._next_election = now  # filtering works: campaign at once
+            self._record_applied(force=repair or now - self._recorded_at >= STATUS_EVERY)
         except Exception as exc:
             self._fail(exc)
 
-    def _campaign(self) -> None:
+    def _apply(self, state: FilterState, *, repair: bool) -> None:
+        """Apply under the driver lock; the leader's entries live as long as its lease."""
+        with self._driver_lock:
+            if self._stopped:
+                return
+            valid_for = self._lease_left() if self.leading else 0.0
+            if not state.blocking and valid_for <= 0:
+                raise LeaseOverdue("the leader's lease ran out before its filter was applied")
+            self.driver.apply(state, repair=repair, valid_for=valid_for)
+
+    def _block(self) -> None:
+        with self._driver_lock:
+            self.driver.block()
+
+    def _campaign(self, now: float) -> None:
         leading = self.elector.campaign(ROLE)
+        if leading:
+            self._won_at = now  # the lease runs from before the campaign, at the latest
         if leading != self.leading:
             LOG.info(
                 "PXE filter on %s is now %s",
@@ -175,8 +244,9 @@ class PxeFilter:
         self.error = f"{type(exc).__name__}: {exc}"
         LOG.error("PXE filter failed on %s; blocking: %s", self.settings.hostname, self.error)
         self.applied = None
+        self._healthy = False
         try:
-            self.driver.block()
+            self._block()
         except Exception:
             LOG.exception("could not block the PXE filter either; retrying next round")
             self._prepared = False  # start over, purging what is there
@@ -186,7 +256,9 @@ class PxeFilter:
                 self.elector.stand_down(ROLE)
             except Exception:
                 LOG.warning("could not give the PXE filter role up", exc_info=True)
-        self._next_election = self.monotonic() + self.settings.election_interval
+        self._overdue = False
+        # The next try is a round away (no spinning on a failure that lasts).
+        self._next_election = self._next_repair = self.monotonic() + self.settings.election_interval
         self._record(HostStatus(BLOCKING, 0, 0, False, self.error))
 
     def _record_applied(self, *, force: bool) -> None:
@@ -217,6 +289,7 @@ class PxeFilter:
                 row.synced_at = self._synced_at
                 row.updated_at = now_for(session)
             self._status = status
+            self._recorded_at = self.monotonic()
         except Exception:
             LOG.warning("could not record the PXE filter's status", exc_info=True)
 

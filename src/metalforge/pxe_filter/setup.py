@@ -22,13 +22,7 @@ def build_driver(settings: Settings) -> FilterDriver | None:
     if chosen.driver == "dnsmasq":
         return DnsmasqHostsdir(chosen.dnsmasq_hostsdir, chosen.dnsmasq_pid_file)
     if chosen.driver in ("iptables", "nftables"):
-        return NftablesFilter(
-            chosen.nft_command,
-            chosen.interface,
-            table=chosen.table,
-            # Shorter than the lease: a dead leader's host stops answering first.
-            entry_timeout=chosen.leader_lease - chosen.election_interval,
-        )
+        return NftablesFilter(chosen.nft_command, chosen.interface, table=chosen.table)
     return None
 
 
@@ -44,8 +38,10 @@ class FilterHost:
         self.filter.start()
 
     def stop(self) -> None:
-        self.feed.stop()
-        self.filter.stop()
+        try:
+            self.feed.stop()
+        finally:
+            self.filter.stop()
 
 
 def build_filter_host(settings: Settings, db: Database) -> FilterHost | None:
@@ -54,7 +50,9 @@ def build_filter_host(settings: Settings, db: Database) -> FilterHost | None:
     if driver is None:
         return None
     chosen = settings.pxe_filter
-    elector = SqlElector(db, chosen.hostname, chosen.leader_lease)
+    # Its own member name: a conductor of the same host releasing its roles must not
+    # release the filter's.
+    elector = SqlElector(db, f"{chosen.hostname}/pxe-filter", chosen.leader_lease)
     pxe_filter = PxeFilter(
         db,
         chosen,
