@@ -193,10 +193,11 @@ def _serve(settings: Settings, app: Any) -> None:
         **tls_options(settings),
     )
     # uvicorn shuts down on SIGTERM, then raises the signal again once it has put
-    # its own handler back: with the default handler the process would die there,
-    # before the caller's clean-up (stopping the conductor, leaving the PXE filter
-    # blocking). This handler turns it into an orderly exit instead.
-    signal.signal(signal.SIGTERM, _exit_quietly)
+    # the previous handler back: with the default handler the process would die
+    # there, before the caller's clean-up (stopping the conductor, leaving the PXE
+    # filter blocking). ``_exit_quietly`` turns it into an orderly exit instead.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_quietly)
     uvicorn.Server(config).run(sockets=listening_sockets(settings))
 
 
@@ -264,18 +265,25 @@ def cmd_all_in_one(settings: Settings) -> None:
     db.upgrade()
     registry = build_registry(settings)
     conductor = build_conductor(settings, db, registry)
-    start_conductor(conductor)
     filter_host = build_filter_host(settings, db)
-    if filter_host is not None:
-        filter_host.start()
-    app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
-    _banner(settings)
+    # From here a SIGTERM, even before the server is up, ends in the clean-up below.
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    started: list[Callable[[], None]] = []
     try:
+        start_conductor(conductor)
+        started.append(lambda: _stop_conductor(conductor, db))
+        if filter_host is not None:
+            filter_host.start()
+            started.append(filter_host.stop)
+        app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
+        _banner(settings)
         _serve(settings, app)
     finally:
-        if filter_host is not None:
-            filter_host.stop()
-        _stop_conductor(conductor, db)
+        # A second SIGTERM must not cut the clean-up short (it is bounded by
+        # conductor.shutdown_timeout).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for stop in reversed(started):  # the filter first, the conductor last
+            stop()
 
 
 def cmd_api(settings: Settings) -> None:
