@@ -419,6 +419,7 @@ def main() -> None:
                 pxe_url = cluster.url("bench_pxe")
             else:
                 pxe_url = f"sqlite:///{workdir}/bench-pxe.sqlite"
+            filter_failover = pxe_filter_bench.failover(workdir)
             enter_p50, enter_p95, leave_p50, leave_p95 = pxe_filter_bench.end_to_end(
                 pxe_url,
                 workdir,
@@ -458,6 +459,8 @@ def main() -> None:
         f"p95 {enter_p95 * 1000:.0f} ms |",
         f"| PXE filter, abort API call to the node denied | p50 {leave_p50 * 1000:.0f} ms, "
         f"p95 {leave_p95 * 1000:.0f} ms |",
+        f"| PXE filter failover, leader SIGKILLed to the other host allowing "
+        f"(nftables, PostgreSQL) | {filter_failover} |",
     ]
     report = "\n".join(
         [

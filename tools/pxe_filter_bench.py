@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -26,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from metalforge.db.engine import Database
-from metalforge.db.models import Node, Port
+from metalforge.db.models import Introspection, Node, Port
 from metalforge.pxe_filter.desired import FilterState
 from metalforge.pxe_filter.dnsmasq import DnsmasqHostsdir
 from metalforge.pxe_filter.nftables import NftablesFilter
@@ -185,3 +186,102 @@ def wait_state(client: Any, uuid: str, state: str) -> None:
             return
         time.sleep(0.01)
     raise RuntimeError(f"node {uuid} never reached {state}")
+
+
+def _allowed_on(namespace: str) -> set[str]:
+    listed = subprocess.run(
+        ["ip", "netns", "exec", namespace, "nft", "-j", "list", "set", "inet", "metalforge_pxe",
+         "allow"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        return set()
+    found: set[str] = set()
+    for entry in json.loads(listed.stdout)["nftables"]:
+        for element in entry.get("set", {}).get("elem", []):
+            value = element["elem"]["val"] if isinstance(element, dict) else element
+            found.add(str(value))
+    return found
+
+
+def failover(workdir: Path, samples: int = 3) -> str:
+    """Seconds from SIGKILLing the leading filter host to the other host allowing the
+    inspected node: two ``metalforge pxe-filter`` processes with the firewall driver and
+    default election settings, on a throwaway PostgreSQL cluster (root only)."""
+    if os.geteuid() != 0 or shutil.which("nft") is None:
+        return "not measured (needs root and nft)"
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.postgres import PostgresCluster
+
+    cluster = PostgresCluster()
+    cluster.start()
+    namespaces = [f"mfbenchf{os.getpid()}x{n}" for n in (1, 2)]
+    took: list[float] = []
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        cluster.execute("CREATE DATABASE bench_failover")
+        url = cluster.url("bench_failover")
+        db = Database(url)
+        db.upgrade()
+        inspected = mac(1)
+        with db.write() as session:
+            node = Node(
+                uuid=str(uuidlib.uuid4()), driver="fake-hardware", provision_state="inspect wait"
+            )
+            session.add(node)
+            session.flush()
+            session.add(Port(uuid=str(uuidlib.uuid4()), address=inspected, node_id=node.id))
+            session.add(Introspection(node_uuid=node.uuid, state="waiting", generation=1))
+        db.dispose()
+        for namespace in namespaces:
+            subprocess.run(["ip", "netns", "add", namespace], check=True)
+
+        def spawn(namespace: str) -> None:
+            env = {
+                **os.environ,
+                "METALFORGE_DATABASE__URL": url,
+                "METALFORGE_LOG_LEVEL": "WARNING",
+                "METALFORGE_PXE_FILTER__DRIVER": "iptables",
+                "METALFORGE_PXE_FILTER__HOSTNAME": namespace,
+                "METALFORGE_PXE_FILTER__INTERFACE": "eth0",
+                "METALFORGE_PXE_FILTER__NFT_COMMAND": (
+                    f'["ip", "netns", "exec", "{namespace}", "nft"]'
+                ),
+            }
+            log = (workdir / f"{namespace}.log").open("ab")
+            procs[namespace] = subprocess.Popen(
+                [sys.executable, "-m", "metalforge.cli", "pxe-filter"],
+                env=env, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+        def leader(timeout: float = 60) -> str:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                holding = [n for n in namespaces if inspected in _allowed_on(n)]
+                if len(holding) == 1 and procs[holding[0]].poll() is None:
+                    return holding[0]
+                time.sleep(0.01)
+            raise RuntimeError("no filter host allowed the inspected node")
+
+        for namespace in namespaces:
+            spawn(namespace)
+        for _ in range(samples):
+            old = leader()
+            procs[old].kill()
+            procs[old].wait(10)
+            killed = time.perf_counter()
+            new = leader()
+            took.append(time.perf_counter() - killed)
+            if new == old:
+                raise RuntimeError("the killed host still allowed the node")
+            spawn(old)  # back as a standby for the next sample
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(30)
+        for namespace in namespaces:
+            subprocess.run(["ip", "netns", "del", namespace], check=False)
+        cluster.stop()
+    return (
+        f"{', '.join(f'{t:.1f}' for t in took)} s (default settings: lease 5 s, election round 1 s)"
+    )
