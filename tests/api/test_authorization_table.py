@@ -24,7 +24,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from metalforge.api.agent_endpoint import is_agent_path
-from metalforge.api.app import RESOURCE_ROUTERS
+from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.node_fields import rules_for
@@ -99,6 +99,7 @@ def _patch_extra() -> list[dict[str, Any]]:
 
 
 REQUESTS: dict[tuple[str, str], Request] = {
+    ("GET", "/metrics"): lambda w: ("/metrics", None),
     ("GET", "/v1/nodes"): lambda w: ("/v1/nodes", None),
     ("GET", "/v1/nodes/detail"): lambda w: ("/v1/nodes/detail", None),
     ("GET", "/v1/nodes/{node_ident}"): lambda w: (f"/v1/nodes/{w.node}", None),
@@ -288,16 +289,23 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
 }
 """The Ironic rule guarding each route (Ironic's names, from its API reference and policy)."""
 
+OWN_RULES: dict[tuple[str, str], str] = {
+    ("GET", "/metrics"): "baremetal:metrics:get",
+}
+"""Routes Ironic does not have, and the rule each is guarded by."""
+
 
 def _operator_routes(app: Any) -> Iterator[tuple[str, str, APIRoute]]:
-    """(method, /v1 path, route) of every operator route (served under /v1 and bare)."""
-    for router in RESOURCE_ROUTERS:
+    """(method, path, route) of every operator route: the resources by their /v1 path
+    (they are served bare too), the root-level ones (``/metrics``) by theirs."""
+    routers = [("/v1", r) for r in RESOURCE_ROUTERS] + [("", r) for r in OPERATOR_ROOT_ROUTERS]
+    for prefix, router in routers:
         for route in router.routes:
             assert isinstance(route, APIRoute)
             if route.path.endswith("/"):
                 continue  # the trailing-slash twin of a listed route
             for method in sorted(route.methods - {"HEAD"}):
-                yield method, f"/v1{route.path}", route
+                yield method, f"{prefix}{route.path}", route
 
 
 def _guards(route: APIRoute) -> list[Guard]:
@@ -318,22 +326,29 @@ def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
     routes = list(_operator_routes(stack.app))
     assert len(routes) >= 45
     every = [r for router in RESOURCE_ROUTERS for r in router.routes if isinstance(r, APIRoute)]
-    unguarded = [f"{sorted(r.methods)} {r.path}" for r in every if len(_guards(r)) != 1]
+    at_root = [
+        r for router in OPERATOR_ROOT_ROUTERS for r in router.routes if isinstance(r, APIRoute)
+    ]
+    unguarded = [f"{sorted(r.methods)} {r.path}" for r in every + at_root if len(_guards(r)) != 1]
     # Whatever the application serves beyond these routers is public: discovery, agents.
     served = {p for p in stack.app.openapi()["paths"] if not p.startswith("/v1/nodes")}
     outside = [
         p
         for p in served
-        if not is_agent_path(p) and p not in ("/",) and not any(p == f"/v1{r.path}" for r in every)
+        if not is_agent_path(p)
+        and p not in ("/",)
+        and not any(p == f"/v1{r.path}" for r in every)
+        and not any(p == r.path for r in at_root)
     ]
     assert not outside, f"paths served outside the guarded routers: {outside}"
     assert not unguarded, f"routes without exactly one guard: {unguarded}"
     untested = [f"{m} {p}" for m, p, _ in routes if (m, p) not in REQUESTS]
     assert not untested, f"routes missing from the authorization table: {untested}"
+    rules = {**IRONIC_RULES, **OWN_RULES}
     misnamed = [
-        f"{m} {p}: {_guards(r)[0].rule} != {IRONIC_RULES.get((m, p))}"
+        f"{m} {p}: {_guards(r)[0].rule} != {rules.get((m, p))}"
         for m, p, r in routes
-        if _guards(r)[0].rule != IRONIC_RULES.get((m, p))
+        if _guards(r)[0].rule != rules.get((m, p))
     ]
     assert not misnamed, f"routes guarded by another rule than Ironic's: {misnamed}"
     wrong_target = [

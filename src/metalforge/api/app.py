@@ -15,6 +15,7 @@ from metalforge.api.routes import (
     deploy_templates,
     drivers,
     inspection,
+    metrics,
     node_cleaning,
     node_deploying,
     node_history,
@@ -44,6 +45,9 @@ RESOURCE_ROUTERS = (
     allocations.router,
 )
 
+OPERATOR_ROOT_ROUTERS = (metrics.router,)
+"""Guarded operator routes served at the root only (``/metrics``, where Prometheus looks)."""
+
 
 def create_app(services: ApiServices) -> FastAPI:
     """Build the API around ``services`` (no globals: tests build several)."""
@@ -63,6 +67,8 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).
         app.include_router(router, include_in_schema=False)
+    for router in OPERATOR_ROOT_ROUTERS:
+        app.include_router(router)
     app.add_middleware(
         AuthMiddleware,
         authenticator=build_authenticator(

@@ -203,6 +203,7 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:driver:get", SYSTEM_READER, "List and show drivers.", ("system",)),
     Rule("baremetal:driver:get_properties", SYSTEM_READER, "Driver properties.", ("system",)),
     Rule("baremetal:conductor:get", SYSTEM_READER, "List and show conductors."),
+    Rule("baremetal:metrics:get", SYSTEM_READER, "Read the cluster's figures (GET /metrics)."),
     Rule("baremetal:allocation:get", ALLOCATION_READER, "Show an allocation."),
     Rule("baremetal:allocation:list", API_READER, "List the project's allocations."),
     Rule("baremetal:allocation:list_all", SYSTEM_READER, "List every allocation."),

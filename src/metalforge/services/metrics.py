@@ -1,0 +1,166 @@
+"""The cluster's figures for ``GET /metrics``, read from the database at scrape time.
+
+Every API process answers with the same figures (they come from the shared
+database, not from what one process saw), so a Prometheus behind a load
+balancer scrapes one consistent view. One read transaction, a handful of
+``GROUP BY`` queries; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from metalforge import states
+from metalforge.db import queue
+from metalforge.db.models import (
+    Allocation,
+    Conductor,
+    Introspection,
+    Node,
+    PxeFilterHost,
+    WorkItem,
+)
+from metalforge.services.context import Services
+
+
+@dataclass(frozen=True)
+class NodeCount:
+    provision_state: str
+    power_state: str
+    maintenance: bool
+    conductor_group: str
+    count: int
+
+
+@dataclass(frozen=True)
+class QueueFigure:
+    kind: str
+    pending: int
+    claimed: int
+    dead: int
+    oldest_age: float
+    """Seconds the oldest unfinished item of this kind has waited (0: none)."""
+
+
+@dataclass(frozen=True)
+class ConductorFigure:
+    hostname: str
+    conductor_group: str
+    alive: bool
+    heartbeat_age: float
+
+
+@dataclass(frozen=True)
+class FilterHostFigure:
+    hostname: str
+    driver: str
+    mode: str
+    allowed: int
+    denied: int
+    failing: bool
+    seconds_since_sync: float | None
+    seconds_since_report: float
+
+
+@dataclass(frozen=True)
+class ClusterFigures:
+    nodes: list[NodeCount]
+    work: list[QueueFigure]
+    conductors: list[ConductorFigure]
+    allocations: dict[str, int]
+    introspections: dict[str, int]
+    filter_hosts: list[FilterHostFigure]
+
+
+PROVISION_STATES = tuple(sorted(states.STATES))
+"""Every provision state, so a state with no node reads 0 rather than missing."""
+
+
+def _age(now: dt.datetime, then: dt.datetime | None) -> float:
+    return 0.0 if then is None else max(0.0, (now - then).total_seconds())
+
+
+def cluster_figures(svc: Services) -> ClusterFigures:
+    """Nodes, work, conductors, allocations, inspections and PXE filter hosts, now."""
+    dead_after = svc.settings.conductor.heartbeat_timeout
+    with svc.db.read() as session:
+        now = svc.db.now()
+        node_rows = session.execute(
+            select(
+                Node.provision_state,
+                Node.power_state,
+                Node.maintenance,
+                Node.conductor_group,
+                func.count(),
+            ).group_by(
+                Node.provision_state, Node.power_state, Node.maintenance, Node.conductor_group
+            )
+        ).all()
+        work_rows = session.execute(
+            select(WorkItem.kind, WorkItem.state, func.count(), func.min(WorkItem.created_at))
+            .where(WorkItem.state.in_([queue.PENDING, queue.CLAIMED, queue.DEAD]))
+            .group_by(WorkItem.kind, WorkItem.state)
+        ).all()
+        conductor_rows = session.scalars(select(Conductor).order_by(Conductor.hostname)).all()
+        allocation_rows = session.execute(
+            select(Allocation.state, func.count()).group_by(Allocation.state)
+        ).all()
+        inspection_rows = session.execute(
+            select(Introspection.state, func.count()).group_by(Introspection.state)
+        ).all()
+        filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
+    return ClusterFigures(
+        nodes=[
+            NodeCount(row[0], row[1] or "None", bool(row[2]), row[3] or "", row[4])
+            for row in node_rows
+        ],
+        work=_work([(r[0], r[1], int(r[2]), r[3]) for r in work_rows], now),
+        conductors=[
+            ConductorFigure(
+                c.hostname,
+                c.conductor_group,
+                c.online and _age(now, c.heartbeat_at) < dead_after,
+                _age(now, c.heartbeat_at),
+            )
+            for c in conductor_rows
+        ],
+        allocations={state: int(count) for state, count in allocation_rows},
+        introspections={state: int(count) for state, count in inspection_rows},
+        filter_hosts=[
+            FilterHostFigure(
+                h.hostname,
+                h.driver,
+                h.mode,
+                h.allowed,
+                h.denied,
+                h.error is not None,
+                None if h.synced_at is None else _age(now, h.synced_at),
+                _age(now, h.updated_at),
+            )
+            for h in filter_rows
+        ],
+    )
+
+
+def _work(
+    rows: list[tuple[str, str, int, dt.datetime | None]], now: dt.datetime
+) -> list[QueueFigure]:
+    by_kind: dict[str, dict[str, int]] = {}
+    oldest: dict[str, float] = {}
+    for kind, state, count, first in rows:
+        by_kind.setdefault(kind, {})[state] = count
+        if state != queue.DEAD:
+            oldest[kind] = max(oldest.get(kind, 0.0), _age(now, first))
+    return [
+        QueueFigure(
+            kind,
+            counts.get(queue.PENDING, 0),
+            counts.get(queue.CLAIMED, 0),
+            counts.get(queue.DEAD, 0),
+            oldest.get(kind, 0.0),
+        )
+        for kind, counts in sorted(by_kind.items())
+    ]

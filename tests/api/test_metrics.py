@@ -1,0 +1,99 @@
+"""``GET /metrics``: the cluster's figures, read from the database at each scrape."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from metalforge.db.models import PxeFilterHost, WorkItem, utcnow
+from tests.support.api import LATEST, create_node, provision, wait_for_state
+from tests.support.stack import Stack
+
+
+def _scrape(stack: Stack) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    response = stack.client.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            found.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def _by_state(figures: dict[str, dict[tuple[tuple[str, str], ...], float]], state: str) -> float:
+    return figures["metalforge_nodes_by_provision_state"][(("provision_state", state),)]
+
+
+def test_node_counts_follow_the_nodes_as_they_move(sqlite_stack: Stack) -> None:
+    before = _scrape(sqlite_stack)
+    assert _by_state(before, "enroll") == 0
+    assert _by_state(before, "manageable") == 0  # every state is there, 0 when empty
+    node = create_node(sqlite_stack.client)
+    assert _by_state(_scrape(sqlite_stack), "enroll") == 1
+    assert provision(sqlite_stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(sqlite_stack.client, node["uuid"], "manageable")
+    after = _scrape(sqlite_stack)
+    assert _by_state(after, "enroll") == 0
+    assert _by_state(after, "manageable") == 1
+    detailed = after["metalforge_nodes"]
+    key = (
+        ("conductor_group", ""),
+        ("maintenance", "false"),
+        ("power_state", "power off"),
+        ("provision_state", "manageable"),
+    )
+    assert detailed[key] == 1
+
+
+def test_conductors_queue_allocations_and_filter_hosts(sqlite_stack: Stack) -> None:
+    with sqlite_stack.db.write() as session:
+        session.add(
+            PxeFilterHost(
+                hostname="pxe-1",
+                driver="dnsmasq",
+                mode="passing",
+                allowed=2,
+                denied=40,
+                unknown_allowed=False,
+                synced_at=utcnow(),
+                error=None,
+                updated_at=utcnow(),
+            )
+        )
+    response = sqlite_stack.client.post(
+        "/v1/allocations", json={"resource_class": "none-such"}, headers=LATEST
+    )
+    assert response.status_code == 201, response.text
+    figures = _scrape(sqlite_stack)
+    up = figures["metalforge_conductor_up"]
+    assert up[(("conductor", "test-conductor"), ("conductor_group", ""))] == 1
+    assert sum(figures["metalforge_allocations"].values()) == 1
+    host = (("driver", "dnsmasq"), ("filter_host", "pxe-1"))
+    assert figures["metalforge_pxe_filter_passing"][host] == 1
+    assert figures["metalforge_pxe_filter_failing"][host] == 0
+    assert figures["metalforge_pxe_filter_allowed_macs"][host] == 2
+    assert figures["metalforge_pxe_filter_denied_macs"][host] == 40
+
+
+def test_work_queue_depth_age_and_dead_letters(sqlite_stack: Stack) -> None:
+    now = utcnow()
+    with sqlite_stack.db.write() as session:
+        # A kind no conductor works on, due in an hour: it stays pending.
+        session.add(
+            WorkItem(
+                kind="backlog",
+                state="pending",
+                payload={},
+                not_before=now + dt.timedelta(hours=1),
+                created_at=now - dt.timedelta(seconds=90),
+            )
+        )
+        session.add(WorkItem(kind="backlog", state="dead", payload={}, not_before=now))
+    figures = _scrape(sqlite_stack)
+    items = figures["metalforge_work_queue_items"]
+    assert items[(("kind", "backlog"), ("state", "pending"))] == 1
+    assert items[(("kind", "backlog"), ("state", "dead"))] == 1
+    assert items[(("kind", "backlog"), ("state", "claimed"))] == 0
+    assert figures["metalforge_work_queue_oldest_item_age_seconds"][(("kind", "backlog"),)] >= 90
