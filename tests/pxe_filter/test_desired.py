@@ -7,7 +7,7 @@ from sqlalchemy import delete
 from metalforge import inspection_states as ins
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
-from metalforge.pxe_filter.desired import BLOCKING, FilterState, desired_state, for_host
+from metalforge.pxe_filter.desired import BLOCK_ALL, FilterState, desired_state, for_host
 from tests.pxe_filter.conftest import add_node, mac, set_inspection
 
 
@@ -51,5 +51,5 @@ def test_only_the_leader_answers_any_other_host_blocks_with_every_mac_denied() -
     other = for_host(cluster, leading=False)
     assert other == FilterState(frozenset(), frozenset({mac(1), mac(2)}), unknown_allowed=False)
     assert other.blocking
-    assert BLOCKING.blocking
+    assert BLOCK_ALL.blocking
     assert not cluster.blocking

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from metalforge import inspection_states as ins
+from metalforge.config import Settings
 from metalforge.db.engine import Database
 from metalforge.db.models import Introspection, Node, Port
 from metalforge.pxe_filter.service import PASSING, host_statuses
@@ -41,6 +42,13 @@ def network(tmp_path: Path) -> Iterator[DhcpNetwork]:
         built.close()
 
 
+def _dnsmasq_settings(tmp_path: Path, **pxe_filter: object) -> Settings:
+    """The in-process stack's settings, on SQLite, with the dnsmasq filter."""
+    settings = test_settings(f"sqlite:///{tmp_path}/metalforge.sqlite")
+    chosen = settings.pxe_filter.model_copy(update={"driver": "dnsmasq", **pxe_filter})
+    return settings.model_copy(update={"pxe_filter": chosen})
+
+
 def _file(network: DhcpNetwork, mac: str) -> str:
     try:
         return (network.servers[0].hostsdir / mac).read_text()
@@ -54,13 +62,7 @@ def test_dnsmasq_answers_only_the_node_being_inspected(
     server = network.add_server(1)
     for number, mac in enumerate((INSPECTED, OTHER, UNKNOWN), start=1):
         network.add_client(number, mac)
-    settings = test_settings(f"sqlite:///{tmp_path}/metalforge.sqlite").model_copy(
-        update={
-            "pxe_filter": test_settings("sqlite://").pxe_filter.model_copy(
-                update={"driver": "dnsmasq", "dnsmasq_hostsdir": server.hostsdir}
-            )
-        }
-    )
+    settings = _dnsmasq_settings(tmp_path, dnsmasq_hostsdir=server.hostsdir)
     stack = start_stack(settings)
     filter_host = build_filter_host(settings, stack.db)
     assert filter_host is not None
@@ -119,13 +121,7 @@ def test_five_thousand_denied_macs_and_dnsmasq_still_answers_the_allowed_one(
     server = network.add_server(1)
     network.add_client(1, INSPECTED)
     network.add_client(2, OTHER)
-    settings = test_settings(f"sqlite:///{tmp_path}/metalforge.sqlite").model_copy(
-        update={
-            "pxe_filter": test_settings("sqlite://").pxe_filter.model_copy(
-                update={"driver": "dnsmasq", "dnsmasq_hostsdir": server.hostsdir}
-            )
-        }
-    )
+    settings = _dnsmasq_settings(tmp_path, dnsmasq_hostsdir=server.hostsdir)
     db = Database(settings.database.url)
     db.upgrade()
     denied = [f"52:54:01:{i >> 8 & 255:02x}:{i & 255:02x}:00" for i in range(4999)] + [OTHER]
@@ -242,16 +238,8 @@ def test_a_running_dnsmasq_forgets_an_earlier_runs_lines_when_the_filter_starts(
     pid_file = network.workdir / "dnsmasq-1" / "pid"
     wait_until("dnsmasq to start", pid_file.is_file)
     assert network.lease(UNKNOWN, attempts=3) == server.address
-    settings = test_settings(f"sqlite:///{tmp_path}/metalforge.sqlite").model_copy(
-        update={
-            "pxe_filter": test_settings("sqlite://").pxe_filter.model_copy(
-                update={
-                    "driver": "dnsmasq",
-                    "dnsmasq_hostsdir": server.hostsdir,
-                    "dnsmasq_pid_file": pid_file,
-                }
-            )
-        }
+    settings = _dnsmasq_settings(
+        tmp_path, dnsmasq_hostsdir=server.hostsdir, dnsmasq_pid_file=pid_file
     )
     db = Database(settings.database.url)
     db.upgrade()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from metalforge.pxe_filter.desired import BLOCKING, FilterState
+from metalforge.pxe_filter.desired import BLOCK_ALL, FilterState
 from metalforge.pxe_filter.driver import FilterError
 from metalforge.pxe_filter.nftables import NftablesFilter
 from tests.pxe_filter.conftest import mac
@@ -113,7 +113,7 @@ def test_ten_thousand_macs_in_one_transaction(nft: list[str]) -> None:
     denied = frozenset(mac(i) for i in range(10_000))
     driver.apply(FilterState(frozenset({mac(10_001)}), denied, False), repair=True, valid_for=4.0)
     assert len(_elements(nft, "deny")) == 10_000
-    driver.apply(BLOCKING, repair=True, valid_for=4.0)
+    driver.apply(BLOCK_ALL, repair=True, valid_for=4.0)
     assert _elements(nft, "deny") == set()
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metalforge.config import InspectionSettings
+from metalforge.macs import is_stored_mac
 
 GIB = 1024**3
 MIB = 1024**2
@@ -29,7 +30,6 @@ MAX_INTERFACES = 1024
 SMALLEST_ROOT_DISK = 4 * GIB
 """The ramdisk's own rule for guessing a root disk when it names none."""
 
-_MAC = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 _PXELINUX_MAC = re.compile(r"^01-([0-9a-f]{2}(-[0-9a-f]{2}){5})$")
 _HINT_KEYS = ("name", "serial", "wwn", "model", "vendor", "by_path", "hctl", "size", "rotational")
 
@@ -71,7 +71,7 @@ def normalise_mac(value: object) -> str | None:
     pxelinux = _PXELINUX_MAC.match(text)
     if pxelinux:
         text = pxelinux.group(1).replace("-", ":")
-    return text if _MAC.match(text) else None
+    return text if is_stored_mac(text) else None
 
 
 def check_shape(report: object) -> dict[str, Any]:

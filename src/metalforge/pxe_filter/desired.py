@@ -11,7 +11,6 @@ fully blocking state.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -19,9 +18,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
 from metalforge.db.models import Introspection, Node, Port
-
-MAC = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$")
-"""A MAC as ports store it (lower case, colons): the only form a driver writes."""
+from metalforge.macs import is_stored_mac
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class FilterState:
         return not self.allowed and not self.unknown_allowed
 
 
-BLOCKING = FilterState(frozenset(), frozenset(), unknown_allowed=False)
+BLOCK_ALL = FilterState(frozenset(), frozenset(), unknown_allowed=False)
 """Answer nobody: what a host applies before it knows better, on error and at exit."""
 
 
@@ -53,7 +50,7 @@ def desired_state(session: Session, *, discovery: bool) -> FilterState:
     denied: set[str] = set()
     for address, state in rows:
         mac = address.lower()
-        if not MAC.fullmatch(mac):
+        if not is_stored_mac(mac):
             continue  # the API stores only MACs; anything else is nothing a driver may write
         (allowed if state in ins.BOOTING_RAMDISK else denied).add(mac)
     return FilterState(frozenset(allowed), frozenset(denied), unknown_allowed=discovery)

@@ -25,7 +25,8 @@ import os
 import signal
 from pathlib import Path
 
-from metalforge.pxe_filter.desired import MAC, FilterState
+from metalforge.macs import is_stored_mac
+from metalforge.pxe_filter.desired import FilterState
 from metalforge.pxe_filter.driver import FilterDriver, FilterError
 
 LOG = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class DnsmasqHostsdir(FilterDriver):
         found: dict[str, str] = {}
         for entry in os.scandir(self.hostsdir):
             name = entry.name
-            if name.startswith(".") or not (name == UNKNOWN_FILE or MAC.fullmatch(name)):
+            if name.startswith(".") or not (name == UNKNOWN_FILE or is_stored_mac(name)):
                 continue
             with contextlib.suppress(OSError):
                 found[name] = Path(entry.path).read_text(encoding="ascii", errors="replace")

@@ -27,7 +27,7 @@ import math
 import subprocess
 from collections.abc import Iterable, Sequence
 
-from metalforge.pxe_filter.desired import BLOCKING, FilterState
+from metalforge.pxe_filter.desired import BLOCK_ALL, FilterState
 from metalforge.pxe_filter.driver import FilterDriver, FilterError
 
 LOG = logging.getLogger(__name__)
@@ -62,13 +62,11 @@ class NftablesFilter(FilterDriver):
 
     def start(self) -> None:
         self._denied = None
-        self._rebuild(BLOCKING, "")
+        self._rebuild(BLOCK_ALL, "")
 
     def apply(self, state: FilterState, *, repair: bool, valid_for: float) -> None:
         # Whole milliseconds, rounded down: an entry never outlives the leader's lease.
         timeout = f"{math.floor(valid_for * 1000)}ms"
-        if not state.blocking and valid_for < 0.001:
-            raise FilterError("the leader's entries would expire at once")
         if repair or self._denied is None:
             self._rebuild(state, timeout)
             return
@@ -86,7 +84,7 @@ class NftablesFilter(FilterDriver):
         except FilterError:
             # The table is gone or broken: build it again, blocking.
             self._denied = None
-            self._rebuild(BLOCKING, "")
+            self._rebuild(BLOCK_ALL, "")
 
     def _rebuild(self, state: FilterState, timeout: str) -> None:
         """The whole table in one transaction (what was there before is replaced)."""
