@@ -136,6 +136,8 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
         pg_url,
         workers=8,
         heartbeat_timeout=3.0,
+        # Well inside the 30 s the test gives the stopped leader to exit.
+        shutdown_timeout=15.0,
         lease_seconds=10.0,
         sections={
             "conductor.inspection": {

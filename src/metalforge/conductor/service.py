@@ -161,7 +161,8 @@ class ConductorService:
                 self.ctx.hostname,
                 len(self._running),
             )
-        self.leadership.stop()
+        # Within what is left of the bound: the election thread may be in a round.
+        self.leadership.stop(max(0.0, deadline - time.monotonic()))
         with self.ctx.db.write() as session:
             session.execute(
                 update(Conductor)
