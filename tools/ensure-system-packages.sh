@@ -6,13 +6,14 @@
 #         apache2-utils for a real `htpasswd -B`, redis-server for the tooz
 #         coordination backend, haproxy in front of the HA inspection test,
 #         dnsmasq-base, nftables and busybox's udhcpc for the PXE filter's
-#         network-namespace tests)
+#         network-namespace tests, chromium and its driver with a font for the
+#         dashboard's browser tests and screenshots)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
-         dnsmasq-base nftables busybox udhcpc)
+         dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core)
 fi
 
 missing=()

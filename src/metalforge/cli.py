@@ -198,7 +198,17 @@ def _serve(settings: Settings, app: Any) -> None:
     # filter blocking). ``_exit_quietly`` turns it into an orderly exit instead.
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _exit_quietly)
-    uvicorn.Server(config).run(sockets=listening_sockets(settings))
+    server = uvicorn.Server(config)
+    end_streams_when_stopping(app, server)
+    server.run(sockets=listening_sockets(settings))
+
+
+def end_streams_when_stopping(app: Any, server: uvicorn.Server) -> None:
+    """Event streams end once the server is told to stop: an open stream never finishes
+    on its own, and would hold the shutdown for its whole grace period."""
+    state = getattr(app, "state", None)
+    if state is not None:
+        state.stopping = lambda: server.should_exit
 
 
 def _exit_quietly(_signum: int, _frame: Any) -> None:

@@ -102,6 +102,11 @@ class ApiSettings(BaseModel):
     max_inspection_report_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
     """Largest inspection report accepted from a ramdisk, in bytes (413 beyond): an
     inventory is a few kilobytes, the logs it carries (compressed) up to a few MiB."""
+    event_retention: float = Field(default=3600.0, ge=60.0)
+    """Seconds node events are kept for clients of ``GET /v1/events`` that reconnect
+    with ``Last-Event-ID``; a client gone longer is told to re-read everything."""
+    max_event_streams: int = Field(default=200, ge=1)
+    """Event streams one API process serves at once (503 beyond: each is a connection)."""
     agent_host: str | None = None
     """Address of the ramdisk agents' endpoint (the provisioning network side), or none.
 

@@ -358,3 +358,45 @@ def resolve(transition: Transition, current_goal: str | None) -> tuple[str, str 
     if transition.event in CONTINUING_EVENTS and current_goal is not None:
         return target, current_goal
     return target, state.goal
+
+
+FLOW_OF: Final[dict[str, str]] = {
+    VERIFYING: "verify",
+    INSPECTING: "inspect",
+    INSPECT_WAIT: "inspect",
+    CLEANING: "clean",
+    CLEAN_WAIT: "clean",
+    CLEAN_HOLD: "clean",
+    DEPLOYING: "deploy",
+    DEPLOY_WAIT: "deploy",
+    DEPLOY_HOLD: "deploy",
+    DELETING: "undeploy",
+    ADOPTING: "adopt",
+    RESCUING: "rescue",
+    RESCUE_WAIT: "rescue",
+    UNRESCUING: "unrescue",
+    SERVICING: "service",
+    SERVICE_WAIT: "service",
+    SERVICE_HOLD: "service",
+}
+"""The flow each busy state belongs to, as metrics and the dashboard name it."""
+
+_RESULTS: Final = {DONE: "succeeded", FAIL: "failed"}
+
+
+@dataclass(frozen=True, slots=True)
+class FlowChange:
+    """What a move did to flows: one may have ended (with a result), one may have begun."""
+
+    ended: tuple[str, str] | None
+    """``(flow, result)``: result is ``succeeded``, ``failed`` or ``aborted``."""
+    started: str | None
+
+
+def flow_change(source: str, event: str, target: str) -> FlowChange:
+    """Which flow a move from ``source`` through ``event`` to ``target`` ended or began."""
+    before, after = FLOW_OF.get(source), FLOW_OF.get(target)
+    if before == after:
+        return FlowChange(None, None)
+    ended = None if before is None else (before, _RESULTS.get(event, "aborted"))
+    return FlowChange(ended, after)

@@ -7,7 +7,14 @@ import datetime as dt
 from prometheus_client.parser import text_string_to_metric_families
 
 from metalforge.db.models import PxeFilterHost, WorkItem, utcnow
-from tests.support.api import LATEST, create_node, provision, wait_for_state
+from tests.support.api import (
+    LATEST,
+    create_node,
+    make_available,
+    provision,
+    wait_for_state,
+    wait_until,
+)
 from tests.support.stack import Stack
 
 
@@ -97,3 +104,56 @@ def test_work_queue_depth_age_and_dead_letters(sqlite_stack: Stack) -> None:
     assert items[(("kind", "backlog"), ("state", "dead"))] == 1
     assert items[(("kind", "backlog"), ("state", "claimed"))] == 0
     assert figures["metalforge_work_queue_oldest_item_age_seconds"][(("kind", "backlog"),)] >= 90
+
+
+def _series(
+    figures: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str, **labels: str
+) -> float:
+    return figures[name][tuple(sorted(labels.items()))]
+
+
+def test_event_totals_count_flows_steps_allocations_and_requests(sqlite_stack: Stack) -> None:
+    before = _scrape(sqlite_stack)
+    assert _series(before, "metalforge_flows_started_total", flow="clean") == 0  # known: 0
+    node = make_available(sqlite_stack.client, resource_class="metrics-rc")
+    response = sqlite_stack.client.post(
+        "/v1/allocations", json={"resource_class": "metrics-rc"}, headers=LATEST
+    )
+    assert response.status_code == 201, response.text
+    allocation = response.json()["uuid"]
+    wait_until(
+        "the allocation to be active",
+        lambda: (
+            sqlite_stack.client.get(f"/v1/allocations/{allocation}", headers=LATEST).json()["state"]
+            == "active"
+        ),
+    )
+    after = _scrape(sqlite_stack)
+    for flow in ("verify", "clean"):
+        assert _series(after, "metalforge_flows_started_total", flow=flow) == 1
+        assert _series(after, "metalforge_flows_finished_total", flow=flow, result="succeeded") == 1
+    assert _series(after, "metalforge_flows_finished_total", flow="clean", result="failed") == 0
+    # Automated cleaning ran the fake erase: one run in the step histogram.
+    step = {"interface": "deploy", "step": "erase_devices"}
+    assert _series(after, "metalforge_step_duration_seconds_count", **step) == 1
+    assert _series(after, "metalforge_step_duration_seconds_bucket", le="+Inf", **step) == 1
+    assert _series(after, "metalforge_allocations_finished_total", result="active") == 1
+    assert _series(after, "metalforge_allocation_duration_seconds_count", result="active") == 1
+    created = {"method": "POST", "route": "/v1/nodes", "status": "201"}
+    assert _series(after, "metalforge_http_request_duration_seconds_count", **created) == 1
+    node_route = {"method": "GET", "route": "/v1/nodes/{node_ident}", "status": "200"}
+    assert _series(after, "metalforge_http_request_duration_seconds_count", **node_route) >= 1
+    assert node["provision_state"] == "available"
+
+
+def test_a_flow_that_fails_is_counted_as_failed(sqlite_stack: Stack) -> None:
+    node = create_node(sqlite_stack.client, driver_info={"fake_fail_steps": "deploy.erase_devices"})
+    assert provision(sqlite_stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(sqlite_stack.client, node["uuid"], "manageable")
+    assert provision(sqlite_stack.client, node["uuid"], "provide").status_code == 202
+    wait_for_state(sqlite_stack.client, node["uuid"], "clean failed")
+    figures = _scrape(sqlite_stack)
+    assert _series(figures, "metalforge_flows_finished_total", flow="clean", result="failed") == 1
+    assert (
+        _series(figures, "metalforge_flows_finished_total", flow="clean", result="succeeded") == 0
+    )

@@ -197,6 +197,8 @@ SEEDED_PARAMETERS = {
 def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     path: Path = tmp_path_factory.mktemp("fuzz") / "metalforge.sqlite"
     stack = start_stack(stack_settings(f"sqlite:///{path}"), start_conductor=False)
+    # The event stream lasts until the server stops; as if stopping, it answers and ends.
+    stack.app.state.stopping = lambda: True
     try:
         yield stack
     finally:

@@ -14,6 +14,7 @@ from metalforge.cli import (
     build_api,
     build_conductor,
     build_registry,
+    end_streams_when_stopping,
     listening_sockets,
     served_app,
     tls_options,
@@ -128,6 +129,7 @@ class LiveServer:
             **tls,
         )
         self.server = uvicorn.Server(config)
+        end_streams_when_stopping(stack.app, self.server)
         # The agents' endpoint, when configured, is served by the same server.
         self.sockets = listening_sockets(
             stack.settings.model_copy(

@@ -5,21 +5,25 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from metalforge.api import errors
-from metalforge.api.agent_endpoint import AgentEndpointFilter, operator_addresses
+from metalforge.api.agent_endpoint import AgentEndpointFilter, is_agent_path, operator_addresses
 from metalforge.api.auth.middleware import AuthMiddleware, build_authenticator
 from metalforge.api.guards import RequestGuardMiddleware
+from metalforge.api.request_metrics import RequestMetricsMiddleware
 from metalforge.api.routes import (
     agent,
     allocations,
     conductors,
+    dashboard,
     deploy_templates,
     drivers,
+    events,
     inspection,
     metrics,
     node_cleaning,
     node_deploying,
     node_history,
     node_management,
+    node_progress,
     node_states,
     node_traits,
     nodes,
@@ -36,6 +40,7 @@ RESOURCE_ROUTERS = (
     node_deploying.router,
     node_traits.router,
     node_history.router,
+    node_progress.router,
     inspection.router,
     node_management.router,
     ports.router,
@@ -43,10 +48,16 @@ RESOURCE_ROUTERS = (
     drivers.router,
     deploy_templates.router,
     allocations.router,
+    events.router,
 )
 
 OPERATOR_ROOT_ROUTERS = (metrics.router,)
 """Guarded operator routes served at the root only (``/metrics``, where Prometheus looks)."""
+
+
+def _is_public(path: str) -> bool:
+    """Served without credentials: version discovery, the agents' calls, the dashboard's files."""
+    return is_agent_path(path) or dashboard.is_dashboard_path(path)
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -69,11 +80,14 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router, include_in_schema=False)
     for router in OPERATOR_ROOT_ROUTERS:
         app.include_router(router)
+    app.include_router(dashboard.router)
+    app.mount(f"{dashboard.PREFIX}/static", dashboard.static_files(), name="dashboard-static")
     app.add_middleware(
         AuthMiddleware,
         authenticator=build_authenticator(
             services.settings.api, services.settings.keystone_authtoken
         ),
+        is_public=_is_public,
     )
     # The version middleware is added last, so it is outermost: even the guard's
     # refusals carry the version headers.
@@ -84,6 +98,7 @@ def create_app(services: ApiServices) -> FastAPI:
         max_report_size=services.settings.api.max_inspection_report_size,
     )
     app.add_middleware(VersionMiddleware)
+    app.add_middleware(RequestMetricsMiddleware, tally=services.db.tally)
     api = services.settings.api
     if api.agent_host is not None:
         app.add_middleware(AgentEndpointFilter, operator=operator_addresses(api.host, api.port))

@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from metalforge.services.metrics import PROVISION_STATES, ClusterFigures
+from metalforge import tallies
+from metalforge.services.metrics import KNOWN_SERIES, PROVISION_STATES, ClusterFigures
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -25,6 +31,7 @@ class _Figures(Collector):
         yield from _conductors(self.figures)
         yield from _allocations_and_inspections(self.figures)
         yield from _filter_hosts(self.figures)
+        yield from _event_totals(self.figures)
 
 
 def _nodes(figures: ClusterFigures) -> Iterator[Metric]:
@@ -132,6 +139,38 @@ def _filter_hosts(figures: ClusterFigures) -> Iterator[Metric]:
         families["denied"].add_metric(key, h.denied)
         families["report"].add_metric(key, h.seconds_since_report)
     yield from families.values()
+
+
+def _event_totals(figures: ClusterFigures) -> Iterator[Metric]:
+    """The event counters and histograms every process added to the cluster's totals."""
+    rows: dict[str, dict[str, dict[str, float]]] = {}
+    for name, labels, part, value in figures.totals:
+        rows.setdefault(name, {}).setdefault(labels, {})[part] = value
+    for metric in tallies.METRICS:
+        series = rows.get(metric.name, {})
+        for known in KNOWN_SERIES.get(metric.name, ()):
+            series.setdefault(tallies.LABEL_SEPARATOR.join(known), {})
+        if metric.is_histogram:
+            yield _histogram(metric, series)
+        else:
+            counter = CounterMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+            for labels, parts in sorted(series.items()):
+                counter.add_metric(tallies.split_labels(metric, labels), parts.get("", 0.0))
+            yield counter
+
+
+def _histogram(metric: tallies.Metric, series: dict[str, dict[str, float]]) -> Metric:
+    family = HistogramMetricFamily(metric.name, metric.help, labels=list(metric.labels))
+    for labels, parts in sorted(series.items()):
+        buckets = [
+            (tallies.bucket_label(bound), parts.get(tallies.bucket_label(bound), 0.0))
+            for bound in metric.buckets
+        ]
+        buckets.append((tallies.INF, parts.get(tallies.INF, 0.0)))
+        family.add_metric(
+            tallies.split_labels(metric, labels), buckets, sum_value=parts.get(tallies.SUM, 0.0)
+        )
+    return family
 
 
 def render(figures: ClusterFigures) -> bytes:

@@ -13,6 +13,7 @@ from starlette.datastructures import URL
 
 from metalforge.api.auth.policy import Policy
 from metalforge.services.context import Services
+from metalforge.services.events import EventHub
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,6 +25,11 @@ class ApiServices(Services):
 
     policy: Policy = field(default_factory=Policy)
     """The authorization rules (defaults, or the operator's policy file)."""
+    events: EventHub = field(init=False)
+    """This process's reader of the node event log, for ``GET /v1/events``."""
+
+    def __post_init__(self) -> None:
+        self.events = EventHub(self.db, self.settings.api.event_retention)
 
 
 def services(request: Request) -> ApiServices:

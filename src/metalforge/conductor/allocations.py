@@ -16,6 +16,7 @@ allocation's state first and stops if it is no longer ``allocating``.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from dataclasses import dataclass
 from typing import Any, cast
@@ -36,7 +37,9 @@ from metalforge.conductor.task import (
 from metalforge.db import queue
 from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, WorkItem, utcnow
+from metalforge.db.tallies import count_on_commit, counted, observed
 from metalforge.errors import NodeLocked
+from metalforge.tallies import ALLOCATION_DURATION, ALLOCATIONS_FINISHED
 
 ALLOCATING = "allocating"
 ACTIVE = "active"
@@ -292,15 +295,26 @@ def _activate(session: Session, ctx: ConductorContext, req: Request, node_id: in
         update(_ALLOCATIONS)
         .where(_ALLOCATIONS.c.id == req.id, _mine(ctx))
         .values(node_id=node_id, state=ACTIVE, last_error=None, updated_at=utcnow())
+        .returning(_ALLOCATIONS.c.created_at)
     )
-    if result.rowcount != 1:
+    created = result.scalar_one_or_none()
+    if created is None:
         raise AllocationLost(req.uuid)
+    _count_result(session, ACTIVE, created)
+
+
+def _count_result(session: Session, result: str, created: dt.datetime | None) -> None:
+    """Count an allocation that ended, and how long it took, once the write commits."""
+    count_on_commit(session, counted(ALLOCATIONS_FINISHED, (result,)))
+    if created is not None:
+        took = max(0.0, (utcnow() - created).total_seconds())
+        count_on_commit(session, observed(ALLOCATION_DURATION, (result,), took))
 
 
 def fail(ctx: ConductorContext, req: Request, reason: str) -> None:
     """Put the allocation in ``error`` (if it is still this conductor's)."""
     with ctx.db.write() as session:
-        session.connection().execute(
+        for created in session.connection().scalars(
             update(_ALLOCATIONS)
             .where(_ALLOCATIONS.c.id == req.id, _mine(ctx))
             .values(
@@ -308,7 +322,9 @@ def fail(ctx: ConductorContext, req: Request, reason: str) -> None:
                 last_error=f"Failed to process allocation {req.uuid}: {reason}.",
                 updated_at=utcnow(),
             )
-        )
+            .returning(_ALLOCATIONS.c.created_at)
+        ):
+            _count_result(session, ERROR, created)
 
 
 def give_up(ctx: ConductorContext, allocation_id: int, reason: str) -> None:
@@ -318,7 +334,7 @@ def give_up(ctx: ConductorContext, allocation_id: int, reason: str) -> None:
     it, and left ``allocating`` it would be queued again for ever.
     """
     with ctx.db.write() as session:
-        session.connection().execute(
+        result = session.connection().execute(
             update(_ALLOCATIONS)
             .where(_ALLOCATIONS.c.id == allocation_id, _ALLOCATIONS.c.state == ALLOCATING)
             .values(
@@ -327,7 +343,10 @@ def give_up(ctx: ConductorContext, allocation_id: int, reason: str) -> None:
                 conductor_affinity=None,
                 updated_at=utcnow(),
             )
+            .returning(_ALLOCATIONS.c.created_at)
         )
+        for created in result.scalars():
+            _count_result(session, ERROR, created)
 
 
 def let_go(ctx: ConductorContext, allocation_id: int) -> None:

@@ -43,6 +43,7 @@ from metalforge.conductor.task import (
 )
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
+from metalforge.drivers import failures
 from metalforge.errors import NodeLocked
 from metalforge.redaction import scrub_message
 
@@ -118,6 +119,8 @@ class ConductorService:
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
         self.register()
+        # The BMC and agent failures this process's drivers count go out with the rest.
+        self.ctx.db.also_flush(failures.FAILURES)
         self.leadership.start()
         loops: list[tuple[str, Callable[[], None]]] = [
             ("dispatcher", self._dispatch_loop),

@@ -115,6 +115,7 @@ def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
         started = task.now()
     took = task.now() - started
     task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
+    task.record_step_run(step.interface, step.step, took)
 
 
 def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.config import ConductorSettings
-from metalforge.db import agent_sessions, flow_progress
+from metalforge.db import agent_sessions, flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import (
     Conductor,
@@ -44,9 +44,11 @@ from metalforge.db.models import (
     node_from_row,
     utcnow,
 )
+from metalforge.db.tallies import count_on_commit, counted, observed
 from metalforge.drivers.base import Interface
 from metalforge.errors import NodeLocked
 from metalforge.redaction import Scrubber
+from metalforge.tallies import STEP_DURATION, TAKEOVERS
 
 
 class NodeGone(LookupError):
@@ -149,6 +151,7 @@ class NodeTask:
         self._history: list[tuple[str, str, str, float | None]] = []
         self._on_release: list[Callable[[Session], object]] = []
         self._with_transition: list[Callable[[Session], object]] = []
+        self._step_runs: list[tuple[str, str, float]] = []
         self._released = False
         self._progress = progress
         self._saved_progress = progress
@@ -197,6 +200,17 @@ class NodeTask:
         duration: float | None = None,
     ) -> None:
         self._history.append((event_type, event, severity, duration))
+
+    def record_step_run(self, interface: str, step: str, seconds: float) -> None:
+        """A step finished well in ``seconds``: kept for estimates and counted for metrics,
+        with the node's next write."""
+        self._step_runs.append((interface, step, seconds))
+
+    def _write_step_runs(self, session: Session) -> None:
+        runs, self._step_runs = self._step_runs, []
+        for interface, step, seconds in runs:
+            step_runs.record(session.connection(), self._node.driver, interface, step, seconds)
+            count_on_commit(session, observed(STEP_DURATION, (interface, step), seconds))
 
     @property
     def settings(self) -> ConductorSettings:
@@ -369,6 +383,7 @@ class NodeTask:
         if progress is not None:
             flow_progress.write(session.connection(), self._node.id, progress)
         history.write(session, entries)
+        self._write_step_runs(session)
 
     def _remember(self) -> None:
         self._saved = self._snapshot()
@@ -418,6 +433,7 @@ class NodeTask:
                 raise LockLost(str(exc)) from exc
             if progress is not None:
                 flow_progress.write(session.connection(), self._node.id, progress)
+            self._write_step_runs(session)
             for func in self._with_transition:
                 func(session)
             self._with_transition.clear()
@@ -479,6 +495,7 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any
             state=row.provision_state,
             target=row.target_provision_state,
         )
+        count_on_commit(session, counted(TAKEOVERS, (row.conductor_group or "",)))
     return values
 
 

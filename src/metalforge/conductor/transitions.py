@@ -20,6 +20,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.db.models import Node, utcnow
+from metalforge.db.tallies import count_on_commit, counted
+from metalforge.tallies import FLOWS_FINISHED, FLOWS_STARTED
 
 _NODES = cast(Table, Node.__table__)
 _MOVE = update(_NODES).where(
@@ -133,4 +135,13 @@ def apply(
         target=new_target,
     )
     history.write(session, [*earlier_history, moved])
+    _count_flows(session, states.flow_change(old_state, event, new_state))
     return Moved(new_state, new_target, values["epoch"], released)
+
+
+def _count_flows(session: Session, change: states.FlowChange) -> None:
+    """Count the flows the move ended and began, once (and if) it commits."""
+    if change.ended is not None:
+        count_on_commit(session, counted(FLOWS_FINISHED, change.ended))
+    if change.started is not None:
+        count_on_commit(session, counted(FLOWS_STARTED, (change.started,)))

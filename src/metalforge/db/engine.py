@@ -26,8 +26,10 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from metalforge.db import tallies
 from metalforge.db.clock import DatabaseClock
 from metalforge.db.models import utcnow
+from metalforge.tallies import Tally
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _DATABASE_TIME = text("SELECT statement_timestamp()")
@@ -167,6 +169,32 @@ class Database:
             self.read_engine, expire_on_commit=False, info={"clock": self.clock}
         )
         self._after_commit: list[Callable[[], None]] = []
+        self._flusher = tallies.Flusher(self.flush_tally)
+        self.tally = Tally(on_first_count=self._flusher.start)
+        """What this process counted for ``GET /metrics`` (``metalforge.tallies``)."""
+
+        self._also_flushed: list[Tally] = []
+
+    def also_flush(self, tally: Tally) -> None:
+        """Flush ``tally`` (counts made where there is no database) with this one's."""
+        if tally not in self._also_flushed:
+            self._also_flushed.append(tally)
+        self._flusher.start()
+
+    def flush_tally(self) -> None:
+        """Add this process's counts to the cluster's totals now (``db.tallies``)."""
+        deltas = self.tally.take()
+        for other in self._also_flushed:
+            for key, value in other.take().items():
+                deltas[key] = deltas.get(key, 0.0) + value
+        if not deltas:
+            return
+        try:
+            with self.write() as session:
+                tallies.store(session.connection(), deltas)
+        except Exception:
+            self.tally.give_back(deltas)
+            raise
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` in the writing thread after each ``write`` transaction commits
@@ -208,6 +236,8 @@ class Database:
             # given back: only the transaction itself runs while other writers wait.
             with self._write() as session, self._write_mutex, session.begin():
                 yield session
+        for count in tallies.take_pending(session):
+            count(self.tally)
         self._committed()
 
     @contextmanager
@@ -262,5 +292,10 @@ class Database:
                     raw.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
 
     def dispose(self) -> None:
+        self._flusher.stop()
+        try:
+            self.flush_tally()
+        except Exception:
+            logging.getLogger(__name__).warning("counted metrics lost at shutdown", exc_info=True)
         self.write_engine.dispose()
         self.read_engine.dispose()

@@ -535,3 +535,63 @@ def node_from_row(values: Mapping[str, Any]) -> Node:
     node: Node = manager_of_class(Node).new_instance()
     node.__dict__.update(values)
     return node
+
+
+class StepRun(Base):
+    """How long one step took on one hardware type: what estimates of time left are made of.
+
+    Written by the conductor when a step finishes, in the transaction that
+    records it; only the newest ``db.step_runs.KEPT`` runs of each step and
+    hardware type are kept, so the table stays small however long the
+    service runs.
+    """
+
+    __tablename__ = "step_runs"
+    __table_args__ = (Index("ix_step_runs_key", "hardware_type", "interface", "step", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    hardware_type: Mapped[str] = mapped_column(String(255), nullable=False)
+    interface: Mapped[str] = mapped_column(String(64), nullable=False)
+    step: Mapped[str] = mapped_column(String(255), nullable=False)
+    seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    finished_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class NodeEvent(Base):
+    """ "This node changed": one row per write of a field an operator watches.
+
+    Database triggers (migration 0012) add the rows in the writing
+    transaction, whoever wrote (a conductor, an API process, an operator's
+    SQL), so the event stream (``GET /v1/events``) misses nothing that
+    committed and shows nothing that rolled back. ``at`` is epoch seconds on
+    the database's clock; rows older than the stream's retention are pruned.
+    """
+
+    __tablename__ = "node_events"
+    __table_args__ = (Index("ix_node_events_at", "at"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    node_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
+    deleted: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    at: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class MetricTotal(Base):
+    """One running total of an event counter or histogram, summed over every process.
+
+    Each process counts in memory and adds what it counted here every few
+    seconds (``db.tallies``), so totals are the cluster's, outlive restarts
+    and cost one small transaction per process per interval rather than a
+    write per event. ``labels`` is the label values joined by ``\\x1f``;
+    ``part`` is ``""`` for a counter, or a histogram's bucket bound
+    (``"0.5"``, ``"+Inf"``), ``"sum"`` or ``"count"``.
+    """
+
+    __tablename__ = "metric_totals"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    labels: Mapped[str] = mapped_column(String(512), primary_key=True)
+    part: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)

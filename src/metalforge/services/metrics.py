@@ -9,12 +9,14 @@ balancer scrapes one consistent view. One read transaction, a handful of
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from metalforge import states
+from metalforge import states, tallies
 from metalforge.db import queue
+from metalforge.db import tallies as db_tallies
 from metalforge.db.models import (
     Allocation,
     Conductor,
@@ -24,6 +26,8 @@ from metalforge.db.models import (
     WorkItem,
 )
 from metalforge.services.context import Services
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,22 @@ class ClusterFigures:
     allocations: dict[str, int]
     introspections: dict[str, int]
     filter_hosts: list[FilterHostFigure]
+    totals: list[tuple[str, str, str, float]]
+    """The event counters' and histograms' rows (``db.tallies.totals``)."""
 
 
 PROVISION_STATES = tuple(sorted(states.STATES))
 """Every provision state, so a state with no node reads 0 rather than missing."""
+
+_FLOWS = sorted(set(states.FLOW_OF.values()))
+KNOWN_SERIES: dict[str, list[tuple[str, ...]]] = {
+    tallies.FLOWS_STARTED.name: [(flow,) for flow in _FLOWS],
+    tallies.FLOWS_FINISHED.name: [
+        (flow, result) for flow in _FLOWS for result in ("succeeded", "failed", "aborted")
+    ],
+    tallies.ALLOCATIONS_FINISHED.name: [("active",), ("error",)],
+}
+"""Counter series shown as 0 before anything happened, so absent never means zero."""
 
 
 def _age(now: dt.datetime, then: dt.datetime | None) -> float:
@@ -84,8 +100,13 @@ def _age(now: dt.datetime, then: dt.datetime | None) -> float:
 
 
 def cluster_figures(svc: Services) -> ClusterFigures:
-    """Nodes, work, conductors, allocations, inspections and PXE filter hosts, now."""
+    """Nodes, work, conductors, allocations, inspections and PXE filter hosts, now, and
+    the event totals (this process's own counts added first, so they are never stale)."""
     dead_after = svc.settings.conductor.heartbeat_timeout
+    try:
+        svc.db.flush_tally()
+    except Exception:  # the figures are still worth answering with
+        LOG.warning("could not store this process's counts before a scrape", exc_info=True)
     with svc.db.read() as session:
         now = svc.db.now()
         node_rows = session.execute(
@@ -112,6 +133,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
             select(Introspection.state, func.count()).group_by(Introspection.state)
         ).all()
         filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
+        totals = db_tallies.totals(session.connection())
     return ClusterFigures(
         nodes=[
             NodeCount(row[0], row[1] or "None", bool(row[2]), row[3] or "", row[4])
@@ -142,6 +164,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
             )
             for h in filter_rows
         ],
+        totals=totals,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import requests
 
 from metalforge.drivers.base import DriverError
+from metalforge.drivers.failures import agent_failed
 
 
 class AgentError(DriverError):
@@ -128,12 +129,15 @@ class AgentClient:
                 **kwargs,
             )
         except requests.RequestException as exc:
+            agent_failed("unreachable")
             raise AgentUnreachable(
                 f"the agent at {self.url} did not answer {what}: {_reason(exc)}"
             ) from None
         if response.status_code == 409:
+            agent_failed("busy")
             raise AgentBusy(f"the agent at {self.url} is busy with another command ({what})")
         if response.status_code >= 400:
+            agent_failed("refused")
             raise AgentCommandError(
                 f"the agent at {self.url} refused {what} with HTTP {response.status_code}: "
                 f"{scrub(_fault(response))}"
@@ -141,6 +145,7 @@ class AgentClient:
         try:
             return response.json()
         except ValueError as exc:
+            agent_failed("refused")
             raise AgentCommandError(
                 f"the agent at {self.url} sent invalid JSON for {what}"
             ) from exc

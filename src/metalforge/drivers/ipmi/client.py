@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from pyghmi import exceptions as pyghmi_exceptions
 
 from metalforge.drivers.base import DriverError
+from metalforge.drivers.failures import bmc_failed
 from metalforge.drivers.ipmi import sessions
 
 T = TypeVar("T")
@@ -165,6 +166,28 @@ class SessionPool:
         ``pause`` waits between tries (the task's interruptible sleep).
         Raises ``DriverError`` subclasses only.
         """
+        try:
+            return self._call(bmc, operation, policy, pause)
+        except CredentialsRefused:
+            bmc_failed("ipmi", "auth")
+            raise
+        except CommandFailed:
+            bmc_failed("ipmi", "refused")
+            raise
+        except NoAnswer:
+            bmc_failed("ipmi", "timeout")
+            raise
+        except DriverError:
+            bmc_failed("ipmi", "protocol")
+            raise
+
+    def _call(
+        self,
+        bmc: BmcAddress,
+        operation: Callable[[Any], T],
+        policy: CallPolicy,
+        pause: Callable[[float], None],
+    ) -> T:
         last: DriverError = NoAnswer("timeout")
         for attempt in range(policy.tries):
             if attempt:

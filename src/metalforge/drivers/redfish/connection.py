@@ -40,6 +40,7 @@ import sushy
 from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import DriverError, DriverTask
+from metalforge.drivers.failures import bmc_failed
 
 SYSTEMS_PREFIX = "/redfish/v1/Systems/"
 
@@ -303,7 +304,19 @@ def redfish_errors(info: RedfishInfo, doing: str) -> Iterator[None]:
     except _EXPECTED as exc:
         if isinstance(exc, sushy_errors.ConnectionError | sushy_errors.AccessError):
             CONNECTIONS.forget(info)
+        bmc_failed("redfish", _kind(exc))
         raise translate(info, exc, doing) from exc
+
+
+def _kind(exc: Exception) -> str:
+    """The failure's kind, as metrics count it."""
+    if isinstance(exc, sushy_errors.ConnectionError):
+        return "timeout" if "timed out" in str(exc.__context__ or exc) else "connection"
+    if isinstance(exc, sushy_errors.AccessError):
+        return "auth"
+    if isinstance(exc, sushy_errors.HTTPError):
+        return "refused"
+    return "protocol"
 
 
 def _get_system(info: RedfishInfo, root: Any) -> Any:

@@ -1,0 +1,1 @@
+"""The dashboard's static files (``static/``), served by ``api.routes.dashboard``."""

@@ -1,0 +1,27 @@
+"""Failed calls to BMCs and ramdisk agents, counted for ``GET /metrics``.
+
+The protocol clients have no database and serve every flow, periodic task
+and request alike, so they count into this process's ``FAILURES``; the
+conductor hands it to its ``Database`` (``Database.also_flush``), which adds
+it to the cluster's totals with its own counts. Kinds are a few fixed words,
+never the BMC's message.
+"""
+
+from __future__ import annotations
+
+from metalforge.tallies import AGENT_ERRORS, BMC_ERRORS, Tally
+
+FAILURES = Tally()
+"""This process's failed BMC and agent calls since the last flush."""
+
+
+def bmc_failed(protocol: str, kind: str) -> None:
+    """A call to a BMC failed: ``protocol`` is ``redfish`` or ``ipmi``; ``kind`` one of
+    ``timeout``, ``connection``, ``auth``, ``refused`` (the BMC answered with an error)
+    or ``protocol`` (an answer that could not be used)."""
+    FAILURES.count(BMC_ERRORS, (protocol, kind))
+
+
+def agent_failed(kind: str) -> None:
+    """A call to a ramdisk agent failed: ``unreachable``, ``busy`` or ``refused``."""
+    FAILURES.count(AGENT_ERRORS, (kind,))

@@ -1,0 +1,199 @@
+"""``GET /v1/events``: node changes as server-sent events, filtered and scoped per caller."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import queue
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from metalforge.db.models import NodeEvent as NodeEventRow
+from tests.support.api import LATEST, create_node, provision, wait_for_state
+from tests.support.stack import LiveServer
+
+
+@dataclass
+class Event:
+    id: int
+    kind: str
+    data: dict[str, Any]
+
+
+class Stream:
+    """A client reading the stream in a thread; tests wait for events from it.
+
+    Plain ``http.client`` over a socket the test owns, so closing it (a
+    client going away) unblocks the reading thread at once.
+    """
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        self.events: queue.Queue[Event | BaseException] = queue.Queue()
+        self.status: int | None = None
+        self.content_type = ""
+        self.opened = threading.Event()
+        parts = urlsplit(url)
+        self._connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        self._path = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        self._headers = headers
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        assert self.opened.wait(15), "the stream did not open"
+
+    def _read(self) -> None:
+        try:
+            self._connection.request("GET", self._path, headers=self._headers)
+            response = self._connection.getresponse()
+            self.status = response.status
+            self.content_type = response.getheader("content-type", "")
+            self.opened.set()
+            assert self._connection.sock is not None
+            self._connection.sock.settimeout(None)
+            fields: dict[str, str] = {}
+            while True:
+                raw = response.readline()
+                if not raw:
+                    raise EOFError("the server ended the stream")
+                line = raw.decode().rstrip("\r\n")
+                if line == "":
+                    if "event" in fields:
+                        data = json.loads(fields["data"])
+                        self.events.put(Event(int(fields["id"]), fields["event"], data))
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value.removeprefix(" ")
+        except BaseException as exc:  # closed by the test, or a real failure to report
+            self.opened.set()
+            self.events.put(exc)
+
+    def wait_for(self, what: str, match: Any, timeout: float = 20.0) -> Event:
+        while True:
+            try:
+                item = self.events.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no event: {what}") from None
+            if isinstance(item, BaseException):
+                raise AssertionError(f"the stream failed waiting for {what}") from item
+            if match(item):
+                return item
+
+    def close(self) -> None:
+        sock = self._connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._connection.close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def streams(live_server: LiveServer) -> Iterator[list[Stream]]:
+    opened: list[Stream] = []
+    yield opened
+    for stream in opened:
+        stream.close()
+
+
+def _open(
+    server: LiveServer, streams: list[Stream], path: str = "/v1/events", **headers: str
+) -> Stream:
+    stream = Stream(server.url + path, {**LATEST, **headers})
+    streams.append(stream)
+    return stream
+
+
+def test_a_node_moving_through_manage_is_streamed_with_its_state(
+    live_server: LiveServer, streams: list[Stream]
+) -> None:
+    client = live_server.stack.client
+    stream = _open(live_server, streams)
+    assert stream.status == 200
+    assert stream.content_type.startswith("text/event-stream")
+    node = create_node(client, name="streamed")
+    enrolled = stream.wait_for(
+        "the new node", lambda e: e.kind == "node" and e.data["uuid"] == node["uuid"]
+    )
+    assert enrolled.data["provision_state"] == "enroll"
+    assert enrolled.data["name"] == "streamed"
+    assert "driver_info" not in enrolled.data  # nothing secret travels in events
+    assert provision(client, node["uuid"], "manage").status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    managed = stream.wait_for("manageable", lambda e: e.data.get("provision_state") == "manageable")
+    assert managed.id > enrolled.id
+    assert managed.data["progress"]["flow"] is None
+
+
+def test_the_node_filter_and_deletion(live_server: LiveServer, streams: list[Stream]) -> None:
+    client = live_server.stack.client
+    watched = create_node(client, name="watched")
+    stream = _open(live_server, streams, "/v1/events?node=watched")
+    create_node(client, name="other")
+    assert (
+        client.patch(
+            "/v1/nodes/watched",
+            json=[{"op": "add", "path": "/extra/x", "value": 1}],
+            headers=LATEST,
+        ).status_code
+        == 200
+    )
+    assert (
+        client.put(
+            "/v1/nodes/watched/maintenance", json={"reason": "disk swap"}, headers=LATEST
+        ).status_code
+        == 202
+    )
+    event = stream.wait_for("maintenance", lambda e: e.kind == "node")
+    assert event.data["uuid"] == watched["uuid"]
+    assert event.data["maintenance"] is True
+    assert event.data["maintenance_reason"] == "disk swap"
+    assert client.delete("/v1/nodes/watched", headers=LATEST).status_code == 204
+    gone = stream.wait_for("the deletion", lambda e: e.kind == "node_deleted")
+    assert gone.data == {"uuid": watched["uuid"]}
+
+
+def test_a_client_that_reconnects_gets_what_it_missed(
+    live_server: LiveServer, streams: list[Stream]
+) -> None:
+    client = live_server.stack.client
+    first = create_node(client, name="before")
+    stream = _open(live_server, streams)
+    create_node(client, name="missed")
+    event = stream.wait_for("missed", lambda e: e.data.get("name") == "missed")
+    stream.close()
+    create_node(client, name="while-away")
+    again = _open(live_server, streams, **{"Last-Event-ID": str(event.id)})
+    caught_up = again.wait_for("while-away", lambda e: e.data.get("name") == "while-away")
+    assert caught_up.id > event.id
+    assert first["uuid"]  # enrolled before: not sent again after the id
+
+
+def test_a_client_too_far_behind_is_told_to_resync(
+    live_server: LiveServer, streams: list[Stream]
+) -> None:
+    client = live_server.stack.client
+    create_node(client, name="a")
+    create_node(client, name="b")
+    with live_server.stack.db.write() as session:  # as if retention had pruned them
+        session.query(NodeEventRow).filter(NodeEventRow.id <= 1).delete()
+    stream = _open(live_server, streams, **{"Last-Event-ID": "0"})
+    assert stream.wait_for("resync", lambda e: True).kind == "resync"
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "1" * 30])
+def test_a_bad_last_event_id_is_400(live_server: LiveServer, bad: str) -> None:
+    response = live_server.stack.client.get("/v1/events", headers={**LATEST, "Last-Event-ID": bad})
+    assert response.status_code == 400
+    assert "Last-Event-ID" in response.json()["error_message"]
+
+
+def test_an_unknown_node_filter_is_404(live_server: LiveServer) -> None:
+    response = live_server.stack.client.get("/v1/events?node=none-such", headers=LATEST)
+    assert response.status_code == 404

@@ -1,0 +1,123 @@
+"""``GET /v1/nodes/{node}/progress``: the flow's steps, their status and the time left."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from metalforge.db import flow_progress, step_runs
+from metalforge.db.flow_progress import FlowProgress
+from metalforge.db.models import Node
+from tests.support.api import LATEST, create_node, make_available
+from tests.support.stack import Stack
+
+ERASE_METADATA = {"interface": "deploy", "step": "erase_devices_metadata", "priority": 99}
+ERASE = {"interface": "deploy", "step": "erase_devices", "priority": 10}
+BIOS = {"interface": "management", "step": "reset_bios", "priority": 5}
+
+
+def _park_in_cleaning(stack: Stack, uuid: str, step_index: int, started_ago: float) -> None:
+    """Put the node where a conductor running its clean plan would have left it."""
+    now = stack.db.now().timestamp()
+    with stack.db.write() as session:
+        session.execute(
+            update(Node)
+            .where(Node.uuid == uuid)
+            .values(provision_state="clean wait", target_provision_state="available")
+        )
+        node_id = session.scalars(select(Node.id).where(Node.uuid == uuid)).one()
+        flow_progress.write(
+            session.connection(),
+            node_id,
+            FlowProgress(
+                flow="clean",
+                plan=(ERASE_METADATA, ERASE, BIOS),
+                step_index=step_index,
+                step_started_at=now - started_ago,
+            ),
+        )
+
+
+def _progress(stack: Stack, ident: str) -> dict[str, object]:
+    response = stack.client.get(f"/v1/nodes/{ident}/progress", headers=LATEST)
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def test_a_node_at_rest_has_no_flow(sqlite_stack: Stack) -> None:
+    node = create_node(sqlite_stack.client, name="resting")
+    body = _progress(sqlite_stack, "resting")
+    assert body["node_uuid"] == node["uuid"]
+    assert body["flow"] is None
+    assert body["steps"] == []
+    assert body["estimated_seconds_left"] is None
+
+
+def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -> None:
+    node = create_node(sqlite_stack.client)
+    with sqlite_stack.db.write() as session:
+        for seconds in (10.0, 30.0, 20.0):
+            step_runs.record(
+                session.connection(), "fake-hardware", "deploy", "erase_devices", seconds
+            )
+        step_runs.record(session.connection(), "fake-hardware", "management", "reset_bios", 4.0)
+        # Another hardware type's runs say nothing about this one.
+        step_runs.record(session.connection(), "redfish", "management", "reset_bios", 400.0)
+    _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=5.0)
+    body = _progress(sqlite_stack, node["uuid"])
+    assert body["flow"] == "clean"
+    assert (body["step_index"], body["step_count"]) == (1, 3)
+    steps = body["steps"]
+    assert isinstance(steps, list)
+    assert [s["status"] for s in steps] == ["done", "running", "pending"]
+    assert steps[1]["estimated_seconds"] == 20.0  # the median of 10, 30 and 20
+    assert steps[1]["samples"] == 3
+    assert steps[2]["estimated_seconds"] == 4.0
+    current = body["current_step"]
+    assert isinstance(current, dict)
+    assert current["step"] == "erase_devices"
+    assert current["elapsed_seconds"] >= 5.0
+    left = body["estimated_seconds_left"]
+    assert isinstance(left, float)
+    # 20 s estimated, at least 5 gone, plus the 4 s step to come.
+    assert 4.0 <= left <= 19.0
+    assert body["estimated_finish_at"] is not None
+
+
+def test_no_estimate_while_a_step_to_come_never_ran_here(sqlite_stack: Stack) -> None:
+    node = create_node(sqlite_stack.client)
+    with sqlite_stack.db.write() as session:
+        step_runs.record(session.connection(), "fake-hardware", "deploy", "erase_devices", 10.0)
+    _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=1.0)
+    body = _progress(sqlite_stack, node["uuid"])
+    assert body["estimated_seconds_left"] is None  # reset_bios has no recorded run
+    steps = body["steps"]
+    assert isinstance(steps, list)
+    assert steps[2]["estimated_seconds"] is None
+    assert steps[2]["samples"] == 0
+
+
+def test_finished_steps_are_recorded_and_only_the_newest_kept(sqlite_stack: Stack) -> None:
+    make_available(sqlite_stack.client)  # automated cleaning ran both fake erase steps
+    with sqlite_stack.db.snapshot() as connection:
+        found = step_runs.estimates(
+            connection, "fake-hardware", [("deploy", "erase_devices"), ("deploy", "nothing")]
+        )
+    assert set(found) == {("deploy", "erase_devices")}
+    assert found[("deploy", "erase_devices")].samples == 1
+    with sqlite_stack.db.write() as session:
+        for seconds in range(step_runs.KEPT + 5):
+            step_runs.record(
+                session.connection(), "fake-hardware", "deploy", "erase_devices", seconds
+            )
+    with sqlite_stack.db.snapshot() as connection:
+        kept = step_runs.estimates(connection, "fake-hardware", [("deploy", "erase_devices")])
+    estimate = kept[("deploy", "erase_devices")]
+    assert estimate.samples == step_runs.KEPT
+    assert estimate.seconds == pytest.approx(14.5)  # the median of 5..24
+
+
+def test_unknown_node_is_404(sqlite_stack: Stack) -> None:
+    response = sqlite_stack.client.get("/v1/nodes/none-such/progress", headers=LATEST)
+    assert response.status_code == 404
