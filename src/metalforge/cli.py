@@ -24,6 +24,7 @@ import uvicorn
 from metalforge.api.app import create_app
 from metalforge.api.auth.policy import Policy
 from metalforge.api.inspector.app import InspectorSocketDispatcher, create_inspector_app
+from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
@@ -200,7 +201,21 @@ def _serve(settings: Settings, app: Any) -> None:
         signal.signal(signal.SIGTERM, _exit_quietly)
     server = uvicorn.Server(config)
     end_streams_when_stopping(app, server)
-    server.run(sockets=listening_sockets(settings))
+    metrics_port = open_metrics_port(settings, app)
+    try:
+        server.run(sockets=listening_sockets(settings))
+    finally:
+        if metrics_port is not None:
+            metrics_port.stop()
+
+
+def open_metrics_port(settings: Settings, app: Any) -> MetricsPort | None:
+    """The unauthenticated ``/metrics`` port, started, if ``api.metrics_port`` asks for one."""
+    if settings.api.metrics_port is None:
+        return None
+    port = MetricsPort(app.state.services, settings.api.metrics_host, settings.api.metrics_port)
+    port.start()
+    return port
 
 
 def end_streams_when_stopping(app: Any, server: uvicorn.Server) -> None:
@@ -303,7 +318,10 @@ def cmd_api(settings: Settings) -> None:
     # Conductors live in other processes: on PostgreSQL, NOTIFY wakes them at once.
     notify = None if db.is_sqlite else Notifier(db)
     _banner(settings)
-    _serve(settings, build_api(settings, db, registry, notify=notify))
+    try:
+        _serve(settings, build_api(settings, db, registry, notify=notify))
+    finally:
+        db.dispose()  # this process's last counts go to the totals
 
 
 def cmd_conductor(settings: Settings) -> None:

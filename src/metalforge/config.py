@@ -102,6 +102,11 @@ class ApiSettings(BaseModel):
     max_inspection_report_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
     """Largest inspection report accepted from a ramdisk, in bytes (413 beyond): an
     inventory is a few kilobytes, the logs it carries (compressed) up to a few MiB."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the unauthenticated metrics port, when ``metrics_port`` is set."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve ``/metrics`` without credentials on this port too (for a Prometheus that
+    cannot log in, e.g. under Keystone). Off by default; bind a management address."""
     event_retention: float = Field(default=3600.0, ge=60.0)
     """Seconds node events are kept for clients of ``GET /v1/events`` that reconnect
     with ``Last-Event-ID``; a client gone longer is told to re-read everything."""

@@ -10,14 +10,18 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from sqlalchemy import update
 
+from metalforge.db.models import Node
 from metalforge.db.models import NodeEvent as NodeEventRow
 from tests.support.api import LATEST, create_node, provision, wait_for_state
-from tests.support.stack import LiveServer
+from tests.support.auth import ADMIN, LESSEE_MEMBER, NO_ROLE, OWNER_READER, basic_auth_settings
+from tests.support.stack import LiveServer, start_stack
 
 
 @dataclass
@@ -197,3 +201,79 @@ def test_a_bad_last_event_id_is_400(live_server: LiveServer, bad: str) -> None:
 def test_an_unknown_node_filter_is_404(live_server: LiveServer) -> None:
     response = live_server.stack.client.get("/v1/events?node=none-such", headers=LATEST)
     assert response.status_code == 404
+
+
+@pytest.fixture
+def scoped_server(tmp_path: Path) -> Iterator[LiveServer]:
+    stack = start_stack(basic_auth_settings(f"sqlite:///{tmp_path}/mf.sqlite", tmp_path))
+    server = LiveServer(stack)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        stack.stop()
+
+
+def test_a_project_sees_only_its_nodes_and_only_the_fields_its_rules_show(
+    scoped_server: LiveServer, streams: list[Stream]
+) -> None:
+    client = scoped_server.stack.client
+    owner = _open(scoped_server, streams, **OWNER_READER.headers)
+    lessee = _open(scoped_server, streams, **LESSEE_MEMBER.headers)
+    admin = _open(scoped_server, streams, **ADMIN.headers)
+    for name, fields in (
+        ("leased", {"owner": "p-owner", "lessee": "p-lessee"}),
+        ("foreign", {"owner": "p-other"}),
+    ):
+        response = client.post(
+            "/v1/nodes",
+            json={"driver": "fake-hardware", "name": name, **fields},
+            headers=ADMIN.headers,
+        )
+        assert response.status_code == 201, response.text
+    with scoped_server.stack.db.write() as session:
+        session.execute(update(Node).where(Node.name == "leased").values(last_error="BMC said no"))
+        session.execute(update(Node).where(Node.name == "foreign").values(last_error="x"))
+    admin.wait_for(
+        "foreign's error", lambda e: e.data.get("name") == "foreign" and e.data["last_error"]
+    )
+    seen_by_owner = owner.wait_for(
+        "leased's error", lambda e: e.data.get("name") == "leased" and e.data["last_error"]
+    )
+    assert seen_by_owner.data["last_error"] == "BMC said no"
+    seen_by_lessee = lessee.wait_for(
+        "leased's error", lambda e: e.data.get("name") == "leased" and e.data["last_error"]
+    )
+    assert "Redacted" in seen_by_lessee.data["last_error"]
+    # The foreign node's events went to the administrator only: up to a later change
+    # of their own node, the project clients get nothing of it.
+    response = client.put(
+        "/v1/nodes/leased/maintenance", json={"reason": "r"}, headers=ADMIN.headers
+    )
+    assert response.status_code == 202
+    for stream in (owner, lessee):
+        names: list[str] = []
+
+        def in_maintenance(event: Event, names: list[str] = names) -> bool:
+            names.append(event.data.get("name", ""))
+            return event.data.get("maintenance") is True
+
+        stream.wait_for("leased in maintenance", in_maintenance)
+        assert set(names) == {"leased"}, names
+
+
+def test_a_node_another_project_owns_cannot_be_streamed(
+    scoped_server: LiveServer,
+) -> None:
+    client = scoped_server.stack.client
+    response = client.post(
+        "/v1/nodes",
+        json={"driver": "fake-hardware", "name": "theirs", "owner": "p-other"},
+        headers=ADMIN.headers,
+    )
+    assert response.status_code == 201
+    refused = client.get("/v1/events?node=theirs", headers=OWNER_READER.headers)
+    assert refused.status_code == 404
+    assert client.get("/v1/events", headers=NO_ROLE.headers).status_code == 403
+    assert client.get("/v1/events").status_code == 401

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from metalforge.api.metrics_port import MetricsPort
 from metalforge.db.models import PxeFilterHost, WorkItem, utcnow
 from tests.support.api import (
     LATEST,
@@ -15,7 +18,8 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
-from tests.support.stack import Stack
+from tests.support.auth import basic_auth_settings
+from tests.support.stack import Stack, start_stack
 
 
 def _scrape(stack: Stack) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -157,3 +161,21 @@ def test_a_flow_that_fails_is_counted_as_failed(sqlite_stack: Stack) -> None:
     assert (
         _series(figures, "metalforge_flows_finished_total", flow="clean", result="succeeded") == 0
     )
+
+
+def test_the_metrics_port_serves_the_same_figures_without_credentials(tmp_path: Path) -> None:
+    stack = start_stack(basic_auth_settings(f"sqlite:///{tmp_path}/mf.sqlite", tmp_path))
+    port = MetricsPort(stack.app.state.services, "127.0.0.1", 0)
+    port.start()
+    try:
+        assert stack.client.get("/metrics").status_code == 401  # the API's own stays guarded
+        base = f"http://127.0.0.1:{port.port}"
+        answer = requests.get(f"{base}/metrics", timeout=10)
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+        names = {f.name for f in text_string_to_metric_families(answer.text)}
+        assert {"metalforge_nodes", "metalforge_flows_started"} <= names
+        assert requests.get(f"{base}/v1/nodes", timeout=10).status_code == 404
+    finally:
+        port.stop()
+        stack.stop()

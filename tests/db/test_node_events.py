@@ -1,0 +1,84 @@
+"""The node event log: written by triggers on both engines, read once each by the cursor."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import delete, insert, update
+
+from metalforge.db import events
+from metalforge.db.engine import Database
+from metalforge.db.models import Node, utcnow
+
+
+def _add_node(db: Database, uuid: str) -> None:
+    with db.write() as session:
+        session.execute(
+            insert(Node).values(
+                uuid=uuid, driver="fake-hardware", provision_state="enroll", created_at=utcnow()
+            )
+        )
+
+
+def test_watched_changes_add_events_and_others_do_not(db: Database) -> None:
+    cursor = events.EventCursor(db, 0)
+    _add_node(db, "11111111-1111-1111-1111-111111111111")
+    uuid = "11111111-1111-1111-1111-111111111111"
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == uuid).values(reservation="c1", epoch=5))
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == uuid).values(provision_state="verifying"))
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == uuid).values(maintenance=True))
+    with db.write() as session:
+        session.execute(delete(Node).where(Node.uuid == uuid))
+    rows = cursor.read()
+    # Created, moved, put in maintenance, deleted: the reservation is not an event.
+    assert [(r.node_uuid, r.deleted) for r in rows] == [(uuid, False)] * 3 + [(uuid, True)]
+    assert cursor.read() == []
+
+
+def test_a_rolled_back_change_leaves_no_event(db: Database) -> None:
+    _add_node(db, "22222222-2222-2222-2222-222222222222")
+    cursor = events.EventCursor(db, 0)
+    cursor.read()
+    try:
+        with db.write() as session:
+            session.execute(update(Node).values(provision_state="verifying"))
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+    assert cursor.read() == []
+
+
+def test_an_event_committed_after_a_later_one_is_still_read(db: Database) -> None:
+    """PostgreSQL hands out ids before commit: id n may become visible after n + 1."""
+    uuid_a, uuid_b = "33333333-3333-3333-3333-333333333333", "44444444-4444-4444-4444-444444444444"
+    _add_node(db, uuid_a)
+    _add_node(db, uuid_b)
+    cursor = events.EventCursor(db, 0)
+    cursor.read()
+    if db.is_sqlite:
+        return  # one writer at a time: ids commit in order
+    slow_took_id = threading.Event()
+    finish_slow = threading.Event()
+
+    def slow_writer() -> None:
+        with db.write() as session:
+            session.execute(update(Node).where(Node.uuid == uuid_a).values(maintenance=True))
+            slow_took_id.set()
+            finish_slow.wait(10)
+
+    thread = threading.Thread(target=slow_writer)
+    thread.start()
+    assert slow_took_id.wait(10)
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == uuid_b).values(maintenance=True))
+    first = cursor.read()
+    assert [r.node_uuid for r in first] == [uuid_b]
+    finish_slow.set()
+    thread.join(10)
+    late = cursor.read()
+    assert [r.node_uuid for r in late] == [uuid_a]
+    assert late[0].id < first[0].id
+    assert cursor.read() == []
