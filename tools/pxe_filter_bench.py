@@ -32,6 +32,9 @@ from metalforge.pxe_filter.desired import FilterState
 from metalforge.pxe_filter.dnsmasq import DnsmasqHostsdir
 from metalforge.pxe_filter.nftables import NftablesFilter
 
+VALID_FOR = 10.0
+"""How long the leader's entries may stand unrenewed (the service passes its lease)."""
+
 
 def mac(index: int) -> str:
     return "02:00:" + ":".join(f"{(index >> shift) & 0xFF:02x}" for shift in (24, 16, 8, 0))
@@ -53,9 +56,9 @@ def driver_sync(workdir: Path, macs: int) -> dict[str, str]:
     hostsdir.mkdir()
     dnsmasq = DnsmasqHostsdir(hostsdir)
     dnsmasq.start()
-    first = _timed(lambda: dnsmasq.apply(full, repair=True))
-    again = _timed(lambda: dnsmasq.apply(full, repair=True))
-    change = _timed(lambda: dnsmasq.apply(changed, repair=False))
+    first = _timed(lambda: dnsmasq.apply(full, repair=True, valid_for=VALID_FOR))
+    again = _timed(lambda: dnsmasq.apply(full, repair=True, valid_for=VALID_FOR))
+    change = _timed(lambda: dnsmasq.apply(changed, repair=False, valid_for=VALID_FOR))
     results["dnsmasq"] = (
         f"first sync {first * 1000:.0f} ms, resync with nothing to change {again * 1000:.0f} ms, "
         f"one node in and one out {change * 1000:.1f} ms"
@@ -68,9 +71,9 @@ def driver_sync(workdir: Path, macs: int) -> dict[str, str]:
     try:
         nft = NftablesFilter(["ip", "netns", "exec", namespace, "nft"], "eth0")
         nft.start()
-        first = _timed(lambda: nft.apply(full, repair=True))
-        change = _timed(lambda: nft.apply(changed, repair=False))
-        refresh = _timed(lambda: nft.apply(changed, repair=False))
+        first = _timed(lambda: nft.apply(full, repair=True, valid_for=VALID_FOR))
+        change = _timed(lambda: nft.apply(changed, repair=False, valid_for=VALID_FOR))
+        refresh = _timed(lambda: nft.apply(changed, repair=False, valid_for=VALID_FOR))
         results["nftables"] = (
             f"full sync {first * 1000:.0f} ms, one node in and one out {change * 1000:.0f} ms, "
             f"leader's refresh {refresh * 1000:.0f} ms"

@@ -107,9 +107,6 @@ class ApiSettings(BaseModel):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     """Serve ``/metrics`` without credentials on this port too (for a Prometheus that
     cannot log in, e.g. under Keystone). Off by default; bind a management address."""
-    event_retention: float = Field(default=3600.0, ge=60.0)
-    """Seconds node events are kept for clients of ``GET /v1/events`` that reconnect
-    with ``Last-Event-ID``; a client gone longer is told to re-read everything."""
     max_event_streams: int = Field(default=200, ge=1)
     """Event streams one API process serves at once (503 beyond: each is a connection)."""
     agent_host: str | None = None
@@ -284,6 +281,10 @@ class ConductorSettings(BaseModel):
     """Seconds between conductor heartbeats in the conductors table."""
     heartbeat_timeout: float = 30.0
     """Seconds without a heartbeat after which a conductor is considered dead."""
+    event_retention: float = Field(default=3600.0, ge=60.0)
+    """Seconds node events are kept for clients of ``GET /v1/events`` that reconnect
+    with ``Last-Event-ID`` (a client gone longer is told to re-read everything); one
+    conductor prunes older ones every minute."""
     shutdown_timeout: float = Field(default=30.0, gt=0)
     """Seconds a stopping conductor (SIGTERM) gives its running items to reach a safe
     point before it goes offline anyway; what is left is taken over by the others."""

@@ -82,3 +82,13 @@ def test_an_event_committed_after_a_later_one_is_still_read(db: Database) -> Non
     assert [r.node_uuid for r in late] == [uuid_a]
     assert late[0].id < first[0].id
     assert cursor.read() == []
+
+
+def test_old_events_are_pruned(db: Database) -> None:
+    _add_node(db, "55555555-5555-5555-5555-555555555555")
+    now = db.now().timestamp()
+    with db.write() as session:
+        assert events.prune(session.connection(), now - 3600) == 0
+        assert events.prune(session.connection(), now + 1) == 1
+    with db.snapshot() as connection:
+        assert events.first_id(connection) is None

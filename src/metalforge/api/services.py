@@ -29,7 +29,7 @@ class ApiServices(Services):
     """This process's reader of the node event log, for ``GET /v1/events``."""
 
     def __post_init__(self) -> None:
-        self.events = EventHub(self.db, self.settings.api.event_retention)
+        self.events = EventHub(self.db)
 
 
 def services(request: Request) -> ApiServices:

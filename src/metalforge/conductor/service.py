@@ -24,7 +24,7 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import history, inspection_sweeps, power_sync
+from metalforge.conductor import history, housekeeping, inspection_sweeps, power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine, inspection
 from metalforge.conductor.flows.spec import DetachedFlow
@@ -111,7 +111,7 @@ class ConductorService:
         self.leadership = Leadership(
             ctx,
             build_elector(ctx, ctx.settings.coordination),
-            inspection_sweeps.TASKS,
+            (*inspection_sweeps.TASKS, *housekeeping.TASKS),
             ctx.settings.coordination,
             on_fatal=self._lost_coordination,
         )

@@ -7,8 +7,8 @@ PostgreSQL notification, this process's own SQLite commit, or a poll every
 and progress in one pass, and hands each client the events it may see. A
 client that falls ``QUEUE_LIMIT`` events behind is told to ``resync``
 (re-read what it shows) instead of holding memory for it. The thread runs
-only while someone listens; each reader also prunes events older than the
-retention.
+only while someone listens; a conductor prunes old events
+(``conductor.housekeeping``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ LOG = logging.getLogger(__name__)
 POLL = 1.0
 """Seconds between reads when no wake-up came (other processes' SQLite writes)."""
 QUEUE_LIMIT = 1000
-PRUNE_EVERY = 60.0
 
 SNAPSHOT_FIELDS = (
     "uuid",
@@ -102,15 +101,13 @@ class Subscription:
 class EventHub:
     """This process's reader of the node event log and its subscribers."""
 
-    def __init__(self, db: Database, retention: float) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
-        self._retention = retention
         self._subscribers: set[Subscription] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._wakeups = event_log.Wakeups(db, self._wake.set)
         self._thread: threading.Thread | None = None
-        self._pruned_at = 0.0
 
     @property
     def subscribers(self) -> int:
@@ -166,22 +163,12 @@ class EventHub:
                     for subscription in subscribers:
                         for event in events:
                             subscription.offer(event)
-                self._prune()
             except Exception:  # the database may be down; the clients wait, then resume
                 LOG.warning("could not read the node event log; retrying", exc_info=True)
                 time.sleep(POLL)
             if not rows:
                 self._wake.wait(POLL)
                 self._wake.clear()
-
-    def _prune(self) -> None:
-        now = time.monotonic()
-        if now - self._pruned_at < PRUNE_EVERY:
-            return
-        self._pruned_at = now
-        before = self._db.now().timestamp() - self._retention
-        with self._db.write() as session:
-            event_log.prune(session.connection(), before)
 
     def _events(self, rows: Iterable[event_log.EventRow]) -> list[NodeEvent]:
         """One event per node changed (its latest state), in the order of their last change."""

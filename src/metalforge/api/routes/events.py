@@ -6,7 +6,7 @@ the estimate of time left) as they are after the change; ``node_deleted``
 names a node that is gone; ``resync`` tells the client it missed events and
 should re-read what it shows. ``?node=`` limits the stream to one node.
 Event ids let a client that reconnects (``Last-Event-ID``) get what it
-missed, within ``api.event_retention``.
+missed, within ``conductor.event_retention``.
 
 A caller sees the events of the nodes it may read (``baremetal:node:get``
 for each node), with ``last_error`` hidden where its rules hide it, exactly

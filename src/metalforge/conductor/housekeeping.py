@@ -1,0 +1,33 @@
+"""Singleton upkeep of the tables that only grow: run by one conductor at a time.
+
+The node event log gets a row for every watched change of every node; the
+event stream needs only the last ``conductor.event_retention`` seconds of it
+(what a client that reconnects may have missed), so older rows are dropped
+every minute whether or not anyone is listening.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.leadership import SingletonTask
+from metalforge.db import events
+
+LOG = logging.getLogger(__name__)
+
+PRUNE_PERIOD = 60.0
+
+
+def prune_node_events(ctx: ConductorContext) -> int:
+    """Drop node events older than the retention; how many."""
+    before = ctx.db.now().timestamp() - ctx.settings.event_retention
+    with ctx.db.write() as session:
+        pruned = events.prune(session.connection(), before)
+    if pruned:
+        LOG.debug("node events pruned: %d", pruned)
+    return pruned
+
+
+TASKS = (SingletonTask("event-log-prune", lambda _ctx: PRUNE_PERIOD, prune_node_events),)
+"""The upkeep tasks, beside the inspection service's."""
