@@ -277,3 +277,12 @@ def test_a_node_another_project_owns_cannot_be_streamed(
     assert refused.status_code == 404
     assert client.get("/v1/events", headers=NO_ROLE.headers).status_code == 403
     assert client.get("/v1/events").status_code == 401
+
+
+def test_streams_end_when_the_server_stops(live_server: LiveServer, streams: list[Stream]) -> None:
+    stream = _open(live_server, streams)
+    assert stream.status == 200
+    live_server.stop()
+    assert not live_server.thread.is_alive(), "an open stream held the server's shutdown"
+    with pytest.raises(AssertionError, match="stream failed"):
+        stream.wait_for("the end of the stream", lambda e: False, timeout=10)

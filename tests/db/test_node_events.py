@@ -6,9 +6,11 @@ import threading
 
 from sqlalchemy import delete, insert, update
 
+from metalforge.conductor import housekeeping
 from metalforge.db import events
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
+from tests.support.stack import Stack
 
 
 def _add_node(db: Database, uuid: str) -> None:
@@ -91,4 +93,14 @@ def test_old_events_are_pruned(db: Database) -> None:
         assert events.prune(session.connection(), now - 3600) == 0
         assert events.prune(session.connection(), now + 1) == 1
     with db.snapshot() as connection:
+        assert events.first_id(connection) is None
+
+
+def test_a_conductor_prunes_by_its_retention(sqlite_stack: Stack) -> None:
+    ctx = sqlite_stack.conductor.ctx
+    _add_node(sqlite_stack.db, "66666666-6666-6666-6666-666666666666")
+    assert housekeeping.prune_node_events(ctx) == 0  # younger than the retention
+    ctx.settings = ctx.settings.model_copy(update={"event_retention": -1.0})
+    assert housekeeping.prune_node_events(ctx) >= 1
+    with sqlite_stack.db.snapshot() as connection:
         assert events.first_id(connection) is None
