@@ -13,7 +13,7 @@ IPA_STAMP := $(IPA_VENV)/.installed-stamp
 KEYSTONE_VENV  ?= .keystone-venv
 KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed-stamp
 
-.PHONY: run test lint unit bench clean system-packages
+.PHONY: run test lint unit bench screenshots clean system-packages
 
 $(STAMP): pyproject.toml
 	tools/ensure-system-packages.sh base
@@ -61,6 +61,10 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(BENCH_ARGS)
+
+# The dashboard's pictures in docs/images/, taken by headless Chromium from a throwaway stack.
+screenshots: $(STAMP) system-packages
+	$(BIN)/python tools/screenshots.py $(SCREENSHOTS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(IPA_VENV) $(KEYSTONE_VENV) var .pytest_cache .mypy_cache .ruff_cache

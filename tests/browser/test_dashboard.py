@@ -1,0 +1,237 @@
+"""The operator dashboard in headless Chromium, signed in as the test personas.
+
+The page reads everything from ``/v1`` with the credentials typed into it,
+so these tests check what an operator sees: the fleet as a reader, a node
+moving through ``provide`` on the live stream without a page load, an
+action confirmed in the page's dialog as an admin, the API's refusal of the
+same action shown to a reader, a refused password, and the API's strings
+shown as text even when they hold markup. Every wait is for a condition in
+the page, never for a time.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+
+from tests.browser import (
+    CREDENTIALS_KEY,
+    Api,
+    click,
+    open_view,
+    sign_in,
+    sign_out_everywhere,
+    signed_in,
+    text_of,
+    visible,
+    wait,
+)
+from tests.support.auth import ADMIN, READER
+from tests.support.stack import LiveServer
+
+pytestmark = pytest.mark.slow
+
+HOSTILE = '<img src=x onerror="window.__xss=1"><b>bold</b>'
+"""Markup the API stores as plain text (a description, a reason): the page must show it as such."""
+
+
+def row(uuid: str) -> str:
+    return f'#fleet-rows tr[data-node-uuid="{uuid}"]'
+
+
+def row_in_state(uuid: str, state: str) -> str:
+    return f'{row(uuid)}[data-provision-state="{state}"]'
+
+
+def stored_credentials(driver: webdriver.Chrome) -> object:
+    return driver.execute_script("return sessionStorage.getItem(arguments[0]);", CREDENTIALS_KEY)
+
+
+def node_page(driver: webdriver.Chrome, uuid: str) -> None:
+    """Open a node's page and wait until it has read the node."""
+    open_view(driver, f"#/nodes/{uuid}")
+    visible(driver, f'#node-title[data-node-uuid="{uuid}"]')
+    visible(driver, '#view[data-loaded="true"]')
+
+
+def confirm(driver: webdriver.Chrome, button: str, reason: str | None = None) -> None:
+    """Click an action, check the dialog asks first, and confirm it."""
+    click(driver, button)
+    visible(driver, "#confirm-dialog[open]")
+    if reason is not None:
+        field = visible(driver, "#confirm-reason")
+        field.send_keys(reason)
+    driver.find_element(By.ID, "confirm-ok").click()
+    wait(driver).until(
+        ec.invisibility_of_element_located((By.CSS_SELECTOR, "#confirm-dialog[open]"))
+    )
+
+
+def test_reader_sees_the_fleet(page: webdriver.Chrome, server: LiveServer, admin_api: Api) -> None:
+    first = admin_api.create_node(name="fleet-enrolled", resource_class="baremetal")
+    second = admin_api.manageable(name="fleet-managed", conductor_group="rack-1")
+
+    signed_in(page, server.url, READER)
+
+    assert "bob" in text_of(page, "#whoami")
+    visible(page, row_in_state(first["uuid"], "enroll"))
+    visible(page, row_in_state(second["uuid"], "manageable"))
+    assert text_of(page, f"{row(first['uuid'])} td.name a") == "fleet-enrolled"
+    assert "baremetal" in text_of(page, row(first["uuid"]))
+    assert "rack-1" in text_of(page, row(second["uuid"]))
+    visible(page, f'{row(second["uuid"])} td.provision-state .state[data-state="manageable"]')
+    # The credentials live in this tab's sessionStorage only, never in localStorage or the URL.
+    assert stored_credentials(page) is not None
+    assert page.execute_script("return localStorage.length;") == 0
+    assert READER.password not in page.current_url
+
+    # The filter box hides the rows that do not match.
+    visible(page, "#fleet-filter").send_keys("fleet-managed")
+    wait(page).until(ec.invisibility_of_element_located((By.CSS_SELECTOR, row(first["uuid"]))))
+    assert visible(page, row(second["uuid"]))
+
+    # The row links to the node's page.
+    click(page, f"{row(second['uuid'])} td.name a")
+    visible(page, f'#node-title[data-node-uuid="{second["uuid"]}"]')
+
+    # Logging out forgets the credentials.
+    visible(page, "#logout").click()
+    visible(page, "#login-form")
+    assert stored_credentials(page) is None
+
+
+def test_fleet_row_follows_provide_without_reload(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    node = admin_api.manageable(name="live-provide")
+    uuid = node["uuid"]
+    signed_in(page, server.url, READER)
+    visible(page, row_in_state(uuid, "manageable"))
+    visible(page, '#live-status[data-live="live"]')
+    assert "live" in page.find_element(By.ID, "live-status").text
+    page.execute_script("window.__marker = 1;")
+
+    admin_api.provision(uuid, "provide")
+
+    visible(page, row_in_state(uuid, "available"))
+    assert page.execute_script("return window.__marker;") == 1, "the page was reloaded"
+    assert admin_api.node(uuid)["provision_state"] == "available"
+
+
+def test_admin_confirms_actions_on_the_node_page(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    node = admin_api.create_node(name="admin-actions")
+    uuid = node["uuid"]
+    signed_in(page, server.url, ADMIN)
+    node_page(page, uuid)
+
+    # Cancel changes nothing.
+    click(page, "#action-maintenance-on")
+    visible(page, "#confirm-dialog[open]")
+    page.find_element(By.ID, "confirm-cancel").click()
+    wait(page).until(ec.invisibility_of_element_located((By.CSS_SELECTOR, "#confirm-dialog[open]")))
+    assert admin_api.node(uuid)["maintenance"] is False
+
+    confirm(page, "#action-maintenance-on", reason="replacing a fan")
+    visible(page, '#node-state[data-maintenance="true"]')
+    reason = text_of(page, '#node-fields dd[data-field="maintenance_reason"]')
+    assert reason == "replacing a fan"
+    assert admin_api.node(uuid)["maintenance_reason"] == "replacing a fan"
+
+    confirm(page, "#action-maintenance-off")
+    visible(page, '#node-state[data-maintenance="false"]')
+
+    # enroll offers "manage"; the node verifies and rests in manageable.
+    confirm(page, "#action-manage")
+    visible(page, '#node-state[data-provision-state="manageable"]')
+    assert admin_api.node(uuid)["provision_state"] == "manageable"
+    visible(page, "#action-provide")
+    assert page.find_element(By.ID, "error-banner").is_displayed() is False
+    # The history is re-read after each event: wait for the move to reach it.
+    wait(page).until(
+        ec.text_to_be_present_in_element((By.ID, "node-history"), "verifying -> manageable")
+    )
+    assert "by alice" in page.find_element(By.ID, "node-history").text
+
+
+def test_reader_is_refused_and_sees_why(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    node = admin_api.manageable(name="reader-refused")
+    uuid = node["uuid"]
+    signed_in(page, server.url, READER)
+    node_page(page, uuid)
+
+    confirm(page, "#action-maintenance-on", reason="not mine to set")
+    banner = text_of(page, "#error-banner")
+    assert "403" in banner
+    assert "Access was denied" in banner
+    assert "baremetal:node:set_maintenance" in banner
+
+    click(page, "#error-dismiss")
+    confirm(page, "#action-provide")
+    assert "baremetal:node:set_provision_state" in text_of(page, "#error-banner")
+
+    unchanged = admin_api.node(uuid)
+    assert unchanged["maintenance"] is False
+    assert unchanged["provision_state"] == "manageable"
+    assert page.find_element(By.ID, "node-state").get_attribute("data-maintenance") == "false"
+
+
+def test_wrong_password_shows_the_login_error(page: webdriver.Chrome, server: LiveServer) -> None:
+    sign_in(page, server.url, ADMIN, password="not-the-password")
+
+    assert "Incorrect username or password" in text_of(page, "#login-error")
+    assert page.find_element(By.ID, "view").is_displayed() is False
+    assert stored_credentials(page) is None
+
+    # Credentials that stop working (a changed password) lead back to the form.
+    page.execute_script(
+        "sessionStorage.setItem(arguments[0], JSON.stringify("
+        "{kind: 'basic', user: 'alice', header: 'Basic ' + btoa('alice:changed')}));",
+        CREDENTIALS_KEY,
+    )
+    page.refresh()
+    assert "Incorrect username or password" in text_of(page, "#login-error")
+    assert stored_credentials(page) is None
+
+
+def test_markup_from_the_api_is_shown_as_text(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    # Node names must be logical names (the API refuses markup there), so the
+    # markup goes where the API takes free text.
+    node = admin_api.create_node(
+        name="hostile-strings", resource_class=HOSTILE, description=HOSTILE
+    )
+    uuid = node["uuid"]
+    admin_api.call("PUT", f"/v1/nodes/{uuid}/maintenance", {"reason": HOSTILE}, expect=202)
+    signed_in(page, server.url, READER)
+
+    assert HOSTILE in text_of(page, row(uuid))
+    assert not page.find_elements(By.CSS_SELECTOR, "#view img, #view b")
+
+    node_page(page, uuid)
+    for field in ("description", "maintenance_reason", "resource_class"):
+        assert text_of(page, f'#node-fields dd[data-field="{field}"]') == HOSTILE
+    assert not page.find_elements(By.CSS_SELECTOR, "#view img, #view b")
+    assert page.execute_script("return window.__xss;") is None
+
+
+def test_no_authentication_on_a_noauth_service(
+    page: webdriver.Chrome, live_server: LiveServer
+) -> None:
+    """A loopback ``noauth`` service: the page signs in without credentials."""
+    with closing(Api(live_server.url, ADMIN)) as api:
+        node = api.create_node(name="noauth-node")
+    sign_out_everywhere(page, live_server.url)
+    page.find_element(By.ID, "auth-none").click()
+    page.find_element(By.ID, "login-submit").click()
+
+    visible(page, row_in_state(node["uuid"], "enroll"))
+    assert visible(page, "#whoami").get_attribute("data-user") == "no authentication"
