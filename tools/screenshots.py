@@ -32,12 +32,12 @@ from tests.browser import (  # noqa: E402
     dashboard_settings,
     missing_browser,
     open_view,
-    serving,
     signed_in,
     visible,
 )
 from tests.support.api import wait_until  # noqa: E402
 from tests.support.auth import ADMIN, READER  # noqa: E402
+from tests.support.stack import serving  # noqa: E402
 
 SHORT_STEP = 2.0
 """Seconds each fake asynchronous step takes while the fleet is prepared."""

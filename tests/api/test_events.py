@@ -21,7 +21,7 @@ from metalforge.db.models import Node
 from metalforge.db.models import NodeEvent as NodeEventRow
 from tests.support.api import LATEST, create_node, provision, wait_for_state
 from tests.support.auth import ADMIN, LESSEE_MEMBER, NO_ROLE, OWNER_READER, basic_auth_settings
-from tests.support.stack import LiveServer, start_stack
+from tests.support.stack import LiveServer, serving
 
 
 @dataclass
@@ -205,14 +205,8 @@ def test_an_unknown_node_filter_is_404(live_server: LiveServer) -> None:
 
 @pytest.fixture
 def scoped_server(tmp_path: Path) -> Iterator[LiveServer]:
-    stack = start_stack(basic_auth_settings(f"sqlite:///{tmp_path}/mf.sqlite", tmp_path))
-    server = LiveServer(stack)
-    server.start()
-    try:
+    with serving(basic_auth_settings(f"sqlite:///{tmp_path}/mf.sqlite", tmp_path)) as server:
         yield server
-    finally:
-        server.stop()
-        stack.stop()
 
 
 def test_a_project_sees_only_its_nodes_and_only_the_fields_its_rules_show(

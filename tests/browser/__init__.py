@@ -30,7 +30,6 @@ from metalforge.config import Settings
 from tests.support.api import wait_until
 from tests.support.auth import ADMIN, Persona, basic_auth_settings
 from tests.support.postgres import free_port
-from tests.support.stack import LiveServer, start_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -80,21 +79,6 @@ def dashboard_settings(db_url: str, state_dir: Path) -> Settings:
     return settings.model_copy(
         update={"inspector": settings.inspector.model_copy(update={"port": free_port()})}
     )
-
-
-@contextmanager
-def serving(settings: Settings) -> Iterator[LiveServer]:
-    """API and conductor for ``settings`` on a real port."""
-    stack = start_stack(settings)
-    try:
-        server = LiveServer(stack)
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
-    finally:
-        stack.stop()
 
 
 @contextmanager

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from selenium import webdriver
 
-from tests.browser import Api, browser, dashboard_settings, missing_browser, serving
+from tests.browser import Api, browser, dashboard_settings, missing_browser
 from tests.conftest import IN_CI
 from tests.support.auth import ADMIN
-from tests.support.stack import LiveServer
+from tests.support.stack import LiveServer, serving
 
 CONSOLE_FAILURES = ("Content Security Policy", "Uncaught", "TypeError", "ReferenceError")
 """Console messages that mean the page itself broke (refused requests are expected)."""

@@ -29,11 +29,10 @@ import requests
 from openstack import exceptions
 from openstack.connection import Connection
 
-from metalforge.config import Settings
 from tests.clients.conftest import BAREMETAL, BaremetalCli, CliResult
 from tests.conftest import IN_CI
 from tests.support.auth import ADMIN, OWNER_MEMBER, READER, Persona, basic_auth_settings
-from tests.support.stack import LiveServer, start_stack
+from tests.support.stack import LiveServer, serving
 from tests.support.tls import write_server_certificate
 
 pytestmark = [
@@ -85,21 +84,6 @@ def basic_cli(
             *extra,
         ),
     )  # fmt: skip
-
-
-@contextmanager
-def serving(settings: Settings) -> Iterator[LiveServer]:
-    """A stack (API and conductor) for ``settings`` on a real port."""
-    stack = start_stack(settings)
-    try:
-        server = LiveServer(stack)
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
-    finally:
-        stack.stop()
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,3 +156,18 @@ class LiveServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[LiveServer]:
+    """A stack (API and conductor) for ``settings`` on a real port, stopped afterwards."""
+    stack = start_stack(settings)
+    try:
+        server = LiveServer(stack)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        stack.stop()
