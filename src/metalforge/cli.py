@@ -35,6 +35,7 @@ from metalforge.db import queue
 from metalforge.db.engine import Database
 from metalforge.db.models import PxeFilterHost
 from metalforge.db.notify import Listener, Notifier
+from metalforge.drivers import failures
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.pxe_filter.service import STATUS_EVERY, host_statuses
@@ -106,6 +107,8 @@ def build_api(
     )
     if notify is not None:
         services.notify = notify
+    # An API process calls BMCs too (the boot device): its failures count with the rest.
+    db.also_flush(failures.FAILURES)
     try:
         return create_app(services)
     except ValueError as exc:

@@ -76,12 +76,12 @@ ALLOCATION_DURATION = Metric(
 BMC_ERRORS = Metric(
     "metalforge_bmc_errors",
     "Failed calls to BMCs, by protocol (redfish, ipmi) and kind (timeout, connection, "
-    "auth, protocol).",
+    "auth, refused, protocol).",
     ("protocol", "kind"),
 )
 AGENT_ERRORS = Metric(
     "metalforge_agent_errors",
-    "Failed calls to ramdisk agents, by kind (timeout, connection, refused, protocol).",
+    "Failed calls to ramdisk agents, by kind (unreachable, busy, refused).",
     ("kind",),
 )
 HTTP_DURATION = Metric(
