@@ -251,6 +251,7 @@ def _banner(settings: Settings) -> None:
         f"metalforge is serving {url} ({api.auth_strategy}, database {database})\n"
         f"  baremetal CLI:  {how}; baremetal node list\n"
         f"  openstacksdk:   {sdk}\n"
+        f"  dashboard:      {url}/dashboard/\n"
         + (
             f"  ramdisk agents: {scheme}://{api.agent_host}:{api.agent_port} "
             "(lookup, heartbeat and inspection reports only)\n"

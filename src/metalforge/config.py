@@ -107,6 +107,9 @@ class ApiSettings(BaseModel):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     """Serve ``/metrics`` without credentials on this port too (for a Prometheus that
     cannot log in, e.g. under Keystone). Off by default; bind a management address."""
+    event_stream_lifetime: float = Field(default=900.0, ge=1.0)
+    """Seconds an event stream lasts before the server ends it; the client reconnects
+    (resuming with ``Last-Event-ID``), so a revoked credential stops working soon."""
     max_event_streams: int = Field(default=200, ge=1)
     """Event streams one API process serves at once (503 beyond: each is a connection)."""
     agent_host: str | None = None

@@ -42,7 +42,9 @@ class Stream:
         self.events: queue.Queue[Event | BaseException] = queue.Queue()
         self.status: int | None = None
         self.content_type = ""
+        self.ready_id: int | None = None
         self.opened = threading.Event()
+        """Set once the server said the stream is subscribed (``ready``), or it failed."""
         parts = urlsplit(url)
         self._connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         self._path = f"{parts.path}?{parts.query}" if parts.query else parts.path
@@ -57,7 +59,9 @@ class Stream:
             response = self._connection.getresponse()
             self.status = response.status
             self.content_type = response.getheader("content-type", "")
-            self.opened.set()
+            if self.status != 200:
+                self.opened.set()
+                return
             assert self._connection.sock is not None
             self._connection.sock.settimeout(None)
             fields: dict[str, str] = {}
@@ -67,7 +71,10 @@ class Stream:
                     raise EOFError("the server ended the stream")
                 line = raw.decode().rstrip("\r\n")
                 if line == "":
-                    if "event" in fields:
+                    if fields.get("event") == "ready":
+                        self.ready_id = int(fields["id"])
+                        self.opened.set()  # subscribed: nothing after this is missed
+                    elif "event" in fields:
                         data = json.loads(fields["data"])
                         self.events.put(Event(int(fields["id"]), fields["event"], data))
                     fields = {}
@@ -280,3 +287,51 @@ def test_streams_end_when_the_server_stops(live_server: LiveServer, streams: lis
     assert not live_server.thread.is_alive(), "an open stream held the server's shutdown"
     with pytest.raises(AssertionError, match="stream failed"):
         stream.wait_for("the end of the stream", lambda e: False, timeout=10)
+
+
+def test_a_followed_node_given_to_another_project_is_no_longer_shown(
+    scoped_server: LiveServer, streams: list[Stream]
+) -> None:
+    client = scoped_server.stack.client
+    response = client.post(
+        "/v1/nodes",
+        json={"driver": "fake-hardware", "name": "handed-over", "owner": "p-owner"},
+        headers=ADMIN.headers,
+    )
+    assert response.status_code == 201, response.text
+    follower = _open(scoped_server, streams, "/v1/events?node=handed-over", **OWNER_READER.headers)
+    admin = _open(scoped_server, streams, **ADMIN.headers)
+
+    def patch(path: str, value: str) -> None:
+        ops = [{"op": "replace", "path": path, "value": value}]
+        answer = client.patch("/v1/nodes/handed-over", json=ops, headers=ADMIN.headers)
+        assert answer.status_code == 200, answer.text
+
+    patch("/owner", "p-other")
+    patch("/resource_class", "theirs-now")
+    # The reader hands each batch to every subscriber at once: once the administrator
+    # has the foreign state, the follower was offered it too.
+    admin.wait_for("the foreign state", lambda e: e.data.get("resource_class") == "theirs-now")
+    patch("/owner", "p-owner")
+    patch("/resource_class", "ours-again")
+    seen: list[dict[str, Any]] = []
+
+    def back(event: Event) -> bool:
+        seen.append(event.data)
+        return event.data.get("resource_class") == "ours-again"
+
+    follower.wait_for("the node back in its project", back)
+    assert all(data.get("owner") == "p-owner" for data in seen), seen
+
+
+def test_a_stream_ends_after_its_lifetime(tmp_path: Path, streams: list[Stream]) -> None:
+    settings = basic_auth_settings(
+        f"sqlite:///{tmp_path}/mf.sqlite", tmp_path, event_stream_lifetime=1.0
+    )
+    with serving(settings) as server:
+        stream = _open(server, streams, **ADMIN.headers)
+        assert stream.ready_id is not None
+        # The server ends it (the client reconnects, its credentials checked again).
+        with pytest.raises(AssertionError, match="stream failed"):
+            stream.wait_for("the end of the stream", lambda e: False, timeout=30)
+        stream.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -116,6 +117,21 @@ def _series(
     return figures[name][tuple(sorted(labels.items()))]
 
 
+Figures = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def _scrape_when(stack: Stack, ready: Callable[[Figures], bool]) -> Figures:
+    """Scrape until ``ready`` holds (counts land just after the commits a test waits for)."""
+    found: list[Figures] = []
+
+    def scraped() -> bool:
+        found[:] = [_scrape(stack)]
+        return ready(found[0])
+
+    wait_until("the counts to reach the totals", scraped)
+    return found[0]
+
+
 def test_event_totals_count_flows_steps_allocations_and_requests(sqlite_stack: Stack) -> None:
     before = _scrape(sqlite_stack)
     assert _series(before, "metalforge_flows_started_total", flow="clean") == 0  # known: 0
@@ -132,7 +148,15 @@ def test_event_totals_count_flows_steps_allocations_and_requests(sqlite_stack: S
             == "active"
         ),
     )
-    after = _scrape(sqlite_stack)
+    # A conductor counts right after its commit, which the API may see first: wait for
+    # the last counts (the clean that ended, the allocation) to reach the totals.
+    after = _scrape_when(
+        sqlite_stack,
+        lambda f: (
+            _series(f, "metalforge_flows_finished_total", flow="clean", result="succeeded") == 1
+            and _series(f, "metalforge_allocations_finished_total", result="active") == 1
+        ),
+    )
     for flow in ("verify", "clean"):
         assert _series(after, "metalforge_flows_started_total", flow=flow) == 1
         assert _series(after, "metalforge_flows_finished_total", flow=flow, result="succeeded") == 1
@@ -156,7 +180,10 @@ def test_a_flow_that_fails_is_counted_as_failed(sqlite_stack: Stack) -> None:
     wait_for_state(sqlite_stack.client, node["uuid"], "manageable")
     assert provision(sqlite_stack.client, node["uuid"], "provide").status_code == 202
     wait_for_state(sqlite_stack.client, node["uuid"], "clean failed")
-    figures = _scrape(sqlite_stack)
+    figures = _scrape_when(
+        sqlite_stack,
+        lambda f: _series(f, "metalforge_flows_finished_total", flow="clean", result="failed") >= 1,
+    )
     assert _series(figures, "metalforge_flows_finished_total", flow="clean", result="failed") == 1
     assert (
         _series(figures, "metalforge_flows_finished_total", flow="clean", result="succeeded") == 0

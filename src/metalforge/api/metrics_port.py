@@ -5,8 +5,9 @@ Keystone token; and many operators keep scrapes on a management network
 anyway. This port serves exactly the figures the guarded ``GET /metrics``
 serves, and nothing else, from a small thread of its own, so it answers
 even while the API's workers are busy. Bind it to a management address:
-whoever reaches it reads the fleet's counts (never a node's name or a
-secret, only numbers by state, kind and route).
+whoever reaches it reads the fleet's counts and the names of the conductor
+and PXE filter hosts (never a node's name or a secret), and at most
+``CONCURRENT_SCRAPES`` scrapes run at once.
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ class MetricsPort:
         self._thread.join(5)
 
 
+CONCURRENT_SCRAPES = 2
+"""Scrapes answered at once; more get 503 (each reads the database, and anyone who
+reaches the port may ask)."""
+
+
 def _handler(svc: Services) -> type[BaseHTTPRequestHandler]:
+    scrapes = threading.BoundedSemaphore(CONCURRENT_SCRAPES)
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "metalforge"
         sys_version = ""
@@ -53,12 +61,17 @@ def _handler(svc: Services) -> type[BaseHTTPRequestHandler]:
             if self.path.split("?", 1)[0] != "/metrics":
                 self._answer(404, b"Not found: this port serves /metrics only\n", "text/plain")
                 return
+            if not scrapes.acquire(blocking=False):
+                self._answer(503, b"Too many scrapes at once\n", "text/plain")
+                return
             try:
                 body = render(cluster_figures(svc))
             except Exception:
                 LOG.exception("could not read the cluster's figures for a scrape")
                 self._answer(503, b"The figures cannot be read now\n", "text/plain")
                 return
+            finally:
+                scrapes.release()
             self._answer(200, body, CONTENT_TYPE)
 
         def _answer(self, status: int, body: bytes, content_type: str) -> None:

@@ -236,8 +236,12 @@ class Database:
             # given back: only the transaction itself runs while other writers wait.
             with self._write() as session, self._write_mutex, session.begin():
                 yield session
-        for count in tallies.take_pending(session):
-            count(self.tally)
+        try:
+            for count in tallies.take_pending(session):
+                count(self.tally)
+        except Exception:
+            # The write is committed: a miscounted metric must not make it look failed.
+            logging.getLogger(__name__).exception("a committed write's counts were lost")
         self._committed()
 
     @contextmanager

@@ -7,18 +7,20 @@ one node is one event with its latest state.
 Rows become visible at commit, and on PostgreSQL not in id order: a
 transaction that took id 10 may commit after the one that took id 11. A
 reader that only asks for ids above the highest it saw could skip 10 for
-good, so on PostgreSQL the reader also re-reads the last ``LATE_WINDOW``
-seconds and drops the ids it already had (``EventCursor``). SQLite commits
-one transaction at a time, in id order.
+good, so on PostgreSQL the reader keeps looking for the ids it found
+missing for ``LATE_WINDOW`` seconds (``EventCursor``): a transaction that
+commits more than that after its first watched write is not streamed (its
+next change is). SQLite commits one transaction at a time, in id order.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, delete, func, or_, select
+from sqlalchemy import Connection, delete, func, select
 
 from metalforge.db.engine import Database
 from metalforge.db.models import NodeEvent
@@ -28,9 +30,12 @@ CHANNEL = "metalforge_node_events"
 """The channel the triggers of migration 0012 notify (PostgreSQL)."""
 
 LATE_WINDOW = 30.0
-"""Seconds within which a PostgreSQL event may still appear below the highest id seen."""
+"""Seconds a PostgreSQL event may still appear below the highest id read."""
 
 BATCH = 5000
+MAX_HOLES = 10_000
+"""Holes looked for at most, below the newest id of a read (a sequence that jumped far
+ahead, after many rolled-back writes, is not searched id by id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,32 +71,70 @@ def first_id(connection: Connection) -> int | None:
 
 
 def prune(connection: Connection, before: float) -> int:
-    """Drop events older than ``before`` (epoch seconds); returns how many."""
-    return int(connection.execute(delete(NodeEvent).where(NodeEvent.at < before)).rowcount)
+    """Drop events older than ``before`` (epoch seconds), always keeping the newest one:
+    it marks how far the log has gone, so a client resuming from an id it pruned is told
+    to resync even when nothing happened since. Returns how many went."""
+    newest = select(func.max(NodeEvent.id)).scalar_subquery()
+    return int(
+        connection.execute(
+            delete(NodeEvent).where(NodeEvent.at < before, NodeEvent.id < newest)
+        ).rowcount
+    )
+
+
+def at_of(connection: Connection, event_id: int) -> float | None:
+    """When event ``event_id`` was written (``None`` once pruned, or never written)."""
+    value = connection.scalar(select(NodeEvent.at).where(NodeEvent.id == event_id))
+    return None if value is None else float(value)
+
+
+def window(connection: Connection, event_ids: Iterable[int]) -> list[EventRow]:
+    """The events among ``event_ids`` that are visible now."""
+    wanted = list(event_ids)
+    if not wanted:
+        return []
+    return _rows(connection, NodeEvent.id.in_(wanted))
+
+
+def recent_below(connection: Connection, event_id: int, since: float) -> list[EventRow]:
+    """Events at or below ``event_id`` written since ``since``: what a client that last
+    saw ``event_id`` may have missed on PostgreSQL, where ids commit out of order."""
+    return _rows(connection, NodeEvent.id <= event_id, NodeEvent.at >= since)
 
 
 class EventCursor:
-    """Reads each committed event once, in spite of PostgreSQL's out-of-order commits."""
+    """Reads each committed event once, in spite of PostgreSQL's out-of-order commits.
+
+    Ids below the highest one read that were not there yet are holes: a
+    transaction still running (or one that rolled back). Only holes can
+    appear later, so each read looks for new ids above the highest and for
+    the holes of the last ``LATE_WINDOW`` seconds, by id. SQLite commits in
+    id order and has none.
+    """
 
     def __init__(self, db: Database, start: int) -> None:
         self._db = db
         self._highest = start
-        self._seen: dict[int, float] = {}
-        self._late = not db.is_sqlite
+        self._holes: dict[int, float] = {}
+        """Missing ids, and when (monotonic) they were found missing."""
 
     def read(self) -> list[EventRow]:
         with self._db.snapshot() as connection:
-            if not self._late:
-                rows = after(connection, self._highest)
-            else:
-                since = self._db.now().timestamp() - LATE_WINDOW
-                rows = _rows(connection, or_(NodeEvent.id > self._highest, NodeEvent.at >= since))
-                rows = [r for r in rows if r.id > self._highest or r.id not in self._seen]
-                self._seen = {i: at for i, at in self._seen.items() if at >= since - 1.0}
-                self._seen.update((r.id, r.at) for r in rows)
+            rows = after(connection, self._highest)
+            late = window(connection, self._holes) if self._holes else []
+        now = time.monotonic()
+        for row in late:
+            self._holes.pop(row.id, None)
+        self._holes = {i: t for i, t in self._holes.items() if now - t < LATE_WINDOW}
         if rows:
-            self._highest = max(self._highest, max(r.id for r in rows))
-        return rows
+            if not self._db.is_sqlite:
+                present = {r.id for r in rows}
+                first = max(self._highest + 1, rows[-1].id - MAX_HOLES)
+                for missing in range(first, rows[-1].id):
+                    if missing not in present:
+                        self._holes[missing] = now
+            self._highest = rows[-1].id
+        return sorted([*late, *rows], key=lambda r: r.id)
 
     @property
     def highest(self) -> int:
@@ -119,8 +162,9 @@ class Wakeups:
                 self._listener = Listener(self._db.url, self._wake, channel=CHANNEL)
                 self._listener.start()
 
-    def stop(self) -> None:
+    def detach(self) -> Callable[[], None]:
+        """Stop listening: returns what finishes it (joining the listener's thread), for
+        the caller to run once it holds no lock a new listener's start may need."""
         with self._lock:
             listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
+        return (lambda: None) if listener is None else listener.stop

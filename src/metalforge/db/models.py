@@ -568,7 +568,9 @@ class NodeEvent(Base):
     """
 
     __tablename__ = "node_events"
-    __table_args__ = (Index("ix_node_events_at", "at"),)
+    # AUTOINCREMENT: SQLite would otherwise hand out ids again once old rows are pruned,
+    # and clients resume by id.
+    __table_args__ = (Index("ix_node_events_at", "at"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True

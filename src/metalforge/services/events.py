@@ -35,6 +35,7 @@ LOG = logging.getLogger(__name__)
 POLL = 1.0
 """Seconds between reads when no wake-up came (other processes' SQLite writes)."""
 QUEUE_LIMIT = 1000
+"""Events a client may fall behind by before it is told to resync."""
 
 SNAPSHOT_FIELDS = (
     "uuid",
@@ -60,6 +61,8 @@ SNAPSHOT_FIELDS = (
 NODE = "node"
 NODE_DELETED = "node_deleted"
 RESYNC = "resync"
+READY = "ready"
+"""Sent once a stream is subscribed (after any backlog): from here it misses nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,11 @@ class Subscription:
                 self.overflowed = True
                 return
             self._pending += 1
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # its event loop closed: the client is gone
+            with self._lock:
+                self._pending -= 1
 
     def taken(self) -> None:
         with self._lock:
@@ -107,25 +114,29 @@ class EventHub:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._wakeups = event_log.Wakeups(db, self._wake.set)
-        self._thread: threading.Thread | None = None
+        self._cursor: event_log.EventCursor | None = None
+        """The running reader's cursor; ``None`` while nobody listens."""
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
 
-    def subscribe(self, loop: asyncio.AbstractEventLoop) -> Subscription:
+    def subscribe(self, loop: asyncio.AbstractEventLoop) -> tuple[Subscription, int]:
+        """Add a subscriber, starting the reader if it is the first (blocking: run it in a
+        worker thread); returns it with the id from which it gets every event. Raises,
+        having added nothing, when the log cannot be read."""
         subscription = Subscription(loop)
         with self._lock:
-            self._subscribers.add(subscription)
-            if self._thread is None:
+            if self._cursor is None:
                 with self._db.snapshot(single_statement=True) as connection:
                     start = event_log.last_id(connection)
                 self._wakeups.start()
-                self._thread = threading.Thread(
-                    target=self._run, args=(start,), name="event-reader", daemon=True
-                )
-                self._thread.start()
-        return subscription
+                self._cursor = event_log.EventCursor(self._db, start)
+                threading.Thread(
+                    target=self._run, args=(self._cursor,), name="event-reader", daemon=True
+                ).start()
+            self._subscribers.add(subscription)
+            return subscription, self._cursor.highest
 
     def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
@@ -134,41 +145,54 @@ class EventHub:
 
     def backlog(self, after_id: int) -> list[NodeEvent]:
         """What a client that last saw ``after_id`` missed: the nodes' current state, or
-        one ``resync`` when the log no longer reaches back that far."""
+        one ``resync`` when the log no longer reaches back that far or holds more than
+        ``BACKLOG_LIMIT`` events since (re-reading the nodes is cheaper then)."""
         with self._db.snapshot() as connection:
             first = event_log.first_id(connection)
             newest = event_log.last_id(connection)
+            resync = [NodeEvent(newest, RESYNC, "", None, None, {})]
             if first is not None and first > after_id + 1:
-                return [NodeEvent(newest, RESYNC, "", None, None, {})]
-            rows: list[event_log.EventRow] = []
-            batch = event_log.after(connection, after_id)
-            while batch:
-                rows.extend(batch)
-                batch = event_log.after(connection, batch[-1].id)
+                return resync
+            rows = event_log.after(connection, after_id)
+            if len(rows) >= event_log.BATCH:
+                return resync
+            if not self._db.is_sqlite:
+                # Ids commit out of order here: what committed late below the client's
+                # last id may be news to it (sent again otherwise: harmless, it is state).
+                seen_at = event_log.at_of(connection, after_id)
+                if seen_at is not None:
+                    since = seen_at - event_log.LATE_WINDOW
+                    rows = [*event_log.recent_below(connection, after_id, since), *rows]
         return self._events(rows)
 
-    def _run(self, start: int) -> None:
-        cursor = event_log.EventCursor(self._db, start)
+    def _run(self, cursor: event_log.EventCursor) -> None:
         while True:
             with self._lock:
                 if not self._subscribers:
-                    self._thread = None
-                    self._wakeups.stop()
-                    return
-                subscribers = list(self._subscribers)
+                    self._cursor = None
+                    stopping = self._wakeups.detach()
+                    break
+            rows: list[event_log.EventRow] = []
             try:
+                # A subscriber added while this reads is in the copy below, or learns
+                # the highest id this read reached: either way it misses nothing after
+                # the id ``subscribe`` gave it.
                 rows = cursor.read()
-                if rows:
-                    events = self._events(rows)
-                    for subscription in subscribers:
-                        for event in events:
-                            subscription.offer(event)
+                events = self._events(rows) if rows else []
             except Exception:  # the database may be down; the clients wait, then resume
                 LOG.warning("could not read the node event log; retrying", exc_info=True)
+                # What the cursor passed may not have been sent: have everyone re-read.
+                events = [NodeEvent(cursor.highest, RESYNC, "", None, None, {})] if rows else []
                 time.sleep(POLL)
+            with self._lock:
+                subscribers = list(self._subscribers)
+            for subscription in subscribers:
+                for event in events:
+                    subscription.offer(event)
             if not rows:
                 self._wake.wait(POLL)
                 self._wake.clear()
+        stopping()
 
     def _events(self, rows: Iterable[event_log.EventRow]) -> list[NodeEvent]:
         """One event per node changed (its latest state), in the order of their last change."""

@@ -17,6 +17,8 @@ the client reconnects to another API process.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -32,7 +34,16 @@ from metalforge.api.services import read_only, services
 from metalforge.api.versions import request_version
 from metalforge.errors import RequestError
 from metalforge.services import lookup
-from metalforge.services.events import NODE, NODE_DELETED, RESYNC, NodeEvent, Subscription
+from metalforge.services.events import (
+    NODE,
+    NODE_DELETED,
+    READY,
+    RESYNC,
+    EventHub,
+    NodeEvent,
+)
+
+LOG = logging.getLogger(__name__)
 
 router = APIRouter(tags=["events"])
 
@@ -60,19 +71,20 @@ async def stream_events(
         raise RequestError(
             503, "Too many event streams on this API process", headers={"Retry-After": "5"}
         )
-    audience = Audience(request, only)
-    subscription = svc.events.subscribe(asyncio.get_running_loop())
-    try:
-        backlog = [] if after is None else await run_in_threadpool(svc.events.backlog, after)
-    except BaseException:
-        svc.events.unsubscribe(subscription)
-        raise
     stopping: Callable[[], bool] = getattr(request.app.state, "stopping", lambda: False)
+    lifetime = svc.settings.api.event_stream_lifetime
     return StreamingResponse(
-        _frames(svc.events.unsubscribe, subscription, backlog, audience, stopping),
+        _frames(svc.events, after, Audience(request, only), _ends(stopping, lifetime)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _ends(stopping: Callable[[], bool], lifetime: float) -> Callable[[], bool]:
+    """When a stream ends: the server stops, or the stream has lived ``lifetime`` seconds
+    (the client reconnects, and its credentials are checked again)."""
+    deadline = time.monotonic() + lifetime
+    return lambda: stopping() or time.monotonic() >= deadline
 
 
 def _visible_node(request: Request, ident: str) -> str:
@@ -105,11 +117,13 @@ class Audience:
         self._disclose = node_disclosure(request)
 
     def sees(self, event: NodeEvent) -> bool:
-        if event.kind == RESYNC:
+        if event.kind in (RESYNC, READY):
             return True
-        if self._only is not None:
-            return event.node_uuid == self._only
+        if self._only is not None and event.node_uuid != self._only:
+            return False
         if event.kind == NODE_DELETED:
+            if self._only is not None:
+                return True  # the node it was allowed to follow is gone
             # The log does not say whose the node was: only a caller who may read
             # every node learns of deletions from the unfiltered stream.
             return allows(self._request, "baremetal:node:list_all")
@@ -135,19 +149,27 @@ def _frame(event: NodeEvent, data: dict[str, Any]) -> bytes:
 
 
 async def _frames(
-    unsubscribe: Callable[[Subscription], None],
-    subscription: Subscription,
-    backlog: list[NodeEvent],
-    audience: Audience,
-    stopping: Callable[[], bool],
+    hub: EventHub, after: int | None, audience: Audience, ended: Callable[[], bool]
 ) -> AsyncIterator[bytes]:
+    """The stream. The subscription is taken here, not in the route, so that it is given
+    back whatever happens: a response cancelled before it started never runs a route's
+    clean-up, but a generator that never started holds nothing."""
+    yield b"retry: %d\n\n" % RETRY_MS
     try:
-        yield b"retry: %d\n\n" % RETRY_MS
+        subscription, since = await run_in_threadpool(hub.subscribe, asyncio.get_running_loop())
+    except Exception:
+        LOG.warning("cannot follow the node event log; the client will retry", exc_info=True)
+        return
+    try:
+        backlog = [] if after is None else await run_in_threadpool(hub.backlog, after)
         for event in backlog:
             if audience.sees(event):
                 yield _frame(event, audience.shown(event))
+        # From here the stream misses nothing after ``since``: a client may read the
+        # state it shows now and keep it current with what follows.
+        yield _frame(NodeEvent(since, READY, "", None, None, {}), {})
         quiet = 0.0
-        while not stopping():
+        while not ended():
             try:
                 event = await asyncio.wait_for(subscription.queue.get(), timeout=1.0)
             except TimeoutError:
@@ -157,11 +179,12 @@ async def _frames(
                     yield b": keep-alive\n\n"
                 continue
             subscription.taken()
-            quiet = 0.0
             if subscription.overflowed:
                 subscription.overflowed = False
+                quiet = 0.0
                 yield _frame(NodeEvent(event.id, RESYNC, "", None, None, {}), {})
             if audience.sees(event):
+                quiet = 0.0
                 yield _frame(event, audience.shown(event))
     finally:
-        unsubscribe(subscription)
+        hub.unsubscribe(subscription)

@@ -308,7 +308,7 @@
             return;
           }
           if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
-          setLive("live", "live");
+          // "live" only once the service says the stream is subscribed ("ready").
           this.touch();
           await this.read(response.body.getReader());
         } catch (_err) {
@@ -326,6 +326,7 @@
       const decoder = new TextDecoder();
       const parser = new SseParser((event) => {
         if (event.id !== null) this.lastId = event.id;
+        if (event.type === "ready") setLive("live", "live");
         if (!this.stopped) this.onEvent(event);
       });
       for (;;) {
@@ -664,7 +665,16 @@
       if (flash) row.classList.add("flash");
     };
 
+    // Events that arrive while the list is read are held and applied after it:
+    // the list may be older than they are. A reload asked for meanwhile runs next.
+    let held = null;
+    let again = false;
     const reload = async () => {
+      if (held) {
+        again = true;
+        return;
+      }
+      held = [];
       try {
         const listed = await listAll("/v1/nodes?detail=true", "nodes");
         if (!current(token)) return;
@@ -676,13 +686,27 @@
         for (const uuid of [...nodes.keys()]) {
           if (!seen.has(uuid)) removeNode(uuid);
         }
+        table.dataset.loaded = "true";
+        const pending = held;
+        held = null;
+        for (const [type, data] of pending) applyEvent(type, data);
         refreshSummary();
         applyFilter();
-        table.dataset.loaded = "true";
         await readProgress(listed.filter((n) => n.target_provision_state));
       } catch (err) {
         if (current(token)) reportError("Could not list the nodes", err);
+      } finally {
+        held = null;
+        if (again && current(token)) {
+          again = false;
+          reload();
+        }
       }
+    };
+
+    const applyEvent = (type, data) => {
+      if (type === "node" && data.uuid) upsert(data, true);
+      else if (type === "node_deleted" && data.uuid) removeNode(data.uuid);
     };
 
     // A listed node has no progress: ask for that of the first busy ones (events
@@ -711,12 +735,17 @@
 
     openStream("/v1/events", (type, data) => {
       if (!current(token)) return;
-      if (type === "node" && data.uuid) upsert(data, true);
-      else if (type === "node_deleted" && data.uuid) removeNode(data.uuid);
-      else if (type === "resync") {
+      if (type === "ready" || type === "resync") {
+        // Subscribed (again), or events were missed: read the list now.
         reload();
         return;
-      } else return;
+      }
+      if (type !== "node" && type !== "node_deleted") return;
+      if (held) {
+        held.push([type, data]);
+        return;
+      }
+      applyEvent(type, data);
       refreshSummary();
       applyFilter();
     });
@@ -1063,7 +1092,7 @@
     openStream(`/v1/events?node=${encodeURIComponent(ident)}`, (type, data) => {
       if (!current(token)) return;
       const mine = data.uuid && (data.uuid === page.uuid || data.uuid === ident);
-      if (type === "resync") {
+      if (type === "ready" || type === "resync") {
         reloadAll();
       } else if (type === "node_deleted" && mine) {
         showError("This node was deleted.");

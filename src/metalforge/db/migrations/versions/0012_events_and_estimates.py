@@ -75,6 +75,7 @@ def upgrade() -> None:
         sa.Column("node_uuid", sa.String(length=36), nullable=False),
         sa.Column("deleted", sa.Boolean(), nullable=False),
         sa.Column("at", sa.Float(), nullable=False),
+        sqlite_autoincrement=True,  # ids are never handed out again once pruned
     )
     op.create_index("ix_node_events_at", "node_events", ["at"])
     op.create_table(
