@@ -215,7 +215,8 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
             # Each singleton on one process at a time.
             runs = _singleton_runs(workers)
             print({role: Counter(m for _, _, m in spans) for role, spans in runs.items()})
-            assert set(runs) == {"inspection-timeouts", "inspection-sync", "inspection-expiry"}
+            # (The conductors' other singletons, such as the event log's pruning, may run too.)
+            assert {"inspection-timeouts", "inspection-sync", "inspection-expiry"} <= set(runs)
             for role, spans in runs.items():
                 ordered = sorted(spans)
                 for (_, end, member), (start, _, other) in itertools.pairwise(ordered):

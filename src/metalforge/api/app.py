@@ -71,6 +71,12 @@ def create_app(services: ApiServices) -> FastAPI:
     )
     app.state.services = services
     errors.install(app)
+    _include_routes(app)
+    _add_middleware(app, services)
+    return app
+
+
+def _include_routes(app: FastAPI) -> None:
     app.include_router(root.router)
     app.include_router(agent.router)
     app.include_router(inspection.agent_router)
@@ -82,24 +88,25 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router)
     app.include_router(dashboard.router)
     app.mount(f"{dashboard.PREFIX}/static", dashboard.static_files(), name="dashboard-static")
+
+
+def _add_middleware(app: FastAPI, services: ApiServices) -> None:
+    """Each middleware added wraps the ones before it: the last is the outermost."""
+    api = services.settings.api
     app.add_middleware(
         AuthMiddleware,
-        authenticator=build_authenticator(
-            services.settings.api, services.settings.keystone_authtoken
-        ),
+        authenticator=build_authenticator(api, services.settings.keystone_authtoken),
         is_public=_is_public,
     )
-    # The version middleware is added last, so it is outermost: even the guard's
-    # refusals carry the version headers.
     app.add_middleware(
         RequestGuardMiddleware,
-        max_body_size=services.settings.api.max_request_body_size,
-        max_agent_body_size=services.settings.api.max_agent_request_body_size,
-        max_report_size=services.settings.api.max_inspection_report_size,
+        max_body_size=api.max_request_body_size,
+        max_agent_body_size=api.max_agent_request_body_size,
+        max_report_size=api.max_inspection_report_size,
     )
+    # Outside the guard and authentication: their refusals carry the version headers.
     app.add_middleware(VersionMiddleware)
+    # Outside that: every request is timed, refused ones too.
     app.add_middleware(RequestMetricsMiddleware, tally=services.db.tally)
-    api = services.settings.api
     if api.agent_host is not None:
         app.add_middleware(AgentEndpointFilter, operator=operator_addresses(api.host, api.port))
-    return app
