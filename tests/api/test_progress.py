@@ -57,13 +57,16 @@ def test_a_node_at_rest_has_no_flow(sqlite_stack: Stack) -> None:
 def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -> None:
     node = create_node(sqlite_stack.client)
     with sqlite_stack.db.write() as session:
-        for seconds in (10.0, 30.0, 20.0):
-            step_runs.record(
-                session.connection(), "fake-hardware", "deploy", "erase_devices", seconds
-            )
-        step_runs.record(session.connection(), "fake-hardware", "management", "reset_bios", 4.0)
+        step_runs.record(
+            session.connection(),
+            "fake-hardware",
+            [
+                *(("deploy", "erase_devices", seconds) for seconds in (10.0, 30.0, 20.0)),
+                ("management", "reset_bios", 4.0),
+            ],
+        )
         # Another hardware type's runs say nothing about this one.
-        step_runs.record(session.connection(), "redfish", "management", "reset_bios", 400.0)
+        step_runs.record(session.connection(), "redfish", [("management", "reset_bios", 400.0)])
     _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=5.0)
     body = _progress(sqlite_stack, node["uuid"])
     assert body["flow"] == "clean"
@@ -88,7 +91,7 @@ def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -
 def test_no_estimate_while_a_step_to_come_never_ran_here(sqlite_stack: Stack) -> None:
     node = create_node(sqlite_stack.client)
     with sqlite_stack.db.write() as session:
-        step_runs.record(session.connection(), "fake-hardware", "deploy", "erase_devices", 10.0)
+        step_runs.record(session.connection(), "fake-hardware", [("deploy", "erase_devices", 10.0)])
     _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=1.0)
     body = _progress(sqlite_stack, node["uuid"])
     assert body["estimated_seconds_left"] is None  # reset_bios has no recorded run
@@ -98,24 +101,35 @@ def test_no_estimate_while_a_step_to_come_never_ran_here(sqlite_stack: Stack) ->
     assert steps[2]["samples"] == 0
 
 
-def test_finished_steps_are_recorded_and_only_the_newest_kept(sqlite_stack: Stack) -> None:
-    make_available(sqlite_stack.client)  # automated cleaning ran both fake erase steps
-    with sqlite_stack.db.snapshot() as connection:
+def test_finished_steps_are_recorded_and_only_the_newest_kept(stack: Stack) -> None:
+    make_available(stack.client)  # automated cleaning ran both fake erase steps
+    with stack.db.snapshot() as connection:
         found = step_runs.estimates(
             connection, "fake-hardware", [("deploy", "erase_devices"), ("deploy", "nothing")]
         )
     assert set(found) == {("deploy", "erase_devices")}
     assert found[("deploy", "erase_devices")].samples == 1
-    with sqlite_stack.db.write() as session:
-        for seconds in range(step_runs.KEPT + 5):
-            step_runs.record(
-                session.connection(), "fake-hardware", "deploy", "erase_devices", seconds
-            )
-    with sqlite_stack.db.snapshot() as connection:
-        kept = step_runs.estimates(connection, "fake-hardware", [("deploy", "erase_devices")])
-    estimate = kept[("deploy", "erase_devices")]
-    assert estimate.samples == step_runs.KEPT
-    assert estimate.seconds == pytest.approx(14.5)  # the median of 5..24
+    erase_runs = [("deploy", "erase_devices", float(s)) for s in range(step_runs.KEPT + 5)]
+    with stack.db.write() as session:
+        step_runs.record(session.connection(), "fake-hardware", erase_runs)
+        step_runs.record(session.connection(), "redfish", erase_runs[:3])
+
+    def erase_estimate() -> step_runs.Estimate:
+        with stack.db.snapshot() as connection:
+            found = step_runs.estimates(connection, "fake-hardware", [("deploy", "erase_devices")])
+        return found[("deploy", "erase_devices")]
+
+    # Only the newest runs count, before the upkeep trims the table and after.
+    for _pruned in (False, True):
+        estimate = erase_estimate()
+        assert estimate.samples == step_runs.KEPT
+        assert estimate.seconds == pytest.approx(14.5)  # the median of 5..24
+        with stack.db.write() as session:
+            pruned = step_runs.prune(session.connection())
+        assert pruned == (0 if _pruned else 6)  # the 5 oldest of these and the first run
+    with stack.db.snapshot() as connection:
+        redfish = step_runs.estimates(connection, "redfish", [("deploy", "erase_devices")])
+    assert redfish[("deploy", "erase_devices")].samples == 3  # other keys keep theirs
 
 
 def test_unknown_node_is_404(sqlite_stack: Stack) -> None:

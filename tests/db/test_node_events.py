@@ -1,15 +1,16 @@
-"""The node event log: written by triggers on both engines, read once each by the cursor."""
+"""The node event log: written by triggers on both engines, read once each by the cursor;
+and the upkeep that trims it and the step runs."""
 
 from __future__ import annotations
 
 import threading
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, func, insert, select, update
 
 from metalforge.conductor import housekeeping
-from metalforge.db import events
+from metalforge.db import events, step_runs
 from metalforge.db.engine import Database
-from metalforge.db.models import Node, utcnow
+from metalforge.db.models import Node, StepRun, utcnow
 from tests.support.stack import Stack
 
 
@@ -107,3 +108,13 @@ def test_a_conductor_prunes_by_its_retention(sqlite_stack: Stack) -> None:
     housekeeping.prune_node_events(ctx)
     with sqlite_stack.db.snapshot() as connection:
         assert events.first_id(connection) == events.last_id(connection)  # the newest stays
+
+
+def test_the_upkeep_also_trims_step_runs(sqlite_stack: Stack) -> None:
+    runs = [("deploy", "erase_devices", 1.0)] * (step_runs.KEPT + 3)
+    with sqlite_stack.db.write() as session:
+        step_runs.record(session.connection(), "fake-hardware", runs)
+    housekeeping.prune(sqlite_stack.conductor.ctx)
+    with sqlite_stack.db.snapshot() as connection:
+        left = connection.execute(select(func.count()).select_from(StepRun)).scalar_one()
+    assert left == step_runs.KEPT

@@ -3,7 +3,10 @@
 The node event log gets a row for every watched change of every node; the
 event stream needs only the last ``conductor.event_retention`` seconds of it
 (what a client that reconnects may have missed), so older rows are dropped
-every minute whether or not anyone is listening.
+every minute whether or not anyone is listening. Step run times are kept
+for estimates, the newest ``db.step_runs.KEPT`` of each step on each
+hardware type; conductors add runs without trimming (they write under the
+write lock), and the same minute's upkeep drops the older ones.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.leadership import SingletonTask
-from metalforge.db import events
+from metalforge.db import events, step_runs
 
 LOG = logging.getLogger(__name__)
 
@@ -29,5 +32,19 @@ def prune_node_events(ctx: ConductorContext) -> int:
     return pruned
 
 
-TASKS = (SingletonTask("event-log-prune", lambda _ctx: PRUNE_PERIOD, prune_node_events),)
+def prune_step_runs(ctx: ConductorContext) -> int:
+    """Drop the step runs estimates no longer use; how many."""
+    with ctx.db.write() as session:
+        pruned = step_runs.prune(session.connection())
+    if pruned:
+        LOG.debug("step runs pruned: %d", pruned)
+    return pruned
+
+
+def prune(ctx: ConductorContext) -> None:
+    prune_node_events(ctx)
+    prune_step_runs(ctx)
+
+
+TASKS = (SingletonTask("table-prune", lambda _ctx: PRUNE_PERIOD, prune),)
 """The upkeep tasks, beside the inspection service's."""

@@ -208,8 +208,8 @@ class NodeTask:
 
     def _write_step_runs(self, session: Session) -> None:
         runs, self._step_runs = self._step_runs, []
+        step_runs.record(session.connection(), self._node.driver, runs)
         for interface, step, seconds in runs:
-            step_runs.record(session.connection(), self._node.driver, interface, step, seconds)
             count_on_commit(session, observed(STEP_DURATION, (interface, step), seconds))
 
     @property

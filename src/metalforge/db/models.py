@@ -542,8 +542,8 @@ class StepRun(Base):
 
     Written by the conductor when a step finishes, in the transaction that
     records it; only the newest ``db.step_runs.KEPT`` runs of each step and
-    hardware type are kept, so the table stays small however long the
-    service runs.
+    hardware type are used, and a conductor's minute upkeep drops the rest,
+    so the table stays small however long the service runs.
     """
 
     __tablename__ = "step_runs"
