@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,23 @@ class BaremetalCli(Cli):
     def __init__(self, url: str) -> None:
         super().__init__([str(BAREMETAL)], {"OS_ENDPOINT": url})
         self.url = url
+
+    def until_state(self, node: str, state: str, timeout: float = 60.0) -> None:
+        """Poll ``node show`` until ``node`` rests in ``state``.
+
+        For the verbs a test runs only to get somewhere: the CLI's own
+        ``--wait`` checks long actions (provide, deploy, undeploy, clean)
+        every 10 s, which ``test_node_lifecycle_with_wait`` proves once.
+        """
+        deadline = time.monotonic() + timeout
+        fields = ("provision_state", "target_provision_state", "last_error")
+        while True:
+            shown = self.json("node", "show", node, "--fields", *fields)
+            if (shown["provision_state"], shown["target_provision_state"]) == (state, None):
+                return
+            assert not shown["provision_state"].endswith("failed"), shown
+            assert time.monotonic() < deadline, f"{node} never reached {state}: {shown}"
+            time.sleep(0.2)
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ def _available(cli: BaremetalCli, name: str, resource_class: str) -> str:
         resource_class,
     )
     cli.run("node", "manage", name, "--wait", "30")
-    cli.run("node", "provide", name, "--wait", "30")
+    cli.run("node", "provide", name)
+    cli.until_state(name, "available")
     return str(node["uuid"])
 
 

@@ -132,16 +132,19 @@ def test_admin_runs_the_whole_lifecycle_with_options_and_environment(server: Liv
     waited = admin.run("node", "manage", "auth-life", "--wait", WAIT)
     assert "Waiting for provision state manageable" in waited.output
     assert admin.json("node", "show", "auth-life")["provision_state"] == "manageable"
-    admin.run("node", "provide", "auth-life", "--wait", WAIT)
+    admin.run("node", "provide", "auth-life")
+    admin.until_state("auth-life", "available")
     node = admin.json("node", "show", "auth-life")
     assert (node["provision_state"], node["power_state"]) == ("available", "power off")
 
     admin.run("node", "set", "auth-life", "--instance-info", "image_source=http://img/x.qcow2")
-    admin.run("node", "deploy", "auth-life", "--wait", WAIT)
+    admin.run("node", "deploy", "auth-life")
+    admin.until_state("auth-life", "active")
     node = admin.json("node", "show", "auth-life")
     assert (node["provision_state"], node["power_state"]) == ("active", "power on")
     assert node["instance_info"]["image_source"] == "http://img/x.qcow2"
-    admin.run("node", "undeploy", "auth-life", "--wait", WAIT)
+    admin.run("node", "undeploy", "auth-life")
+    admin.until_state("auth-life", "available")
     node = admin.json("node", "show", "auth-life")
     assert (node["provision_state"], node["target_provision_state"]) == ("available", None)
 

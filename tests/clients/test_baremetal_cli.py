@@ -143,7 +143,8 @@ def test_node_lifecycle_with_wait(cli: BaremetalCli) -> None:
     for interface in ("boot", "deploy", "power", "management"):
         assert validation[interface]["Result"] is True, validation[interface]
 
-    cli.run("node", "deploy", "life", "--wait", "60")
+    cli.run("node", "deploy", "life")
+    cli.until_state("life", "active")
     node = cli.json("node", "show", "life")
     assert (node["provision_state"], node["power_state"]) == ("active", "power on")
 
@@ -160,7 +161,8 @@ def test_node_lifecycle_with_wait(cli: BaremetalCli) -> None:
     node = cli.json("node", "show", "life", "--fields", "protected", "protected_reason")
     assert node == {"protected": False, "protected_reason": None}
 
-    cli.run("node", "undeploy", "life", "--wait", "60")
+    cli.run("node", "undeploy", "life")
+    cli.until_state("life", "available")
     assert cli.json("node", "show", "life")["provision_state"] == "available"
 
     cli.run("node", "maintenance", "set", "life", "--reason", "fan noise")

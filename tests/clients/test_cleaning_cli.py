@@ -64,7 +64,8 @@ def test_manual_clean_with_raid_catalogue_refusal_and_abort(
         {"interface": "raid", "step": "delete_configuration"},
         {"interface": "raid", "step": "create_configuration"},
     ]
-    cli.run("node", "clean", "clean-cli", "--clean-steps", json.dumps(steps), "--wait", "60")
+    cli.run("node", "clean", "clean-cli", "--clean-steps", json.dumps(steps))
+    cli.until_state("clean-cli", "manageable")
     shown = cli.json("node", "show", "clean-cli", "--fields", "provision_state", "raid_config")
     assert shown["provision_state"] == "manageable"
     assert [d["raid_level"] for d in shown["raid_config"]["logical_disks"]] == ["1", "5"]

@@ -82,7 +82,8 @@ def test_abort_and_reprocess(live_server: LiveServer) -> None:
     assert (status["state"], status["error"]) == ("error", "Canceled by operator")
     # a node inspected before can be reprocessed from its stored report
     _manageable(cli, "intro-2")
-    introspection.run("start", "--wait", "intro-2")
+    introspection.run("start", "intro-2")  # `start --wait` is proven above
+    _wait_until(lambda: introspection.json("status", "intro-2")["state"] == "finished")
     cli.run("node", "set", "intro-2", "--property", "cpus=1")
     introspection.run("reprocess", "intro-2")
     _wait_until(lambda: cli.json("node", "show", "intro-2")["properties"]["cpus"] == 8)

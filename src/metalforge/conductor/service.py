@@ -40,6 +40,7 @@ from metalforge.conductor.task import (
     drop_leaked_reservations,
     live_cutoff,
     lock,
+    unlock,
 )
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
@@ -155,7 +156,9 @@ class ConductorService:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Not cancelled: an item the dispatcher handed over just before it stopped
+        # may still wait for a worker, and it holds its node; it gives both back.
+        self._pool.shutdown(wait=False)
         while self._running and time.monotonic() < deadline:
             time.sleep(0.05)
         if self._running:
@@ -438,7 +441,10 @@ class ConductorService:
 
     def _run_guarded(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
         try:
-            self.run_item(item, node)
+            if self.ctx.stopping.is_set():
+                self._give_back_unstarted(item, node)
+            else:
+                self.run_item(item, node)
         except Exception as exc:
             # Outside any step (the release itself, or a bug here): the item goes
             # back counting one failure, so it cannot be held or retried for ever.
@@ -449,6 +455,15 @@ class ConductorService:
                 self._running.discard(item.id)
             self._slots.release()
             self.ctx.waker.notify()
+
+    def _give_back_unstarted(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
+        """The conductor began to stop between claiming ``item`` and running it: the item
+        and its node go back untouched, for another conductor now rather than after the
+        lease."""
+        with self.ctx.db.write() as session:
+            queue.retry(session, item.id, self.ctx.hostname, 0, count=False)
+            if node is not None and item.node_id is not None:
+                unlock(self.ctx, session, item.node_id, int(node["epoch"]))
 
     def _retry_failed(self, item: queue.ClaimedItem, failure: str) -> None:
         """Give the item back counting a failure, after a pause that grows with each (to 64 s)."""

@@ -561,6 +561,12 @@ def _give_back_bare(task: NodeTask) -> None:
 _DROP = update(_NODES).where(_HELD_BY_TASK).values(reservation=None)
 
 
+def unlock(ctx: ConductorContext, session: Session, node_id: int, epoch: int) -> None:
+    """Drop the reservation ``lock`` took at ``epoch``, changing nothing else on the node
+    (nothing, if the node moved on since)."""
+    session.connection().execute(_DROP, {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch})
+
+
 def drop_leaked_reservations(ctx: ConductorContext) -> int:
     """Give back reservations a failed release left; returns how many are still owed.
 
@@ -571,9 +577,7 @@ def drop_leaked_reservations(ctx: ConductorContext) -> int:
     for node_id, epoch in sorted(ctx.leaked_reservations):
         try:
             with ctx.db.write() as session:
-                session.connection().execute(
-                    _DROP, {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch}
-                )
+                unlock(ctx, session, node_id, epoch)
         except Exception:
             LOG.exception("could not give back the reservation of node id %s yet", node_id)
             continue
