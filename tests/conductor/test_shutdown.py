@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from sqlalchemy import select
 
+from metalforge.conductor.service import ConductorService
 from metalforge.db import queue
 from metalforge.db.models import Node, WorkItem
 from tests.support.api import create_node, provision
 from tests.support.stack import start_stack, test_settings
 
 
-def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(db_url: str) -> None:
+def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stack = start_stack(test_settings(db_url), start_conductor=False)
     conductor = stack.conductor
     try:
@@ -18,7 +24,14 @@ def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(db_url: 
         assert provision(stack.client, node["uuid"], "manage").status_code == 202
         # The dispatcher's last round: it claims the item and reserves the node just
         # as the stop begins, before any worker has picked the item up.
-        conductor.ctx.stopping.set()
+        claim = conductor._lock_claimed
+
+        def claimed_as_the_stop_begins(*args: Any) -> Any:
+            ready = claim(*args)
+            conductor.ctx.stopping.set()
+            return ready
+
+        monkeypatch.setattr(conductor, "_lock_claimed", claimed_as_the_stop_begins)
         assert conductor.dispatch_once() == 1
         # Nothing is left running: the stop does not wait out its bound for it.
         assert conductor.stop(timeout=30) is True
@@ -29,6 +42,23 @@ def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(db_url: 
             ).one()
         assert (item.state, item.failures) == (queue.PENDING, 0)
         assert (reservation, state) == (None, "verifying")  # as the API left it
+    finally:
+        conductor.stop(timeout=5)
+        stack.client.close()
+        stack.db.dispose()
+
+
+def test_a_stopping_conductor_claims_nothing_more(sqlite_url: str) -> None:
+    stack = start_stack(test_settings(sqlite_url), start_conductor=False)
+    conductor: ConductorService = stack.conductor
+    try:
+        node = create_node(stack.client)
+        assert provision(stack.client, node["uuid"], "manage").status_code == 202
+        conductor.ctx.stopping.set()
+        assert conductor.dispatch_once() == 0
+        with stack.db.read() as session:
+            item = session.scalars(select(WorkItem)).one()
+        assert (item.state, item.lease_owner) == (queue.PENDING, None)
     finally:
         conductor.stop(timeout=5)
         stack.client.close()

@@ -373,6 +373,11 @@ class ConductorService:
         if free == 0:
             self._slots.acquire()
             free = 1
+        if self.ctx.stopping.is_set():
+            # The stop began while this waited for a worker: claim nothing more.
+            for _ in range(free):
+                self._slots.release()
+            return 0
         try:
             with self.ctx.db.write() as session:
                 live = list(
@@ -398,7 +403,11 @@ class ConductorService:
         for item, node in ready:
             with self._running_lock:
                 self._running.add(item.id)
-            self._pool.submit(self._run_guarded, item, node)
+            try:
+                self._pool.submit(self._run_guarded, item, node)
+            except RuntimeError:
+                # The pool shut down (the stop began after the claim): give it back here.
+                self._run_guarded(item, node)
         return len(items)
 
     def _lock_claimed(
@@ -459,11 +468,21 @@ class ConductorService:
     def _give_back_unstarted(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
         """The conductor began to stop between claiming ``item`` and running it: the item
         and its node go back untouched, for another conductor now rather than after the
-        lease."""
-        with self.ctx.db.write() as session:
-            queue.retry(session, item.id, self.ctx.hostname, 0, count=False)
+        lease.
+
+        If the database refuses, the item waits for its lease to end (it never
+        ran: nothing is owed but the claim) and the reservation is owed like
+        any other a failed release leaves.
+        """
+        try:
+            with self.ctx.db.write() as session:
+                queue.retry(session, item.id, self.ctx.hostname, 0, count=False)
+                if node is not None and item.node_id is not None:
+                    unlock(self.ctx, session, item.node_id, int(node["epoch"]))
+        except Exception:
+            LOG.warning("work item %s could not be given back at stop", item.id, exc_info=True)
             if node is not None and item.node_id is not None:
-                unlock(self.ctx, session, item.node_id, int(node["epoch"]))
+                self.ctx.leaked_reservations.add((item.node_id, int(node["epoch"])))
 
     def _retry_failed(self, item: queue.ClaimedItem, failure: str) -> None:
         """Give the item back counting a failure, after a pause that grows with each (to 64 s)."""
