@@ -20,6 +20,7 @@ from metalforge.drivers.base import (
     DriverError,
     ReadOnlyTask,
 )
+from metalforge.drivers.failures import FAILURES
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
 from metalforge_lab.ipmi_bmc import BmcProcess
@@ -172,6 +173,17 @@ def test_unreachable_bmc_fails_within_the_configured_time() -> None:
     assert str(raised.value).startswith(
         f"no answer from IPMI BMC at 127.0.0.1:{port} after 2 tries"
     )
+
+
+def test_failed_calls_are_counted_by_kind_for_metrics(bmc: BmcProcess) -> None:
+    FAILURES.take()
+    with pytest.raises(CredentialsRefused):
+        POWER.get_power_state(Task(**driver_info(bmc.ports[0], ipmi_password="wrong")))
+    unreachable = driver_info(free_udp_ports(1), ipmi_timeout=0.5, ipmi_retries=0)
+    with pytest.raises(NoAnswer):
+        POWER.get_power_state(Task(**unreachable))
+    counted = {key[1]: value for key, value in FAILURES.take().items()}
+    assert counted == {"ipmi\x1fauth": 1.0, "ipmi\x1ftimeout": 1.0}
 
 
 def test_bmc_that_comes_back_is_reached_again(tmp_path: Path) -> None:

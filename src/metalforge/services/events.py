@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -213,16 +214,10 @@ class EventHub:
                     continue
                 values, progress = node
                 data = {key: _plain(values[key]) for key in SNAPSHOT_FIELDS}
-                data["progress"] = progress_of(connection, _Row(values), progress, now).to_json()
+                shown = progress_of(connection, SimpleNamespace(**values), progress, now)
+                data["progress"] = shown.to_json()
                 found.append(NodeEvent(row.id, NODE, uuid, values["owner"], values["lessee"], data))
         return found
-
-
-class _Row:
-    """A node's values read as attributes (what ``progress_of`` reads)."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
 
 
 def _plain(value: Any) -> Any:

@@ -57,6 +57,17 @@ class CommandFailed(DriverError):
         self.code = code
 
 
+def _kind(exc: DriverError) -> str:
+    """The failure's kind, as metrics count it."""
+    if isinstance(exc, CredentialsRefused):
+        return "auth"
+    if isinstance(exc, CommandFailed):
+        return "refused"
+    if isinstance(exc, NoAnswer):
+        return "timeout"
+    return "protocol"
+
+
 @dataclass(frozen=True)
 class BmcAddress:
     """Where a BMC is and how to log in; the key of its cached session."""
@@ -168,17 +179,8 @@ class SessionPool:
         """
         try:
             return self._call(bmc, operation, policy, pause)
-        except CredentialsRefused:
-            bmc_failed("ipmi", "auth")
-            raise
-        except CommandFailed:
-            bmc_failed("ipmi", "refused")
-            raise
-        except NoAnswer:
-            bmc_failed("ipmi", "timeout")
-            raise
-        except DriverError:
-            bmc_failed("ipmi", "protocol")
+        except DriverError as exc:
+            bmc_failed("ipmi", _kind(exc))
             raise
 
     def _call(
