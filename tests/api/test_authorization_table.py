@@ -47,6 +47,7 @@ class World:
     allocation: str
     template: str
     event: str
+    chassis: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -87,7 +88,8 @@ def make_world(stack: Stack) -> World:
         201,
     )["uuid"]
     events = _ok(client.get(f"/v1/nodes/{node}/history", headers=h), 200)["history"]
-    return World(node, port, allocation, template, events[0]["uuid"])
+    chassis = _ok(client.post("/v1/chassis", json={}, headers=h), 201)["uuid"]
+    return World(node, port, allocation, template, events[0]["uuid"], chassis)
 
 
 Request = Callable[[World], tuple[str, Any]]
@@ -232,6 +234,17 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/nodes/{w.node}/allocation",
         None,
     ),
+    ("GET", "/v1/chassis"): lambda w: ("/v1/chassis", None),
+    ("GET", "/v1/chassis/detail"): lambda w: ("/v1/chassis/detail", None),
+    ("GET", "/v1/chassis/{chassis_uuid}"): lambda w: (f"/v1/chassis/{w.chassis}", None),
+    ("POST", "/v1/chassis"): lambda w: ("/v1/chassis", {"description": "table"}),
+    ("PATCH", "/v1/chassis/{chassis_uuid}"): lambda w: (f"/v1/chassis/{w.chassis}", _patch_extra()),
+    ("DELETE", "/v1/chassis/{chassis_uuid}"): lambda w: (f"/v1/chassis/{w.chassis}", None),
+    ("GET", "/v1/chassis/{chassis_uuid}/nodes"): lambda w: (f"/v1/chassis/{w.chassis}/nodes", None),
+    ("GET", "/v1/chassis/{chassis_uuid}/nodes/detail"): lambda w: (
+        f"/v1/chassis/{w.chassis}/nodes/detail",
+        None,
+    ),
 }
 
 
@@ -288,6 +301,14 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("PATCH", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:update",
     ("DELETE", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:delete",
     ("DELETE", "/v1/nodes/{node_ident}/allocation"): "baremetal:node:get",
+    ("GET", "/v1/chassis"): "baremetal:chassis:get",
+    ("GET", "/v1/chassis/detail"): "baremetal:chassis:get",
+    ("GET", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:get",
+    ("POST", "/v1/chassis"): "baremetal:chassis:create",
+    ("PATCH", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:update",
+    ("DELETE", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:delete",
+    ("GET", "/v1/chassis/{chassis_uuid}/nodes"): "baremetal:node:list_all",
+    ("GET", "/v1/chassis/{chassis_uuid}/nodes/detail"): "baremetal:node:list_all",
 }
 """The Ironic rule guarding each route (Ironic's names, from its API reference and policy)."""
 

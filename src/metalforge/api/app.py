@@ -12,6 +12,7 @@ from metalforge.api.request_metrics import RequestMetricsMiddleware
 from metalforge.api.routes import (
     agent,
     allocations,
+    chassis,
     conductors,
     dashboard,
     deploy_templates,
@@ -44,6 +45,7 @@ RESOURCE_ROUTERS = (
     inspection.router,
     node_management.router,
     ports.router,
+    chassis.router,
     conductors.router,
     drivers.router,
     deploy_templates.router,

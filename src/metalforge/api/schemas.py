@@ -265,6 +265,12 @@ class PortCreate(Body):
     category: str | None = Field(default=None, max_length=80)
 
 
+class ChassisCreate(Body):
+    uuid: str | None = None
+    description: str | None = Field(default=None, max_length=255)
+    extra: dict[str, Any] | None = None
+
+
 class AllocationCreate(Body):
     """``POST /v1/allocations``; every key may be an explicit ``null`` (openstacksdk sends them)."""
 

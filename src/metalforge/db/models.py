@@ -107,7 +107,7 @@ class Node(TimestampMixin, Base):
     properties: Mapped[dict[str, Any]] = _json_dict()
     extra: Mapped[dict[str, Any]] = _json_dict()
     instance_uuid: Mapped[str | None] = mapped_column(String(36), unique=True)
-    chassis_uuid: Mapped[str | None] = mapped_column(String(36))
+    chassis_uuid: Mapped[str | None] = mapped_column(String(36), index=True)
     console_enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     last_error: Mapped[str | None] = mapped_column(Text)
     maintenance: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
@@ -260,6 +260,24 @@ class WorkItem(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False, default=utcnow)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     duration: Mapped[float | None] = mapped_column(Float)
+
+
+class Chassis(TimestampMixin, Base):
+    """A group of nodes an operator names (a rack, an enclosure); nodes refer to it by UUID.
+
+    ``nodes.chassis_uuid`` holds the UUID rather than a foreign key, so that
+    adding chassis did not rebuild the nodes table (and its event triggers)
+    on SQLite; ``services.chassis`` keeps the reference true instead: a node
+    is given a chassis and a chassis is deleted only under the chassis' row
+    lock, and a chassis with nodes is never deleted.
+    """
+
+    __tablename__ = "chassis"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    description: Mapped[str | None] = mapped_column(String(255))
+    extra: Mapped[dict[str, Any]] = _json_dict()
 
 
 class DeployTemplate(TimestampMixin, Base):

@@ -22,8 +22,8 @@ from metalforge.conductor import history
 from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
 from metalforge.drivers.hardware import UnknownDriver
-from metalforge.errors import RequestError, bad_request, conflict
-from metalforge.services import allocations, fencing, lookup
+from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
+from metalforge.services import allocations, chassis, fencing, lookup
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 
@@ -120,6 +120,8 @@ def enroll(
     values = enrolment_values(svc, given, version)
     try:
         with svc.db.write() as session:
+            if values.get("chassis_uuid") is not None:
+                chassis.claim_for_node(session, values["chassis_uuid"])
             # One Core INSERT ... RETURNING of what the view shows: the ORM's
             # flush and refresh took most of the request, inside the write lock.
             node = (
@@ -159,6 +161,18 @@ def _check_update_allowed(session: Session, node: Node, changes: dict[str, Any])
     new_instance = changes.get("instance_uuid")
     if new_instance is not None and node.instance_uuid not in (None, new_instance):
         raise conflict(f"Node {node.uuid} is associated with instance {node.instance_uuid}.")
+
+
+def _check_chassis(session: Session, node: Node, changes: dict[str, Any], version: Version) -> None:
+    """A new chassis must exist (400); removing one takes 1.25 (406 before, as Ironic)."""
+    if "chassis_uuid" not in changes:
+        return
+    wanted = changes["chassis_uuid"]
+    if wanted is None:
+        if node.chassis_uuid is not None and version < (1, 25):
+            raise not_acceptable("Removing chassis_uuid needs API version 1.25 or later")
+    elif wanted != node.chassis_uuid:
+        chassis.claim_for_node(session, wanted)
 
 
 def _interfaces_for_change(
@@ -209,6 +223,7 @@ def update(
         changes = edit(node)
         _check_update_allowed(session, node, changes)
         check_values(changes)
+        _check_chassis(session, node, changes, version)
         if "instance_uuid" in changes and node.allocation_id is not None:
             allocations.release_for_patch(session, node, changes)
         if (set(changes) & INTERFACE_FIELDS) or "driver" in changes:

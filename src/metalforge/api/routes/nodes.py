@@ -217,7 +217,8 @@ def _page(
     return nodes, traits, shown_steps
 
 
-def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
+def _list(request: Request, *, detail_path: bool, chassis: str | None = None) -> dict[str, Any]:
+    """A page of nodes; ``chassis`` (a path's chassis UUID) limits it to that chassis' nodes."""
     svc = services(request)
     allowed = [*LIST_FILTERS, *PAGING]
     if not detail_path:
@@ -228,6 +229,8 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
     detail = listing.detail_or_fields(query, wanted, detail_path=detail_path)
     base = base_url(request)
     plan = view_plan(query.version, tuple(wanted) if wanted is not None else None, not detail)
+    if chassis is not None:
+        query.params["chassis_uuid"] = lookup.check_uuid(chassis, "chassis_uuid")
     nodes, traits, shown_steps = _page(request, svc, query, plan, pg)
     conductor = svc.conductor_lookup()
     disclosure = node_disclosure(request)
@@ -245,6 +248,8 @@ def _list(request: Request, *, detail_path: bool) -> dict[str, Any]:
         for n in nodes
     ]
     path = "nodes/detail" if detail_path else "nodes"
+    if chassis is not None:
+        path = f"chassis/{chassis}/{path}"
     # An instance has one node: a page of it has no next one.
     last = nodes[-1].uuid if nodes and query.get("instance_uuid") is None else None
     return {"nodes": items, **listing.next_link(base, path, query, pg, len(nodes), last)}
@@ -271,6 +276,24 @@ def list_nodes(request: Request) -> JSONResponse:
 )
 def list_nodes_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=True))
+
+
+@router.get(
+    "/chassis/{chassis_uuid}/nodes",
+    summary="List a chassis' nodes",
+    dependencies=[guard("baremetal:node:list_all", "list")],
+)
+def list_chassis_nodes(chassis_uuid: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, detail_path=False, chassis=chassis_uuid))
+
+
+@router.get(
+    "/chassis/{chassis_uuid}/nodes/detail",
+    summary="List a chassis' nodes with every field",
+    dependencies=[guard("baremetal:node:list_all", "list")],
+)
+def list_chassis_nodes_detail(chassis_uuid: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, detail_path=True, chassis=chassis_uuid))
 
 
 # -- show ---------------------------------------------------------------------

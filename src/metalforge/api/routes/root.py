@@ -13,6 +13,7 @@ from metalforge.api.versions import MAX_VERSION, MIN_VERSION, Version, fmt
 router = APIRouter(tags=["discovery"])
 
 COLLECTIONS: dict[str, Version] = {
+    "chassis": (1, 1),
     "nodes": (1, 1),
     "ports": (1, 1),
     "drivers": (1, 1),
