@@ -343,6 +343,8 @@ class ConductorSettings(BaseModel):
     """``interface.step:priority`` entries that replace a deploy step's default priority."""
     default_resource_class: str | None = None
     """Resource class given to nodes created without one."""
+    default_portgroup_mode: str = "active-backup"
+    """Bonding mode given to port groups created without one (Ironic's default)."""
     inspection: InspectionSettings = Field(default_factory=InspectionSettings)
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
 

@@ -48,6 +48,7 @@ class World:
     template: str
     event: str
     chassis: str
+    portgroup: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -89,7 +90,8 @@ def make_world(stack: Stack) -> World:
     )["uuid"]
     events = _ok(client.get(f"/v1/nodes/{node}/history", headers=h), 200)["history"]
     chassis = _ok(client.post("/v1/chassis", json={}, headers=h), 201)["uuid"]
-    return World(node, port, allocation, template, events[0]["uuid"], chassis)
+    portgroup = _ok(client.post("/v1/portgroups", json={"node_uuid": node}, headers=h), 201)["uuid"]
+    return World(node, port, allocation, template, events[0]["uuid"], chassis, portgroup)
 
 
 Request = Callable[[World], tuple[str, Any]]
@@ -234,6 +236,39 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/nodes/{w.node}/allocation",
         None,
     ),
+    ("GET", "/v1/portgroups"): lambda w: ("/v1/portgroups", None),
+    ("GET", "/v1/portgroups/detail"): lambda w: ("/v1/portgroups/detail", None),
+    ("GET", "/v1/nodes/{node_ident}/portgroups"): lambda w: (
+        f"/v1/nodes/{w.node}/portgroups",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/portgroups/detail"): lambda w: (
+        f"/v1/nodes/{w.node}/portgroups/detail",
+        None,
+    ),
+    ("GET", "/v1/portgroups/{portgroup_ident}"): lambda w: (f"/v1/portgroups/{w.portgroup}", None),
+    ("POST", "/v1/portgroups"): lambda w: ("/v1/portgroups", {"node_uuid": w.node}),
+    ("PATCH", "/v1/portgroups/{portgroup_ident}"): lambda w: (
+        f"/v1/portgroups/{w.portgroup}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/portgroups/{portgroup_ident}"): lambda w: (
+        f"/v1/portgroups/{w.portgroup}",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/ports"): lambda w: (f"/v1/nodes/{w.node}/ports", None),
+    ("GET", "/v1/nodes/{node_ident}/ports/detail"): lambda w: (
+        f"/v1/nodes/{w.node}/ports/detail",
+        None,
+    ),
+    ("GET", "/v1/portgroups/{portgroup_ident}/ports"): lambda w: (
+        f"/v1/portgroups/{w.portgroup}/ports",
+        None,
+    ),
+    ("GET", "/v1/portgroups/{portgroup_ident}/ports/detail"): lambda w: (
+        f"/v1/portgroups/{w.portgroup}/ports/detail",
+        None,
+    ),
     ("GET", "/v1/chassis"): lambda w: ("/v1/chassis", None),
     ("GET", "/v1/chassis/detail"): lambda w: ("/v1/chassis/detail", None),
     ("GET", "/v1/chassis/{chassis_uuid}"): lambda w: (f"/v1/chassis/{w.chassis}", None),
@@ -301,6 +336,18 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("PATCH", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:update",
     ("DELETE", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:delete",
     ("DELETE", "/v1/nodes/{node_ident}/allocation"): "baremetal:node:get",
+    ("GET", "/v1/portgroups"): "baremetal:portgroup:list_all",
+    ("GET", "/v1/portgroups/detail"): "baremetal:portgroup:list_all",
+    ("GET", "/v1/nodes/{node_ident}/portgroups"): "baremetal:portgroup:list_all",
+    ("GET", "/v1/nodes/{node_ident}/portgroups/detail"): "baremetal:portgroup:list_all",
+    ("GET", "/v1/portgroups/{portgroup_ident}"): "baremetal:portgroup:get",
+    ("POST", "/v1/portgroups"): "baremetal:portgroup:create",
+    ("PATCH", "/v1/portgroups/{portgroup_ident}"): "baremetal:portgroup:update",
+    ("DELETE", "/v1/portgroups/{portgroup_ident}"): "baremetal:portgroup:delete",
+    ("GET", "/v1/nodes/{node_ident}/ports"): "baremetal:port:list_all",
+    ("GET", "/v1/nodes/{node_ident}/ports/detail"): "baremetal:port:list_all",
+    ("GET", "/v1/portgroups/{portgroup_ident}/ports"): "baremetal:port:list_all",
+    ("GET", "/v1/portgroups/{portgroup_ident}/ports/detail"): "baremetal:port:list_all",
     ("GET", "/v1/chassis"): "baremetal:chassis:get",
     ("GET", "/v1/chassis/detail"): "baremetal:chassis:get",
     ("GET", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:get",
@@ -391,7 +438,7 @@ def _kind_for(method: str, path: str, rule: str) -> str:
     if rule.endswith(":list_all"):
         return "list"
     if method == "POST" and rule.startswith(
-        ("baremetal:node:", "baremetal:port:", "baremetal:allocation:")
+        ("baremetal:node:", "baremetal:port:", "baremetal:portgroup:", "baremetal:allocation:")
     ):
         return "body"
     if rule == "baremetal:node:update":
@@ -400,6 +447,8 @@ def _kind_for(method: str, path: str, rule: str) -> str:
         return "node"
     if "{port_ident}" in path:
         return "port"
+    if "{portgroup_ident}" in path:
+        return "portgroup"
     if "{allocation_ident}" in path:
         return "allocation"
     return "system"
@@ -426,7 +475,7 @@ def _body_rule(caller: Caller, guard: Guard) -> bool:
             caller.project_id is not None
             and POLICY.allows("baremetal:node:create:self_owned_node", caller)
         )
-    if guard.rule == "baremetal:port:create":
+    if guard.rule in ("baremetal:port:create", "baremetal:portgroup:create"):
         return POLICY.allows(guard.rule, caller, node_target(OWNER, LESSEE))
     assert guard.rule == "baremetal:allocation:create", guard.rule
     return POLICY.allows(guard.rule, caller) or POLICY.allows(
@@ -434,14 +483,14 @@ def _body_rule(caller: Caller, guard: Guard) -> bool:
     )
 
 
-def expected(persona: Persona, guard: Guard, body: Any) -> tuple[bool, int]:
+def expected(persona: Persona, guard: Guard, body: Any, path: str = "") -> tuple[bool, int]:
     """(allowed, the status when refused), from the guard and the policy defaults."""
     caller = _caller(persona)
     if guard.kind == "system":
         return POLICY.allows(guard.rule, caller), 403
     if guard.kind in ("node", "node_fields"):
         return _node_rule(caller, guard, body)
-    if guard.kind == "port":
+    if guard.kind in ("port", "portgroup"):
         target = node_target(OWNER, LESSEE)
         if not POLICY.allows("baremetal:node:get", caller, target):
             return False, 404
@@ -452,10 +501,15 @@ def expected(persona: Persona, guard: Guard, body: Any) -> tuple[bool, int]:
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
     if guard.kind == "list":
-        if POLICY.allows(guard.rule, caller):
-            return True, 403
         list_rule = guard.rule.removesuffix("_all")
-        return caller.project_id is not None and POLICY.allows(list_rule, caller), 403
+        listed = POLICY.allows(guard.rule, caller) or (
+            caller.project_id is not None and POLICY.allows(list_rule, caller)
+        )
+        parent = "{node_ident}" in path or "{portgroup_ident}" in path
+        if listed and parent:
+            # The node (or the group's node) the path names is concealed from who cannot see it.
+            return POLICY.allows("baremetal:node:get", caller, node_target(OWNER, LESSEE)), 404
+        return listed, 403
     return _body_rule(caller, guard), 403
 
 
@@ -485,7 +539,7 @@ def test_route_answers_each_persona_as_the_policy_says(
         world = shared or make_world(stack)
         url, body = REQUESTS[(method, path)](world)
         response = stack.client.request(method, url, json=body, headers=persona.headers)
-        allowed, refusal = expected(persona, guard, body)
+        allowed, refusal = expected(persona, guard, body, path)
         if allowed:
             ok = response.status_code not in (401, 403) and not _concealed(response)
         else:

@@ -1646,7 +1646,7 @@ PATCHES = [
 ]
 
 ROUTING = [
-    _case("unknown-collection", "GET", "/v1/chassis/x", 404, routing_shape=True),
+    _case("unknown-collection", "GET", "/v1/widgets/x", 404, routing_shape=True),
     _case("unknown-sub-resource", "GET", N + "/bios", 404, routing_shape=True),
     _case("delete-collection", "DELETE", "/v1/nodes", 405, routing_shape=True),
     _case("post-to-node", "POST", N, 405, routing_shape=True, json={"driver": "fake-hardware"}),

@@ -88,8 +88,7 @@ def _moved_to(node_uuid: str) -> port_service.Revise:
     """A patch that only moves the port to ``node_uuid``."""
 
     def revise(doc: dict[str, Any]) -> PortChanges:
-        kept = {k: v for k, v in doc.items() if k != "portgroup_uuid"}
-        return PortChanges(**{**kept, "node_uuid": node_uuid})
+        return PortChanges(**{**doc, "node_uuid": node_uuid})
 
     return revise
 
@@ -203,9 +202,8 @@ def test_patch_changes_the_ports_values(svc: Services) -> None:
     port = _create(svc)
 
     def revise(doc: dict[str, Any]) -> PortChanges:
-        kept = {k: v for k, v in doc.items() if k != "portgroup_uuid"}
         return dataclasses.replace(
-            PortChanges(**kept), address="52:54:00:aa:00:02", pxe_enabled=False
+            PortChanges(**doc), address="52:54:00:aa:00:02", pxe_enabled=False
         )
 
     changed = port_service.patch_port(svc, port.uuid, LATEST, revise, sees=_everyone)

@@ -28,6 +28,7 @@ from metalforge.api.routes import (
     node_states,
     node_traits,
     nodes,
+    portgroups,
     ports,
     root,
 )
@@ -45,6 +46,7 @@ RESOURCE_ROUTERS = (
     inspection.router,
     node_management.router,
     ports.router,
+    portgroups.router,
     chassis.router,
     conductors.router,
     drivers.router,

@@ -265,6 +265,19 @@ class PortCreate(Body):
     category: str | None = Field(default=None, max_length=80)
 
 
+class PortgroupCreate(Body):
+    node_uuid: str = Field(min_length=1, max_length=255)
+    uuid: str | None = None
+    address: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(default=None, max_length=255)
+    mode: str | None = Field(default=None, max_length=255)
+    standalone_ports_supported: bool | str | None = None
+    properties: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None
+    physical_network: str | None = Field(default=None, max_length=64)
+    category: str | None = Field(default=None, max_length=80)
+
+
 class ChassisCreate(Body):
     uuid: str | None = None
     description: str | None = Field(default=None, max_length=255)

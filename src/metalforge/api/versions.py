@@ -27,6 +27,7 @@ DEFAULT_VERSION: Version = (1, 1)
 MIN_HEADER = b"x-openstack-ironic-api-minimum-version"
 MAX_HEADER = b"x-openstack-ironic-api-maximum-version"
 VERSION_HEADER = b"x-openstack-ironic-api-version"
+VERSION_REQUEST_HEADERS = (VERSION_HEADER, b"openstack-api-version")
 
 _PATTERN = re.compile(r"^(\d+)\.(\d+)$")
 
@@ -96,6 +97,7 @@ class VersionMiddleware:
             await send_json_error(send, 406, body, extra)
             return
         scope.setdefault("state", {})["version"] = version
+        scope = _without_json_suffix(scope, headers, version)
         request_id = f"req-{uuid.uuid4()}".encode()
         extra_headers = [
             *range_headers,
@@ -105,6 +107,28 @@ class VersionMiddleware:
         ]
 
         await _serve_with_headers(self.app, scope, receive, send, extra_headers)
+
+
+JSON_SUFFIX_UNTIL: Version = (1, 90)
+"""The last version at which ``/v1/nodes/<uuid>.json`` means ``/v1/nodes/<uuid>`` (Ironic's)."""
+
+
+def _without_json_suffix(scope: Scope, headers: dict[bytes, bytes], version: Version) -> Scope:
+    """The request with a trailing ``.json`` dropped, when a client asked for 1.90 or older.
+
+    Ironic once read ``.json`` as a content type; up to 1.90 it still strips
+    it from any path when the client named such a version (not when it named
+    none). Unlike Ironic, a resource whose own name ends in ``.json`` is then
+    not found by that name.
+    """
+    named = any(h in headers for h in VERSION_REQUEST_HEADERS)
+    path: str = scope["path"].rstrip("/")
+    if not named or version > JSON_SUFFIX_UNTIL or not path.endswith(".json"):
+        return scope
+    if not path.startswith("/v1/") and path.count("/") < 2:
+        return scope  # /openapi.json and the like are documents, not resources
+    stripped = path[: -len(".json")]
+    return {**scope, "path": stripped, "raw_path": stripped.encode()}
 
 
 async def _serve_with_headers(

@@ -207,6 +207,34 @@ class Port(TimestampMixin, Base):
     description: Mapped[str | None] = mapped_column(Text)
     vendor: Mapped[str | None] = mapped_column(String(255))
     category: Mapped[str | None] = mapped_column(String(80))
+    portgroup_id: Mapped[int | None] = mapped_column(
+        ForeignKey("portgroups.id", name="fk_ports_portgroup_id"), index=True
+    )
+    """The port group the port is a member of; a group with members cannot be deleted."""
+
+    node: Mapped[Node] = relationship(lazy="joined")
+    portgroup: Mapped[Portgroup | None] = relationship(lazy="joined")
+
+
+class Portgroup(TimestampMixin, Base):
+    """Ports of one node bonded together (a LAG); its address is the bond's MAC."""
+
+    __tablename__ = "portgroups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    address: Mapped[str | None] = mapped_column(String(18), unique=True)
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    extra: Mapped[dict[str, Any]] = _json_dict()
+    internal_info: Mapped[dict[str, Any]] = _json_dict()
+    standalone_ports_supported: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    mode: Mapped[str | None] = mapped_column(String(255))
+    properties: Mapped[dict[str, Any]] = _json_dict()
+    physical_network: Mapped[str | None] = mapped_column(String(64))
+    category: Mapped[str | None] = mapped_column(String(80))
 
     node: Mapped[Node] = relationship(lazy="joined")
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.db import flow_progress
 from metalforge.db.batches import in_batches
-from metalforge.db.models import Allocation, Node, NodeTrait, Port, node_from_row
+from metalforge.db.models import Allocation, Node, NodeTrait, Port, Portgroup, node_from_row
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services.microversion import Version
 
@@ -59,12 +59,29 @@ def port_not_found(ident: str) -> RequestError:
 
 
 def port_where(ident: str, version: Version) -> ColumnElement[bool]:
-    """The port named by UUID or (from 1.88) name; 404 for a name before that."""
+    """The port named by UUID or (from 1.88) a logical name; 400 for anything else
+    (a MAC address, a malformed UUID), as Ironic answers."""
     if is_uuid(ident):
         return Port.uuid == str(uuidlib.UUID(ident))
-    if version >= (1, 88):
+    if version >= (1, 88) and _NAME.match(ident):
         return Port.name == ident
-    raise port_not_found(ident)
+    raise bad_request(f"Expected a logical name or UUID but received {ident}.")
+
+
+def portgroup_not_found(ident: str) -> RequestError:
+    return not_found(f"Portgroup {ident} could not be found.")
+
+
+def portgroup_where(ident: str) -> ColumnElement[bool]:
+    """The port group named by UUID or by name."""
+    if is_uuid(ident):
+        return Portgroup.uuid == str(uuidlib.UUID(ident))
+    return Portgroup.name == ident
+
+
+def not_found_path() -> RequestError:
+    """A path this microversion does not serve: 404, as for any unknown path."""
+    return not_found("The resource could not be found.")
 
 
 def allocation_not_found(ident: str) -> RequestError:

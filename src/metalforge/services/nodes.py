@@ -20,7 +20,7 @@ from metalforge import states
 from metalforge.conductor import allocations as conductor_allocations
 from metalforge.conductor import history
 from metalforge.conductor.flows.guards import refuse_if_protected
-from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, utcnow
+from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, utcnow
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
 from metalforge.services import allocations, chassis, fencing, lookup
@@ -274,5 +274,6 @@ def delete_node(svc: Services, ident: str, version: Version) -> None:
         if node.allocation_id is not None:
             conductor_allocations.delete_allocation(session, node.allocation_id)
         session.execute(delete(Port).where(Port.node_id == node.id))
+        session.execute(delete(Portgroup).where(Portgroup.node_id == node.id))
         session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
         fencing.delete_node_row(session, node)

@@ -26,9 +26,10 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from metalforge.db.models import Node, Port, utcnow
+from metalforge import states
+from metalforge.db.models import Node, Port, Portgroup, utcnow
 from metalforge.errors import RequestError, bad_request, conflict
-from metalforge.services import fencing, lookup
+from metalforge.services import fencing, lookup, vifs
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 
@@ -48,7 +49,12 @@ PATCHABLE = frozenset(
         "portgroup_uuid",
     }
 )
-"""The fields a JSON patch may change (as Ironic; port groups are not supported)."""
+"""The fields a JSON patch may change (as Ironic)."""
+
+CONNECTIVITY_STATES = frozenset(
+    {states.ENROLL, states.INSPECTING, states.INSPECT_WAIT, states.MANAGEABLE}
+)
+"""Where a port may join or leave a port group (or with the node in maintenance)."""
 
 _MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
@@ -76,6 +82,8 @@ class NewPort:
     description: str | None = None
     vendor: str | None = None
     category: str | None = None
+    portgroup: str | None = None
+    """The port group (UUID or name) the port joins, on the same node."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ class PortChanges:
     category: str | None
     pxe_enabled: bool
     is_smartnic: bool
+    portgroup_uuid: str | None
+    """The group (UUID or name) the port is a member of after the patch, or none."""
 
 
 Revise = Callable[[dict[str, Any]], PortChanges]
@@ -140,6 +150,11 @@ def create_port(
                 raise bad_request(f"Node {new.node} could not be found.")
             _fence(session, node)
             port = _new_row(new, port_uuid, address, node)
+            if new.portgroup is not None:
+                group = member_of(session, new.portgroup, node)
+                check_membership(group, port.uuid, new.pxe_enabled, None)
+                check_physical_network(session, group, None, new.physical_network)
+                port.portgroup_id = group.id
             session.add(port)
             session.flush()
             session.refresh(port)
@@ -156,7 +171,8 @@ def patch_port(svc: Services, ident: str, version: Version, revise: Revise, *, s
             changes = revise(_document(port))
             node, target = _lock_nodes(session, port, changes.node_uuid, version, sees)
             _fence(session, node, *([target] if target is not None else []))
-            _rewrite(session, port, changes, target)
+            group_id = _membership(session, port, changes, target or node)
+            _rewrite(session, port, changes, target, group_id)
     except IntegrityError:
         raise conflict("A port with that MAC address or name already exists.") from None
     return port
@@ -234,6 +250,84 @@ def _lock_nodes(
     return node, moved_to
 
 
+def member_of(session: Session, ident: str, node: Node) -> Portgroup:
+    """The group a port on ``node`` is to join: it must exist (400) and be the node's (400)."""
+    group = session.scalar(select(Portgroup).where(lookup.portgroup_where(ident)))
+    if group is None:
+        raise bad_request(lookup.portgroup_not_found(ident).message)
+    if group.node_id != node.id:
+        raise bad_request("Port can not be added to a portgroup belonging to a different node.")
+    return group
+
+
+def check_membership(group: Portgroup, port_uuid: str, pxe_enabled: bool, vif: str | None) -> None:
+    """A group that forbids standalone ports takes no member that boots or carries a VIF (409)."""
+    if group.standalone_ports_supported:
+        return
+    reasons = []
+    if pxe_enabled:
+        reasons.append("'pxe_enabled' was set to True")
+    if vif:
+        reasons.append(f"VIF {vif} is attached to the port")
+    if reasons:
+        raise conflict(
+            f"Port group {group.uuid} doesn't support standalone ports. This port {port_uuid} "
+            f"cannot be a member of that port group because of: {', '.join(reasons)}"
+        )
+
+
+def check_physical_network(
+    session: Session, group: Portgroup, port_id: int | None, physical_network: str | None
+) -> None:
+    """A group's ports share one physical network (the group's own when it has no other
+    members yet); a port on another joins it or changes in it only as a 409."""
+    others = set(
+        session.scalars(
+            select(Port.physical_network).where(
+                Port.portgroup_id == group.id, *([Port.id != port_id] if port_id else [])
+            )
+        )
+    )
+    if not others:
+        if group.physical_network is None:
+            return
+        others = {group.physical_network}
+    if len(others) > 1:
+        raise bad_request(
+            f"Port group {group.uuid} has member ports with inconsistent physical networks "
+            f"({', '.join(sorted(str(n) for n in others))}). All ports in a port group must "
+            "have the same physical network."
+        )
+    (shared,) = others
+    if physical_network != shared:
+        raise conflict(
+            f"Port with physical network {physical_network} cannot become a member of port "
+            f"group {group.uuid} which has ports in physical network {shared}."
+        )
+
+
+def _membership(session: Session, port: Port, changes: PortChanges, node: Node) -> int | None:
+    """The group the port belongs to after ``changes``, checked as Ironic checks it."""
+    group = None
+    if changes.portgroup_uuid is not None:
+        group = member_of(session, changes.portgroup_uuid, node)
+    group_id = group.id if group is not None else None
+    if group_id != port.portgroup_id and (
+        node.provision_state not in CONNECTIVITY_STATES and not node.maintenance
+    ):
+        raise conflict(
+            f"Port {port.uuid} can not have any connectivity attributes (portgroup_uuid) "
+            f"updated unless node {node.uuid} is in a "
+            f"{', '.join(sorted(CONNECTIVITY_STATES))} state or in maintenance mode. "
+            f"The current state is {node.provision_state}."
+        )
+    if group is not None:
+        check_membership(group, port.uuid, changes.pxe_enabled, vifs.vif_of(port))
+        if group_id != port.portgroup_id or changes.physical_network != port.physical_network:
+            check_physical_network(session, group, port.id, changes.physical_network)
+    return group_id
+
+
 def _fence(session: Session, *nodes: Node) -> None:
     """Refuse held nodes, then bump each node's epoch if it is still as read."""
     for node in nodes:
@@ -242,10 +336,14 @@ def _fence(session: Session, *nodes: Node) -> None:
         fencing.update_node(session, node, {})
 
 
-def _rewrite(session: Session, port: Port, changes: PortChanges, target: Node | None) -> None:
+def _rewrite(
+    session: Session, port: Port, changes: PortChanges, target: Node | None, group_id: int | None
+) -> None:
     """Store ``changes`` (and the node the port moves to) and read the port back to answer."""
     values = dataclasses.asdict(changes)
     del values["node_uuid"]
+    del values["portgroup_uuid"]
+    values["portgroup_id"] = group_id
     if target is not None:
         values["node_id"] = target.id
     session.execute(update(Port).where(Port.id == port.id).values(**values, updated_at=utcnow()))
@@ -257,7 +355,7 @@ def _document(port: Port) -> dict[str, Any]:
     """The port's patchable fields, as a patch sees them."""
     doc = {name: getattr(port, name) for name in PATCHABLE - {"node_uuid", "portgroup_uuid"}}
     doc["node_uuid"] = port.node.uuid
-    doc["portgroup_uuid"] = None
+    doc["portgroup_uuid"] = port.portgroup.uuid if port.portgroup is not None else None
     return doc
 
 

@@ -28,11 +28,13 @@ from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
-from metalforge.db.models import Allocation, Node, Port
+from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
 from metalforge.services import lookup
 
-GuardKind = Literal["system", "node", "node_fields", "port", "allocation", "list", "body"]
+GuardKind = Literal[
+    "system", "node", "node_fields", "port", "portgroup", "allocation", "list", "body"
+]
 
 
 def denied(rule: str) -> RequestError:
@@ -102,7 +104,7 @@ class Guard:
             request.state.project_scope = list_scope(request, self.rule)
         elif self.kind == "node" and self._granted_whatever_the_node(request):
             return  # the owner cannot change the answer: no read (node_access reads if asked)
-        elif self.kind in ("node", "node_fields", "port", "allocation"):
+        elif self.kind in ("node", "node_fields", "port", "portgroup", "allocation"):
             ident = request.path_params[_PATH_PARAMS[self.kind]]
             await read_only(services(request), self._check_resource, request, ident)
 
@@ -128,10 +130,15 @@ class Guard:
             ):
                 raise denied(self.rule)
             request.state.node_access = access
-        elif self.kind == "port":
-            access = _read_port_access(connection, ident, version)
+        elif self.kind in ("port", "portgroup"):
+            if self.kind == "port":
+                access = _read_port_access(connection, ident, version)
+            else:
+                access = _read_portgroup_access(connection, ident)
             if not allows(request, "baremetal:node:get", access.target):
-                raise lookup.port_not_found(ident)
+                raise (
+                    lookup.port_not_found if self.kind == "port" else lookup.portgroup_not_found
+                )(ident)
             require(request, self.rule, access.target)
             request.state.node_access = access
         else:
@@ -145,6 +152,7 @@ _PATH_PARAMS = {
     "node": "node_ident",
     "node_fields": "node_ident",
     "port": "port_ident",
+    "portgroup": "portgroup_ident",
     "allocation": "allocation_ident",
 }
 
@@ -203,6 +211,20 @@ def _read_port_access(connection: Connection, ident: str, version: Version) -> N
     row = connection.execute(query).first()
     if row is None:
         raise lookup.port_not_found(ident)
+    return NodeAccess(row.owner, row.lessee)
+
+
+def _read_portgroup_access(connection: Connection, ident: str) -> NodeAccess:
+    """The owner and lessee of the port group's node."""
+    query = (
+        select(Node.owner, Node.lessee)
+        .select_from(Portgroup)
+        .join(Node, Portgroup.node_id == Node.id)
+        .where(lookup.portgroup_where(ident))
+    )
+    row = connection.execute(query).first()
+    if row is None:
+        raise lookup.portgroup_not_found(ident)
     return NodeAccess(row.owner, row.lessee)
 
 

@@ -24,7 +24,7 @@ from metalforge.api.patching import apply_patch
 from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
-from metalforge.db.models import Node, Port
+from metalforge.db.models import Node, Port, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import ports as port_service
@@ -73,7 +73,7 @@ def port_view(
         if name == "node_uuid":
             body[name] = port.node.uuid
         elif name == "portgroup_uuid":
-            body[name] = None
+            body[name] = port.portgroup.uuid if port.portgroup is not None else None
         elif name in ("created_at", "updated_at"):
             value = getattr(port, name)
             body[name] = value.isoformat() if value else None
@@ -83,7 +83,11 @@ def port_view(
     return body
 
 
-def _list(request: Request, detail_path: bool) -> dict[str, Any]:
+def _list(
+    request: Request, detail_path: bool, *, parent: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """A page of ports; ``parent`` (``("nodes", ident)`` or ``("portgroups", ident)``) is the
+    resource a sub-collection path names, which filters as ``node``/``portgroup`` would."""
     svc = services(request)
     allowed = [
         "node",
@@ -101,6 +105,10 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
     if not detail_path:
         allowed += ["fields", "detail"]
     query = Query(request, allowed)
+    if parent is not None:
+        if query.version < (1, 24):
+            raise lookup.not_found_path()
+        query.params["node" if parent[0] == "nodes" else "portgroup"] = parent[1]
     sortable = {"id", "uuid", "address", "created_at", "updated_at", "name", "pxe_enabled"}
     pg = page(query, svc.settings.api.max_limit, sortable=sortable)
     wanted = fields(query, PORT_FIELDS) if not detail_path else None
@@ -112,6 +120,8 @@ def _list(request: Request, detail_path: bool) -> dict[str, Any]:
         ports = list(session.scalars(_list_query(request, session, query, pg)))
         items = [port_view(p, query.version, base, wanted) for p in ports]
     path = "ports/detail" if detail_path else "ports"
+    if parent is not None:
+        path = f"{parent[0]}/{parent[1]}/{path}"
     last = ports[-1].uuid if ports else None
     return {"ports": items, **listing.next_link(base, path, query, pg, len(ports), last)}
 
@@ -133,6 +143,13 @@ def _list_query(request: Request, session: Session, query: Query, pg: Page) -> S
     if project is not None:
         # As Ironic: the ports of the nodes the project owns or leases.
         stmt = stmt.where(lookup.held_by(project))
+    if (group_ident := query.get("portgroup", (1, 24))) is not None:
+        group = session.scalar(select(Portgroup).where(lookup.portgroup_where(group_ident)))
+        if group is None or not allows(
+            request, "baremetal:node:get", node_target(group.node.owner, group.node.lessee)
+        ):
+            raise lookup.portgroup_not_found(group_ident)
+        stmt = stmt.where(Port.portgroup_id == group.id)
     if (address := query.get("address")) is not None:
         stmt = stmt.where(Port.address == address.lower())
     if (text := query.get("description_contains")) is not None:
@@ -170,6 +187,42 @@ def list_ports(request: Request) -> JSONResponse:
 )
 def list_ports_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True))
+
+
+@router.get(
+    "/nodes/{node_ident}/ports",
+    summary="List a node's ports",
+    dependencies=[guard("baremetal:port:list_all", "list")],
+)
+def list_node_ports(node_ident: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, False, parent=("nodes", node_ident)))
+
+
+@router.get(
+    "/nodes/{node_ident}/ports/detail",
+    summary="List a node's ports with every field",
+    dependencies=[guard("baremetal:port:list_all", "list")],
+)
+def list_node_ports_detail(node_ident: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, True, parent=("nodes", node_ident)))
+
+
+@router.get(
+    "/portgroups/{portgroup_ident}/ports",
+    summary="List a port group's ports",
+    dependencies=[guard("baremetal:port:list_all", "list")],
+)
+def list_portgroup_ports(portgroup_ident: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, False, parent=("portgroups", portgroup_ident)))
+
+
+@router.get(
+    "/portgroups/{portgroup_ident}/ports/detail",
+    summary="List a port group's ports with every field",
+    dependencies=[guard("baremetal:port:list_all", "list")],
+)
+def list_portgroup_ports_detail(portgroup_ident: str, request: Request) -> JSONResponse:
+    return JSONResponse(_list(request, True, parent=("portgroups", portgroup_ident)))
 
 
 @router.get(
@@ -214,8 +267,6 @@ def _new_port(body: PortCreate, version: Version) -> NewPort:
     _gate(set(body.model_dump(exclude_unset=True)), version)
     if (body.node_uuid is None) == (body.node_ident is None):
         raise bad_request("Exactly one of node_uuid and node_ident is required")
-    if body.portgroup_uuid is not None:
-        raise bad_request("Port groups are not supported by this service")
     return NewPort(
         node=str(body.node_uuid or body.node_ident),
         address=body.address,
@@ -229,6 +280,7 @@ def _new_port(body: PortCreate, version: Version) -> NewPort:
         description=body.description,
         vendor=body.vendor,
         category=body.category,
+        portgroup=body.portgroup_uuid,
     )
 
 
@@ -310,6 +362,13 @@ def _node_uuid(after: dict[str, Any], before: dict[str, Any]) -> str:
     return str(value)
 
 
+def _portgroup(after: dict[str, Any]) -> str | None:
+    value = after.get("portgroup_uuid")
+    if value is not None and not isinstance(value, str):
+        raise bad_request("Invalid value for portgroup_uuid: must be a string")
+    return value
+
+
 def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
     """The patch applied to a port's document, each value checked for its type.
 
@@ -337,6 +396,7 @@ def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
             category=category,
             pxe_enabled=pxe_enabled,
             is_smartnic=is_smartnic,
+            portgroup_uuid=_portgroup(after),
         )
 
     return revise
