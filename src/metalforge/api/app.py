@@ -31,6 +31,7 @@ from metalforge.api.routes import (
     portgroups,
     ports,
     root,
+    shards,
 )
 from metalforge.api.services import ApiServices
 from metalforge.api.versions import VersionMiddleware
@@ -48,6 +49,7 @@ RESOURCE_ROUTERS = (
     ports.router,
     portgroups.router,
     chassis.router,
+    shards.router,
     conductors.router,
     drivers.router,
     deploy_templates.router,

@@ -358,12 +358,12 @@ def render(
         values[index] = traits(node) if traits else [t.trait for t in node.traits]
     body = dict(zip(plan.names, values, strict=True))
     if plan.old_states:
-        _spell_old_states(body, version)
+        spell_old_states(body, version)
     body["links"] = links(base, "nodes", uuid)
     return body
 
 
-def _spell_old_states(body: dict[str, Any], version: Version) -> None:
+def spell_old_states(body: dict[str, Any], version: Version) -> None:
     """States as versions older than ``available`` (1.2) and ``inspect wait`` (1.39) name them."""
     state = body.get("provision_state")
     if version < (1, 2) and state == "available":

@@ -206,6 +206,7 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:portgroup:create", SYSTEM_ADMIN_OR_OWNER_ADMIN, "Create a port group."),
     Rule("baremetal:portgroup:delete", SYSTEM_ADMIN_OR_OWNER_ADMIN, "Delete a port group."),
     Rule("baremetal:portgroup:update", SYSTEM_MEMBER_OR_OWNER_ADMIN, "Change a port group."),
+    Rule("baremetal:shards:get", SYSTEM_READER, "List shards and their node counts."),
     Rule("baremetal:driver:get", SYSTEM_READER, "List and show drivers.", ("system",)),
     Rule("baremetal:driver:get_properties", SYSTEM_READER, "Driver properties.", ("system",)),
     Rule("baremetal:conductor:get", SYSTEM_READER, "List and show conductors."),

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from metalforge import states
 from metalforge.api.auth.access import actor, guard, node_access, node_disclosure, require
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.node_view import REDACTED
+from metalforge.api.node_view import REDACTED, spell_old_states
 from metalforge.api.schemas import (
     MaintenanceRequest,
     PowerRequest,
@@ -51,6 +51,7 @@ def _states_view(node: Node, version: Version) -> dict[str, Any]:
         body.update(raid_config=node.raid_config, target_raid_config=node.target_raid_config)
     if version >= (1, 75):
         body.update(boot_mode=node.boot_mode, secure_boot=node.secure_boot)
+    spell_old_states(body, version)  # as the node itself shows them at this version
     return body
 
 

@@ -21,6 +21,7 @@ COLLECTIONS: dict[str, Version] = {
     "conductors": (1, 49),
     "allocations": (1, 52),
     "deploy_templates": (1, 55),
+    "shards": (1, 82),
 }
 """Collections this service serves, and the version that introduced each."""
 
