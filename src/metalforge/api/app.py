@@ -30,6 +30,7 @@ from metalforge.api.routes import (
     nodes,
     ports,
     root,
+    volume,
 )
 from metalforge.api.services import ApiServices
 from metalforge.api.versions import VersionMiddleware
@@ -46,6 +47,7 @@ RESOURCE_ROUTERS = (
     node_management.router,
     ports.router,
     chassis.router,
+    volume.router,
     conductors.router,
     drivers.router,
     deploy_templates.router,

@@ -17,6 +17,7 @@ COLLECTIONS: dict[str, Version] = {
     "nodes": (1, 1),
     "ports": (1, 1),
     "drivers": (1, 1),
+    "volume": (1, 32),
     "conductors": (1, 49),
     "allocations": (1, 52),
     "deploy_templates": (1, 55),
