@@ -49,6 +49,8 @@ class World:
     event: str
     chassis: str
     portgroup: str
+    connector: str
+    target: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -90,8 +92,24 @@ def make_world(stack: Stack) -> World:
     )["uuid"]
     events = _ok(client.get(f"/v1/nodes/{node}/history", headers=h), 200)["history"]
     chassis = _ok(client.post("/v1/chassis", json={}, headers=h), 201)["uuid"]
+    connector = _ok(
+        client.post("/v1/volume/connectors", json=_connector_body(node), headers=h), 201
+    )["uuid"]
+    target = _ok(client.post("/v1/volume/targets", json=_target_body(node, 0), headers=h), 201)[
+        "uuid"
+    ]
     portgroup = _ok(client.post("/v1/portgroups", json={"node_uuid": node}, headers=h), 201)["uuid"]
-    return World(node, port, allocation, template, events[0]["uuid"], chassis, portgroup)
+    return World(
+        node, port, allocation, template, events[0]["uuid"], chassis, portgroup, connector, target
+    )
+
+
+def _connector_body(node: str) -> dict[str, Any]:
+    return {"node_uuid": node, "type": "iqn", "connector_id": f"iqn.{uuid.uuid4().hex}"}
+
+
+def _target_body(node: str, boot_index: int) -> dict[str, Any]:
+    return {"node_uuid": node, "volume_type": "iscsi", "volume_id": "v", "boot_index": boot_index}
 
 
 Request = Callable[[World], tuple[str, Any]]
@@ -281,6 +299,49 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/chassis/{w.chassis}/nodes/detail",
         None,
     ),
+    ("GET", "/v1/volume"): lambda w: ("/v1/volume", None),
+    ("GET", "/v1/nodes/{node_ident}/volume"): lambda w: (f"/v1/nodes/{w.node}/volume", None),
+    ("GET", "/v1/volume/connectors"): lambda w: ("/v1/volume/connectors", None),
+    ("GET", "/v1/volume/connectors/detail"): lambda w: ("/v1/volume/connectors/detail", None),
+    ("GET", "/v1/nodes/{node_ident}/volume/connectors"): lambda w: (
+        f"/v1/nodes/{w.node}/volume/connectors",
+        None,
+    ),
+    ("GET", "/v1/volume/connectors/{connector_uuid}"): lambda w: (
+        f"/v1/volume/connectors/{w.connector}",
+        None,
+    ),
+    ("POST", "/v1/volume/connectors"): lambda w: (
+        "/v1/volume/connectors",
+        _connector_body(w.node),
+    ),
+    ("PATCH", "/v1/volume/connectors/{connector_uuid}"): lambda w: (
+        f"/v1/volume/connectors/{w.connector}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/volume/connectors/{connector_uuid}"): lambda w: (
+        f"/v1/volume/connectors/{w.connector}",
+        None,
+    ),
+    ("GET", "/v1/volume/targets"): lambda w: ("/v1/volume/targets", None),
+    ("GET", "/v1/volume/targets/detail"): lambda w: ("/v1/volume/targets/detail", None),
+    ("GET", "/v1/nodes/{node_ident}/volume/targets"): lambda w: (
+        f"/v1/nodes/{w.node}/volume/targets",
+        None,
+    ),
+    ("GET", "/v1/volume/targets/{target_uuid}"): lambda w: (
+        f"/v1/volume/targets/{w.target}",
+        None,
+    ),
+    ("POST", "/v1/volume/targets"): lambda w: ("/v1/volume/targets", _target_body(w.node, 1)),
+    ("PATCH", "/v1/volume/targets/{target_uuid}"): lambda w: (
+        f"/v1/volume/targets/{w.target}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/volume/targets/{target_uuid}"): lambda w: (
+        f"/v1/volume/targets/{w.target}",
+        None,
+    ),
 }
 
 
@@ -358,6 +419,22 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:delete",
     ("GET", "/v1/chassis/{chassis_uuid}/nodes"): "baremetal:node:list_all",
     ("GET", "/v1/chassis/{chassis_uuid}/nodes/detail"): "baremetal:node:list_all",
+    ("GET", "/v1/volume"): "baremetal:volume:get",
+    ("GET", "/v1/nodes/{node_ident}/volume"): "baremetal:volume:get",
+    ("GET", "/v1/volume/connectors"): "baremetal:volume:list_all",
+    ("GET", "/v1/volume/connectors/detail"): "baremetal:volume:list_all",
+    ("GET", "/v1/nodes/{node_ident}/volume/connectors"): "baremetal:volume:list_all",
+    ("GET", "/v1/volume/connectors/{connector_uuid}"): "baremetal:volume:get",
+    ("POST", "/v1/volume/connectors"): "baremetal:volume:create",
+    ("PATCH", "/v1/volume/connectors/{connector_uuid}"): "baremetal:volume:update",
+    ("DELETE", "/v1/volume/connectors/{connector_uuid}"): "baremetal:volume:delete",
+    ("GET", "/v1/volume/targets"): "baremetal:volume:list_all",
+    ("GET", "/v1/volume/targets/detail"): "baremetal:volume:list_all",
+    ("GET", "/v1/nodes/{node_ident}/volume/targets"): "baremetal:volume:list_all",
+    ("GET", "/v1/volume/targets/{target_uuid}"): "baremetal:volume:get",
+    ("POST", "/v1/volume/targets"): "baremetal:volume:create",
+    ("PATCH", "/v1/volume/targets/{target_uuid}"): "baremetal:volume:update",
+    ("DELETE", "/v1/volume/targets/{target_uuid}"): "baremetal:volume:delete",
 }
 """The Ironic rule guarding each route (Ironic's names, from its API reference and policy)."""
 
@@ -438,9 +515,15 @@ def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
 def _kind_for(method: str, path: str, rule: str) -> str:
     """Where a rule's target must come from: the resource the path names."""
     if rule.endswith(":list_all"):
-        return "list"
+        return "node_list" if "{node_ident}" in path else "list"
     if method == "POST" and rule.startswith(
-        ("baremetal:node:", "baremetal:port:", "baremetal:portgroup:", "baremetal:allocation:")
+        (
+            "baremetal:node:",
+            "baremetal:port:",
+            "baremetal:portgroup:",
+            "baremetal:allocation:",
+            "baremetal:volume:",
+        )
     ):
         return "body"
     if rule == "baremetal:node:update":
@@ -451,6 +534,10 @@ def _kind_for(method: str, path: str, rule: str) -> str:
         return "port"
     if "{portgroup_ident}" in path:
         return "portgroup"
+    if "{connector_uuid}" in path:
+        return "volume_connector"
+    if "{target_uuid}" in path:
+        return "volume_target"
     if "{allocation_ident}" in path:
         return "allocation"
     return "system"
@@ -477,7 +564,11 @@ def _body_rule(caller: Caller, guard: Guard) -> bool:
             caller.project_id is not None
             and POLICY.allows("baremetal:node:create:self_owned_node", caller)
         )
-    if guard.rule in ("baremetal:port:create", "baremetal:portgroup:create"):
+    if guard.rule in (
+        "baremetal:port:create",
+        "baremetal:portgroup:create",
+        "baremetal:volume:create",
+    ):
         return POLICY.allows(guard.rule, caller, node_target(OWNER, LESSEE))
     assert guard.rule == "baremetal:allocation:create", guard.rule
     return POLICY.allows(guard.rule, caller) or POLICY.allows(
@@ -492,7 +583,7 @@ def expected(persona: Persona, guard: Guard, body: Any, path: str = "") -> tuple
         return POLICY.allows(guard.rule, caller), 403
     if guard.kind in ("node", "node_fields"):
         return _node_rule(caller, guard, body)
-    if guard.kind in ("port", "portgroup"):
+    if guard.kind in ("port", "portgroup", "volume_connector", "volume_target"):
         target = node_target(OWNER, LESSEE)
         if not POLICY.allows("baremetal:node:get", caller, target):
             return False, 404
@@ -502,7 +593,11 @@ def expected(persona: Persona, guard: Guard, body: Any, path: str = "") -> tuple
         if not POLICY.allows("baremetal:allocation:get", caller, target):
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
-    if guard.kind == "list":
+    if guard.kind == "node_list" and not POLICY.allows(
+        "baremetal:node:get", caller, node_target(OWNER, LESSEE)
+    ):
+        return False, 404
+    if guard.kind in ("list", "node_list"):
         list_rule = guard.rule.removesuffix("_all")
         listed = POLICY.allows(guard.rule, caller) or (
             caller.project_id is not None and POLICY.allows(list_rule, caller)

@@ -41,6 +41,8 @@ from metalforge.db.models import (
     NodeHistory,
     NodeTrait,
     Port,
+    VolumeConnector,
+    VolumeTarget,
     WorkItem,
 )
 from tests.support.stack import Stack, start_stack
@@ -127,6 +129,8 @@ BODY_HINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("PortCreate", "node_uuid"): _NODE_REF,
     ("PortCreate", "node_ident"): _NODE_REF,
     ("PortCreate", "uuid"): _UUID,
+    ("VolumeConnectorCreate", "node_uuid"): _NODE_REF,
+    ("VolumeTargetCreate", "node_uuid"): _NODE_REF,
     ("ProvisionRequest", "target"): {
         "type": "string",
         "enum": [
@@ -222,7 +226,16 @@ def _with_hints(raw: dict[str, Any]) -> dict[str, Any]:
 def _reset(stack: Stack) -> None:
     """Empty every table the API writes and recreate the seed node and port."""
     with stack.db.write() as session:
-        for model in (NodeTrait, Port, NodeHistory, WorkItem, Node, DeployTemplate):
+        for model in (
+            NodeTrait,
+            Port,
+            VolumeConnector,
+            VolumeTarget,
+            NodeHistory,
+            WorkItem,
+            Node,
+            DeployTemplate,
+        ):
             session.execute(delete(model))
     client = stack.client
     created = client.post(

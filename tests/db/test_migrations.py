@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from metalforge.db import flow_progress
@@ -45,12 +45,15 @@ def test_the_allocation_foreign_keys_keep_data_and_clear_dangling_references(
         session.flush()
         held.allocation_id = allocation.id
         dangling.allocation_id = allocation.id + 100  # nothing enforced this before
-        session.add(
-            Port(
-                uuid="20000000-0000-0000-0000-000000000001",
-                address="52:54:00:00:00:01",
-                node_id=held.id,
-            )
+        # Only the columns ports had at 0005 (the model has gained some since).
+        session.execute(
+            text(
+                "INSERT INTO ports (uuid, address, node_id, pxe_enabled, local_link_connection, "
+                "internal_info, extra, is_smartnic, created_at) VALUES "
+                "('20000000-0000-0000-0000-000000000001', '52:54:00:00:00:01', :node, true, "
+                "'{}', '{}', '{}', false, CURRENT_TIMESTAMP)"
+            ),
+            {"node": held.id},
         )
         session.add(NodeTrait(node_id=held.id, trait="CUSTOM_KEEP"))
         session.add(

@@ -32,6 +32,7 @@ from metalforge.api.routes import (
     ports,
     root,
     shards,
+    volume,
 )
 from metalforge.api.services import ApiServices
 from metalforge.api.versions import VersionMiddleware
@@ -50,6 +51,7 @@ RESOURCE_ROUTERS = (
     portgroups.router,
     chassis.router,
     shards.router,
+    volume.router,
     conductors.router,
     drivers.router,
     deploy_templates.router,

@@ -10,7 +10,15 @@ import math
 from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import MaxLen
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from metalforge.services.traits import MAX_TRAITS
 
@@ -281,6 +289,28 @@ class PortgroupCreate(Body):
 class ChassisCreate(Body):
     uuid: str | None = None
     description: str | None = Field(default=None, max_length=255)
+    extra: dict[str, Any] | None = None
+
+
+class VolumeConnectorCreate(Body):
+    """``POST /v1/volume/connectors``; types as strict as Ironic's JSON schema."""
+
+    node_uuid: StrictStr
+    type: StrictStr
+    connector_id: StrictStr
+    uuid: StrictStr | None = None
+    extra: dict[str, Any] | None = None
+
+
+class VolumeTargetCreate(Body):
+    """``POST /v1/volume/targets``; types strict as Ironic's JSON schema."""
+
+    node_uuid: StrictStr
+    volume_type: StrictStr
+    volume_id: StrictStr
+    boot_index: StrictInt
+    uuid: StrictStr | None = None
+    properties: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
 
 

@@ -308,6 +308,52 @@ class Chassis(TimestampMixin, Base):
     extra: Mapped[dict[str, Any]] = _json_dict()
 
 
+class VolumeConnector(TimestampMixin, Base):
+    """How a node reaches remote volumes: one of its initiator identities (an IQN, a WWPN...).
+
+    A ``(type, connector_id)`` pair names one initiator in the whole
+    deployment, so it is unique across nodes (as Ironic's).
+    """
+
+    __tablename__ = "volume_connectors"
+    __table_args__ = (
+        UniqueConstraint("type", "connector_id", name="uq_volume_connectors_type_connector_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    type: Mapped[str] = mapped_column(String(32), nullable=False)
+    connector_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    extra: Mapped[dict[str, Any]] = _json_dict()
+
+    node: Mapped[Node] = relationship(lazy="joined")
+
+
+class VolumeTarget(TimestampMixin, Base):
+    """A remote volume a node boots from or attaches, in ``boot_index`` order (unique per node)."""
+
+    __tablename__ = "volume_targets"
+    __table_args__ = (
+        UniqueConstraint("node_id", "boot_index", name="uq_volume_targets_node_id_boot_index"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    volume_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    volume_id: Mapped[str] = mapped_column(String(36), nullable=False)
+    boot_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    properties: Mapped[dict[str, Any]] = _json_dict()
+    extra: Mapped[dict[str, Any]] = _json_dict()
+
+    node: Mapped[Node] = relationship(lazy="joined")
+
+
 class DeployTemplate(TimestampMixin, Base):
     """Named deploy steps, selected for a deployment by a trait of the same name."""
 

@@ -372,3 +372,13 @@ def noop_interface(interface_type: str, name: str) -> type[Interface]:
         (NoOp,),
         {"interface_type": interface_type, "name": name},
     )
+
+
+STORAGE_INTERFACES: tuple[type[Interface], ...] = (
+    noop_interface("storage", "noop"),
+    noop_interface("storage", "external"),
+)
+"""The storage interfaces every hardware type offers, as Ironic's do: ``noop`` (local
+disks; the default) and ``external`` (volumes attached by something else). Neither
+has work to do here; a node's volume connectors and targets are recorded whichever
+is chosen."""

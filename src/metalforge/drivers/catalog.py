@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.agent.inspect import AgentInspect
-from metalforge.drivers.base import Interface, noop_interface
+from metalforge.drivers.base import STORAGE_INTERFACES, Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
@@ -32,7 +32,7 @@ _COMMON: dict[str, tuple[type[Interface], ...]] = {
     "rescue": _none("rescue"),
     "console": _none("console"),
     "network": (noop_interface("network", "noop"),),
-    "storage": (noop_interface("storage", "noop"),),
+    "storage": STORAGE_INTERFACES,
     "vendor": _none("vendor"),
     "firmware": _none("firmware"),
 }

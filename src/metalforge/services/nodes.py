@@ -23,7 +23,7 @@ from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, utcnow
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
-from metalforge.services import allocations, chassis, fencing, lookup
+from metalforge.services import allocations, chassis, fencing, lookup, volume
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 
@@ -255,7 +255,7 @@ def _write(session: Session, node: Node, changes: dict[str, Any], actor: str | N
 
 
 def delete_node(svc: Services, ident: str, version: Version) -> None:
-    """Delete the node with its ports, traits and allocation, where a node may be deleted."""
+    """Delete the node with its ports, traits, volume records and allocation, where allowed."""
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version)
         fencing.check_unlocked(session, node)
@@ -276,4 +276,5 @@ def delete_node(svc: Services, ident: str, version: Version) -> None:
         session.execute(delete(Port).where(Port.node_id == node.id))
         session.execute(delete(Portgroup).where(Portgroup.node_id == node.id))
         session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))
+        volume.delete_for_node(session, node.id)
         fencing.delete_node_row(session, node)

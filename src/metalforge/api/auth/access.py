@@ -30,10 +30,20 @@ from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
-from metalforge.services import lookup
+from metalforge.services import lookup, volume
 
 GuardKind = Literal[
-    "system", "node", "node_fields", "port", "portgroup", "allocation", "list", "body"
+    "system",
+    "node",
+    "node_fields",
+    "node_list",
+    "port",
+    "portgroup",
+    "volume_connector",
+    "volume_target",
+    "allocation",
+    "list",
+    "body",
 ]
 
 
@@ -84,11 +94,14 @@ class Guard:
     """One route's authorization: a rule, and where its target comes from.
 
     ``system``: no target (drivers, conductors, templates). ``node``,
-    ``port``, ``allocation``: the resource named in the path. ``node_fields``:
+    ``port``, ``allocation``: the resource named in the path; ``volume_connector``
+    and ``volume_target``: the node of the record named in the path (a
+    record the caller may not see the node of is missing). ``node_fields``:
     the node in the path must be visible; which rules apply depends on the
     fields the body changes, so the route checks them. ``list``: the
     ``<resource>:list_all`` rule, else ``<resource>:list`` limited to the
-    caller's project. ``body``: the target is in the request body, so the
+    caller's project; ``node_list``: the same, of a node in the path the
+    caller must see (404 otherwise). ``body``: the target is in the request body, so the
     route checks ``rule`` itself once it has parsed it.
     """
 
@@ -104,7 +117,7 @@ class Guard:
             request.state.project_scope = list_scope(request, self.rule)
         elif self.kind == "node" and self._granted_whatever_the_node(request):
             return  # the owner cannot change the answer: no read (node_access reads if asked)
-        elif self.kind in ("node", "node_fields", "port", "portgroup", "allocation"):
+        elif self.kind in _PATH_PARAMS:
             ident = request.path_params[_PATH_PARAMS[self.kind]]
             await read_only(services(request), self._check_resource, request, ident)
 
@@ -130,6 +143,12 @@ class Guard:
             ):
                 raise denied(self.rule)
             request.state.node_access = access
+        elif self.kind == "node_list":
+            access = _read_node_access(connection, ident, version)
+            if not allows(request, "baremetal:node:get", access.target):
+                raise lookup.node_not_found(ident)
+            request.state.node_access = access
+            request.state.project_scope = list_scope(request, self.rule)
         elif self.kind in ("port", "portgroup"):
             if self.kind == "port":
                 access = _read_port_access(connection, ident, version)
@@ -139,6 +158,13 @@ class Guard:
                 raise (
                     lookup.port_not_found if self.kind == "port" else lookup.portgroup_not_found
                 )(ident)
+            require(request, self.rule, access.target)
+            request.state.node_access = access
+        elif self.kind in _VOLUME_KINDS:
+            kind = _VOLUME_KINDS[self.kind]
+            access = _read_volume_access(connection, kind, ident)
+            if not allows(request, "baremetal:node:get", access.target):
+                raise volume.not_found_error(kind, ident)
             require(request, self.rule, access.target)
             request.state.node_access = access
         else:
@@ -151,10 +177,14 @@ class Guard:
 _PATH_PARAMS = {
     "node": "node_ident",
     "node_fields": "node_ident",
+    "node_list": "node_ident",
     "port": "port_ident",
     "portgroup": "portgroup_ident",
+    "volume_connector": "connector_uuid",
+    "volume_target": "target_uuid",
     "allocation": "allocation_ident",
 }
+_VOLUME_KINDS = {"volume_connector": volume.CONNECTORS, "volume_target": volume.TARGETS}
 
 
 def guard(rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = ()) -> Any:
@@ -225,6 +255,21 @@ def _read_portgroup_access(connection: Connection, ident: str) -> NodeAccess:
     row = connection.execute(query).first()
     if row is None:
         raise lookup.portgroup_not_found(ident)
+    return NodeAccess(row.owner, row.lessee)
+
+
+def _read_volume_access(connection: Connection, kind: volume.Kind, ident: str) -> NodeAccess:
+    """The owner and lessee of the volume record's node (400 for an ident that is no UUID)."""
+    model = kind.model
+    query = (
+        select(Node.owner, Node.lessee)
+        .select_from(model)
+        .join(Node, model.node_id == Node.id)
+        .where(model.uuid == volume.check_ident(kind, ident))
+    )
+    row = connection.execute(query).first()
+    if row is None:
+        raise volume.not_found_error(kind, ident)
     return NodeAccess(row.owner, row.lessee)
 
 

@@ -68,6 +68,16 @@ SYSTEM_MEMBER_OR_OWNER_ADMIN = _any(
 )
 SYSTEM_MEMBER_OR_OWNER_MEMBER = _any(SYSTEM_MEMBER, SYSTEM_SERVICE, OWNER_MEMBER, PROJECT_SERVICE)
 SYSTEM_OR_OWNER_READER = _any(SYSTEM_READER, SYSTEM_SERVICE, OWNER_READER, PROJECT_SERVICE)
+SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN = _any(
+    SYSTEM_MEMBER,
+    SYSTEM_SERVICE,
+    OWNER_ADMIN,
+    OWNER_MANAGER,
+    LESSEE_ADMIN,
+    LESSEE_MANAGER,
+    PROJECT_SERVICE,
+)
+TARGET_PROPERTIES_READER = _any(SYSTEM_READER, "role:admin")
 ALLOCATION_MEMBER = _any(SYSTEM_MEMBER, ALLOCATION_OWNER_MEMBER)
 ALLOCATION_READER = _any(SYSTEM_READER, ALLOCATION_OWNER_READER)
 ALLOCATION_CREATOR = _any(SYSTEM_MEMBER, "role:member")
@@ -226,6 +236,29 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:chassis:create", SYSTEM_ADMIN, "Create a chassis.", ("system",)),
     Rule("baremetal:chassis:update", SYSTEM_MEMBER, "Change a chassis.", ("system",)),
     Rule("baremetal:chassis:delete", SYSTEM_ADMIN, "Delete a chassis.", ("system",)),
+    Rule("baremetal:volume:get", SYSTEM_OR_PROJECT_READER, "Show volume connectors and targets."),
+    Rule("baremetal:volume:list", API_READER, "List the volume records of the project's nodes."),
+    Rule("baremetal:volume:list_all", SYSTEM_READER, "List every volume connector and target."),
+    Rule(
+        "baremetal:volume:create",
+        SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN,
+        "Create volume connectors and targets.",
+    ),
+    Rule(
+        "baremetal:volume:delete",
+        SYSTEM_MEMBER_OR_OWNER_LESSEE_ADMIN,
+        "Delete volume connectors and targets.",
+    ),
+    Rule(
+        "baremetal:volume:update",
+        SYSTEM_OR_OWNER_MEMBER_AND_LESSEE_ADMIN,
+        "Change volume connectors and targets.",
+    ),
+    Rule(
+        "baremetal:volume:view_target_properties",
+        TARGET_PROPERTIES_READER,
+        "See volume targets' properties (connection details) rather than a redaction notice.",
+    ),
     Rule("baremetal:deploy_template:get", SYSTEM_READER, "List and show deploy templates."),
     Rule("baremetal:deploy_template:create", SYSTEM_ADMIN, "Create a deploy template."),
     Rule("baremetal:deploy_template:delete", SYSTEM_ADMIN, "Delete a deploy template."),

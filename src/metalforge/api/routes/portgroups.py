@@ -167,6 +167,7 @@ def _list_query(request: Request, session: Session, query: Query, pg: Page) -> S
 
 
 _LIST = guard("baremetal:portgroup:list_all", "list")
+_NODE_LIST = guard("baremetal:portgroup:list_all", "node_list")
 
 
 @router.get("/portgroups", summary="List port groups", dependencies=[_LIST])
@@ -181,7 +182,7 @@ def list_portgroups_detail(request: Request) -> JSONResponse:
 
 
 @router.get(
-    "/nodes/{node_ident}/portgroups", summary="List a node's port groups", dependencies=[_LIST]
+    "/nodes/{node_ident}/portgroups", summary="List a node's port groups", dependencies=[_NODE_LIST]
 )
 def list_node_portgroups(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=False, node=node_ident))
@@ -190,7 +191,7 @@ def list_node_portgroups(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/portgroups/detail",
     summary="List a node's port groups with every field",
-    dependencies=[_LIST],
+    dependencies=[_NODE_LIST],
 )
 def list_node_portgroups_detail(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=True, node=node_ident))

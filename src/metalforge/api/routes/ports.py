@@ -192,7 +192,7 @@ def list_ports_detail(request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/ports",
     summary="List a node's ports",
-    dependencies=[guard("baremetal:port:list_all", "list")],
+    dependencies=[guard("baremetal:port:list_all", "node_list")],
 )
 def list_node_ports(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, False, parent=("nodes", node_ident)))
@@ -201,7 +201,7 @@ def list_node_ports(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/ports/detail",
     summary="List a node's ports with every field",
-    dependencies=[guard("baremetal:port:list_all", "list")],
+    dependencies=[guard("baremetal:port:list_all", "node_list")],
 )
 def list_node_ports_detail(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True, parent=("nodes", node_ident)))

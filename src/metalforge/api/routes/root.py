@@ -18,6 +18,7 @@ COLLECTIONS: dict[str, Version] = {
     "ports": (1, 1),
     "drivers": (1, 1),
     "portgroups": (1, 24),
+    "volume": (1, 32),
     "conductors": (1, 49),
     "allocations": (1, 52),
     "deploy_templates": (1, 55),

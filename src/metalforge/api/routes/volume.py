@@ -1,0 +1,354 @@
+"""``/v1/volume`` (>= 1.32): a node's volume connectors and targets, for booting from volumes.
+
+The root and the two collections, and the same lists under a node
+(``/v1/nodes/{node}/volume/...``). Below 1.32 none of it exists: 404 for
+every method, as Ironic. Bodies and patches are checked for shape here;
+``services.volume`` applies the rules (the node's power state, uniqueness)
+and fences the node write; ``api.volume_view`` renders and lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from metalforge.api.auth.access import allows, guard, node_access, require
+from metalforge.api.auth.policy import node_target
+from metalforge.api.locking import wait_for_lock
+from metalforge.api.params import Query, fields
+from metalforge.api.patching import apply_patch
+from metalforge.api.schemas import PatchOperation, VolumeConnectorCreate, VolumeTargetCreate
+from metalforge.api.services import base_url, services
+from metalforge.api.versions import request_version
+from metalforge.api.volume_view import (
+    CONNECTORS,
+    SINCE,
+    TARGETS,
+    Collection,
+    list_records,
+    record_view,
+    shows_properties,
+    volume_links,
+)
+from metalforge.errors import bad_request, not_found
+from metalforge.services import lookup
+from metalforge.services import volume as volume_service
+from metalforge.services.volume import ConnectorSpec, Record, Spec, TargetSpec
+
+
+def _gate(request: Request) -> None:
+    """Below 1.32 there is no volume resource at all: 404, before any other check."""
+    if request_version(request) < SINCE:
+        raise not_found("The resource could not be found.")
+
+
+router = APIRouter(tags=["volume"], dependencies=[Depends(_gate)])
+
+PATCHABLE: dict[str, tuple[str, ...]] = {
+    "connectors": ("connector_id", "extra", "node_uuid", "type"),
+    "targets": ("boot_index", "extra", "node_uuid", "properties", "volume_id", "volume_type"),
+}
+"""What a JSON patch may change, per collection (Ironic's lists, in its order)."""
+
+
+# -- the root ---------------------------------------------------------------
+
+
+@router.get(
+    "/volume",
+    summary="Links to the volume collections",
+    dependencies=[guard("baremetal:volume:get")],
+)
+@router.get("/volume/", include_in_schema=False, dependencies=[guard("baremetal:volume:get")])
+def volume_root(request: Request) -> JSONResponse:
+    return JSONResponse(volume_links(base_url(request)))
+
+
+@router.get(
+    "/nodes/{node_ident}/volume",
+    summary="Links to a node's volume collections",
+    dependencies=[guard("baremetal:volume:get", "node")],
+)
+def node_volume(node_ident: str, request: Request) -> JSONResponse:
+    node_access(request)  # a missing node is 404 (its guard may not have read it)
+    return JSONResponse(volume_links(base_url(request), node_ident))
+
+
+# -- lists --------------------------------------------------------------------
+
+
+def _listed(request: Request, coll: Collection, **how: Any) -> JSONResponse:
+    return JSONResponse(list_records(request, coll, **how))
+
+
+@router.get(
+    "/volume/connectors",
+    summary="List volume connectors",
+    dependencies=[guard("baremetal:volume:list_all", "list")],
+)
+def list_connectors(request: Request) -> JSONResponse:
+    return _listed(request, CONNECTORS)
+
+
+@router.get(
+    "/volume/connectors/detail",
+    summary="List volume connectors with every field",
+    dependencies=[guard("baremetal:volume:list_all", "list")],
+)
+def list_connectors_detail(request: Request) -> JSONResponse:
+    return _listed(request, CONNECTORS, detail_path=True)
+
+
+@router.get(
+    "/volume/targets",
+    summary="List volume targets",
+    dependencies=[guard("baremetal:volume:list_all", "list")],
+)
+def list_targets(request: Request) -> JSONResponse:
+    return _listed(request, TARGETS)
+
+
+@router.get(
+    "/volume/targets/detail",
+    summary="List volume targets with every field",
+    dependencies=[guard("baremetal:volume:list_all", "list")],
+)
+def list_targets_detail(request: Request) -> JSONResponse:
+    return _listed(request, TARGETS, detail_path=True)
+
+
+@router.get(
+    "/nodes/{node_ident}/volume/connectors",
+    summary="List a node's volume connectors",
+    dependencies=[guard("baremetal:volume:list_all", "node_list")],
+)
+def list_node_connectors(node_ident: str, request: Request) -> JSONResponse:
+    return _listed(request, CONNECTORS, node_ident=node_ident)
+
+
+@router.get(
+    "/nodes/{node_ident}/volume/targets",
+    summary="List a node's volume targets",
+    dependencies=[guard("baremetal:volume:list_all", "node_list")],
+)
+def list_node_targets(node_ident: str, request: Request) -> JSONResponse:
+    return _listed(request, TARGETS, node_ident=node_ident)
+
+
+# -- show ---------------------------------------------------------------------
+
+
+def _show(request: Request, coll: Collection, ident: str) -> JSONResponse:
+    svc = services(request)
+    wanted = fields(Query(request, ("fields",)), coll.fields)
+    with svc.db.read() as session:
+        record = volume_service.find(session, coll.kind, ident)
+        view = record_view(record, base_url(request), wanted, properties=shows_properties(request))
+    return JSONResponse(view)
+
+
+@router.get(
+    "/volume/connectors/{connector_uuid}",
+    summary="Show a volume connector",
+    dependencies=[guard("baremetal:volume:get", "volume_connector")],
+)
+def show_connector(connector_uuid: str, request: Request) -> JSONResponse:
+    return _show(request, CONNECTORS, connector_uuid)
+
+
+@router.get(
+    "/volume/targets/{target_uuid}",
+    summary="Show a volume target",
+    dependencies=[guard("baremetal:volume:get", "volume_target")],
+)
+def show_target(target_uuid: str, request: Request) -> JSONResponse:
+    return _show(request, TARGETS, target_uuid)
+
+
+# -- create -------------------------------------------------------------------
+
+
+def _sees(request: Request) -> volume_service.Sees:
+    """The caller's ``baremetal:node:get`` on a node, for the service's node checks."""
+
+    def sees(owner: str | None, lessee: str | None) -> bool:
+        return allows(request, "baremetal:node:get", node_target(owner, lessee))
+
+    return sees
+
+
+def _may_create(request: Request) -> volume_service.Authorize:
+    def authorize(owner: str | None, lessee: str | None) -> None:
+        require(request, "baremetal:volume:create", node_target(owner, lessee))
+
+    return authorize
+
+
+def _node_uuid(value: Any) -> str:
+    """A record names its node by UUID only (Ironic's validator, before anything is read)."""
+    if not isinstance(value, str) or not lookup.is_uuid(value):
+        raise bad_request(f"Expected UUID for node_uuid: {value}")
+    return lookup.check_uuid(value)
+
+
+def _connector_spec(body: VolumeConnectorCreate) -> ConnectorSpec:
+    return ConnectorSpec(
+        node_uuid=_node_uuid(body.node_uuid),
+        type=body.type,
+        connector_id=body.connector_id,
+        extra=body.extra or {},
+        uuid=body.uuid,
+    )
+
+
+def _target_spec(body: VolumeTargetCreate) -> TargetSpec:
+    return TargetSpec(
+        node_uuid=_node_uuid(body.node_uuid),
+        volume_type=body.volume_type,
+        volume_id=body.volume_id,
+        boot_index=body.boot_index,
+        properties=body.properties or {},
+        extra=body.extra or {},
+        uuid=body.uuid,
+    )
+
+
+def _created(request: Request, spec: Spec) -> JSONResponse:
+    record = volume_service.create(
+        services(request), spec, sees=_sees(request), authorize=_may_create(request)
+    )
+    base = base_url(request)
+    view = record_view(record, base)
+    return JSONResponse(view, status_code=201, headers={"Location": view["links"][0]["href"]})
+
+
+@router.post(
+    "/volume/connectors",
+    status_code=201,
+    summary="Create a volume connector",
+    dependencies=[guard("baremetal:volume:create", "body")],
+)
+@wait_for_lock
+def create_connector(request: Request, body: VolumeConnectorCreate) -> JSONResponse:
+    return _created(request, _connector_spec(body))
+
+
+@router.post(
+    "/volume/targets",
+    status_code=201,
+    summary="Create a volume target",
+    dependencies=[guard("baremetal:volume:create", "body")],
+)
+@wait_for_lock
+def create_target(request: Request, body: VolumeTargetCreate) -> JSONResponse:
+    return _created(request, _target_spec(body))
+
+
+# -- update -------------------------------------------------------------------
+
+
+def _check_paths(coll: Collection, patch: list[PatchOperation]) -> None:
+    """Only the patchable fields, and a node named by UUID: refused before the record is read."""
+    allowed = PATCHABLE[coll.name]
+    for op in patch:
+        parts = op.path.split("/")
+        root = parts[1] if len(parts) > 1 else ""
+        if root not in allowed:
+            raise bad_request(
+                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(allowed)}"
+            )
+        if op.path == "/node_uuid" and op.op != "remove" and not lookup.is_uuid(str(op.value)):
+            raise bad_request(f"Expected a UUID for node_uuid, but received {op.value}.")
+
+
+def _reviser(coll: Collection, patch: list[PatchOperation]) -> volume_service.Revise:
+    """The patch applied to a record's document, checked as a create's body is.
+
+    As Ironic: removing ``node_uuid`` leaves the record where it is, and a
+    removed or null ``extra``/``properties`` is empty.
+    """
+    model: type[BaseModel] = VolumeConnectorCreate if coll is CONNECTORS else VolumeTargetCreate
+
+    def revise(doc: dict[str, Any]) -> Spec:
+        after = apply_patch(doc, patch)
+        moved = [op.value for op in patch if op.path == "/node_uuid" and op.op != "remove"]
+        after["node_uuid"] = lookup.check_uuid(str(moved[-1])) if moved else doc["node_uuid"]
+        try:
+            checked = model.model_validate(after)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
+                for err in exc.errors()
+            )
+            raise bad_request(f"Invalid {coll.kind.label}: {problems}") from None
+        if isinstance(checked, VolumeConnectorCreate):
+            return _connector_spec(checked)
+        assert isinstance(checked, VolumeTargetCreate)
+        return _target_spec(checked)
+
+    return revise
+
+
+def _patched(
+    request: Request, coll: Collection, ident: str, patch: list[PatchOperation]
+) -> JSONResponse:
+    _check_paths(coll, patch)
+    record: Record = volume_service.patch(
+        services(request), coll.kind, ident, _reviser(coll, patch), sees=_sees(request)
+    )
+    view = record_view(record, base_url(request), properties=shows_properties(request))
+    return JSONResponse(view)
+
+
+@router.patch(
+    "/volume/connectors/{connector_uuid}",
+    summary="Update a volume connector with a JSON patch",
+    dependencies=[guard("baremetal:volume:update", "volume_connector")],
+)
+@wait_for_lock
+def patch_connector(
+    connector_uuid: str, request: Request, patch: list[PatchOperation] = Body(...)
+) -> JSONResponse:
+    return _patched(request, CONNECTORS, connector_uuid, patch)
+
+
+@router.patch(
+    "/volume/targets/{target_uuid}",
+    summary="Update a volume target with a JSON patch",
+    dependencies=[guard("baremetal:volume:update", "volume_target")],
+)
+@wait_for_lock
+def patch_target(
+    target_uuid: str, request: Request, patch: list[PatchOperation] = Body(...)
+) -> JSONResponse:
+    return _patched(request, TARGETS, target_uuid, patch)
+
+
+# -- delete -------------------------------------------------------------------
+
+
+@router.delete(
+    "/volume/connectors/{connector_uuid}",
+    status_code=204,
+    summary="Delete a volume connector",
+    dependencies=[guard("baremetal:volume:delete", "volume_connector")],
+)
+@wait_for_lock
+def delete_connector(connector_uuid: str, request: Request) -> Response:
+    volume_service.remove(services(request), volume_service.CONNECTORS, connector_uuid)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/volume/targets/{target_uuid}",
+    status_code=204,
+    summary="Delete a volume target",
+    dependencies=[guard("baremetal:volume:delete", "volume_target")],
+)
+@wait_for_lock
+def delete_target(target_uuid: str, request: Request) -> Response:
+    volume_service.remove(services(request), volume_service.TARGETS, target_uuid)
+    return Response(status_code=204)
