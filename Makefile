@@ -12,8 +12,11 @@ IPA_STAMP := $(IPA_VENV)/.installed-stamp
 # The tests run a real Keystone (token validation) from its own virtualenv, for the same reason.
 KEYSTONE_VENV  ?= .keystone-venv
 KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed-stamp
+# `make conformance` runs Ironic's API tests (tempest and its Ironic plugin) from a third one.
+TEMPEST_VENV  ?= .tempest-venv
+TEMPEST_STAMP := $(TEMPEST_VENV)/.installed-stamp
 
-.PHONY: run test lint unit bench screenshots clean system-packages
+.PHONY: run test lint unit conformance bench screenshots clean system-packages
 
 $(STAMP): pyproject.toml
 	tools/ensure-system-packages.sh base
@@ -33,6 +36,12 @@ $(KEYSTONE_STAMP): tools/keystone-requirements.txt
 	$(KEYSTONE_VENV)/bin/pip install --quiet --upgrade pip
 	$(KEYSTONE_VENV)/bin/pip install --quiet -r tools/keystone-requirements.txt
 	touch $(KEYSTONE_STAMP)
+
+$(TEMPEST_STAMP): tools/tempest-requirements.txt
+	$(PYTHON) -m venv $(TEMPEST_VENV)
+	$(TEMPEST_VENV)/bin/pip install --quiet --upgrade pip
+	$(TEMPEST_VENV)/bin/pip install --quiet -r tools/tempest-requirements.txt
+	touch $(TEMPEST_STAMP)
 
 # `make run VIRTUAL_NODES=3` (root) adds virtual nodes running the real agent, enrolled and
 # ready to provide and deploy; only then are the agent's virtualenv and system tools installed.
@@ -59,6 +68,12 @@ test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint
 unit: $(STAMP)
 	$(BIN)/pytest -p no:cacheprovider -m "not slow and not postgres" $(PYTEST_ARGS)
 
+# Ironic's API test suite (ironic-tempest-plugin) against the all-in-one service in keystone
+# mode, with a Keystone of its own; see docs/conformance.md.
+conformance: $(STAMP) $(KEYSTONE_STAMP) $(TEMPEST_STAMP) system-packages
+	$(BIN)/python tools/conformance.py --keystone-venv $(KEYSTONE_VENV) \
+		--tempest-venv $(TEMPEST_VENV) $(CONFORMANCE_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(BENCH_ARGS)
 
@@ -67,4 +82,4 @@ screenshots: $(STAMP) system-packages
 	$(BIN)/python tools/screenshots.py $(SCREENSHOTS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(IPA_VENV) $(KEYSTONE_VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(IPA_VENV) $(KEYSTONE_VENV) $(TEMPEST_VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -242,10 +242,12 @@ class Keystone:
         return dict(body["token"])
 
 
-def _config(workdir: Path) -> str:
+def _config(workdir: Path, *, enforce_scope: bool = True) -> str:
     # enforce_scope and enforce_new_defaults are what current deployments run
     # with (and oslo.policy's defaults now): pinned so that a library default
     # changing back cannot let a wrongly scoped token pass in the tests.
+    # tools/conformance.py turns enforce_scope off: tempest's admin creates
+    # users, projects and system role assignments with a project-scoped token.
     # password_hash_rounds = 4 is bcrypt's minimum: every user creation and
     # password check is then milliseconds instead of a quarter second of CPU.
     return f"""\
@@ -269,23 +271,24 @@ key_repository = {workdir / "credential-keys"}
 password_hash_rounds = 4
 
 [oslo_policy]
-enforce_scope = true
+enforce_scope = {"true" if enforce_scope else "false"}
 enforce_new_defaults = true
 """
 
 
-def _gunicorn_config(port: int) -> str:
+def _gunicorn_config(port: int, threads: int) -> str:
     # Everything is in this file because the WSGI process must have no
     # command-line arguments: Keystone's oslo.config parses sys.argv and
     # stops at gunicorn's. The control socket would otherwise be shared in
     # $HOME by every gunicorn on the machine. The worker timeout covers the
-    # worker importing Keystone on a loaded machine.
+    # worker importing Keystone on a loaded machine. SQLite takes one writer at a
+    # time: threads that write at once get "database is locked" (a 500).
     return f"""\
 wsgi_app = "keystone.wsgi.api:application"
 bind = "127.0.0.1:{port}"
 workers = 1
 worker_class = "gthread"
-threads = 4
+threads = {threads}
 timeout = {int(STARTUP_TIMEOUT)}
 graceful_timeout = 5
 control_socket_disable = True
@@ -369,13 +372,22 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 @contextlib.contextmanager
 def running_keystone(
-    tmp_path: Path, *, admin_password: str = "admin-secret", timeout: float = STARTUP_TIMEOUT
+    tmp_path: Path,
+    *,
+    admin_password: str = "admin-secret",
+    timeout: float = STARTUP_TIMEOUT,
+    enforce_scope: bool = True,
+    threads: int = 4,
 ) -> Iterator[Keystone]:
     """A bootstrapped Keystone on a free loopback port, stopped when the block ends.
 
     Skips (fails in CI) when ``.keystone-venv`` is not built. Its files are in
     ``tmp_path / "keystone"``; ``keystone.log`` there has its output, printed
     when the block raised, since it is the only trace of what Keystone did.
+    ``enforce_scope=False`` relaxes Keystone's own policy on scopes (not the
+    tokens it issues), as ``make conformance`` needs; ``threads=1`` serves one
+    request at a time, for clients that write in parallel (tempest creating
+    users from two workers).
     """
     require_keystone()
     started = time.monotonic()
@@ -384,8 +396,8 @@ def running_keystone(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "keystone.log"
-    (workdir / "keystone.conf").write_text(_config(workdir))
-    (workdir / "gunicorn.conf.py").write_text(_gunicorn_config(port))
+    (workdir / "keystone.conf").write_text(_config(workdir, enforce_scope=enforce_scope))
+    (workdir / "gunicorn.conf.py").write_text(_gunicorn_config(port, threads))
     env = _environment(workdir)
 
     _manage(workdir, env, log_path, "db_sync")
