@@ -579,7 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = Path(tempfile.mkdtemp(prefix="metalforge-conformance-"))
     else:
         state = args.state_dir.absolute()
-        state.mkdir(mode=0o700, parents=True)
+        try:
+            state.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            print(f"conformance run broken: {state} exists (give a new directory)", file=sys.stderr)
+            return EXIT_BROKEN
     signal.signal(signal.SIGTERM, _terminate)
     started = time.monotonic()
     print(f"state and logs: {state}", flush=True)
