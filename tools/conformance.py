@@ -464,7 +464,8 @@ def report(results: Sequence[SuiteResult], known: dict[str, str], state: Path) -
     unexpected = [o for o in outcomes if o.failed and o.id not in known]
     now_passing = [o for o in outcomes if o.passed and o.id in known]
     seen = {o.id for o in outcomes}
-    not_run = sorted(test_id for test_id in known if test_id not in seen)
+    suites = tuple(f"{PLUGIN}{result.name}." for result in results)
+    not_run = sorted(t for t in known if t not in seen and any(s in t for s in suites))
 
     not_passing = [o for o in outcomes if not o.passed]
     (state / "not-passing.txt").write_text(
@@ -578,7 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = Path(tempfile.mkdtemp(prefix="metalforge-conformance-"))
     else:
         state = args.state_dir.absolute()
-        state.mkdir(mode=0o700, parents=True)
+        try:
+            state.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            print(f"conformance run broken: {state} exists (give a new directory)", file=sys.stderr)
+            return EXIT_BROKEN
     signal.signal(signal.SIGTERM, _terminate)
     started = time.monotonic()
     print(f"state and logs: {state}", flush=True)
