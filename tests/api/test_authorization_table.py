@@ -288,6 +288,15 @@ REQUESTS: dict[tuple[str, str], Request] = {
         None,
     ),
     ("GET", "/v1/shards"): lambda w: ("/v1/shards", None),
+    ("GET", "/v1/nodes/{node_ident}/vifs"): lambda w: (f"/v1/nodes/{w.node}/vifs", None),
+    ("POST", "/v1/nodes/{node_ident}/vifs"): lambda w: (
+        f"/v1/nodes/{w.node}/vifs",
+        {"id": str(uuid.uuid4())},
+    ),
+    ("DELETE", "/v1/nodes/{node_ident}/vifs/{vif_id}"): lambda w: (
+        f"/v1/nodes/{w.node}/vifs/{uuid.uuid4()}",
+        None,
+    ),
     ("GET", "/v1/chassis"): lambda w: ("/v1/chassis", None),
     ("GET", "/v1/chassis/detail"): lambda w: ("/v1/chassis/detail", None),
     ("GET", "/v1/chassis/{chassis_uuid}"): lambda w: (f"/v1/chassis/{w.chassis}", None),
@@ -411,6 +420,9 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/portgroups/{portgroup_ident}/ports"): "baremetal:port:list_all",
     ("GET", "/v1/portgroups/{portgroup_ident}/ports/detail"): "baremetal:port:list_all",
     ("GET", "/v1/shards"): "baremetal:shards:get",
+    ("GET", "/v1/nodes/{node_ident}/vifs"): "baremetal:node:vif:list",
+    ("POST", "/v1/nodes/{node_ident}/vifs"): "baremetal:node:vif:attach",
+    ("DELETE", "/v1/nodes/{node_ident}/vifs/{vif_id}"): "baremetal:node:vif:detach",
     ("GET", "/v1/chassis"): "baremetal:chassis:get",
     ("GET", "/v1/chassis/detail"): "baremetal:chassis:get",
     ("GET", "/v1/chassis/{chassis_uuid}"): "baremetal:chassis:get",
@@ -516,7 +528,7 @@ def _kind_for(method: str, path: str, rule: str) -> str:
     """Where a rule's target must come from: the resource the path names."""
     if rule.endswith(":list_all"):
         return "node_list" if "{node_ident}" in path else "list"
-    if method == "POST" and rule.startswith(
+    if method == "POST" and "{" not in path and rule.startswith(
         (
             "baremetal:node:",
             "baremetal:port:",

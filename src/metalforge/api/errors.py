@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -80,6 +81,10 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "Invalid request"
 
 
+_NODE_STATE = re.compile(r"(/v1)?/nodes/[^/]+/states/[^/]+/?")
+"""``PUT`` on a node state that does not exist (``states/target_raid_config``)."""
+
+
 def install(app: FastAPI) -> None:
     """Register handlers so that no error leaves the API in another shape."""
 
@@ -97,16 +102,21 @@ def install(app: FastAPI) -> None:
         # shape; the rest (an unparsable or oversized body) are about the request
         # itself, so clients that read only ``faultstring`` (openstacksdk) see them.
         headers = dict(exc.headers or {})
-        if exc.status_code == 404:
+        status = exc.status_code
+        if status == 404 and request.method == "PUT" and _NODE_STATE.fullmatch(request.url.path):
+            # A state Ironic's node states controller does not have is a method it does
+            # not allow there (405), not a missing resource; clients and its tests see that.
+            status = 405
+        if status == 404:
             message = "The resource could not be found."
-        elif exc.status_code == 405:
+        elif status == 405:
             message = (
                 "The server could not comply with the request since it is either "
                 "malformed or otherwise incorrect."
             )
         else:
-            return error_response(exc.status_code, str(exc.detail), headers)
-        return error_response(exc.status_code, message, headers, routing=True)
+            return error_response(status, str(exc.detail), headers)
+        return error_response(status, message, headers, routing=True)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -286,6 +286,14 @@ class PortgroupCreate(Body):
     category: str | None = Field(default=None, max_length=80)
 
 
+class VifAttach(Body):
+    """``POST /v1/nodes/{node}/vifs``; Networking's extra keys are not taken."""
+
+    id: str = Field(min_length=1, max_length=255)
+    port_uuid: str | None = None
+    portgroup_uuid: str | None = None
+
+
 class ChassisCreate(Body):
     uuid: str | None = None
     description: str | None = Field(default=None, max_length=255)

@@ -61,9 +61,10 @@ def rule_for(field: str, value: Any) -> str:
 
 
 def rules_for(ops: list[PatchOperation]) -> list[str]:
-    """The rules a patch needs, in the order Ironic checks them."""
+    """The rules a patch needs, in the order Ironic checks them (an empty patch: the
+    generic rule, so that a caller who may change nothing learns that, not a 200)."""
     rules = (rule_for(op.path.lstrip("/").split("/", 1)[0], op.value) for op in ops)
-    return list(dict.fromkeys(rules))
+    return list(dict.fromkeys(rules)) or [GENERIC_RULE]
 
 
 def rules_for_values(values: Mapping[str, Any]) -> list[str]:
