@@ -528,13 +528,17 @@ def _kind_for(method: str, path: str, rule: str) -> str:
     """Where a rule's target must come from: the resource the path names."""
     if rule.endswith(":list_all"):
         return "node_list" if "{node_ident}" in path else "list"
-    if method == "POST" and "{" not in path and rule.startswith(
-        (
-            "baremetal:node:",
-            "baremetal:port:",
-            "baremetal:portgroup:",
-            "baremetal:allocation:",
-            "baremetal:volume:",
+    if (
+        method == "POST"
+        and "{" not in path
+        and rule.startswith(
+            (
+                "baremetal:node:",
+                "baremetal:port:",
+                "baremetal:portgroup:",
+                "baremetal:allocation:",
+                "baremetal:volume:",
+            )
         )
     ):
         return "body"
