@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.errors import routing_error_body, send_json_error
 
-_EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup", "/v1/continue_inspection"})
+_EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup", "/v1/heartbeat", "/v1/continue_inspection"})
 _PREFIXES = ("/v1/heartbeat/",)
 
 

@@ -186,8 +186,13 @@ def _interfaces_for_change(
     if "driver" in changes and reset_interfaces is not False:
         requested = {f: changes.get(f"{f}_interface") for f in INTERFACES}
     interfaces = check_driver(svc, driver, {f"{f}_interface": v for f, v in requested.items()})
+    # A removed interface (None) takes the driver's default, as in Ironic.
     changes.update(
-        {f"{f}_interface": n for f, n in interfaces.items() if n != getattr(node, f"{f}_interface")}
+        {
+            f"{f}_interface": n
+            for f, n in interfaces.items()
+            if n != getattr(node, f"{f}_interface") or f"{f}_interface" in changes
+        }
     )
 
 
@@ -199,6 +204,29 @@ def _clear_stale_reasons(node: Node, changes: dict[str, Any]) -> None:
         # `node unset --protected` as clearing the reason too.
         if changes.get(flag) is False and getattr(node, f"{flag}_reason") is not None:
             changes[f"{flag}_reason"] = None
+
+
+PROTECTABLE_STATES = frozenset({states.ACTIVE, states.RESCUE})
+"""Only a node holding an instance may be protected (Ironic's rule)."""
+
+
+def _check_flags(node: Node, changes: dict[str, Any]) -> None:
+    """``protected`` and ``retired`` where Ironic allows them, and their reasons only with them."""
+    protecting = changes.get("protected") and not node.protected
+    if protecting and node.provision_state not in PROTECTABLE_STATES:
+        raise conflict(
+            f"Node {node.uuid} can only be made protected in provision states 'active' or "
+            f"'rescue', the current state is '{node.provision_state}'"
+        )
+    if changes.get("retired") and not node.retired and node.provision_state == states.AVAILABLE:
+        raise conflict(
+            f"Node {node.uuid} can not have 'retired' set in provision state 'available', "
+            f"the current state is '{node.provision_state}'"
+        )
+    for flag in ("protected", "retired"):
+        reason = changes.get(f"{flag}_reason")
+        if reason and not changes.get(flag, getattr(node, flag)):
+            raise bad_request(f"The {flag}_reason field can only be set when {flag} is True")
 
 
 def update(
@@ -224,6 +252,7 @@ def update(
         _check_update_allowed(session, node, changes)
         check_values(changes)
         _check_chassis(session, node, changes, version)
+        _check_flags(node, changes)
         if "instance_uuid" in changes and node.allocation_id is not None:
             allocations.release_for_patch(session, node, changes)
         if (set(changes) & INTERFACE_FIELDS) or "driver" in changes:

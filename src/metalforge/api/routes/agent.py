@@ -125,6 +125,22 @@ def _check_heartbeat(body: HeartbeatBody, version: Version) -> tuple[str, str]:
     return body.callback_url, body.agent_token
 
 
+class NamedHeartbeatBody(HeartbeatBody):
+    """A heartbeat that names its node in the body (``POST /v1/heartbeat``), as Ironic takes too."""
+
+    node_ident: str = Field(min_length=1, max_length=255)
+
+
+@router.post(
+    "/v1/heartbeat",
+    status_code=202,
+    summary="The agent reports that it is alive, naming its node in the body",
+)
+def heartbeat_named(request: Request, body: NamedHeartbeatBody) -> Response:
+    beat = HeartbeatBody.model_validate(body.model_dump(exclude={"node_ident"}))
+    return heartbeat(body.node_ident, request, beat)
+
+
 @router.post(
     "/v1/heartbeat/{node_ident}",
     status_code=202,
