@@ -288,6 +288,7 @@ REQUESTS: dict[tuple[str, str], Request] = {
         None,
     ),
     ("GET", "/v1/shards"): lambda w: ("/v1/shards", None),
+    ("GET", "/v1/nodes/{node_ident}/children"): lambda w: (f"/v1/nodes/{w.node}/children", None),
     ("GET", "/v1/nodes/{node_ident}/vifs"): lambda w: (f"/v1/nodes/{w.node}/vifs", None),
     ("POST", "/v1/nodes/{node_ident}/vifs"): lambda w: (
         f"/v1/nodes/{w.node}/vifs",
@@ -420,6 +421,7 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/portgroups/{portgroup_ident}/ports"): "baremetal:port:list_all",
     ("GET", "/v1/portgroups/{portgroup_ident}/ports/detail"): "baremetal:port:list_all",
     ("GET", "/v1/shards"): "baremetal:shards:get",
+    ("GET", "/v1/nodes/{node_ident}/children"): "baremetal:node:list_all",
     ("GET", "/v1/nodes/{node_ident}/vifs"): "baremetal:node:vif:list",
     ("POST", "/v1/nodes/{node_ident}/vifs"): "baremetal:node:vif:attach",
     ("DELETE", "/v1/nodes/{node_ident}/vifs/{vif_id}"): "baremetal:node:vif:detach",

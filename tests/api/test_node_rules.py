@@ -76,3 +76,23 @@ def test_a_heartbeat_may_name_its_node_in_the_body(sqlite_stack: Stack) -> None:
         "/v1/heartbeat", json={**body, "node_ident": str(uuid.uuid4())}, headers=version("1.22")
     )
     assert missing.status_code == 404, missing.text
+
+
+def test_children_lists_the_nodes_naming_their_parent(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    parent = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+    child = client.post(
+        "/v1/nodes",
+        json={"driver": "fake-hardware", "parent_node": parent["uuid"]},
+        headers=LATEST,
+    ).json()
+    shown = client.get(f"/v1/nodes/{parent['uuid']}/children", headers=LATEST)
+    assert shown.json() == {"children": [child["uuid"]]}
+    assert client.get(f"/v1/nodes/{child['uuid']}/children", headers=LATEST).json() == {
+        "children": []
+    }
+    old = client.get(f"/v1/nodes/{parent['uuid']}/children", headers=version("1.82"))
+    assert old.status_code == 404, old.text
+    # Children are hidden from a plain node list unless asked for.
+    listed = client.get("/v1/nodes", headers=LATEST).json()["nodes"]
+    assert [n["uuid"] for n in listed] == [parent["uuid"]]

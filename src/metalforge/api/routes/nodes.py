@@ -332,6 +332,27 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
     )
 
 
+@router.get(
+    "/nodes/{node_ident}/children",
+    summary="List the UUIDs of a node's child nodes (>=1.83)",
+    dependencies=[guard("baremetal:node:list_all", "node_list")],
+)
+def list_children(node_ident: str, request: Request) -> JSONResponse:
+    """The nodes naming this one as ``parent_node``, limited to what the caller may list."""
+    version = request_version(request)
+    if version < (1, 83):
+        raise lookup.not_found_path()
+    Query(request, ())
+    scope = project_scope(request)
+    with services(request).db.read() as session:
+        parent = lookup.find_node(session, node_ident, version)
+        stmt = select(Node.uuid).where(Node.parent_node == parent.uuid).order_by(Node.id)
+        if scope is not None:
+            stmt = stmt.where(lookup.held_by(scope))
+        children = list(session.scalars(stmt))
+    return JSONResponse({"children": children})
+
+
 # -- create -------------------------------------------------------------------
 
 
