@@ -217,3 +217,29 @@ def test_deleting_a_node_deletes_its_groups_and_an_active_node_keeps_its_members
     assert joined.status_code == 409, joined.text  # connectivity changes only while manageable
     assert client.delete(f"/v1/nodes/{node['uuid']}", headers=LATEST).status_code == 204
     assert client.get(f"/v1/portgroups/{group['uuid']}", headers=LATEST).status_code == 404
+
+
+def test_ports_say_whether_they_may_join_a_dynamic_group_from_1_111(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = _node(client)
+    port = _port(client, node["uuid"], "52:54:00:aa:ff:01").json()
+    assert port["available_for_dynamic_portgroup"] is True
+    old = client.get(f"/v1/ports/{port['uuid']}", headers=version("1.110")).json()
+    assert "available_for_dynamic_portgroup" not in old
+    refused = client.post(
+        "/v1/ports",
+        json={
+            "node_uuid": node["uuid"],
+            "address": "52:54:00:aa:ff:02",
+            "available_for_dynamic_portgroup": False,
+        },
+        headers=version("1.110"),
+    )
+    assert refused.status_code == 406, refused.text
+    patched = client.patch(
+        f"/v1/ports/{port['uuid']}",
+        json=[{"op": "replace", "path": "/available_for_dynamic_portgroup", "value": False}],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["available_for_dynamic_portgroup"] is False

@@ -271,6 +271,7 @@ class PortCreate(Body):
     description: str | None = Field(default=None, max_length=255)
     vendor: str | None = Field(default=None, max_length=255)
     category: str | None = Field(default=None, max_length=80)
+    available_for_dynamic_portgroup: bool | None = None
 
 
 class PortgroupCreate(Body):

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -210,6 +211,10 @@ class Port(TimestampMixin, Base):
     portgroup_id: Mapped[int | None] = mapped_column(
         ForeignKey("portgroups.id", name="fk_ports_portgroup_id"), index=True
     )
+    available_for_dynamic_portgroup: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=True, server_default=true()
+    )
+    """Whether a port may be bonded into a group formed for a VIF (metalforge forms none)."""
     """The port group the port is a member of; a group with members cannot be deleted."""
 
     node: Mapped[Node] = relationship(lazy="joined")

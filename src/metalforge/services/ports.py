@@ -47,6 +47,7 @@ PATCHABLE = frozenset(
         "vendor",
         "category",
         "portgroup_uuid",
+        "available_for_dynamic_portgroup",
     }
 )
 """The fields a JSON patch may change (as Ironic)."""
@@ -84,6 +85,7 @@ class NewPort:
     category: str | None = None
     portgroup: str | None = None
     """The port group (UUID or name) the port joins, on the same node."""
+    available_for_dynamic_portgroup: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class PortChanges:
     category: str | None
     pxe_enabled: bool
     is_smartnic: bool
+    available_for_dynamic_portgroup: bool
     portgroup_uuid: str | None
     """The group (UUID or name) the port is a member of after the patch, or none."""
 
@@ -373,6 +376,7 @@ def _new_row(new: NewPort, port_uuid: str, address: str, node: Node) -> Port:
         description=new.description,
         vendor=new.vendor,
         category=new.category,
+        available_for_dynamic_portgroup=new.available_for_dynamic_portgroup,
         internal_info={},
     )
 

@@ -50,12 +50,17 @@ PORT_FIELDS: dict[str, Version] = {
     "description": (1, 97),
     "vendor": (1, 100),
     "category": (1, 101),
+    "available_for_dynamic_portgroup": (1, 111),
 }
 LIST_DEFAULT = ("uuid", "address")
 MAX_LENGTHS = max_lengths(PortCreate)
 """PATCH holds strings to the limits create does (and the columns need)."""
 _TEXTS = ("physical_network", "name", "description", "vendor", "category")
-_FLAGS = (("pxe_enabled", True), ("is_smartnic", False))
+_FLAGS = (
+    ("pxe_enabled", True),
+    ("is_smartnic", False),
+    ("available_for_dynamic_portgroup", True),
+)
 
 
 def port_view(
@@ -281,6 +286,7 @@ def _new_port(body: PortCreate, version: Version) -> NewPort:
         vendor=body.vendor,
         category=body.category,
         portgroup=body.portgroup_uuid,
+        available_for_dynamic_portgroup=body.available_for_dynamic_portgroup is not False,
     )
 
 
@@ -383,7 +389,7 @@ def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
         network, name, description, vendor, category = (_text(after, n) for n in _TEXTS)
         if name is not None:
             lookup.check_name(name)
-        pxe_enabled, is_smartnic = (_flag(after, *f) for f in _FLAGS)
+        pxe_enabled, is_smartnic, dynamic = (_flag(after, *f) for f in _FLAGS)
         return PortChanges(
             node_uuid=_node_uuid(after, doc),
             address=address,
@@ -396,6 +402,7 @@ def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
             category=category,
             pxe_enabled=pxe_enabled,
             is_smartnic=is_smartnic,
+            available_for_dynamic_portgroup=dynamic,
             portgroup_uuid=_portgroup(after),
         )
 
