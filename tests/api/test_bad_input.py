@@ -852,8 +852,8 @@ TRAITS = [
     _case(
         "trait-delete-missing", "DELETE", N + "/traits/CUSTOM_MISSING", 404, "doesn't have a trait"
     ),
-    _case("traits-below-1.37", "GET", N + "/traits", 404, version="1.36"),
-    _case("traits-put-below-1.37", "PUT", N + "/traits", 404, json={"traits": []}, version="1.36"),
+    _case("traits-below-1.37", "GET", N + "/traits", 406, version="1.36"),
+    _case("traits-put-below-1.37", "PUT", N + "/traits", 405, json={"traits": []}, version="1.36"),
 ]
 
 AGENT_BODY_LIMIT = 64 * 1024
