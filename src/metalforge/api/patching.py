@@ -13,8 +13,9 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+import orjson
 
-from metalforge.api.schemas import PatchOperation
+from metalforge.api.schemas import PatchOperation, check_storable
 from metalforge.errors import bad_request
 from metalforge.redaction import MASK, is_secret_key, mask_document
 
@@ -37,7 +38,33 @@ def apply_patch(document: dict[str, Any], ops: list[PatchOperation]) -> dict[str
         )
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
         raise bad_request(_failure(document, ops)) from None
+    _check_result(patched)
     return patched
+
+
+MAX_PATCHED_BYTES = 1024 * 1024
+"""Largest document a patch may leave (Ironic's body limit): each operation is small,
+but many of them, each adding to what the last one built, are not."""
+
+
+def _check_result(patched: dict[str, Any]) -> None:
+    """The document a patch leaves obeys what a request body must: no deeper than
+    ``MAX_DEPTH`` levels below its fields, no larger than ``MAX_PATCHED_BYTES``, only
+    values that can be stored and read back. Checked on the result, since a patch of small
+    operations can build what no single body could carry."""
+    for name, value in patched.items():
+        try:
+            check_storable(value, where=name, depth=1)
+        except ValueError as exc:
+            raise bad_request(f"The patch leaves an invalid document: {exc}") from None
+    try:
+        size = len(orjson.dumps(patched))
+    except (TypeError, orjson.JSONEncodeError):
+        raise bad_request("The patch leaves a document that cannot be stored") from None
+    if size > MAX_PATCHED_BYTES:
+        raise bad_request(
+            f"The patch leaves a document of {size} bytes; at most {MAX_PATCHED_BYTES} are allowed"
+        )
 
 
 def _failure(document: dict[str, Any], ops: list[PatchOperation]) -> str:

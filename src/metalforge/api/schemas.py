@@ -32,7 +32,7 @@ INT_RANGE = (-(2**63), 2**64 - 1)
 """Integers a body may hold: what a 64-bit column, orjson and PostgreSQL's JSONB all read back."""
 
 
-def _storable(data: Any) -> None:
+def check_storable(data: Any, *, where: str = "body", depth: int = 0) -> None:
     """Refuse JSON that parses but cannot be stored, read back or answered.
 
     ``json.loads`` accepts ``NaN``/``Infinity`` (which the responses cannot
@@ -45,7 +45,7 @@ def _storable(data: Any) -> None:
     nesting limit. Iterative, so that deeply nested documents cannot exhaust
     the stack.
     """
-    pending: list[tuple[str, Any, int]] = [("body", data, 0)]
+    pending: list[tuple[str, Any, int]] = [(where, data, depth)]
     while pending:
         where, value, depth = pending.pop()
         where = where if len(where) <= 120 else f"{where[:117]}..."
@@ -79,7 +79,7 @@ class Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _check_storable(cls, data: Any) -> Any:
-        _storable(data)
+        check_storable(data)
         return data
 
 

@@ -1,0 +1,71 @@
+"""A patch is checked by what it leaves, not only by its operations.
+
+Seventeen small operations, each adding thirty levels below the last, build a
+510-level document no single request body could carry; the result is refused
+(400, nothing changed), and the node moves as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.api import LATEST, error_text
+from tests.support.stack import Stack
+
+
+def _levels(count: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(count - 1):
+        value = {"a": value}
+    return value
+
+
+def _deepening_patch(root: str) -> list[dict[str, Any]]:
+    ops = [{"op": "add", "path": f"{root}/a", "value": _levels(30)}]
+    path = f"{root}/a" + "/a" * 29
+    for _ in range(16):
+        ops.append({"op": "add", "path": f"{path}/a", "value": _levels(30)})
+        path += "/a" * 30
+    return ops
+
+
+@pytest.mark.parametrize(
+    ("collection", "body", "root"),
+    [
+        ("nodes", {"driver": "fake-hardware"}, "/extra"),
+        ("chassis", {}, "/extra"),
+    ],
+)
+def test_a_patch_building_a_deep_document_is_refused(
+    sqlite_stack: Stack, collection: str, body: dict[str, Any], root: str
+) -> None:
+    client = sqlite_stack.client
+    created = client.post(f"/v1/{collection}", json=body, headers=LATEST).json()
+    url = f"/v1/{collection}/{created['uuid']}"
+    refused = client.patch(url, json=_deepening_patch(root), headers=LATEST)
+    assert refused.status_code == 400, refused.text
+    assert "nested deeper than" in error_text(refused)
+    assert client.get(url, headers=LATEST).json()["extra"] == {}
+
+
+def test_a_patch_leaving_a_document_over_the_size_limit_is_refused(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+    chunk = "x" * (600 * 1024)
+    url = f"/v1/nodes/{node['uuid']}"
+    first = client.patch(
+        url, json=[{"op": "add", "path": "/extra/a", "value": chunk}], headers=LATEST
+    )
+    assert first.status_code == 200, first.text
+    # Each request is under the body limit; what the second leaves is not.
+    refused = client.patch(
+        url, json=[{"op": "add", "path": "/extra/b", "value": chunk}], headers=LATEST
+    )
+    assert refused.status_code == 400, refused.text
+    assert "at most" in error_text(refused)
+    power = client.put(
+        f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+    )
+    assert power.status_code == 202, power.text
