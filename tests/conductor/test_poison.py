@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from metalforge import cli
 from metalforge.conductor import service as service_module
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
-from metalforge.db.models import Allocation, Node, WorkItem
+from metalforge.db.models import Allocation, FlowProgressRow, Node, WorkItem
 from metalforge.drivers.base import DriverTask, StepOutcome
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
@@ -233,3 +233,42 @@ def test_a_failed_release_gives_the_reservation_back(
     with buggy_stack.db.read() as session:
         assert session.scalar(select(Node.reservation).where(Node.uuid == node["uuid"])) is None
     assert not buggy_stack.conductor.ctx.leaked_reservations
+
+
+def test_a_node_whose_record_cannot_be_read_is_released_and_its_item_dead_lettered(
+    db_url: str,
+) -> None:
+    """The task is built after the reservation is taken: when building it fails (here a
+    flow record no writer of ours produces), the reservation is given back at once,
+    each attempt counts, and the item is dead-lettered at the limit with the reason on
+    the node, which can then be repaired and deleted through the API."""
+    running = start_stack(test_settings(db_url, work_item_max_failures=2))
+    try:
+        client = running.client
+        node = create_node(client)
+        with running.db.write() as session:
+            node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
+            session.execute(
+                FlowProgressRow.__table__.insert().values(
+                    node_id=node_id, flow="clean", planned=True, plan=[], requested=5
+                )
+            )
+        response = client.put(
+            f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
+        )
+        assert response.status_code == 202, response.text
+
+        def buried() -> bool:
+            with running.db.read() as session:
+                item = session.scalars(select(WorkItem).where(WorkItem.node_id == node_id)).one()
+                return item.state == queue.DEAD
+
+        wait_until("the power item is dead-lettered", buried, timeout=30)
+        shown = client.get(f"/v1/nodes/{node['uuid']}", headers=LATEST).json()
+        assert shown["reservation"] is None
+        assert "Gave up on the power request" in (shown["last_error"] or "")
+        with running.db.write() as session:
+            session.execute(delete(FlowProgressRow).where(FlowProgressRow.node_id == node_id))
+        assert client.delete(f"/v1/nodes/{node['uuid']}", headers=LATEST).status_code == 204
+    finally:
+        running.stop()

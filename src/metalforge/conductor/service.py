@@ -40,6 +40,7 @@ from metalforge.conductor.task import (
     drop_leaked_reservations,
     live_cutoff,
     lock,
+    note_unheld_failure,
     unlock,
 )
 from metalforge.db import queue
@@ -570,6 +571,14 @@ class ConductorService:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
         except (NodeGone, LockLost):
             self._bury(item, message)
+        except Exception as exc:
+            # Even failing the request failed (the node holds what this code cannot read):
+            # the item is dead-lettered all the same, and the node says why, unreserved.
+            LOG.exception("work item %s: failing its request failed", item.id)
+            failure = f"{message}; failing the request failed: {type(exc).__name__}: {exc}"
+            with self.ctx.db.write() as session:
+                queue.bury(session, item.id, host, scrub_message(failure))
+                note_unheld_failure(session, item.node_id, scrub_message(failure))
 
     def _bury(self, item: queue.ClaimedItem, reason: str) -> None:
         with self.ctx.db.write() as session:

@@ -515,9 +515,16 @@ def acquire(
     if locked is None:
         with ctx.db.write() as session:
             locked = lock(ctx, session, node_id)
-    columns = dict(locked)
-    progress = flow_progress.from_joined(columns)
-    task = NodeTask(ctx, node_from_row(columns), purpose, progress)
+    try:
+        columns = dict(locked)
+        progress = flow_progress.from_joined(columns)
+        task = NodeTask(ctx, node_from_row(columns), purpose, progress)
+    except Exception:
+        # The reservation is taken but no task holds it yet: a stored value this
+        # code cannot read must not keep the node reserved by a live conductor.
+        ctx.leaked_reservations.add((node_id, int(locked["epoch"])))
+        drop_leaked_reservations(ctx)
+        raise
     try:
         yield task
     except LockLost:
@@ -565,6 +572,23 @@ def unlock(ctx: ConductorContext, session: Session, node_id: int, epoch: int) ->
     """Drop the reservation ``lock`` took at ``epoch``, changing nothing else on the node
     (nothing, if the node moved on since)."""
     session.connection().execute(_DROP, {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch})
+
+
+_NOTE = (
+    update(_NODES)
+    .where(_NODES.c.id == bindparam("b_id"), _NODES.c.reservation.is_(None))
+    .values(last_error=bindparam("b_error"))
+)
+
+
+def note_unheld_failure(session: Session, node_id: int, message: str) -> None:
+    """Say on an unreserved node why work on it was given up, when no task could hold it.
+
+    Only a node nobody holds is written (a holder's own outcome wins), and the
+    history keeps the message whatever happened to ``last_error``.
+    """
+    session.connection().execute(_NOTE, {"b_id": node_id, "b_error": message})
+    history.record(session, node_id, "conductor", message, severity=history.ERROR)
 
 
 def drop_leaked_reservations(ctx: ConductorContext) -> int:

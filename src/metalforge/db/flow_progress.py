@@ -16,6 +16,7 @@ deploy and service pairs) in ``driver_internal_info``: ``ironic_keys``.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
@@ -30,6 +31,8 @@ from metalforge.db.models import FlowProgressRow
 FlowKind = Literal["clean", "deploy", "service"]
 
 _TABLE = cast(Table, FlowProgressRow.__table__)
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +129,19 @@ def load(connection: Connection, node_id: int) -> FlowProgress:
 
 
 def load_many(connection: Connection, node_ids: Iterable[int]) -> dict[int, FlowProgress]:
-    """The progress of each of ``node_ids`` that has a flow under way (a page of nodes)."""
+    """The progress of each of ``node_ids`` that has a flow under way (a page of nodes).
+
+    For views: a record this code cannot read is left out (and logged) rather
+    than failing the whole page; the conductor, which must act on it, fails
+    that node's work instead.
+    """
     found: dict[int, FlowProgress] = {}
     for batch in in_batches(list(node_ids)):
         for row in connection.execute(select(_TABLE).where(_TABLE.c.node_id.in_(batch))):
-            found[row.node_id] = _from_row(row)
+            try:
+                found[row.node_id] = _from_row(row)
+            except (TypeError, ValueError):
+                LOG.warning("node id %s: its flow progress cannot be read", row.node_id)
     return found
 
 
