@@ -88,25 +88,28 @@ def port_view(
     return body
 
 
+LIST_PARAMETERS = (
+    "node",
+    "node_uuid",
+    "address",
+    "portgroup",
+    "shard",
+    "description_contains",
+    "conductor_groups",
+    "limit",
+    "marker",
+    "sort_key",
+    "sort_dir",
+)
+
+
 def _list(
     request: Request, detail_path: bool, *, parent: tuple[str, str] | None = None
 ) -> dict[str, Any]:
     """A page of ports; ``parent`` (``("nodes", ident)`` or ``("portgroups", ident)``) is the
     resource a sub-collection path names, which filters as ``node``/``portgroup`` would."""
     svc = services(request)
-    allowed = [
-        "node",
-        "node_uuid",
-        "address",
-        "portgroup",
-        "shard",
-        "description_contains",
-        "conductor_groups",
-        "limit",
-        "marker",
-        "sort_key",
-        "sort_dir",
-    ]
+    allowed = list(LIST_PARAMETERS)
     if not detail_path:
         allowed += ["fields", "detail"]
     query = Query(request, allowed)
