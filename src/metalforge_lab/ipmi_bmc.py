@@ -163,6 +163,12 @@ class SimulatedBmc(pyghmi_bmc.Bmc):  # type: ignore[misc]
     def power_cycle(self) -> int:
         return self._restart()
 
+    def pulse_diag(self) -> int:
+        """An NMI (chassis control 4): taken while powered on, refused while off."""
+        with self._lock:
+            self._settle()
+            return 0 if self._powered else _NOT_IN_PRESENT_STATE
+
     def get_system_guid(self) -> uuid.UUID:
         return self.guid
 

@@ -6,6 +6,8 @@ only prepares it, in its own process:
 * the fake driver's power changes land after ``random.randint(1, 11)``
   seconds; here the delay range is chosen (default ``0,0``: the change shows
   on the next GET, which keeps tests fast; ``2,5`` exercises polling);
+* the stock fake driver answers "not supported" for an NMI (``Reset`` with
+  ``Nmi``); a lab system takes one while it is powered on, else answers 400;
 * the stock fake driver answers "not supported" for BIOS, processors, memory
   and storage, so drivers could not be tested on those routes. ``LabFakeDriver``
   keeps them in the fake system's dict, as the stock driver keeps the boot
@@ -289,6 +291,16 @@ def _lab_driver(base: Any, error: Any) -> Any:
         def reset_bios(self, identity: str) -> None:
             system = self._get(identity)
             self._update(system, bios=dict(system.get("bios_defaults") or DEFAULT_BIOS))
+
+        def set_power_state(self, identity: str, state: str) -> None:
+            """The stock driver refuses ``Nmi`` (501); a lab system takes it while on."""
+            if state != "Nmi":
+                super().set_power_state(identity, state)
+                return
+            system = self._get(identity)
+            if system.get("power_state") != "On":
+                raise error.BadRequest("an NMI needs the system powered on")
+            self._update(system, nmis=int(system.get("nmis", 0)) + 1)
 
         def get_versions(self, identity: str) -> dict[str, str]:
             return {"BiosVersion": "lab-1.0"}

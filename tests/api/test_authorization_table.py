@@ -192,6 +192,42 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/nodes/{w.node}/management/boot_device",
         {"boot_device": "pxe"},
     ),
+    ("PUT", "/v1/nodes/{node_ident}/management/inject_nmi"): lambda w: (
+        f"/v1/nodes/{w.node}/management/inject_nmi",
+        {},
+    ),
+    ("GET", "/v1/nodes/{node_ident}/management/indicators"): lambda w: (
+        f"/v1/nodes/{w.node}/management/indicators",
+        None,
+    ),
+    ("GET", "/v1/nodes/{node_ident}/management/indicators/{indicator}"): lambda w: (
+        f"/v1/nodes/{w.node}/management/indicators/led@system",
+        None,
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/management/indicators/{indicator}"): lambda w: (
+        f"/v1/nodes/{w.node}/management/indicators/led@system",
+        {"state": "BLINKING"},
+    ),
+    ("GET", "/v1/nodes/{node_ident}/states/console"): lambda w: (
+        f"/v1/nodes/{w.node}/states/console",
+        None,
+    ),
+    ("GET", "/v1/nodes/states/console/{node_ident}"): lambda w: (
+        f"/v1/nodes/states/console/{w.node}",
+        None,
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/states/console"): lambda w: (
+        f"/v1/nodes/{w.node}/states/console",
+        {"enabled": True},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/states/boot_mode"): lambda w: (
+        f"/v1/nodes/{w.node}/states/boot_mode",
+        {"target": "uefi"},
+    ),
+    ("PUT", "/v1/nodes/{node_ident}/states/secure_boot"): lambda w: (
+        f"/v1/nodes/{w.node}/states/secure_boot",
+        {"target": True},
+    ),
     ("GET", "/v1/ports"): lambda w: ("/v1/ports", None),
     ("GET", "/v1/ports/detail"): lambda w: ("/v1/ports/detail", None),
     ("GET", "/v1/ports/{port_ident}"): lambda w: (f"/v1/ports/{w.port}", None),
@@ -385,6 +421,24 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
         "/v1/nodes/{node_ident}/management/boot_device/supported",
     ): "baremetal:node:get_boot_device",
     ("PUT", "/v1/nodes/{node_ident}/management/boot_device"): "baremetal:node:set_boot_device",
+    ("PUT", "/v1/nodes/{node_ident}/management/inject_nmi"): "baremetal:node:inject_nmi",
+    (
+        "GET",
+        "/v1/nodes/{node_ident}/management/indicators",
+    ): "baremetal:node:get_indicator_state",
+    (
+        "GET",
+        "/v1/nodes/{node_ident}/management/indicators/{indicator}",
+    ): "baremetal:node:get_indicator_state",
+    (
+        "PUT",
+        "/v1/nodes/{node_ident}/management/indicators/{indicator}",
+    ): "baremetal:node:set_indicator_state",
+    ("GET", "/v1/nodes/{node_ident}/states/console"): "baremetal:node:get_console",
+    ("GET", "/v1/nodes/states/console/{node_ident}"): "baremetal:node:get_console",
+    ("PUT", "/v1/nodes/{node_ident}/states/console"): "baremetal:node:set_console_state",
+    ("PUT", "/v1/nodes/{node_ident}/states/boot_mode"): "baremetal:node:set_boot_mode",
+    ("PUT", "/v1/nodes/{node_ident}/states/secure_boot"): "baremetal:node:set_secure_boot",
     ("GET", "/v1/ports"): "baremetal:port:list_all",
     ("GET", "/v1/ports/detail"): "baremetal:port:list_all",
     ("GET", "/v1/ports/{port_ident}"): "baremetal:port:get",

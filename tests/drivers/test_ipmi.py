@@ -95,6 +95,24 @@ def test_power_change_that_does_not_happen_in_time_names_target_and_state(
         assert time.monotonic() - started < 3
 
 
+def test_nmi_is_a_diagnostic_interrupt_the_bmc_takes_while_on(bmc: BmcProcess) -> None:
+    port = bmc.ports[0]
+    task = Task(**driver_info(port))
+    # The lab's BMC refuses the interrupt while off: the refusal shows it arrived.
+    with pytest.raises(DriverError):
+        MANAGEMENT.inject_nmi(task)
+    POWER.set_power_state(task, POWER_ON)
+    MANAGEMENT.inject_nmi(task)
+
+
+def test_boot_mode_and_secure_boot_are_not_offered(bmc: BmcProcess) -> None:
+    task = Task(**driver_info(bmc.ports[0]))
+    with pytest.raises(DriverError, match="Driver ipmi does not support set_boot_mode"):
+        MANAGEMENT.set_boot_mode(task, "bios")
+    with pytest.raises(DriverError, match="does not support set_secure_boot_state"):
+        MANAGEMENT.set_secure_boot_state(task, True)
+
+
 def test_persistent_boot_device_is_what_ipmitool_reads(bmc: BmcProcess) -> None:
     port = bmc.ports[0]
     task = Task(**driver_info(port))

@@ -84,7 +84,7 @@ class Task:
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
     """An emulator without auth and with instant power changes, shared by the module."""
-    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=24)
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=28)
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +231,42 @@ def test_boot_mode(bmc: Bmc, system: FakeSystem, task: Task) -> None:
     assert task.node.boot_mode == "bios"
     with pytest.raises(DriverError, match="Invalid boot mode 'efi'"):
         MANAGEMENT.set_boot_mode(task, "efi")
+
+
+def test_secure_boot_needs_uefi(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    assert MANAGEMENT.get_secure_boot_state(task) is False
+    MANAGEMENT.set_secure_boot_state(task, True)
+    assert bmc.system(system, "/SecureBoot")["SecureBootEnable"] is True
+    assert MANAGEMENT.get_secure_boot_state(task) is True
+    MANAGEMENT.set_secure_boot_state(task, False)
+    MANAGEMENT.set_boot_mode(task, "bios")
+    with pytest.raises(DriverError, match="Configuring secure boot requires UEFI"):
+        MANAGEMENT.set_secure_boot_state(task, True)
+    assert bmc.system(system, "/SecureBoot")["SecureBootEnable"] is False
+
+
+def test_indicators_are_the_system_and_chassis_leds(
+    bmc: Bmc, system: FakeSystem, task: Task
+) -> None:
+    found = MANAGEMENT.get_supported_indicators(task)
+    assert set(found["system"]) == {system.uuid}
+    assert found["system"][system.uuid].states == ("blinking", "off", "on")
+    MANAGEMENT.set_indicator_state(task, "system", system.uuid, "blinking")
+    assert bmc.system(system)["IndicatorLED"] == "Blinking"
+    assert MANAGEMENT.get_indicator_state(task, "system", system.uuid) == "blinking"
+    for chassis in found.get("chassis", {}):
+        MANAGEMENT.set_indicator_state(task, "chassis", chassis, "off")
+        assert MANAGEMENT.get_indicator_state(task, "chassis", chassis) == "off"
+    with pytest.raises(DriverError, match="Unknown indicator nope for component system"):
+        MANAGEMENT.get_indicator_state(task, "system", "nope")
+
+
+def test_inject_nmi_is_a_reset_with_nmi(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    # The lab's systems take an NMI only while powered on: the refusal shows it arrived.
+    with pytest.raises(DriverError, match="HTTP 400 while trying to inject an NMI"):
+        MANAGEMENT.inject_nmi(task)
+    POWER.set_power_state(task, POWER_ON)
+    MANAGEMENT.inject_nmi(task)
 
 
 # -- virtual media boot --------------------------------------------------------
@@ -400,7 +436,7 @@ def test_unknown_system_is_named(bmc: Bmc) -> None:
 def test_system_id_may_be_omitted_only_when_the_bmc_has_one_system(
     bmc: Bmc, tmp_path: Path
 ) -> None:
-    with pytest.raises(DriverError, match=r"manages 24 systems; driver_info\.redfish_system_id"):
+    with pytest.raises(DriverError, match=r"manages 28 systems; driver_info\.redfish_system_id"):
         POWER.get_power_state(Task({"redfish_address": bmc.address}))
     for single in start_bmc(tmp_path, count=1):
         assert POWER.get_power_state(Task({"redfish_address": single.address})) == POWER_OFF

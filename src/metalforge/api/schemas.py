@@ -248,6 +248,30 @@ class RaidConfigRequest(Body):
     logical_disks: list[dict[str, Any]] | None = None
 
 
+class ConsoleRequest(Body):
+    """``PUT /v1/nodes/{node}/states/console``."""
+
+    enabled: bool
+
+
+class BootModeRequest(Body):
+    """``PUT /v1/nodes/{node}/states/boot_mode``; the service names the valid modes."""
+
+    target: str = Field(max_length=64)
+
+
+class SecureBootRequest(Body):
+    """``PUT /v1/nodes/{node}/states/secure_boot``; null is refused in Ironic's words."""
+
+    target: bool | None
+
+
+class IndicatorStateRequest(Body):
+    """``PUT /v1/nodes/{node}/management/indicators/{indicator}``."""
+
+    state: str = Field(max_length=64)
+
+
 class MaintenanceRequest(Body):
     reason: str | None = Field(default=None, max_length=4096)
 

@@ -24,7 +24,13 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import history, housekeeping, inspection_sweeps, power_sync
+from metalforge.conductor import (
+    history,
+    housekeeping,
+    inspection_sweeps,
+    node_settings,
+    power_sync,
+)
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine, inspection
 from metalforge.conductor.flows.spec import DetachedFlow
@@ -75,8 +81,11 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
 
 
 def _fail_request(task: NodeTask, kind: str, message: str) -> None:
-    """What a request that failed unexpectedly leaves: a power change fails alone,
-    a provision request (or abort) fails the node's flow."""
+    """What a request that failed unexpectedly leaves: a power change or a setting's
+    change fails alone, a provision request (or abort) fails the node's flow."""
+    if kind in node_settings.KINDS:
+        node_settings.fail(task, message)
+        return
     if kind == "power":
         task.node.target_power_state = None
         task.node.last_error = message
@@ -89,6 +98,9 @@ HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
     queue.PROVISION: _run_provision,
     "power": _run_power,
     "abort": _run_abort,
+    node_settings.CONSOLE: node_settings.run_console,
+    node_settings.BOOT_MODE: node_settings.run_boot_mode,
+    node_settings.SECURE_BOOT: node_settings.run_secure_boot,
     inspection.WORK_KIND: inspection.run_event,
 }
 

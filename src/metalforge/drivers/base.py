@@ -46,6 +46,22 @@ class StepFailed(DriverError):
     """A step failed; the message says why."""
 
 
+class Unsupported(DriverError):
+    """The node's interface does not offer this action (a 400, as in Ironic).
+
+    The message is Ironic's, so clients that match on it keep working.
+    """
+
+    def __init__(self, driver: str, extension: str) -> None:
+        super().__init__(
+            f"Driver {driver} does not support {extension} (disabled or not implemented)."
+        )
+
+
+INDICATOR_STATES = ("blinking", "off", "on")
+"""States an indicator can be set to (Ironic's ``indicator_states``); ``unknown`` is read only."""
+
+
 class StepsNotKnown(DriverError):
     """The interface cannot list its steps yet; ask again in ``retry_after`` seconds.
 
@@ -240,6 +256,70 @@ class ManagementInterface(Interface):
 
     def supported_boot_devices(self, task: DriverTask) -> list[str]:
         return ["pxe", "disk"]
+
+    # The optional extras: the default is Ironic's answer for a driver without them.
+
+    def get_boot_mode(self, task: DriverTask) -> str | None:
+        """``uefi`` or ``bios`` as the hardware reports it; None when it does not say."""
+        raise Unsupported(task.node.driver, "get_boot_mode")
+
+    def set_boot_mode(self, task: DriverTask, mode: str) -> None:
+        """Switch the firmware to ``mode`` (``uefi`` or ``bios``)."""
+        raise Unsupported(task.node.driver, "set_boot_mode")
+
+    def get_secure_boot_state(self, task: DriverTask) -> bool | None:
+        raise Unsupported(task.node.driver, "get_secure_boot_state")
+
+    def set_secure_boot_state(self, task: DriverTask, enabled: bool) -> None:
+        raise Unsupported(task.node.driver, "set_secure_boot_state")
+
+    def inject_nmi(self, task: DriverTask) -> None:
+        """Send a non-maskable interrupt to the running system (a crash dump, usually)."""
+        raise Unsupported(task.node.driver, "inject_nmi")
+
+    def get_supported_indicators(self, task: DriverTask) -> dict[str, dict[str, Indicator]]:
+        """``{component: {indicator id: Indicator}}`` (components: ``system``, ``chassis``...)."""
+        raise Unsupported(task.node.driver, "get_supported_indicators")
+
+    def get_indicator_state(self, task: DriverTask, component: str, indicator: str) -> str:
+        """One of ``INDICATOR_STATES`` or ``unknown``."""
+        raise Unsupported(task.node.driver, "get_indicator_state")
+
+    def set_indicator_state(
+        self, task: DriverTask, component: str, indicator: str, state: str
+    ) -> None:
+        """Set ``indicator`` of ``component`` to ``state`` (one of ``INDICATOR_STATES``)."""
+        raise Unsupported(task.node.driver, "set_indicator_state")
+
+
+@dataclass(frozen=True)
+class Indicator:
+    """An indicator (a LED) a management interface offers, as Ironic lists it."""
+
+    readonly: bool
+    states: tuple[str, ...]
+
+
+class ConsoleInterface(Interface):
+    """A serial console the node's BMC offers; the ``no-console`` implementation is none.
+
+    The conductor starts and stops it and records ``console_enabled``; the API
+    shows what ``get_console`` returns while it is enabled.
+    """
+
+    interface_type = "console"
+
+    @abstractmethod
+    def start_console(self, task: DriverTask) -> None:
+        """Start the console (no error when it already runs)."""
+
+    @abstractmethod
+    def stop_console(self, task: DriverTask) -> None:
+        """Stop the console (no error when it is not running)."""
+
+    @abstractmethod
+    def get_console(self, task: DriverTask) -> dict[str, Any]:
+        """How to connect to the running console (``console_info``)."""
 
 
 class BootInterface(Interface):

@@ -32,6 +32,15 @@ Inspection is in band and simulated: the node powers on, and a fake ramdisk
 reports an inventory ``fake_step_delay`` seconds later (see ``FakeInspect``;
 ``driver_info.fake_inventory`` replaces parts of it).
 
+Management extras: the boot mode and secure boot are recorded as the node's
+``boot_mode`` and ``secure_boot``; an NMI as ``fake_nmi_injected_at``; the
+indicators are Ironic's fake ones (``led-0@chassis``, read only, and
+``led@system``), each ``on`` until set (``fake_indicators``). The ``fake``
+console records ``fake_console_started_at`` and reports ``console_info`` as
+``{}``. ``fake_fail_steps`` may name ``management.set_boot_mode``,
+``management.set_secure_boot_state``, ``management.inject_nmi``,
+``console.start_console`` or ``console.stop_console``.
+
 Deploy steps: the deploy interface's core steps keep Ironic's default
 priorities (``deploy`` 100, ``write_image`` 80 and asynchronous,
 ``prepare_instance_boot`` 60, ``tear_down_agent`` 40, ``boot_instance`` 20).
@@ -57,10 +66,12 @@ from metalforge.drivers.base import (
     STORAGE_INTERFACES,
     BiosInterface,
     BootInterface,
+    ConsoleInterface,
     DeployInterface,
     DriverError,
     DriverTask,
     GenericInterface,
+    Indicator,
     InspectInterface,
     Interface,
     ManagementInterface,
@@ -91,6 +102,12 @@ def _failing(task: DriverTask) -> set[str]:
     if isinstance(raw, list):
         return {str(item).strip() for item in raw}
     return {part.strip() for part in str(raw).split(",") if part.strip()}
+
+
+def _refuse_if_told(task: DriverTask, name: str) -> None:
+    """Fail an action that is no step when ``fake_fail_steps`` names it."""
+    if name in _failing(task):
+        raise DriverError(f"fake-hardware was told to fail {name}")
 
 
 class FakeMixin(Interface):
@@ -156,6 +173,55 @@ class FakeManagement(FakeMixin, ManagementInterface):
             "fake_boot_persistent": persistent,
         }
 
+    def get_boot_mode(self, task: DriverTask) -> str | None:
+        return task.node.boot_mode
+
+    def set_boot_mode(self, task: DriverTask, mode: str) -> None:
+        _refuse_if_told(task, "management.set_boot_mode")
+        task.node.boot_mode = mode
+
+    def get_secure_boot_state(self, task: DriverTask) -> bool | None:
+        return task.node.secure_boot
+
+    def set_secure_boot_state(self, task: DriverTask, enabled: bool) -> None:
+        _refuse_if_told(task, "management.set_secure_boot_state")
+        task.node.secure_boot = enabled
+
+    def inject_nmi(self, task: DriverTask) -> None:
+        """Recorded as ``driver_internal_info.fake_nmi_injected_at``."""
+        _refuse_if_told(task, "management.inject_nmi")
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_nmi_injected_at": utcnow().isoformat(),
+        }
+
+    def get_supported_indicators(self, task: DriverTask) -> dict[str, dict[str, Indicator]]:
+        return {c: dict(found) for c, found in FAKE_INDICATORS.items()}
+
+    def get_indicator_state(self, task: DriverTask, component: str, indicator: str) -> str:
+        """What was set (``driver_internal_info.fake_indicators``), else ``on`` as Ironic's fake."""
+        _fake_indicator(component, indicator)
+        states = task.node.driver_internal_info.get("fake_indicators") or {}
+        return str(states.get(f"{indicator}@{component}", "on"))
+
+    def set_indicator_state(
+        self, task: DriverTask, component: str, indicator: str, state: str
+    ) -> None:
+        found = _fake_indicator(component, indicator)
+        if found.readonly:
+            raise DriverError(f"Indicator {indicator}@{component} is read-only")
+        if state not in found.states:
+            raise DriverError(
+                f"Invalid state {state!r} for indicator {indicator}@{component}; "
+                f"supported: {', '.join(found.states)}"
+            )
+        states = dict(task.node.driver_internal_info.get("fake_indicators") or {})
+        states[f"{indicator}@{component}"] = state
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_indicators": states,
+        }
+
     @clean_step(priority=0, requires_ramdisk=False)
     @deploy_step(priority=0)
     def reset_bios(self, task: DriverTask) -> None:
@@ -165,8 +231,48 @@ class FakeManagement(FakeMixin, ManagementInterface):
         task.node.driver_internal_info = info
 
 
+FAKE_INDICATORS: dict[str, dict[str, Indicator]] = {
+    "chassis": {"led-0": Indicator(readonly=True, states=("off", "on"))},
+    "system": {"led": Indicator(readonly=False, states=("blinking", "off", "on"))},
+}
+"""Ironic's fake indicators: a read-only chassis LED and a system LED that can be set."""
+
+
+def _fake_indicator(component: str, indicator: str) -> Indicator:
+    """The fake indicator, or Ironic's fake's refusal of an unknown one."""
+    if component not in FAKE_INDICATORS:
+        raise DriverError(f"Invalid component {component} specified.")
+    found = FAKE_INDICATORS[component].get(indicator)
+    if found is None:
+        raise DriverError(f"Invalid indicator {indicator} specified.")
+    return found
+
+
 class FakeBoot(FakeMixin, BootInterface):
     pass
+
+
+class FakeConsole(FakeMixin, ConsoleInterface):
+    """A console with nothing behind it; ``console_info`` is ``{}``, as Ironic's fake gives.
+
+    ``driver_internal_info.fake_console_started_at`` records when it was started.
+    """
+
+    def start_console(self, task: DriverTask) -> None:
+        _refuse_if_told(task, "console.start_console")
+        task.node.driver_internal_info = {
+            **task.node.driver_internal_info,
+            "fake_console_started_at": utcnow().isoformat(),
+        }
+
+    def stop_console(self, task: DriverTask) -> None:
+        _refuse_if_told(task, "console.stop_console")
+        info = dict(task.node.driver_internal_info)
+        info.pop("fake_console_started_at", None)
+        task.node.driver_internal_info = info
+
+    def get_console(self, task: DriverTask) -> dict[str, Any]:
+        return {}
 
 
 class FakeDeploy(FakeMixin, DeployInterface):
@@ -510,7 +616,7 @@ FAKE_HARDWARE = HardwareType(
         "raid": (FakeRaid, noop_interface("raid", "no-raid")),
         "bios": (FakeBios, noop_interface("bios", "no-bios")),
         "rescue": (FakeRescue, noop_interface("rescue", "no-rescue")),
-        "console": (_fake("console"), noop_interface("console", "no-console")),
+        "console": (FakeConsole, noop_interface("console", "no-console")),
         "network": (noop_interface("network", "noop"),),
         "storage": STORAGE_INTERFACES,
         "vendor": (_fake("vendor"), noop_interface("vendor", "no-vendor")),

@@ -23,6 +23,8 @@ answers 400 with the driver's message, which names the BMC and the reason.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from metalforge.conductor.context import ConductorContext
@@ -34,6 +36,7 @@ from metalforge.drivers.base import (
     DriverTask,
     ManagementInterface,
     ReadOnlyTask,
+    Unsupported,
 )
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup
@@ -47,14 +50,14 @@ class BootDevice:
     persistent: bool | None
 
 
-def _management(svc: Services, node: Node) -> ManagementInterface:
+def interface_of(svc: Services, node: Node) -> ManagementInterface:
     iface = svc.drivers.interface(node, "management")
     if not isinstance(iface, ManagementInterface):
         raise bad_request(f"Node {node.uuid} has no management interface ({iface.name})")
     return iface
 
 
-def _load(svc: Services, ident: str, version: Version) -> Node:
+def load_node(svc: Services, ident: str, version: Version) -> Node:
     with svc.db.read() as session:
         return lookup.load_node(session, ident, version)
 
@@ -70,8 +73,8 @@ def _supported(iface: ManagementInterface, task: DriverTask) -> list[str]:
 
 def boot_device(svc: Services, ident: str, version: Version) -> BootDevice:
     """What the BMC says the node boots from next."""
-    node = _load(svc, ident, version)
-    iface = _management(svc, node)
+    node = load_node(svc, ident, version)
+    iface = interface_of(svc, node)
     task = ReadOnlyTask(node)
     try:
         iface.validate(task)
@@ -82,12 +85,48 @@ def boot_device(svc: Services, ident: str, version: Version) -> BootDevice:
 
 
 def supported_boot_devices(svc: Services, ident: str, version: Version) -> list[str]:
-    node = _load(svc, ident, version)
-    iface = _management(svc, node)
+    node = load_node(svc, ident, version)
+    iface = interface_of(svc, node)
     try:
         return _supported(iface, ReadOnlyTask(node))
     except DriverError as exc:
         raise _driver_failure(node, "list the boot devices", exc) from None
+
+
+@contextmanager
+def held(
+    svc: Services, ident: str, version: Version, purpose: str, doing: str
+) -> Iterator[tuple[DriverTask, ManagementInterface]]:
+    """The node under an API hold (see the module's docstring) and its management interface.
+
+    ``doing`` completes "... while <doing>" in the 409 a conductor's takeover
+    causes. A ``DriverError`` inside becomes a 400: Ironic's own message for
+    an action the interface lacks, else one naming the node and ``purpose``.
+    """
+    with svc.db.write() as session:
+        node = lookup.load_node(session, ident, version)
+        fencing.check_unlocked(session, node)
+    conductor = svc.settings.conductor
+    until = svc.db.now() + dt.timedelta(seconds=svc.settings.api.call_hold_seconds)
+    holder = fencing.api_hold(conductor.hostname, until)
+    ctx = ConductorContext(hostname=holder, db=svc.db, drivers=svc.drivers, settings=conductor)
+    try:
+        with acquire(ctx, node.id, purpose) as task:
+            iface = interface_of(svc, task.node)
+            try:
+                iface.validate(task)
+                yield task, iface
+            except Unsupported as exc:
+                raise bad_request(str(exc)) from None
+            except DriverError as exc:
+                raise _driver_failure(node, purpose, exc) from None
+    except LockLost:
+        raise conflict(
+            f"Node {node.uuid} was taken over by a conductor while {doing}; "
+            "check the node and retry"
+        ) from None
+    except NodeGone:
+        raise lookup.node_not_found(ident) from None
 
 
 def set_boot_device(
@@ -98,32 +137,21 @@ def set_boot_device(
         raise bad_request(
             f"Invalid boot device {device!r}; valid devices are {', '.join(BOOT_DEVICES)}"
         )
-    with svc.db.write() as session:
-        node = lookup.load_node(session, ident, version)
-        fencing.check_unlocked(session, node)
-    conductor = svc.settings.conductor
-    until = svc.db.now() + dt.timedelta(seconds=svc.settings.api.call_hold_seconds)
-    holder = fencing.api_hold(conductor.hostname, until)
-    ctx = ConductorContext(hostname=holder, db=svc.db, drivers=svc.drivers, settings=conductor)
-    try:
-        with acquire(ctx, node.id, "set boot device") as task:
-            iface = _management(svc, task.node)
-            try:
-                supported = _supported(iface, task)
-                if device not in supported:
-                    raise bad_request(
-                        f"Boot device {device!r} is not supported by node {node.uuid}; "
-                        f"supported: {', '.join(supported) or 'none'}"
-                    )
-                iface.set_boot_device(task, device, persistent)
-            except DriverError as exc:
-                raise _driver_failure(node, f"set the boot device to {device}", exc) from None
-            how = "persistent" if persistent else "next boot only"
-            task.record("management", f"boot device set to {device} ({how})")
-    except LockLost:
-        raise conflict(
-            f"Node {node.uuid} was taken over by a conductor while its boot device was being "
-            "set; check the boot device and retry"
-        ) from None
-    except NodeGone:
-        raise lookup.node_not_found(ident) from None
+    doing = "its boot device was being set"
+    with held(svc, ident, version, f"set the boot device to {device}", doing) as (task, iface):
+        supported = _supported(iface, task)
+        if device not in supported:
+            raise bad_request(
+                f"Boot device {device!r} is not supported by node {task.node.uuid}; "
+                f"supported: {', '.join(supported) or 'none'}"
+            )
+        iface.set_boot_device(task, device, persistent)
+        how = "persistent" if persistent else "next boot only"
+        task.record("management", f"boot device set to {device} ({how})")
+
+
+def inject_nmi(svc: Services, ident: str, version: Version, actor: str | None) -> None:
+    """Send the node a non-maskable interrupt now (synchronous, as in Ironic)."""
+    with held(svc, ident, version, "inject NMI", "an NMI was being injected") as (task, iface):
+        iface.inject_nmi(task)
+        task.record("management", f"NMI injected by {actor or 'the API'}")

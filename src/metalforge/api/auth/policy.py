@@ -176,6 +176,29 @@ RULES: tuple[Rule, ...] = (
         "Read the boot device and the supported ones.",
     ),
     Rule("baremetal:node:set_boot_device", SYSTEM_MEMBER_OR_OWNER_ADMIN, "Set the boot device."),
+    Rule("baremetal:node:set_boot_mode", SYSTEM_OR_PROJECT_MEMBER, "Change the boot mode."),
+    Rule("baremetal:node:set_secure_boot", SYSTEM_OR_PROJECT_MEMBER, "Change secure boot."),
+    Rule("baremetal:node:inject_nmi", SYSTEM_MEMBER_OR_OWNER_ADMIN, "Inject an NMI."),
+    Rule(
+        "baremetal:node:get_indicator_state",
+        SYSTEM_OR_PROJECT_READER,
+        "List a node's indicators and read their states.",
+    ),
+    Rule(
+        "baremetal:node:set_indicator_state",
+        SYSTEM_MEMBER_OR_OWNER_MEMBER,
+        "Change an indicator's state.",
+    ),
+    Rule(
+        "baremetal:node:get_console",
+        SYSTEM_MEMBER_OR_OWNER_MEMBER,
+        "Read the console's connection information.",
+    ),
+    Rule(
+        "baremetal:node:set_console_state",
+        SYSTEM_MEMBER_OR_OWNER_MEMBER,
+        "Start or stop the console.",
+    ),
     Rule("baremetal:node:get_states", SYSTEM_OR_PROJECT_READER, "Read a node's states."),
     Rule("baremetal:node:set_power_state", SYSTEM_OR_PROJECT_MEMBER, "Change power state."),
     Rule(

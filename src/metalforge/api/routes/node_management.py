@@ -1,21 +1,23 @@
-"""Node management: boot device (``/v1/nodes/{id}/management/boot_device``).
+"""Node management: boot device, NMI (>=1.29) and indicators (``/v1/nodes/{id}/management``).
 
-Synchronous, as in Ironic; what it means to set the boot device while a
-conductor may hold the node is in ``services.management``.
+Synchronous, as in Ironic; what it means to act while a conductor may hold
+the node is in ``services.management``. Indicators are named
+``<id>@<component>`` and, as in Ironic, served at every microversion.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import actor, guard
+from metalforge.api.links import sub_links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.schemas import Body
-from metalforge.api.services import services
-from metalforge.api.versions import request_version
-from metalforge.services import management
+from metalforge.api.schemas import Body, IndicatorStateRequest
+from metalforge.api.services import base_url, services
+from metalforge.api.versions import Version, request_version
+from metalforge.services import indicators, lookup, management
 
 router = APIRouter(tags=["node management"])
 
@@ -56,4 +58,79 @@ def get_supported_boot_devices(node_ident: str, request: Request) -> JSONRespons
 def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) -> Response:
     svc, version = services(request), request_version(request)
     management.set_boot_device(svc, node_ident, version, body.boot_device, body.persistent)
+    return Response(status_code=204)
+
+
+NMI_SINCE: Version = (1, 29)
+
+
+def _gate_nmi(request: Request) -> None:
+    """Below 1.29 Ironic answers 404 before it checks the rule."""
+    if request_version(request) < NMI_SINCE:
+        raise lookup.not_found_path()
+
+
+@router.put(
+    "/nodes/{node_ident}/management/inject_nmi",
+    status_code=204,
+    summary="Inject a non-maskable interrupt",
+    dependencies=[Depends(_gate_nmi), guard("baremetal:node:inject_nmi", "node")],
+)
+@wait_for_lock
+def inject_nmi(node_ident: str, request: Request) -> Response:
+    svc, version = services(request), request_version(request)
+    management.inject_nmi(svc, node_ident, version, actor(request))
+    return Response(status_code=204)
+
+
+@router.get(
+    "/nodes/{node_ident}/management/indicators",
+    summary="List the node's indicators",
+    dependencies=[guard("baremetal:node:get_indicator_state", "node")],
+)
+def list_indicators(node_ident: str, request: Request) -> JSONResponse:
+    found = indicators.list_indicators(services(request), node_ident, request_version(request))
+    return JSONResponse(
+        {
+            "indicators": [
+                {
+                    "name": item.name,
+                    "component": item.component,
+                    "readonly": item.readonly,
+                    "states": item.states,
+                    "links": sub_links(
+                        base_url(request),
+                        "nodes",
+                        node_ident,
+                        f"management/indicators/{item.name}",
+                    ),
+                }
+                for item in found
+            ]
+        }
+    )
+
+
+@router.get(
+    "/nodes/{node_ident}/management/indicators/{indicator}",
+    summary="Show an indicator's state",
+    dependencies=[guard("baremetal:node:get_indicator_state", "node")],
+)
+def get_indicator(node_ident: str, indicator: str, request: Request) -> JSONResponse:
+    svc, version = services(request), request_version(request)
+    return JSONResponse({"state": indicators.indicator_state(svc, node_ident, version, indicator)})
+
+
+@router.put(
+    "/nodes/{node_ident}/management/indicators/{indicator}",
+    status_code=204,
+    summary="Set an indicator's state",
+    dependencies=[guard("baremetal:node:set_indicator_state", "node")],
+)
+@wait_for_lock
+def set_indicator(
+    node_ident: str, indicator: str, request: Request, body: IndicatorStateRequest
+) -> Response:
+    svc, version = services(request), request_version(request)
+    indicators.set_indicator_state(svc, node_ident, version, indicator, body.state)
     return Response(status_code=204)

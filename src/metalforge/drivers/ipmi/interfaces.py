@@ -133,7 +133,13 @@ class IpmiPower(_IpmiInterface, PowerInterface):
 
 
 class IpmiManagement(_IpmiInterface, ManagementInterface):
-    """Boot device over IPMI (system boot options parameter 5)."""
+    """Boot device over IPMI (system boot options parameter 5) and NMI.
+
+    The boot mode and secure boot are not offered, as Ironic's ipmitool
+    interface offers neither: a request for them ends in Ironic's
+    "does not support" error as the node's ``last_error``. The boot mode a
+    boot device is set with comes from ``ipmi_boot_mode`` (module docstring).
+    """
 
     name = "ipmitool"
 
@@ -154,3 +160,12 @@ class IpmiManagement(_IpmiInterface, ManagementInterface):
             )
         flags = protocol.BootFlags(device, persistent, uefi=settings.boot_mode == "uefi")
         self._call(task, settings, lambda command: protocol.set_boot_flags(command, flags))
+
+    def inject_nmi(self, task: DriverTask) -> None:
+        """Chassis control "pulse diagnostic interrupt", as ``ipmitool chassis power diag``."""
+        settings = parse_settings(task.node)
+        self._call(
+            task,
+            settings,
+            lambda command: protocol.chassis_control(command, protocol.DIAGNOSTIC_INTERRUPT),
+        )

@@ -24,6 +24,8 @@ POWER_OFF = 0x00
 POWER_ON = 0x01
 SOFT_OFF = 0x05
 """ACPI soft shutdown: the OS is asked to shut down."""
+DIAGNOSTIC_INTERRUPT = 0x04
+"""Pulse a diagnostic interrupt: the NMI ``ipmitool chassis power diag`` sends."""
 
 _FLAGS_PARAMETER = 5
 _VALID_BIT_CLEARING = 3

@@ -1,9 +1,15 @@
-"""``redfish`` management: boot device override and boot mode.
+"""``redfish`` management: boot device override, boot mode, secure boot, NMI and indicators.
 
 Boot devices map to ``BootSourceOverrideTarget`` values; the devices offered
 are those the BMC lists in ``BootSourceOverrideTarget@Redfish.AllowableValues``
 (sushy-emulator, for one, has no ``BiosSetup``), so an unsupported device is
 refused before anything is sent.
+
+Secure boot is the system's ``SecureBoot`` resource (``SecureBootEnable``);
+it needs UEFI, as Ironic checks. An NMI is ``ComputerSystem.Reset`` with
+``Nmi``. Indicators are the ``IndicatorLED`` of the system and of each chassis
+that has one, named by the resource's UUID as Ironic names them; all take
+``blinking``/``off``/``on`` (``Lit`` is ``on``).
 
 Persistence is ``BootSourceOverrideEnabled``: ``Once`` or ``Continuous``.
 ``get_boot_device`` reports what the BMC says, not what was asked: some BMCs
@@ -16,7 +22,13 @@ from typing import Any
 
 import sushy
 
-from metalforge.drivers.base import DriverError, DriverTask, ManagementInterface
+from metalforge.drivers.base import (
+    DriverError,
+    DriverTask,
+    Indicator,
+    ManagementInterface,
+    Unsupported,
+)
 from metalforge.drivers.redfish import connection
 
 BOOT_SOURCES: dict[str, Any] = {
@@ -35,6 +47,37 @@ BOOT_MODES: dict[str, Any] = {
 }
 """Node ``boot_mode`` values -> Redfish BootSourceOverrideMode."""
 _MODES = {mode: name for name, mode in BOOT_MODES.items()}
+
+
+_LED_STATES: dict[Any, str] = {
+    sushy.IndicatorLED.LIT: "on",
+    sushy.IndicatorLED.OFF: "off",
+    sushy.IndicatorLED.BLINKING: "blinking",
+    sushy.IndicatorLED.UNKNOWN: "unknown",
+}
+"""Redfish IndicatorLED -> indicator state (Ironic's mapping)."""
+_LEDS = {state: led for led, state in _LED_STATES.items() if state != "unknown"}
+_SETTABLE = Indicator(readonly=False, states=("blinking", "off", "on"))
+
+
+def _leds(system: Any) -> dict[str, dict[str, Any]]:
+    """``{component: {id: resource}}`` of the resources with an IndicatorLED."""
+    found: dict[str, dict[str, Any]] = {}
+    chassis = {c.uuid: c for c in (system.chassis or []) if c.indicator_led}
+    if chassis:
+        found["chassis"] = chassis
+    if system.indicator_led:
+        found["system"] = {system.uuid: system}
+    return found
+
+
+def _led(system: Any, task: DriverTask, component: str, indicator: str) -> Any:
+    resource = _leds(system).get(component, {}).get(indicator)
+    if resource is None:
+        raise DriverError(
+            f"Unknown indicator {indicator} for component {component} of node {task.node.uuid}"
+        )
+    return resource
 
 
 def supported_devices(system: Any) -> list[str]:
@@ -105,3 +148,47 @@ class RedfishManagement(ManagementInterface):
         with connection.system(task, f"set the boot mode to {mode}") as system:
             system.set_system_boot_options(mode=BOOT_MODES[mode])
         task.node.boot_mode = mode
+
+    def get_secure_boot_state(self, task: DriverTask) -> bool | None:
+        with connection.system(task, "read the secure boot state") as system:
+            try:
+                return bool(system.secure_boot.enabled)
+            except sushy.exceptions.MissingAttributeError:
+                raise Unsupported(task.node.driver, "get_secure_boot_state") from None
+
+    def set_secure_boot_state(self, task: DriverTask, enabled: bool) -> None:
+        with connection.system(task, "set the secure boot state") as system:
+            try:
+                secure = system.secure_boot
+            except sushy.exceptions.MissingAttributeError:
+                raise Unsupported(task.node.driver, "set_secure_boot_state") from None
+            if secure.enabled == enabled:
+                return
+            mode = system.boot.mode if system.boot else None
+            if mode == sushy.BootSourceOverrideMode.LEGACY:
+                raise DriverError(
+                    f"Configuring secure boot requires UEFI for node {task.node.uuid}"
+                )
+            secure.set_enabled(enabled)
+
+    def inject_nmi(self, task: DriverTask) -> None:
+        with connection.system(task, "inject an NMI") as system:
+            system.reset_system(sushy.ResetType.NMI)
+
+    def get_supported_indicators(self, task: DriverTask) -> dict[str, dict[str, Indicator]]:
+        with connection.system(task, "list the indicators") as system:
+            leds = _leds(system)
+        return {component: dict.fromkeys(ids, _SETTABLE) for component, ids in leds.items()}
+
+    def get_indicator_state(self, task: DriverTask, component: str, indicator: str) -> str:
+        with connection.system(task, f"read indicator {indicator}@{component}") as system:
+            led = _led(system, task, component, indicator).indicator_led
+        return _LED_STATES.get(led, "unknown")
+
+    def set_indicator_state(
+        self, task: DriverTask, component: str, indicator: str, state: str
+    ) -> None:
+        if state not in _LEDS:
+            raise DriverError(f"Invalid indicator state {state!r}")
+        with connection.system(task, f"set indicator {indicator}@{component}") as system:
+            _led(system, task, component, indicator).set_indicator_led(_LEDS[state])

@@ -1,0 +1,99 @@
+"""Work items that change one setting of a node: its console, boot mode and secure boot.
+
+``services.node_settings`` queues them (the API has answered 202). Each
+runs under the node's reservation, and is level-triggered: it reads what
+the hardware has now and changes only what differs, so running it twice
+is harmless. The outcome is written with the node when the reservation is
+released: the new setting, or ``last_error`` and an error in the history,
+as Ironic's conductor leaves a failed change (the node's provision state
+is never touched).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from metalforge.conductor import history
+from metalforge.conductor.task import NodeTask
+from metalforge.drivers.base import ConsoleInterface, DriverError, ManagementInterface, Unsupported
+
+LOG = logging.getLogger(__name__)
+
+CONSOLE = "console"
+BOOT_MODE = "boot_mode"
+SECURE_BOOT = "secure_boot"
+KINDS = frozenset({CONSOLE, BOOT_MODE, SECURE_BOOT})
+"""Work item kinds: each fails alone (``fail``), never the node's flow."""
+
+
+def fail(task: NodeTask, message: str) -> None:
+    task.node.last_error = message
+    task.record("management", message, history.ERROR)
+
+
+def _management(task: NodeTask) -> ManagementInterface:
+    iface = task.interface("management")
+    if not isinstance(iface, ManagementInterface):
+        raise Unsupported(task.node.driver, "management")
+    return iface
+
+
+def run_console(task: NodeTask, payload: dict[str, object]) -> None:
+    enabled = bool(payload["enabled"])
+    node = task.node
+    doing = "enabling" if enabled else "disabling"
+    try:
+        iface = task.interface("console")
+        if not isinstance(iface, ConsoleInterface):
+            raise Unsupported(node.driver, "console")
+        iface.validate(task)
+        if enabled:
+            iface.start_console(task)
+        else:
+            iface.stop_console(task)
+    except DriverError as exc:
+        message = f"Error {doing} the console on node {node.uuid}. Reason: {exc}"
+        node.last_error = message
+        task.record("console", message, history.ERROR)
+        return
+    node.console_enabled = enabled
+    node.last_error = None
+    task.record("console", f"console {'enabled' if enabled else 'disabled'}")
+
+
+def run_boot_mode(task: NodeTask, payload: dict[str, object]) -> None:
+    mode = str(payload["mode"])
+    try:
+        iface = _management(task)
+        iface.validate(task)
+        try:
+            current = iface.get_boot_mode(task)
+        except DriverError as exc:
+            LOG.warning("could not read the boot mode of node %s: %s", task.node.uuid, exc)
+            current = None
+        if current != mode:
+            iface.set_boot_mode(task, mode)
+    except DriverError as exc:
+        fail(task, f"Failed to change boot mode to '{mode}': {exc}")
+        return
+    task.node.boot_mode = mode
+    task.record("management", f"boot mode set to {mode}")
+
+
+def run_secure_boot(task: NodeTask, payload: dict[str, object]) -> None:
+    enabled = bool(payload["enabled"])
+    try:
+        iface = _management(task)
+        iface.validate(task)
+        try:
+            current = iface.get_secure_boot_state(task)
+        except DriverError as exc:
+            LOG.warning("could not read secure boot of node %s: %s", task.node.uuid, exc)
+            current = None
+        if current != enabled:
+            iface.set_secure_boot_state(task, enabled)
+    except DriverError as exc:
+        fail(task, f"Failed to change secure_boot state to '{enabled}': {exc}")
+        return
+    task.node.secure_boot = enabled
+    task.record("management", f"secure boot turned {'on' if enabled else 'off'}")
