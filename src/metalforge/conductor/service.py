@@ -24,7 +24,7 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import history, housekeeping, inspection_sweeps, power_sync
+from metalforge.conductor import history, housekeeping, inspection_sweeps, power_sync, vendor
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine, inspection
 from metalforge.conductor.flows.spec import DetachedFlow
@@ -74,8 +74,11 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
 
 
 def _fail_request(task: NodeTask, kind: str, message: str) -> None:
-    """What a request that failed unexpectedly leaves: a power change fails alone,
-    a provision request (or abort) fails the node's flow."""
+    """What a request that failed unexpectedly leaves: a power change fails alone, a
+    vendor call is only recorded, a provision request (or abort) fails the node's flow."""
+    if kind == vendor.WORK_KIND:
+        vendor.fail(task, message)
+        return
     if kind == "power":
         task.node.target_power_state = None
         task.node.last_error = message
@@ -89,6 +92,7 @@ HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
     "power": _run_power,
     "abort": _run_abort,
     inspection.WORK_KIND: inspection.run_event,
+    vendor.WORK_KIND: vendor.run,
 }
 
 
