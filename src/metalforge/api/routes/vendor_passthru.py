@@ -53,12 +53,6 @@ def node_methods(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(found)
 
 
-@router.api_route(
-    "/nodes/{node_ident}/vendor_passthru",
-    methods=list(HTTP_METHODS),
-    summary="Call a node's vendor method",
-    dependencies=[guard("baremetal:node:vendor_passthru", "node")],
-)
 @wait_for_lock
 def call_node_method(
     node_ident: str, request: Request, body: PassthruArgs | None = None
@@ -81,12 +75,26 @@ def driver_methods(name: str, request: Request) -> JSONResponse:
     return JSONResponse(vendor.driver_methods(services(request), name))
 
 
-@router.api_route(
-    "/drivers/{name}/vendor_passthru",
-    methods=list(HTTP_METHODS),
-    summary="Call a driver's vendor method",
-    dependencies=[guard("baremetal:driver:vendor_passthru")],
-)
 def call_driver_method(name: str, request: Request, body: PassthruArgs | None = None) -> Response:
     method, args = _call(request, body)
     return _answer(vendor.call_driver(services(request), name, method, request.method, args))
+
+
+# One route per verb, so that each is one operation of the OpenAPI document.
+for _verb in HTTP_METHODS:
+    router.add_api_route(
+        "/nodes/{node_ident}/vendor_passthru",
+        call_node_method,
+        methods=[_verb],
+        name=f"call_node_method_{_verb.lower()}",
+        summary="Call a node's vendor method",
+        dependencies=[guard("baremetal:node:vendor_passthru", "node")],
+    )
+    router.add_api_route(
+        "/drivers/{name}/vendor_passthru",
+        call_driver_method,
+        methods=[_verb],
+        name=f"call_driver_method_{_verb.lower()}",
+        summary="Call a driver's vendor method",
+        dependencies=[guard("baremetal:driver:vendor_passthru")],
+    )
