@@ -248,6 +248,32 @@ REQUESTS: dict[tuple[str, str], Request] = {
         "/v1/drivers/fake-hardware/properties",
         None,
     ),
+    ("GET", "/v1/drivers/{name}/raid/logical_disk_properties"): lambda w: (
+        "/v1/drivers/fake-hardware/raid/logical_disk_properties",
+        None,
+    ),
+    ("GET", "/v1/drivers/{name}/vendor_passthru/methods"): lambda w: (
+        "/v1/drivers/fake-hardware/vendor_passthru/methods",
+        None,
+    ),
+    **{
+        (verb, "/v1/drivers/{name}/vendor_passthru"): lambda w: (
+            "/v1/drivers/fake-hardware/vendor_passthru?method=none_such",
+            {},
+        )
+        for verb in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    },
+    ("GET", "/v1/nodes/{node_ident}/vendor_passthru/methods"): lambda w: (
+        f"/v1/nodes/{w.node}/vendor_passthru/methods",
+        None,
+    ),
+    **{
+        (verb, "/v1/nodes/{node_ident}/vendor_passthru"): lambda w: (
+            f"/v1/nodes/{w.node}/vendor_passthru?method=third_method_sync",
+            {"bar": "meow"},
+        )
+        for verb in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    },
     ("GET", "/v1/deploy_templates"): lambda w: ("/v1/deploy_templates", None),
     ("GET", "/v1/deploy_templates/{template_ident}"): lambda w: (
         f"/v1/deploy_templates/{w.template}",
@@ -450,6 +476,19 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/drivers"): "baremetal:driver:get",
     ("GET", "/v1/drivers/{name}"): "baremetal:driver:get",
     ("GET", "/v1/drivers/{name}/properties"): "baremetal:driver:get_properties",
+    ("GET", "/v1/drivers/{name}/raid/logical_disk_properties"): (
+        "baremetal:driver:get_raid_logical_disk_properties"
+    ),
+    ("GET", "/v1/drivers/{name}/vendor_passthru/methods"): "baremetal:driver:vendor_passthru",
+    **{
+        (verb, path): rule
+        for verb in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        for path, rule in (
+            ("/v1/drivers/{name}/vendor_passthru", "baremetal:driver:vendor_passthru"),
+            ("/v1/nodes/{node_ident}/vendor_passthru", "baremetal:node:vendor_passthru"),
+        )
+    },
+    ("GET", "/v1/nodes/{node_ident}/vendor_passthru/methods"): "baremetal:node:vendor_passthru",
     ("GET", "/v1/deploy_templates"): "baremetal:deploy_template:get",
     ("GET", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:get",
     ("POST", "/v1/deploy_templates"): "baremetal:deploy_template:create",

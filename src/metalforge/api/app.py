@@ -34,6 +34,7 @@ from metalforge.api.routes import (
     ports,
     root,
     shards,
+    vendor_passthru,
     volume,
 )
 from metalforge.api.services import ApiServices
@@ -58,6 +59,7 @@ RESOURCE_ROUTERS = (
     volume.router,
     conductors.router,
     drivers.router,
+    vendor_passthru.router,
     deploy_templates.router,
     allocations.router,
     events.router,

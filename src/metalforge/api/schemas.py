@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     StrictInt,
     StrictStr,
     field_validator,
@@ -317,6 +318,20 @@ class VifAttach(Body):
     id: str = Field(min_length=1, max_length=255)
     port_uuid: str | None = None
     portgroup_uuid: str | None = None
+
+
+class PassthruArgs(RootModel[dict[str, Any]]):
+    """A vendor method's arguments: any JSON object (Ironic passes it on unread).
+
+    The interface's ``validate_call`` types each argument; here the object is
+    only checked to be storable, since an asynchronous call is queued with it.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_storable(cls, data: Any) -> Any:
+        check_storable(data)
+        return data
 
 
 class ChassisCreate(Body):

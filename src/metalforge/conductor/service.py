@@ -30,6 +30,7 @@ from metalforge.conductor import (
     inspection_sweeps,
     node_settings,
     power_sync,
+    vendor,
 )
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog, engine, inspection
@@ -82,9 +83,12 @@ def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
 
 def _fail_request(task: NodeTask, kind: str, message: str) -> None:
     """What a request that failed unexpectedly leaves: a power change or a setting's
-    change fails alone, a provision request (or abort) fails the node's flow."""
+    change fails alone, a vendor call is only recorded, a provision request (or abort)
+    fails the node's flow."""
     if kind in node_settings.KINDS:
         node_settings.fail(task, message)
+    elif kind == vendor.WORK_KIND:
+        vendor.fail(task, message)
         return
     if kind == "power":
         task.node.target_power_state = None
@@ -102,6 +106,7 @@ HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
     node_settings.BOOT_MODE: node_settings.run_boot_mode,
     node_settings.SECURE_BOOT: node_settings.run_secure_boot,
     inspection.WORK_KIND: inspection.run_event,
+    vendor.WORK_KIND: vendor.run,
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -22,8 +22,13 @@ from metalforge.config import ConductorSettings
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
-from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
+from metalforge.drivers.raid import (
+    LOGICAL_DISK_PROPERTIES,
+    InvalidRaidConfig,
+    check_target_raid_config,
+)
 from metalforge.drivers.steps import StepDecl, declared_steps
+from metalforge.drivers.vendor import PassthruDecl, declared_passthru
 
 POWER_ON = "power on"
 POWER_OFF = "power off"
@@ -40,6 +45,10 @@ StepOutcome = Literal["done", "wait"]
 
 class DriverError(Exception):
     """A driver could not do what was asked; the message is for the operator."""
+
+
+class VendorNotFound(DriverError):
+    """What a vendor method was asked to act on does not exist (a 404, as from Ironic)."""
 
 
 class StepFailed(DriverError):
@@ -410,6 +419,14 @@ class RaidInterface(Interface):
         except InvalidRaidConfig as exc:
             raise DriverError(str(exc)) from None
 
+    def logical_disk_properties(self) -> dict[str, str]:
+        """What a logical disk of ``target_raid_config`` may hold, with descriptions.
+
+        The shared rules by default; an implementation that narrows them
+        (``validate_raid_config``) narrows this too.
+        """
+        return dict(LOGICAL_DISK_PROPERTIES)
+
 
 class BiosInterface(Interface):
     interface_type = "bios"
@@ -432,6 +449,99 @@ class RescueInterface(Interface):
     def unrescue(self, task: DriverTask) -> None:
         """Return the node to its instance."""
         raise NotImplementedError
+
+
+class VendorInterface(Interface):
+    """Vendor passthru: methods a vendor offers beyond the other interfaces.
+
+    Methods are declared with ``@passthru`` (on a node) and ``@driver_passthru``
+    (on the hardware type) from ``vendor.py``; the API lists and routes them.
+    ``validate_call`` checks a call's arguments before anything runs: for an
+    asynchronous method that is the caller's only chance to hear about a bad
+    argument, since the method itself runs later on a conductor. The
+    ``no-vendor`` implementation is not a ``VendorInterface``: it has no methods.
+    """
+
+    interface_type = "vendor"
+
+    def validate(self, task: DriverTask) -> None:
+        return None
+
+    @classmethod
+    def node_methods(cls) -> dict[str, PassthruDecl]:
+        return declared_passthru(cls, "node")
+
+    @classmethod
+    def driver_methods(cls) -> dict[str, PassthruDecl]:
+        return declared_passthru(cls, "driver")
+
+    def validate_call(
+        self, task: DriverTask, method: str, http_method: str, args: Mapping[str, Any]
+    ) -> None:
+        """Raise ``DriverError`` unless ``args`` suit the node method ``method``.
+
+        Must not change the node: for asynchronous methods it runs in the API
+        without the node's reservation.
+        """
+
+    def validate_driver_call(self, method: str, http_method: str, args: Mapping[str, Any]) -> None:
+        """Raise ``DriverError`` unless ``args`` suit the driver method ``method``."""
+
+    def call(
+        self, task: DriverTask, decl: PassthruDecl, http_method: str, args: Mapping[str, Any]
+    ) -> Any:
+        """Run the node method ``decl`` (validated); its return value is the answer's body."""
+        return getattr(self, decl.attribute)(task, http_method, dict(args))
+
+    def call_driver(self, decl: PassthruDecl, http_method: str, args: Mapping[str, Any]) -> Any:
+        """Run the driver method ``decl`` (validated)."""
+        return getattr(self, decl.attribute)(http_method, dict(args))
+
+
+def check_vendor_args(
+    method: str,
+    args: Mapping[str, Any],
+    accepted: Mapping[str, type | tuple[type, ...]],
+    required: Collection[str] = (),
+) -> None:
+    """The common argument rules of a vendor method: known names, required ones, JSON types.
+
+    A vendor method's arguments are whatever object the caller sent, so each
+    method names what it takes; anything else is refused, naming it.
+    """
+    unknown = sorted(set(args) - set(accepted))
+    if unknown:
+        raise DriverError(
+            f"Unexpected argument(s) {', '.join(repr(a) for a in unknown)} for method "
+            f"'{method}'; it accepts {', '.join(sorted(accepted)) or 'none'}."
+        )
+    for name in required:
+        if not args.get(name):
+            raise DriverError(f"Parameter '{name}' not passed to method '{method}'.")
+    for name, value in args.items():
+        kinds = accepted[name]
+        # bool is an int to Python but not to JSON.
+        wrong_bool = isinstance(value, bool) and bool not in (
+            kinds if isinstance(kinds, tuple) else (kinds,)
+        )
+        if value is not None and (wrong_bool or not isinstance(value, kinds)):
+            names = kinds if isinstance(kinds, tuple) else (kinds,)
+            raise DriverError(
+                f"Parameter '{name}' of method '{method}' must be "
+                f"{' or '.join(_JSON_NAMES.get(k, k.__name__) for k in names)}, "
+                f"not {_JSON_NAMES.get(type(value), type(value).__name__)}."
+            )
+
+
+_JSON_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
 
 
 class GenericInterface(Interface):

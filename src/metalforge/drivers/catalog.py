@@ -20,6 +20,7 @@ from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
+from metalforge.drivers.redfish.vendor import RedfishVendor
 
 
 def _none(family: str) -> tuple[type[Interface], ...]:
@@ -47,6 +48,7 @@ REDFISH = HardwareType(
         "boot": (PxeBoot, RedfishVirtualMediaBoot),
         "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
+        "vendor": (RedfishVendor, *_none("vendor")),
     },
 )
 

@@ -28,6 +28,20 @@ step                               priority  abortable  async  effect
 
 (timestamps and settings are recorded in ``driver_internal_info``).
 
+Vendor methods (``fake`` vendor interface): Ironic's fake vendor examples,
+under their names, verbs and modes. Each takes a string ``bar`` and answers
+whether it is the method's word, after ``fake_step_delay``:
+
+===============================  ====  =====  ==============  ======
+method                           verb  async  exclusive lock  word
+===============================  ====  =====  ==============  ======
+``first_method``                 POST  yes    yes             baz
+``second_method``                POST  yes    yes             kazoo
+``third_method_sync``            POST  no     yes             meow
+``fourth_method_shared_lock``    POST  yes    no              woof
+``log_passthrough``              POST  yes    yes             (logs its argument names)
+===============================  ====  =====  ==============  ======
+
 Inspection is in band and simulated: the node powers on, and a fake ramdisk
 reports an inventory ``fake_step_delay`` seconds later (see ``FakeInspect``;
 ``driver_info.fake_inventory`` replaces parts of it).
@@ -53,7 +67,8 @@ steps too, at priority 0, so deploy templates can switch them on; so is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metalforge.db.models import utcnow
@@ -81,11 +96,25 @@ from metalforge.drivers.base import (
     SimulatedReport,
     StepFailed,
     StepOutcome,
+    VendorInterface,
+    check_vendor_args,
     noop_interface,
 )
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.steps import clean_step, deploy_step
+from metalforge.drivers.vendor import passthru
+
+LOG = logging.getLogger(__name__)
+
+FAKE_PROPERTIES: dict[str, str] = {
+    "fake_step_delay": "Seconds each fake step and vendor method takes (default 0). Optional.",
+    "fake_fail_steps": (
+        "Comma-separated interface.step names that fail when run, e.g. "
+        "deploy.write_image,raid.create_configuration. Optional."
+    ),
+}
+"""``driver_info`` keys every fake interface reads."""
 
 
 def step_delay(task: DriverTask) -> float:
@@ -117,6 +146,9 @@ class FakeMixin(Interface):
 
     def validate(self, task: DriverTask) -> None:
         return None
+
+    def properties(self) -> dict[str, str]:
+        return dict(FAKE_PROPERTIES)
 
     def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
         full = f"{self.interface_type}.{method}"
@@ -367,6 +399,15 @@ class FakeInspect(FakeMixin, InspectInterface):
 
     boots_ramdisk = True
 
+    def properties(self) -> dict[str, str]:
+        return {
+            **FAKE_PROPERTIES,
+            "fake_inventory": (
+                "An object whose top-level keys replace those of the inventory the fake "
+                "inspection ramdisk reports. Optional."
+            ),
+        }
+
     def inspect_hardware(self, task: DriverTask) -> StepOutcome:
         if "inspect.inspect_hardware" in _failing(task):
             raise DriverError("fake-hardware was told to fail inspect.inspect_hardware")
@@ -601,6 +642,73 @@ class FakeGeneric(FakeMixin, GenericInterface):
     pass
 
 
+_WORDS = {
+    "first_method": "baz",
+    "second_method": "kazoo",
+    "third_method_sync": "meow",
+    "fourth_method_shared_lock": "woof",
+}
+"""The word each of Ironic's example methods compares ``bar`` with."""
+_BAR = {"bar": str}
+
+
+def _later(word: str) -> str:
+    return f"Answers whether bar is '{word}' (asynchronous: in the node's history)."
+
+
+class FakeVendor(FakeMixin, VendorInterface):
+    """Ironic's example vendor methods (its FakeVendorA and FakeVendorB, as one interface)."""
+
+    def properties(self) -> dict[str, str]:
+        # Ironic's fake vendor interfaces document these placeholder keys; nothing reads them.
+        return {
+            **FAKE_PROPERTIES,
+            "A1": "Example property of the fake vendor interface; not read. Required.",
+            "A2": "Example property of the fake vendor interface; not read. Optional.",
+            "B1": "Example property of the fake vendor interface; not read. Required.",
+            "B2": "Example property of the fake vendor interface; not read. Required.",
+        }
+
+    def validate_call(
+        self, task: DriverTask, method: str, http_method: str, args: Mapping[str, Any]
+    ) -> None:
+        if method in _WORDS:
+            check_vendor_args(method, args, _BAR, required=("bar",))
+
+    def _compare(self, task: DriverTask, method: str, args: Mapping[str, Any]) -> bool:
+        task.sleep(step_delay(task))
+        return bool(args["bar"] == _WORDS[method])
+
+    @passthru(["POST"], description=_later("baz"))
+    def first_method(self, task: DriverTask, http_method: str, args: Mapping[str, Any]) -> bool:
+        return self._compare(task, "first_method", args)
+
+    @passthru(["POST"], description=_later("kazoo"))
+    def second_method(self, task: DriverTask, http_method: str, args: Mapping[str, Any]) -> bool:
+        return self._compare(task, "second_method", args)
+
+    @passthru(["POST"], asynchronous=False, description="Answers whether bar is 'meow'.")
+    def third_method_sync(
+        self, task: DriverTask, http_method: str, args: Mapping[str, Any]
+    ) -> bool:
+        return self._compare(task, "third_method_sync", args)
+
+    @passthru(
+        ["POST"],
+        exclusive_lock=False,
+        description=_later("woof"),
+    )
+    def fourth_method_shared_lock(
+        self, task: DriverTask, http_method: str, args: Mapping[str, Any]
+    ) -> bool:
+        return self._compare(task, "fourth_method_shared_lock", args)
+
+    @passthru(["POST"], description="Logs the names of its arguments, after the node's delay.")
+    def log_passthrough(self, task: DriverTask, http_method: str, args: Mapping[str, Any]) -> None:
+        task.sleep(step_delay(task))
+        LOG.info("log_passthrough on node %s: arguments %s", task.node.uuid, sorted(args))
+
+
 def _fake(family: str) -> type[Interface]:
     return type(f"Fake_{family}", (FakeGeneric,), {"interface_type": family, "name": "fake"})
 
@@ -619,7 +727,7 @@ FAKE_HARDWARE = HardwareType(
         "console": (FakeConsole, noop_interface("console", "no-console")),
         "network": (noop_interface("network", "noop"),),
         "storage": STORAGE_INTERFACES,
-        "vendor": (_fake("vendor"), noop_interface("vendor", "no-vendor")),
+        "vendor": (FakeVendor, noop_interface("vendor", "no-vendor")),
         "firmware": (_fake("firmware"), noop_interface("firmware", "no-firmware")),
     },
 )

@@ -119,6 +119,11 @@ class DriverRegistry:
             chosen[family] = name
         return chosen
 
+    def default_interface(self, driver: str, family: str) -> Interface:
+        """The hardware type's default implementation of ``family`` (what driver-level
+        calls use: the driver's vendor methods, its RAID properties)."""
+        return self._instances[self.hardware_type(driver).default(family)]
+
     def interface(self, node: Node, family: str) -> Interface:
         """The implementation of ``family`` the node is configured to use."""
         hw = self.hardware_type(node.driver)

@@ -31,6 +31,41 @@ LOGICAL_DISK_KEYS = frozenset(
     }
 )
 
+LOGICAL_DISK_PROPERTIES: dict[str, str] = {
+    "raid_level": f"RAID level of the logical disk, one of {', '.join(RAID_LEVELS)}. Required.",
+    "size_gb": (
+        "Size of the logical disk in GiB (a positive integer), or 'MAX' for the space left. "
+        "Required."
+    ),
+    "volume_name": "Name to give the volume; the controller chooses one when absent. Optional.",
+    "is_root_volume": (
+        "true when the instance is deployed to this logical disk; at most one may be. Optional."
+    ),
+    "share_physical_disks": (
+        "true when other logical disks may use the same physical disks (default false). Optional."
+    ),
+    "disk_type": (
+        f"Kind of physical disk to build it from, one of {', '.join(DISK_TYPES)}; any when "
+        "absent. Optional."
+    ),
+    "interface_type": (
+        f"Interface of the physical disks to use, one of {', '.join(INTERFACE_TYPES)}; any when "
+        "absent. Optional."
+    ),
+    "number_of_physical_disks": (
+        "How many physical disks to use (a positive integer); the level's minimum when absent. "
+        "Optional."
+    ),
+    "controller": "RAID controller to use; the driver chooses one when absent. Optional.",
+    "physical_disks": (
+        "Names of the physical disks to use (needs controller); the driver chooses when absent. "
+        "Optional."
+    ),
+}
+"""What a logical disk of ``target_raid_config`` may hold, for
+``GET /v1/drivers/{name}/raid/logical_disk_properties``: the keys the rules
+below accept, each with what it means."""
+
 
 class InvalidRaidConfig(ValueError):
     """The target RAID configuration breaks a rule; the message names the disk and field."""

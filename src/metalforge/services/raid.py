@@ -49,3 +49,21 @@ def _check(svc: Services, node: Node, config: dict[str, Any]) -> None:
         raid.validate_raid_config(ReadOnlyTask(node), config)
     except DriverError as exc:
         raise bad_request(f"Invalid target RAID configuration: {exc}") from None
+
+
+def logical_disk_properties(svc: Services, driver: str, version: Version) -> dict[str, str]:
+    """What a logical disk may hold, per the hardware type's default RAID interface.
+
+    A hardware type whose default RAID interface cannot configure RAID
+    (``no-raid``) answers 404, as Ironic does for a driver without RAID support.
+    """
+    if version < SINCE:
+        raise not_acceptable(
+            f"RAID logical disk properties need API version {fmt(SINCE)}; requested {fmt(version)}"
+        )
+    if driver not in svc.drivers.types:
+        raise not_found(f"Could not find the following driver(s) or hardware type(s): {driver}.")
+    raid = svc.drivers.default_interface(driver, "raid")
+    if not isinstance(raid, RaidInterface):
+        raise not_found(f"Driver {driver} does not support raid (disabled or not implemented).")
+    return raid.logical_disk_properties()

@@ -245,6 +245,24 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:shards:get", SYSTEM_READER, "List shards and their node counts."),
     Rule("baremetal:driver:get", SYSTEM_READER, "List and show drivers.", ("system",)),
     Rule("baremetal:driver:get_properties", SYSTEM_READER, "Driver properties.", ("system",)),
+    Rule(
+        "baremetal:driver:get_raid_logical_disk_properties",
+        SYSTEM_READER,
+        "What a logical disk of a driver's RAID configuration may hold.",
+        ("system",),
+    ),
+    Rule(
+        "baremetal:driver:vendor_passthru",
+        SYSTEM_ADMIN,
+        "List and call a driver's vendor methods.",
+        ("system",),
+    ),
+    Rule(
+        "baremetal:node:vendor_passthru",
+        SYSTEM_ADMIN,
+        # Project scope is accepted, as Ironic's, so a policy file may grant owners.
+        "List and call a node's vendor methods.",
+    ),
     Rule("baremetal:conductor:get", SYSTEM_READER, "List and show conductors."),
     Rule("baremetal:metrics:get", SYSTEM_READER, "Read the cluster's figures (GET /metrics)."),
     Rule("baremetal:allocation:get", ALLOCATION_READER, "Show an allocation."),

@@ -15,6 +15,7 @@ from metalforge.api.versions import Version
 from metalforge.db.models import INTERFACES
 from metalforge.drivers.hardware import HardwareType
 from metalforge.errors import bad_request, not_found
+from metalforge.services import raid
 
 router = APIRouter(tags=["drivers"])
 
@@ -99,3 +100,13 @@ def driver_properties(name: str, request: Request) -> JSONResponse:
         for impl in hw.supported[family]:
             props.update(impl().properties())
     return JSONResponse(props)
+
+
+@router.get(
+    "/drivers/{name}/raid/logical_disk_properties",
+    summary="What a logical disk of a target RAID configuration may hold (1.12)",
+    dependencies=[guard("baremetal:driver:get_raid_logical_disk_properties")],
+)
+def logical_disk_properties(name: str, request: Request) -> JSONResponse:
+    query = Query(request, [])
+    return JSONResponse(raid.logical_disk_properties(services(request), name, query.version))

@@ -11,11 +11,13 @@ from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
+from metalforge.drivers.redfish.vendor import RedfishVendor
 
 __all__ = [
     "RedfishBios",
     "RedfishInspect",
     "RedfishManagement",
     "RedfishPower",
+    "RedfishVendor",
     "RedfishVirtualMediaBoot",
 ]

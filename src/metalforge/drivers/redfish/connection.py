@@ -345,3 +345,22 @@ def system(task: DriverTask, doing: str) -> Iterator[Any]:
     with redfish_errors(info, doing):
         root = CONNECTIONS.client(info)
         yield _get_system(info, root)
+
+
+@contextmanager
+def event_service(task: DriverTask, doing: str) -> Iterator[Any]:
+    """The BMC's ``sushy`` EventService; errors in the block become ``DriverError``.
+
+    A BMC without one (the service root lists no ``EventService``) fails with
+    a message saying so, naming the BMC.
+    """
+    info = parse_driver_info(task.node.driver_info)
+    with redfish_errors(info, doing):
+        root = CONNECTIONS.client(info)
+        try:
+            service = root.get_event_service()
+        except sushy_errors.MissingAttributeError:
+            raise DriverError(
+                f"Redfish BMC at {info.address} has no EventService, needed to {doing}"
+            ) from None
+        yield service
