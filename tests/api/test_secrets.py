@@ -379,9 +379,9 @@ def test_the_policy_file_is_followed_as_it_changes(
 ) -> None:
     now = [0.0]
     path = tmp_path / "policy.yaml"
-    path.write_text('"baremetal:chassis:get": "role:admin"\n')  # Ironic's, unused here
+    path.write_text('"baremetal:runbook:get": "role:admin"\n')  # Ironic's, unused here
     policy = Policy(path, clock=lambda: now[0])
-    assert "baremetal:chassis:get" in caplog.text
+    assert "baremetal:runbook:get" in caplog.text
     admin = Caller("alice", frozenset({"admin"}))
     assert not policy.allows("show_password", admin)
 

@@ -348,7 +348,7 @@ def _warn_unused_rules(enforcer: oslo_policy.Enforcer, policy_file: Path | None)
     unused = sorted(name for name in enforcer.file_rules if name not in RULE_NAMES and ":" in name)
     if unused:
         # An Ironic policy file names rules for resources metalforge does not
-        # serve (chassis, portgroups...); they are kept, and said so once.
+        # serve (runbooks, inspection rules...); they are kept, and said so once.
         LOG.warning("policy file %s: rules metalforge does not use: %s", policy_file, unused)
 
 
