@@ -9,15 +9,31 @@ messages reach logs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonpatch
 import jsonpointer
 import orjson
+from pydantic import BaseModel, ValidationError
 
 from metalforge.api.schemas import PatchOperation, check_storable
 from metalforge.errors import bad_request
 from metalforge.redaction import MASK, is_secret_key, mask_document
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def checked_as(model: type[M], document: dict[str, Any], what: str) -> M:
+    """A patched ``document`` parsed as a create's body of ``model`` would be; 400 naming
+    each problem (``Invalid <what>: field: reason``) rather than a validation error's shape."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
+            for err in exc.errors()
+        )
+        raise bad_request(f"Invalid {what}: {problems}") from None
 
 
 def shown_operation(op: PatchOperation) -> dict[str, Any]:

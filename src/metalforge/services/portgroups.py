@@ -34,8 +34,9 @@ from metalforge.db.models import Node, Port, Portgroup, utcnow
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup, vifs
 from metalforge.services.context import Services
+from metalforge.services.lookup import Authorize, Sees
 from metalforge.services.microversion import Version
-from metalforge.services.ports import Authorize, Sees, normalise_mac
+from metalforge.services.ports import normalise_mac
 
 CONNECTIVITY_STATES = frozenset(
     {states.ENROLL, states.INSPECTING, states.INSPECT_WAIT, states.MANAGEABLE}
@@ -198,13 +199,7 @@ def delete_portgroup(svc: Services, ident: str) -> None:
         session.delete(group)
 
 
-def _locked_node(session: Session, node_id: int) -> Node:
-    return session.scalars(
-        select(Node)
-        .where(Node.id == node_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one()
+_locked_node = lookup.node_for_update
 
 
 def _lock_nodes(

@@ -59,11 +59,8 @@ CONNECTIVITY_STATES = frozenset(
 
 _MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
-Sees = Callable[[str | None, str | None], bool]
-"""Whether the caller may see a node of this owner and lessee (``baremetal:node:get``)."""
-
-Authorize = Callable[[str | None, str | None], None]
-"""Refuses (403) a caller the create rule does not allow on a node of this owner and lessee."""
+Sees = lookup.Sees
+Authorize = lookup.Authorize
 
 
 @dataclass(frozen=True)
@@ -207,13 +204,7 @@ def _port_and_node(session: Session, ident: str, version: Version) -> tuple[Port
     instead of failing each other's epoch comparison.
     """
     port = find_port(session, ident, version)
-    node = session.scalars(
-        select(Node)
-        .where(Node.id == port.node_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one()
-    return port, node
+    return port, lookup.node_for_update(session, port.node_id)
 
 
 def _lock_nodes(

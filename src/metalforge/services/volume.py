@@ -50,10 +50,8 @@ LIMITS = {"type": 32, "connector_id": 255, "volume_type": 64, "volume_id": 36}
 _INT32 = 2**31
 
 Record = VolumeConnector | VolumeTarget
-Sees = Callable[[str | None, str | None], bool]
-"""Whether the caller may see a node of this owner and lessee (``baremetal:node:get``)."""
-Authorize = Callable[[str | None, str | None], None]
-"""Refuses (403) a caller the create rule does not allow on a node of this owner and lessee."""
+Sees = lookup.Sees
+Authorize = lookup.Authorize
 
 
 @dataclass(frozen=True)
@@ -188,14 +186,7 @@ def _duplicate(exc: IntegrityError, spec: Spec, record_uuid: str) -> RequestErro
     )
 
 
-def _node_for_update(session: Session, node_id: int) -> Node:
-    """The node re-read under its row lock, so writes to one node's records take turns."""
-    return session.scalars(
-        select(Node)
-        .where(Node.id == node_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one()
+_node_for_update = lookup.node_for_update
 
 
 def create(svc: Services, spec: Spec, *, sees: Sees, authorize: Authorize) -> Record:

@@ -14,14 +14,13 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from sqlalchemy import select
 
 from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query, fields, page
-from metalforge.api.patching import apply_patch
+from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import ChassisCreate, PatchOperation
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
@@ -137,14 +136,7 @@ def _check_paths(patch: list[PatchOperation]) -> None:
 def _patched(patch: list[PatchOperation], current: ChassisSpec) -> ChassisSpec:
     """``current`` with ``patch`` applied, checked as a create's body is."""
     after = apply_patch({"description": current.description, "extra": current.extra}, patch)
-    try:
-        checked = ChassisCreate.model_validate(after)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
-            for err in exc.errors()
-        )
-        raise bad_request(f"Invalid chassis: {problems}") from None
+    checked = checked_as(ChassisCreate, after, "chassis")
     return ChassisSpec(checked.description, checked.extra or {}, current.uuid)
 
 

@@ -18,14 +18,13 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from sqlalchemy import select
 
 from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
-from metalforge.api.patching import apply_patch
+from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
@@ -154,14 +153,6 @@ def create_template(request: Request, body: DeployTemplateCreate) -> JSONRespons
     )
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = "/".join(str(p) for p in err.get("loc", ())) or "body"
-        parts.append(f"{where}: {err.get('msg')}")
-    return "; ".join(parts)
-
-
 @router.patch(
     "/deploy_templates/{template_ident}",
     summary="Update a deploy template with a JSON patch",
@@ -202,10 +193,7 @@ def _patched(
     after = apply_patch(doc, patch)
     if after.get("extra") is None:
         after["extra"] = {}
-    try:
-        checked = DeployTemplateCreate.model_validate(after)
-    except ValidationError as exc:
-        raise bad_request(f"Invalid deploy template: {_describe(exc)}") from None
+    checked = checked_as(DeployTemplateCreate, after, "deploy template")
     return _spec(checked)
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
@@ -25,7 +24,7 @@ from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links, sub_links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Page, Query, fields, page, parse_bool
-from metalforge.api.patching import apply_patch
+from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import PatchOperation, PortgroupCreate
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
@@ -33,8 +32,8 @@ from metalforge.db.models import Node, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import portgroups as portgroup_service
+from metalforge.services.lookup import Authorize, Sees
 from metalforge.services.portgroups import PortgroupSpec
-from metalforge.services.ports import Authorize, Sees
 
 router = APIRouter(tags=["portgroups"])
 
@@ -314,14 +313,7 @@ def _patched(patch: list[PatchOperation], current: PortgroupSpec) -> PortgroupSp
     for name in ("properties", "extra"):
         if after.get(name) is None:
             after[name] = {}
-    try:
-        checked = PortgroupCreate.model_validate(after)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
-            for err in exc.errors()
-        )
-        raise bad_request(f"Invalid portgroup: {problems}") from None
+    checked = checked_as(PortgroupCreate, after, "portgroup")
     return _spec(checked, current.uuid)
 
 

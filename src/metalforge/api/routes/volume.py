@@ -13,13 +13,13 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from metalforge.api.auth.access import allows, guard, node_access, require
 from metalforge.api.auth.policy import node_target
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields
-from metalforge.api.patching import apply_patch
+from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import PatchOperation, VolumeConnectorCreate, VolumeTargetCreate
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import request_version
@@ -276,14 +276,7 @@ def _reviser(coll: Collection, patch: list[PatchOperation]) -> volume_service.Re
         after = apply_patch(doc, patch)
         moved = [op.value for op in patch if op.path == "/node_uuid" and op.op != "remove"]
         after["node_uuid"] = lookup.check_uuid(str(moved[-1])) if moved else doc["node_uuid"]
-        try:
-            checked = model.model_validate(after)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
-                for err in exc.errors()
-            )
-            raise bad_request(f"Invalid {coll.kind.label}: {problems}") from None
+        checked = checked_as(model, after, coll.kind.label)
         if isinstance(checked, VolumeConnectorCreate):
             return _connector_spec(checked)
         assert isinstance(checked, VolumeTargetCreate)
