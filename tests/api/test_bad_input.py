@@ -854,6 +854,7 @@ TRAITS = [
     ),
     _case("traits-below-1.37", "GET", N + "/traits", 406, version="1.36"),
     _case("traits-put-below-1.37", "PUT", N + "/traits", 405, json={"traits": []}, version="1.36"),
+    _case("traits-delete-below-1.37", "DELETE", N + "/traits", 404, version="1.36"),
 ]
 
 AGENT_BODY_LIMIT = 64 * 1024

@@ -96,3 +96,19 @@ def test_children_lists_the_nodes_naming_their_parent(sqlite_stack: Stack) -> No
     # Children are hidden from a plain node list unless asked for.
     listed = client.get("/v1/nodes", headers=LATEST).json()["nodes"]
     assert [n["uuid"] for n in listed] == [parent["uuid"]]
+
+
+def test_a_nodes_ports_are_listed_under_it_at_every_version(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+    port = client.post(
+        "/v1/ports",
+        json={"node_uuid": node["uuid"], "address": "52:54:00:cc:00:01"},
+        headers=LATEST,
+    ).json()
+    for headers in ({}, version("1.1"), LATEST):
+        listed = client.get(f"/v1/nodes/{node['uuid']}/ports", headers=headers)
+        assert listed.status_code == 200, listed.text
+        assert [p["uuid"] for p in listed.json()["ports"]] == [port["uuid"]]
+    detail = client.get(f"/v1/nodes/{node['uuid']}/ports/detail", headers=version("1.1"))
+    assert detail.json()["ports"][0]["address"] == "52:54:00:cc:00:01"

@@ -16,7 +16,7 @@ from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import TraitsReplace
 from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
-from metalforge.errors import RequestError, bad_request, not_acceptable
+from metalforge.errors import RequestError, bad_request, not_acceptable, not_found
 from metalforge.services import traits
 from metalforge.services.values import check_trait
 
@@ -26,12 +26,15 @@ MIN_VERSION: Version = (1, 37)
 
 
 def _version(request: Request) -> Version:
-    """The request's version; below 1.37 traits are refused as Ironic refuses them:
-    reading them is not acceptable at that version (406), changing them not allowed (405)."""
+    """The request's version; below 1.37 traits are refused as Ironic refuses them, by
+    verb: a read is not acceptable (406), an addition not allowed (405), a removal finds
+    nothing to remove (404)."""
     version = request_version(request)
     if version < MIN_VERSION:
         if request.method == "GET":
             raise not_acceptable("Traits are not available at this API version; use 1.37")
+        if request.method == "DELETE":
+            raise not_found("The resource could not be found.")
         raise RequestError(405, "Traits cannot be changed at this API version; use 1.37")
     return version
 

@@ -114,8 +114,8 @@ def _list(
         allowed += ["fields", "detail"]
     query = Query(request, allowed)
     if parent is not None:
-        if query.version < (1, 24):
-            raise lookup.not_found_path()
+        if parent[0] == "portgroups" and query.version < (1, 24):
+            raise lookup.not_found_path()  # a node's ports are listed at every version
         query.params["node" if parent[0] == "nodes" else "portgroup"] = parent[1]
     sortable = {"id", "uuid", "address", "created_at", "updated_at", "name", "pxe_enabled"}
     pg = page(query, svc.settings.api.max_limit, sortable=sortable)
