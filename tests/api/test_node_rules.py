@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from tests.support.api import LATEST, error_text, make_available, provision, version, wait_for_state
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack, test_settings
 
 
 def _patch(stack: Stack, node: str, *ops: dict[str, object]) -> object:
@@ -112,3 +112,30 @@ def test_a_nodes_ports_are_listed_under_it_at_every_version(sqlite_stack: Stack)
         assert [p["uuid"] for p in listed.json()["ports"]] == [port["uuid"]]
     detail = client.get(f"/v1/nodes/{node['uuid']}/ports/detail", headers=version("1.1"))
     assert detail.json()["ports"][0]["address"] == "52:54:00:cc:00:01"
+
+
+def test_an_absurd_bmc_setting_is_a_validation_failure_not_a_500(sqlite_url: str) -> None:
+    running = start_stack(
+        test_settings(sqlite_url, enabled_hardware_types=["fake-hardware", "ipmi"])
+    )
+    try:
+        _absurd_setting_is_reported(running)
+    finally:
+        running.stop()
+
+
+def _absurd_setting_is_reported(stack: Stack) -> None:
+    client = stack.client
+    node = client.post(
+        "/v1/nodes",
+        json={
+            "driver": "ipmi",
+            "driver_info": {"ipmi_address": "192.0.2.1", "ipmi_port": "nan", "ipmi_retries": 10**8},
+        },
+        headers=LATEST,
+    ).json()
+    shown = client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST)
+    assert shown.status_code == 200, shown.text
+    power = shown.json()["power"]
+    assert power["result"] is False
+    assert "ipmi_port must be a number from 1 to 65535" in power["reason"]

@@ -252,9 +252,15 @@ def test_many_threads_share_sessions_without_hanging(tmp_path: Path) -> None:
     [
         ({}, "ipmi_address is required"),
         ({"ipmi_address": "10.0.0.1", "ipmi_port": "x"}, "ipmi_port must be a number"),
-        ({"ipmi_address": "10.0.0.1", "ipmi_port": 70000}, "ipmi_port must be a UDP port"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_port": 70000}, "ipmi_port must be a number from 1"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_port": "nan"}, "ipmi_port must be a number from 1"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_port": True}, "ipmi_port must be a number"),
         ({"ipmi_address": "10.0.0.1", "ipmi_retries": 1.5}, "ipmi_retries must be a whole"),
-        ({"ipmi_address": "10.0.0.1", "ipmi_timeout": 0}, "ipmi_timeout must be at least"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_retries": 100000000}, "ipmi_retries must be a num"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_retries": "inf"}, "ipmi_retries must be a number"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_timeout": 0}, "ipmi_timeout must be a number from"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_timeout": 1e9}, "ipmi_timeout must be a number from"),
+        ({"ipmi_address": "10.0.0.1", "ipmi_power_timeout": "1e400"}, "ipmi_power_timeout must"),
         ({"ipmi_address": "10.0.0.1", "ipmi_boot_mode": "efi"}, "must be uefi or bios"),
     ],
 )

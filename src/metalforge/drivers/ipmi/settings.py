@@ -7,6 +7,7 @@ or is out of range, is refused naming the key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,21 +35,38 @@ class IpmiSettings:
     boot_mode: str
 
 
-def _number(info: Mapping[str, Any], key: str, default: float, *, minimum: float) -> float:
+MAX_RETRIES = 10
+"""Tries after the first: each waits out ``ipmi_timeout``, and a worker waits for them all."""
+MAX_TIMEOUT = 60.0
+"""Seconds one IPMI request may wait for an answer."""
+MAX_POWER_TIMEOUT = 3600.0
+"""Seconds a power change may take."""
+
+
+def _number(
+    info: Mapping[str, Any], key: str, default: float, *, minimum: float, maximum: float
+) -> float:
+    """A finite number from ``minimum`` to ``maximum``: a stored setting never keeps a
+    conductor's worker longer than the bound says (``nan``, ``inf`` and 10**8 retries
+    are refused naming the key)."""
     raw = info.get(key)
     if raw is None or raw == "":
         return default
+    if isinstance(raw, bool):
+        raise DriverError(f"driver_info.{key} must be a number, not {raw!r}")
     try:
         value = float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DriverError(f"driver_info.{key} must be a number, not {raw!r}") from None
-    if value < minimum:
-        raise DriverError(f"driver_info.{key} must be at least {minimum:g}, not {raw!r}")
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise DriverError(
+            f"driver_info.{key} must be a number from {minimum:g} to {maximum:g}, not {raw!r}"
+        )
     return value
 
 
-def _integer(info: Mapping[str, Any], key: str, default: int, *, minimum: int) -> int:
-    value = _number(info, key, default, minimum=minimum)
+def _integer(info: Mapping[str, Any], key: str, default: int, *, minimum: int, maximum: int) -> int:
+    value = _number(info, key, default, minimum=minimum, maximum=maximum)
     if value != int(value):
         raise DriverError(f"driver_info.{key} must be a whole number, not {info[key]!r}")
     return int(value)
@@ -89,9 +107,7 @@ def parse_settings(node: Node) -> IpmiSettings:
     address = info.get("ipmi_address")
     if not address or not isinstance(address, str):
         raise DriverError("driver_info.ipmi_address is required by the ipmitool interfaces")
-    port = _integer(info, "ipmi_port", DEFAULT_PORT, minimum=1)
-    if port > 65535:
-        raise DriverError(f"driver_info.ipmi_port must be a UDP port, not {info['ipmi_port']!r}")
+    port = _integer(info, "ipmi_port", DEFAULT_PORT, minimum=1, maximum=65535)
     return IpmiSettings(
         bmc=BmcAddress(
             host=address,
@@ -99,8 +115,10 @@ def parse_settings(node: Node) -> IpmiSettings:
             username=str(info.get("ipmi_username") or ""),
             password=str(info.get("ipmi_password") or ""),
         ),
-        retries=_integer(info, "ipmi_retries", DEFAULT_RETRIES, minimum=0),
-        timeout=_number(info, "ipmi_timeout", DEFAULT_TIMEOUT, minimum=0.1),
-        power_timeout=_number(info, "ipmi_power_timeout", DEFAULT_POWER_TIMEOUT, minimum=1),
+        retries=_integer(info, "ipmi_retries", DEFAULT_RETRIES, minimum=0, maximum=MAX_RETRIES),
+        timeout=_number(info, "ipmi_timeout", DEFAULT_TIMEOUT, minimum=0.1, maximum=MAX_TIMEOUT),
+        power_timeout=_number(
+            info, "ipmi_power_timeout", DEFAULT_POWER_TIMEOUT, minimum=1, maximum=MAX_POWER_TIMEOUT
+        ),
         boot_mode=boot_mode(node),
     )
