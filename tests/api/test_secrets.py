@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from metalforge.api.auth.basic import HtpasswdVerifier, UserFileError, parse_user_file
 from metalforge.api.auth.identity import Caller
@@ -18,6 +19,7 @@ from metalforge.api.node_view import REDACTED
 from metalforge.cli import _banner
 from metalforge.config import load_settings
 from metalforge.db.engine import Database
+from metalforge.db.models import Node
 from metalforge.redaction import mask_secrets, mask_url
 from tests.support.api import error_text, make_available, provision, wait_for_state
 from tests.support.auth import (
@@ -395,3 +397,32 @@ def test_the_policy_file_is_followed_as_it_changes(
     os.utime(path, ns=(1, 2 * 10**18))
     now[0] = 3.0
     assert policy.allows("show_password", admin)  # the rules in force stay
+
+
+def test_a_running_steps_secret_arguments_are_masked(stack: Stack) -> None:
+    """A step under way shows its arguments (``clean_step``, ``deploy_step``,
+    ``service_step``); those under secret keys, or URLs with credentials, are masked
+    for every reader, as ``driver_info`` is."""
+    node = _node(stack)
+    step = {
+        "interface": "firmware",
+        "step": "update",
+        "args": {
+            "settings": [{"component": "bmc", "url": f"https://admin:{PASSWORD}@files/fw.bin"}],
+            "bmc_password": PASSWORD,
+        },
+        "priority": 0,
+    }
+    with stack.db.write() as session:
+        session.execute(
+            update(Node)
+            .where(Node.uuid == node["uuid"])
+            .values(clean_step=step, deploy_step=step, service_step=step)
+        )
+    shown = stack.client.get(f"/v1/nodes/{node['uuid']}", headers=ADMIN.headers)
+    for field in ("clean_step", "deploy_step", "service_step"):
+        assert shown.json()[field]["args"]["bmc_password"] == "******"
+        assert shown.json()[field]["step"] == "update"
+    detail = stack.client.get("/v1/nodes/detail", headers=ADMIN.headers)
+    only = stack.client.get(f"/v1/nodes/{node['uuid']}?fields=clean_step", headers=ADMIN.headers)
+    _no_secret(shown.text + detail.text + only.text)

@@ -162,6 +162,11 @@ _COMPUTED: dict[str, Callable[[Any], Any]] = {
     "driver_info": mask_secrets,
     "driver_internal_info": mask_secrets,
     "instance_info": masked_instance_info,
+    # A running step's arguments may hold a BMC password (a firmware update's
+    # credentials, a BIOS admin password): masked as driver_info is.
+    "clean_step": mask_document,
+    "deploy_step": mask_document,
+    "service_step": mask_document,
     "created_at": _iso,
     "updated_at": _iso,
     "provision_updated_at": _iso,
