@@ -100,9 +100,23 @@ def mask_text_urls(text: str) -> str:
     return _URL_USERINFO.sub(_mask, text)
 
 
+MAX_MESSAGE = 4096
+"""Characters of a message kept when it is stored (``last_error``, history, a work
+item's failure): what a BMC, an agent or a report says may be megabytes long."""
+
+
+def bounded_text(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` storable and short: NULs and unencodable code points replaced (PostgreSQL
+    takes neither), and cut at ``limit`` characters saying how much was left out."""
+    clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if len(clean) <= limit:
+        return clean
+    return f"{clean[:limit]}... ({len(clean) - limit} more characters)"
+
+
 class Scrubber:
     """Makes messages safe to store or show: the secrets of ``documents`` and URL
-    credentials masked.
+    credentials masked, and the message bounded (``bounded_text``).
 
     For messages built from what a driver, a BMC or an agent said about a
     node: they may quote a credential, a config drive or a signed URL. The
@@ -124,7 +138,8 @@ class Scrubber:
             self._secrets = sorted(found, key=len, reverse=True)
         for secret in self._secrets:
             text = text.replace(secret, MASK)
-        return mask_text_urls(text)
+        # Masked whole first, then cut: a cut could leave part of a secret unmasked.
+        return bounded_text(mask_text_urls(text))
 
 
 def scrub_message(text: str, *documents: Any) -> str:

@@ -188,3 +188,25 @@ def test_without_discovery_an_unknown_machine_is_404(stack: Stack) -> None:
     response = stack.client.post("/v1/continue_inspection", json=_report("52:54:00:de:5c:02"))
     assert response.status_code == 404
     assert stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"] == []
+
+
+def test_a_huge_reported_error_is_stored_bounded(stack: Stack) -> None:
+    """The report is unauthenticated: its ``error`` (here 2 MB) reaches last_error, the
+    history and the introspection record cut to a stated bound, each once."""
+    node = _waiting(stack)
+    report = {**_report(), "error": "disk on fire " * 160_000}
+    response = stack.client.post("/v1/continue_inspection", json=report)
+    assert response.status_code == 202, response.text
+    failed = wait_for_state(stack.client, node["uuid"], "inspect failed")
+    assert "the ramdisk reported an error: disk on fire" in failed["last_error"]
+    assert len(failed["last_error"]) < 5000
+    assert "more characters)" in failed["last_error"]
+    history = stack.client.get(
+        f"/v1/nodes/{node['uuid']}/history?detail=true", headers=LATEST
+    ).json()["history"]
+    assert all(len(event["event"]) < 5000 for event in history)
+    with stack.db.read() as session:
+        record = introspections.load(session, node["uuid"])
+    assert record is not None
+    assert record.error is not None
+    assert len(record.error) < 5000

@@ -22,6 +22,7 @@ from typing import Any
 
 from metalforge.config import InspectionSettings
 from metalforge.macs import is_stored_mac
+from metalforge.redaction import bounded_text
 
 GIB = 1024**3
 MIB = 1024**2
@@ -245,7 +246,8 @@ def process(
     check_shape(report)
     error = report.get("error")
     if error:
-        raise ReportRejected(f"the ramdisk reported an error: {error}")
+        # Unauthenticated text: bounded before it becomes last_error, history and the record.
+        raise ReportRejected(f"the ramdisk reported an error: {bounded_text(str(error))}")
     inventory = report["inventory"]
     arch, cpus = _cpu(inventory)
     new_props = {**properties, "cpu_arch": arch, "memory_mb": _memory_mb(inventory)}
