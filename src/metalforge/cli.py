@@ -23,6 +23,7 @@ import uvicorn
 
 from metalforge.api.app import create_app
 from metalforge.api.auth.policy import Policy
+from metalforge.api.connections import bounded_protocol
 from metalforge.api.inspector.app import InspectorSocketDispatcher, create_inspector_app
 from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.services import ApiServices
@@ -182,20 +183,28 @@ def tls_options(settings: Settings) -> dict[str, Any]:
     return {"ssl_certfile": str(api.tls_cert_file), "ssl_keyfile": str(api.tls_key_file)}
 
 
+def server_config(settings: Settings, app: Any, *, log_level: str) -> uvicorn.Config:
+    """How every socket of this process serves ``app``: TLS when configured, and the
+    bounds on each connection (``api.connections``)."""
+    return uvicorn.Config(
+        served_app(settings, app),
+        host=settings.api.host,
+        port=settings.api.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        http=bounded_protocol(settings.api.header_timeout),
+        limit_concurrency=settings.api.max_connections,
+        **tls_options(settings),
+    )
+
+
 def _serve(settings: Settings, app: Any) -> None:
     # Everything built so far lives as long as the process: leave it out of the
     # collector's full passes, which otherwise walk it whenever a big response
     # (a page of a thousand nodes) has allocated enough to trigger one.
     gc.freeze()
-    config = uvicorn.Config(
-        served_app(settings, app),
-        host=settings.api.host,
-        port=settings.api.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        **tls_options(settings),
-    )
+    config = server_config(settings, app, log_level=settings.log_level.lower())
     # uvicorn shuts down on SIGTERM, then raises the signal again once it has put
     # the previous handler back: with the default handler the process would die
     # there, before the caller's clean-up (stopping the conductor, leaving the PXE

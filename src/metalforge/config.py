@@ -102,6 +102,13 @@ class ApiSettings(BaseModel):
     max_inspection_report_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
     """Largest inspection report accepted from a ramdisk, in bytes (413 beyond): an
     inventory is a few kilobytes, the logs it carries (compressed) up to a few MiB."""
+    header_timeout: float = Field(default=10.0, gt=0, le=300)
+    """Seconds a client has to send a request's head, from its connection or the first
+    byte of the request (not restarted by each byte); the connection is closed after."""
+    body_timeout: float = Field(default=30.0, gt=0, le=600)
+    """Seconds each part of a request body may take to arrive (408 after)."""
+    max_connections: int = Field(default=1000, ge=10)
+    """Connections and requests one API process serves at once (503 beyond)."""
     metrics_host: str = "127.0.0.1"
     """Address of the unauthenticated metrics port, when ``metrics_port`` is set."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)

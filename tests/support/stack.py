@@ -18,7 +18,7 @@ from metalforge.cli import (
     build_registry,
     end_streams_when_stopping,
     listening_sockets,
-    served_app,
+    server_config,
     tls_options,
 )
 from metalforge.conductor.service import ConductorService
@@ -122,14 +122,11 @@ class LiveServer:
         self.port = api.port if agent_endpoint else free_port()
         tls = tls_options(stack.settings)
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            served_app(stack.settings, stack.app),
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            **tls,
+        # As the service serves it (TLS, connection bounds), on the port the test picked.
+        on_port = stack.settings.model_copy(
+            update={"api": stack.settings.api.model_copy(update={"port": self.port})}
         )
+        config = server_config(on_port, stack.app, log_level="warning")
         self.server = uvicorn.Server(config)
         end_streams_when_stopping(stack.app, self.server)
         # The agents' endpoint, when configured, is served by the same server.

@@ -117,6 +117,7 @@ def _add_middleware(app: FastAPI, services: ApiServices) -> None:
         max_body_size=api.max_request_body_size,
         max_agent_body_size=api.max_agent_request_body_size,
         max_report_size=api.max_inspection_report_size,
+        body_timeout=api.body_timeout,
     )
     # Outside the guard and authentication: their refusals carry the version headers.
     app.add_middleware(VersionMiddleware)

@@ -9,12 +9,20 @@ a 400 here for every route at once.
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import unquote_to_bytes
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, send_json_error
+
+
+class BodyTooSlow(HTTPException):
+    """A part of the body did not arrive within ``api.body_timeout`` (408)."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(408, f"The request body did not arrive within {timeout:g} seconds.")
 
 
 class BodyTooLarge(HTTPException):
@@ -33,7 +41,7 @@ def too_large_message(limit: int) -> str:
     return f"Request body is larger than the limit of {limit} bytes."
 
 
-_AGENT_PATHS = ("/v1/heartbeat/", "/heartbeat/", "/v1/lookup", "/lookup")
+_AGENT_PATHS = ("/v1/heartbeat", "/heartbeat", "/v1/lookup", "/lookup")
 
 
 class RequestGuardMiddleware:
@@ -52,8 +60,10 @@ class RequestGuardMiddleware:
         max_agent_body_size: int,
         max_report_size: int,
         report_paths: frozenset[str] = frozenset({"/v1/continue_inspection"}),
+        body_timeout: float = 30.0,
     ) -> None:
         self.app = app
+        self.body_timeout = body_timeout
         self.operator_limit = max_body_size
         self.agent_limit = max_agent_body_size
         self.report_limit = max_report_size
@@ -76,10 +86,20 @@ class RequestGuardMiddleware:
             await _reject(send, 413, too_large_message(limit))
             return
         received = 0
+        body_done = False
 
         async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            # Only the body is timed: once it is in, a receive waits for the client to
+            # go away (an event stream listens so for minutes), which is no fault.
+            nonlocal received, body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except TimeoutError:
+                raise BodyTooSlow(self.body_timeout) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

@@ -40,6 +40,7 @@ def create_inspector_app(services: ApiServices) -> FastAPI:
         max_body_size=api.max_request_body_size,
         max_agent_body_size=api.max_agent_request_body_size,
         max_report_size=api.max_inspection_report_size,
+        body_timeout=api.body_timeout,
         report_paths=frozenset({"/v1/continue"}),
     )
     app.add_middleware(InspectorVersionMiddleware)
