@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
+import requests
+from sqlalchemy import update
 
+from metalforge.db.models import Node
 from tests.support.stack import LiveServer, serving, test_settings
 
 WAIT = 20.0
@@ -104,3 +108,43 @@ def test_whole_requests_and_kept_alive_connections_still_work(server: LiveServer
             while len(body) < length:
                 body += conn.recv(65536)
             assert json.loads(body)["id"] == "v1"
+
+
+def test_requests_waiting_on_a_locked_node_do_not_starve_others(sqlite_url: str) -> None:
+    """Sixty PATCHes wait on a node another holder reserved (more than the API's worker
+    threads); an unrelated read is answered while they all still wait, and they finish
+    once the node is free."""
+    settings = test_settings(sqlite_url)
+    api = settings.api.model_copy(update={"lock_wait_seconds": 60.0})
+    with serving(settings.model_copy(update={"api": api})) as live:
+        headers = {"X-OpenStack-Ironic-API-Version": "latest"}
+        node = requests.post(
+            f"{live.url}/v1/nodes", json={"driver": "fake-hardware"}, headers=headers, timeout=WAIT
+        ).json()
+        with live.stack.db.write() as session:
+            session.execute(
+                update(Node).where(Node.uuid == node["uuid"]).values(reservation="elsewhere")
+            )
+        results: list[int] = []
+
+        def patch(i: int) -> None:
+            response = requests.patch(
+                f"{live.url}/v1/nodes/{node['uuid']}",
+                json=[{"op": "add", "path": f"/extra/k{i}", "value": i}],
+                headers=headers,
+                timeout=120,
+            )
+            results.append(response.status_code)
+
+        waiters = [threading.Thread(target=patch, args=(i,)) for i in range(60)]
+        for waiter in waiters:
+            waiter.start()
+        # The waiters are in: their attempts keep failing on the reservation meanwhile.
+        read = requests.get(f"{live.url}/v1/nodes", headers=headers, timeout=WAIT)
+        assert read.status_code == 200, read.text
+        assert results == []  # answered while every PATCH still waits
+        with live.stack.db.write() as session:
+            session.execute(update(Node).where(Node.uuid == node["uuid"]).values(reservation=None))
+        for waiter in waiters:
+            waiter.join(120)
+        assert results == [200] * 60

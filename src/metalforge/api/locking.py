@@ -10,12 +10,14 @@ rolled-back attempt changes nothing, so re-running is safe.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from metalforge.errors import NodeLocked
 
@@ -23,22 +25,28 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def wait_for_lock(func: Callable[P, R]) -> Callable[P, R]:
-    """Re-run ``func`` while it fails with ``NodeLocked``, within the configured wait."""
+def wait_for_lock(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Re-run ``func`` while it fails with ``NodeLocked``, within the configured wait.
+
+    Each attempt runs in a worker thread (it does blocking database work); the
+    waits between attempts are on the event loop, so requests queued behind a
+    locked node hold no worker thread while they wait and cannot starve
+    unrelated requests of them.
+    """
 
     @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         request: Any = kwargs.get("request")
         budget = _budget(request)
         deadline = time.monotonic() + budget
         delay = 0.01
         while True:
             try:
-                return func(*args, **kwargs)
+                return await run_in_threadpool(func, *args, **kwargs)
             except NodeLocked:
                 if time.monotonic() + delay > deadline:
                     raise
-                time.sleep(delay)
+                await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.2)
 
     return wrapper

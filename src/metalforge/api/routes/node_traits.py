@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
@@ -74,7 +73,7 @@ async def add_trait(node_ident: str, trait: str, request: Request) -> Response:
     # Clients send nothing, or an empty object (tempest's client does); Ironic takes both.
     if raw and raw not in (b"{}", b"null"):
         raise bad_request("No body is accepted when adding a single trait")
-    return await run_in_threadpool(_add_trait, node_ident, trait, request=request)
+    return await _add_trait(node_ident, trait, request=request)
 
 
 @wait_for_lock
