@@ -128,6 +128,10 @@ class ApiSettings(BaseModel):
     """
     agent_port: int = 6385
     """TCP port of the agents' endpoint."""
+    enable_ramdisk_endpoints: bool = True
+    """Whether the operator address also serves the ramdisk's lookup, heartbeat and
+    inspection report (Ironic's setting of the same name). Turn it off with
+    ``agent_host`` set, so agents reach only the provisioning address."""
 
     @model_validator(mode="after")
     def _check_tls_pair(self) -> ApiSettings:

@@ -272,3 +272,32 @@ def test_a_wildcard_agents_endpoint_needs_its_own_port() -> None:
     settings.api.agent_host = "0.0.0.0"
     with pytest.raises(StartupError, match="own agent_port"):
         listening_sockets(settings)
+
+
+def test_ramdisk_endpoints_can_be_left_to_the_agents_address_alone(tmp_path: Path) -> None:
+    """``api.enable_ramdisk_endpoints = false``: the operator address refuses lookup,
+    heartbeat and inspection reports as paths it does not serve; the agents' address
+    serves them, and both still answer version discovery."""
+    settings = stack_settings(f"sqlite:///{tmp_path}/mf.sqlite")
+    settings.api.agent_host = "10.251.0.1"
+    settings.api.agent_port = 6390
+    settings.api.enable_ramdisk_endpoints = False
+    stack = start_stack(settings, start_conductor=False)
+    try:
+        operator = stack.client
+        assert operator.get("/v1/nodes", headers=LATEST).status_code == 200
+        assert operator.get("/", headers=LATEST).status_code == 200
+        refused = [
+            operator.get("/v1/lookup?addresses=" + MAC, headers=AGENT),
+            operator.post("/v1/heartbeat/x", json={}, headers=AGENT),
+            operator.post("/v1/heartbeat", json={}, headers=AGENT),
+            operator.post("/v1/continue_inspection", json={}),
+        ]
+        for response in refused:
+            assert response.status_code == 404, response.text
+            assert error_text(response) == "The resource could not be found."
+        agent_side = TestClient(stack.app, base_url="http://10.251.0.1:6390")
+        assert agent_side.post("/v1/heartbeat/x", json={}, headers=AGENT).status_code == 400
+        assert agent_side.get("/v1", headers=LATEST).status_code == 200
+    finally:
+        stack.stop()

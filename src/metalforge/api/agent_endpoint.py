@@ -26,6 +26,12 @@ def is_agent_path(path: str) -> bool:
     return path in _EXACT or path.startswith(_PREFIXES)
 
 
+def is_ramdisk_action(path: str) -> bool:
+    """The agents' paths that act on a node (lookup, heartbeat, an inspection report);
+    version discovery aside, which every client reads."""
+    return is_agent_path(path) and path not in ("/", "/v1", "/v1/")
+
+
 def _canonical(host: str) -> str:
     try:
         return str(ipaddress.ip_address(host))
@@ -54,9 +60,16 @@ class AgentEndpointFilter:
     address differ (a host name, an IPv6 address written another way).
     """
 
-    def __init__(self, app: ASGIApp, operator: frozenset[tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        operator: frozenset[tuple[str, int]],
+        *,
+        operator_serves_ramdisk: bool = True,
+    ) -> None:
         self.app = app
         self.operator = operator
+        self.operator_serves_ramdisk = operator_serves_ramdisk
 
     def _on_operator_socket(self, scope: Scope) -> bool:
         server = scope.get("server")
@@ -65,11 +78,15 @@ class AgentEndpointFilter:
         return (_canonical(str(server[0])), int(server[1])) in self.operator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and not self._on_operator_socket(scope)
-            and not is_agent_path(scope["path"])
-        ):
+        refused = False
+        if scope["type"] == "http":
+            path = scope["path"]
+            if self._on_operator_socket(scope):
+                # api.enable_ramdisk_endpoints = false: agents reach only their own address.
+                refused = not self.operator_serves_ramdisk and is_ramdisk_action(path)
+            else:
+                refused = not is_agent_path(path)
+        if refused:
             body = routing_error_body(404, "The resource could not be found.")
             await send_json_error(send, 404, body)
             return

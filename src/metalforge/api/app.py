@@ -123,5 +123,9 @@ def _add_middleware(app: FastAPI, services: ApiServices) -> None:
     app.add_middleware(VersionMiddleware)
     # Outside that: every request is timed, refused ones too.
     app.add_middleware(RequestMetricsMiddleware, tally=services.db.tally)
-    if api.agent_host is not None:
-        app.add_middleware(AgentEndpointFilter, operator=operator_addresses(api.host, api.port))
+    if api.agent_host is not None or not api.enable_ramdisk_endpoints:
+        app.add_middleware(
+            AgentEndpointFilter,
+            operator=operator_addresses(api.host, api.port),
+            operator_serves_ramdisk=api.enable_ramdisk_endpoints,
+        )
