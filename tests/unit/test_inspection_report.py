@@ -177,3 +177,16 @@ def test_a_report_with_absurdly_many_interfaces_is_rejected() -> None:
     nics = [{"name": f"eth{i}", "mac_address": PXE} for i in range(1025)]
     with pytest.raises(ReportRejected, match="at most 1024"):
         check_shape({"inventory": {"interfaces": nics}})
+
+
+def test_a_report_cannot_make_a_new_port_the_pxe_port_of_a_node_that_boots_from_one() -> None:
+    """The report is unauthenticated: naming an unknown MAC as its boot interface, it
+    would otherwise become the node's PXE port (and win the agent's lookup)."""
+    ports = [KnownPort(OTHER, True)]
+    outcome = process(report(), {}, ports, SETTINGS)
+    assert (PXE, False) in outcome.create_ports
+    assert all(not pxe for _, pxe in outcome.create_ports)
+    assert outcome.set_pxe == {}
+    assert any("not a port of the node" in w for w in outcome.warnings)
+    # A node with no booting port yet takes the reported one, as before.
+    assert (PXE, True) in process(report(), {}, [], SETTINGS).create_ports

@@ -266,15 +266,28 @@ def process(
     valid = _valid(everything, settings.add_ports, pxe_mac)
     known = {p.address: p for p in ports}
     warnings = []
+    # A node that already boots from a port is found by it on agent lookup: a report
+    # (unauthenticated) naming a boot interface the node has no port for must not make
+    # a new PXE port of it, or whoever sent it could take the node's lookup over.
+    # Moving the PXE flag among the node's own ports (registered by an operator) stays.
+    booting = {p.address for p in ports if p.mine and p.pxe_enabled}
+    own = {p.address for p in ports if p.mine}
+    trusted = not booting or pxe_mac is None or pxe_mac in own
+    if not trusted:
+        warnings.append(
+            f"the reported boot interface {pxe_mac} is not a port of the node, which "
+            "already boots from one: no port is made a PXE port"
+        )
     create = []
     for iface in valid.values():
         port = known.get(iface["mac"])
         if port is None:
-            create.append((iface["mac"], iface["pxe_enabled"] if pxe_mac else True))
+            pxe = iface["pxe_enabled"] if pxe_mac else not booting
+            create.append((iface["mac"], pxe and trusted))
         elif not port.mine:
             warnings.append(f"MAC {iface['mac']} already belongs to another node's port")
     set_pxe: dict[str, bool] = {}
-    if settings.update_pxe_enabled and pxe_mac is not None:
+    if settings.update_pxe_enabled and pxe_mac is not None and trusted:
         for port in ports:
             if port.mine and port.pxe_enabled != (port.address == pxe_mac):
                 set_pxe[port.address] = port.address == pxe_mac
