@@ -266,6 +266,9 @@ class InspectionSettings(BaseModel):
     """Leave a GiB of the root disk for the partition table when setting ``local_gb``."""
     discovery: bool = False
     """Enroll a new node (in ``enroll``) when a machine no node matches reports."""
+    discovery_max_per_minute: int = Field(default=60, ge=1)
+    """Nodes discovery may enroll in any minute, across the cluster (503 beyond: the
+    report needs no credentials)."""
     discovery_driver: str = "fake-hardware"
     """The driver of discovered nodes (``ipmi`` or ``redfish`` record the reported BMC
     address in ``ipmi_address``/``redfish_address``); it must be enabled."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from metalforge import inspection_states as ins
@@ -210,3 +211,21 @@ def test_a_huge_reported_error_is_stored_bounded(stack: Stack) -> None:
     assert record is not None
     assert record.error is not None
     assert len(record.error) < 5000
+
+
+def test_discovery_enrolls_at_most_its_limit_a_minute(sqlite_url: str) -> None:
+    settings = test_settings(sqlite_url)
+    settings.conductor.inspection.discovery = True
+    settings.conductor.inspection.discovery_max_per_minute = 2
+    stack = start_stack(settings)
+    try:
+        answers = [
+            stack.client.post("/v1/continue_inspection", json=_report(f"52:54:00:de:6c:0{i}"))
+            for i in range(3)
+        ]
+        assert [a.status_code for a in answers] == [202, 202, 503]
+        assert answers[2].headers["Retry-After"] == "60"
+        assert "limit" in json.loads(answers[2].json()["error_message"])["faultstring"]
+        assert len(stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"]) == 2
+    finally:
+        stack.stop()

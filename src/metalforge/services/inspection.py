@@ -9,9 +9,10 @@ whose inspection waits for a report is found; any other lookup is the same
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
@@ -22,7 +23,7 @@ from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
 from metalforge.db.engine import now_for
 from metalforge.db.introspections import Data, Record
-from metalforge.db.models import Introspection, Node, utcnow
+from metalforge.db.models import Introspection, Node, NodeHistory, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import fencing, lookup, nodes, provisioning
 from metalforge.services.context import Services
@@ -57,6 +58,7 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
         except RequestError:
             if node_uuid is not None or not _may_discover(svc, session, macs):
                 raise
+            _check_discovery_rate(svc, session)
             node = _discover(svc, session, stored, bmcs)
             svc.notify()
             return node
@@ -92,6 +94,34 @@ def _may_discover(svc: Services, session: Session, macs: list[str]) -> bool:
     return not lookup.port_owners(session, macs)
 
 
+DISCOVERED = "enrolled from an inspection report (discovery)"
+"""The history entry a discovered node starts with; the rate limit counts them."""
+
+
+def _check_discovery_rate(svc: Services, session: Session) -> None:
+    """At most ``discovery_max_per_minute`` nodes enrolled by discovery in any minute,
+    across the cluster: a report needs no credentials, so without a cap anything on the
+    provisioning network could enroll nodes as fast as it can post. Beyond it, 503 with
+    ``Retry-After``; the ramdisk reports again."""
+    limit = svc.settings.conductor.inspection.discovery_max_per_minute
+    since = now_for(session) - dt.timedelta(seconds=60)
+    recent = session.scalar(
+        select(func.count())
+        .select_from(NodeHistory)
+        .where(
+            NodeHistory.event_type == "inspection",
+            NodeHistory.event == DISCOVERED,
+            NodeHistory.created_at >= since,
+        )
+    )
+    if (recent or 0) >= limit:
+        raise RequestError(
+            503,
+            f"Discovery enrolled {limit} nodes in the last minute, its limit; report again later",
+            headers={"Retry-After": "60"},
+        )
+
+
 def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: list[str]) -> Node:
     """Enroll the machine that reported as a new node and queue its report's processing."""
     driver = svc.settings.conductor.inspection.discovery_driver
@@ -109,7 +139,7 @@ def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: lis
         session,
         row.id,
         "inspection",
-        "enrolled from an inspection report (discovery)",
+        DISCOVERED,
         state=states.ENROLL,
     )
     node = session.get(Node, row.id)
