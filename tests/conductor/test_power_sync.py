@@ -273,3 +273,31 @@ def test_a_running_conductor_syncs_power_changed_behind_its_back(
         assert any("power" in e["event"] and "on" in e["event"] for e in events["history"])
     finally:
         stack.stop()
+
+
+def test_the_bmcs_health_rating_is_recorded_when_it_changes(db: Database) -> None:
+    """``health`` (1.109) follows what the management interface reports, read with the
+    power state; a change is recorded in history once, a warning when not OK."""
+    ctx = _context(db)
+    node_id = _node(db, driver_info={"fake_health": "Warning"}, power_state=POWER_OFF)
+    sync_power_states(ctx)
+    assert _get(db, node_id).health == "Warning"
+    sync_power_states(ctx)  # unchanged: nothing more is recorded
+    with db.write() as session:
+        session.execute(
+            update(Node).where(Node.id == node_id).values(driver_info={"fake_health": "OK"})
+        )
+    sync_power_states(ctx)
+    assert _get(db, node_id).health == "OK"
+    with db.read() as session:
+        rows = session.execute(
+            select(NodeHistory.severity, NodeHistory.event)
+            .where(NodeHistory.node_id == node_id, NodeHistory.event_type == "monitoring")
+            .order_by(NodeHistory.id)
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("WARNING", "health Warning (was not reported)"),
+        ("INFO", "health OK (was Warning)"),
+    ]
+    assert _get(db, node_id).power_state == POWER_OFF
+    assert _get(db, node_id).reservation is None

@@ -631,3 +631,8 @@ def test_fake_system_helper_gives_unique_systems() -> None:
     a, b = fake_system(), fake_system()
     assert a.uuid != b.uuid
     assert a.macs != b.macs
+
+
+def test_health_is_the_systems_status(bmc: Bmc, system: FakeSystem, task: Task) -> None:
+    """The emulator's systems report ``Status.Health``; it reads as Ironic's health value."""
+    assert MANAGEMENT.get_health(task) == "OK"

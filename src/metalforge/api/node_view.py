@@ -172,7 +172,6 @@ _COMPUTED: dict[str, Callable[[Any], Any]] = {
     "provision_updated_at": _iso,
     "inspection_started_at": _iso,
     "inspection_finished_at": _iso,
-    "health": _none,
 }
 """Fields shown as a function of their column's value (``None`` for those without one)."""
 _SOURCES = {"allocation_uuid": "allocation_id"}

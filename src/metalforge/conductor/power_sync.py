@@ -40,7 +40,7 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory, HashRing
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask, acquire
 from metalforge.db.models import Node, node_from_row
-from metalforge.drivers.base import DriverError, PowerInterface, ReadOnlyTask
+from metalforge.drivers.base import DriverError, ManagementInterface, PowerInterface, ReadOnlyTask
 from metalforge.errors import NodeLocked
 
 LOG = logging.getLogger(__name__)
@@ -92,17 +92,25 @@ class _Reading:
     node: Node
     actual: str | None = None
     error: str | None = None
+    health: str | None = None
+    """What the BMC rates the hardware's health, if it says (``health_read``)."""
+    health_read: bool = False
 
     @property
     def recorded(self) -> str | None:
         return self.node.power_state
 
     @property
+    def health_changed(self) -> bool:
+        return self.health_read and self.health != self.node.health
+
+    @property
     def needs_write(self) -> bool:
         known_error = self.node.driver_internal_info.get(ERROR_KEY)
         if self.error is not None:
             return self.error != known_error
-        return self.actual != self.recorded or known_error is not None
+        drifted = self.actual != self.recorded or known_error is not None
+        return drifted or self.health_changed
 
 
 class _ReadTask(ReadOnlyTask):
@@ -145,9 +153,25 @@ def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
     return iface
 
 
+def _health(ctx: ConductorContext, node: Node, task: _ReadTask) -> tuple[str | None, bool]:
+    """The BMC's health rating and whether it could be read; a failure here is not the
+    power read's (the rating simply stays as recorded)."""
+    iface = ctx.drivers.interface(node, "management")
+    if not isinstance(iface, ManagementInterface):
+        return None, False
+    try:
+        return iface.get_health(task), True
+    except (DriverError, LookupError) as exc:
+        LOG.debug("node %s: health not read: %s", node.uuid, exc)
+        return None, False
+
+
 def _read(ctx: ConductorContext, node: Node) -> _Reading:
     try:
-        return _Reading(node, actual=_power(ctx, node).get_power_state(_ReadTask(ctx, node)))
+        task = _ReadTask(ctx, node)
+        actual = _power(ctx, node).get_power_state(task)
+        health, health_read = _health(ctx, node, task)
+        return _Reading(node, actual=actual, health=health, health_read=health_read)
     except (DriverError, LookupError) as exc:
         return _Reading(node, error=str(exc))
     except Interrupted:
@@ -195,6 +219,14 @@ def _resolve(task: NodeTask, reading: _Reading, force: bool, report: SyncReport)
     if info.pop(ERROR_KEY, None) is not None:
         node.driver_internal_info = info
         task.record(EVENT_TYPE, "the power state can be read again")
+    if reading.health_changed:
+        before = node.health
+        node.health = reading.health
+        task.record(
+            "monitoring",
+            f"health {reading.health or 'not reported'} (was {before or 'not reported'})",
+            history.INFO if reading.health in (None, "OK") else history.WARNING,
+        )
     actual, recorded = reading.actual, node.power_state
     if actual == recorded:
         return

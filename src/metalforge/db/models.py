@@ -145,6 +145,8 @@ class Node(TimestampMixin, Base):
     parent_node: Mapped[str | None] = mapped_column(String(36))
     disable_power_off: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     instance_name: Mapped[str | None] = mapped_column(String(255))
+    health: Mapped[str | None] = mapped_column(String(16))
+    """``OK``, ``Warning`` or ``Critical`` as the BMC last rated the hardware (power sync)."""
     inspection_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     inspection_finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     bios_interface: Mapped[str | None] = mapped_column(String(255))

@@ -252,6 +252,10 @@ class PowerInterface(Interface):
         """Move to ``target`` (one of POWER_TARGETS) and return once it is reached."""
 
 
+HEALTH_STATES = ("OK", "Warning", "Critical")
+"""A node's ``health`` values (Ironic's, from Redfish's ``Status.Health``)."""
+
+
 class ManagementInterface(Interface):
     interface_type = "management"
 
@@ -281,6 +285,11 @@ class ManagementInterface(Interface):
 
     def set_secure_boot_state(self, task: DriverTask, enabled: bool) -> None:
         raise Unsupported(task.node.driver, "set_secure_boot_state")
+
+    def get_health(self, task: DriverTask) -> str | None:
+        """The hardware's overall health as its BMC rates it: one of ``HEALTH_STATES``, or
+        None where the BMC says nothing (the default: most interfaces cannot tell)."""
+        return None
 
     def inject_nmi(self, task: DriverTask) -> None:
         """Send a non-maskable interrupt to the running system (a crash dump, usually)."""

@@ -73,6 +73,7 @@ from typing import Any
 
 from metalforge.db.models import utcnow
 from metalforge.drivers.base import (
+    HEALTH_STATES,
     POWER_OFF,
     POWER_ON,
     REBOOT,
@@ -191,6 +192,11 @@ class FakePower(FakeMixin, PowerInterface):
 
 
 class FakeManagement(FakeMixin, ManagementInterface):
+    def get_health(self, task: DriverTask) -> str | None:
+        """``driver_info.fake_health`` when it is a health value: what a BMC would report."""
+        value = task.node.driver_info.get("fake_health")
+        return value if value in HEALTH_STATES else None
+
     def get_boot_device(self, task: DriverTask) -> dict[str, Any]:
         info = task.node.driver_internal_info
         return {

@@ -23,6 +23,7 @@ from typing import Any
 import sushy
 
 from metalforge.drivers.base import (
+    HEALTH_STATES,
     DriverError,
     DriverTask,
     Indicator,
@@ -170,6 +171,14 @@ class RedfishManagement(ManagementInterface):
                     f"Configuring secure boot requires UEFI for node {task.node.uuid}"
                 )
             secure.set_enabled(enabled)
+
+    def get_health(self, task: DriverTask) -> str | None:
+        """The system's ``Status.Health`` (``OK``, ``Warning``, ``Critical``), if it reports one."""
+        with connection.system(task, "read the health") as system:
+            status = system.status
+            health = getattr(status, "health", None) if status is not None else None
+        value = getattr(health, "value", health)
+        return value if value in HEALTH_STATES else None
 
     def inject_nmi(self, task: DriverTask) -> None:
         with connection.system(task, "inject an NMI") as system:
