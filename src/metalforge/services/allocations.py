@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from metalforge import states
 from metalforge.conductor import allocations as work
 from metalforge.conductor.flows import allocation as allocation_flow
+from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable, not_found
 from metalforge.services import fencing, lookup
@@ -247,14 +248,37 @@ def _resolve_candidates(
     With ``project``, only the nodes it owns or leases can be named (Ironic's
     rule for callers without ``create_restricted``); others are unknown.
     """
+    found = _candidates_by_ident(session, names, version)
     resolved: list[str] = []
     for ident in names:
-        node = lookup.find_node_or_none(session, ident, version)
-        if node is None or (project is not None and project not in (node.owner, node.lessee)):
+        node = found.get(ident)
+        if node is None or (project is not None and project not in (node[1], node[2])):
             raise bad_request(f"Candidate node {ident} could not be found.")
-        if node.uuid not in resolved:
-            resolved.append(node.uuid)
+        if node[0] not in resolved:
+            resolved.append(node[0])
     return resolved
+
+
+def _candidates_by_ident(
+    session: Session, names: Sequence[str], version: Version
+) -> dict[str, tuple[str, str | None, str | None]]:
+    """``(uuid, owner, lessee)`` of each named node, found in batches of one query each
+    (a fleet's worth of candidates took one query a name, inside the write transaction).
+    Names count from 1.5, as everywhere a node is named."""
+    uuids = {str(uuidlib.UUID(n)): n for n in names if lookup.is_uuid(n)}
+    plain = [n for n in names if not lookup.is_uuid(n)] if version >= (1, 5) else []
+    found: dict[str, tuple[str, str | None, str | None]] = {}
+    columns = (Node.uuid, Node.name, Node.owner, Node.lessee)
+    for batch in in_batches(list(uuids)):
+        for uuid, _, owner, lessee in session.execute(select(*columns).where(Node.uuid.in_(batch))):
+            found[uuids[uuid]] = (uuid, owner, lessee)
+    for batch in in_batches(plain):
+        for uuid, name, owner, lessee in session.execute(
+            select(*columns).where(Node.name.in_(batch))
+        ):
+            if name is not None:
+                found[name] = (uuid, owner, lessee)
+    return found
 
 
 def _queue_new(session: Session, allocation: Allocation) -> AllocationRecord:
