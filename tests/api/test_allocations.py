@@ -302,3 +302,14 @@ def test_an_allocation_goes_only_when_the_node_allows_updates(stack: Stack) -> N
     assert client.delete("/v1/allocations/on-held", headers=LATEST).status_code == 204
     node = get_node(client, "held")
     assert (node["instance_uuid"], node["allocation_uuid"]) == (None, None)
+
+
+def test_a_missing_nodes_allocation_is_a_bad_request_as_in_ironic(sqlite_stack: Stack) -> None:
+    """Ironic 39 answers ``GET /v1/nodes/<missing>/allocation`` with 400 and the same
+    path's ``DELETE`` with 404 (checked against a running Ironic)."""
+    client = sqlite_stack.client
+    shown = client.get("/v1/nodes/None/allocation", headers=LATEST)
+    assert shown.status_code == 400, shown.text
+    assert error_text(shown) == "Node None could not be found."
+    assert client.get("/v1/nodes/None/allocation", headers=version("1.51")).status_code == 404
+    assert client.delete("/v1/nodes/None/allocation", headers=LATEST).status_code == 404

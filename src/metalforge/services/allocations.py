@@ -174,9 +174,14 @@ def show_allocation(svc: Services, ident: str) -> AllocationRecord:
 def show_node_allocation(
     svc: Services, node_ident: str, version: Version, check: NodeAllocationCheck
 ) -> AllocationRecord:
-    """The allocation of the node named ``node_ident``, once ``check`` let the caller see it."""
+    """The allocation of the node named ``node_ident``, once ``check`` let the caller see it.
+
+    A node that does not exist is a bad request here (400), as Ironic answers it.
+    """
     with svc.db.read() as session:
-        node = lookup.find_node(session, node_ident, version)
+        node = lookup.find_node_or_none(session, node_ident, version)
+        if node is None:
+            raise bad_request(f"Node {node_ident} could not be found.")
         allocation = allocation_of(session, node)
         check(node, allocation)
         return AllocationRecord.of(allocation, node.uuid)

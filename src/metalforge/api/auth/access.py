@@ -108,6 +108,9 @@ class Guard:
     rule: str
     kind: GuardKind
     also: tuple[str, ...] = ()
+    missing_status: int = 404
+    """What a node that does not exist answers (Ironic answers some sub-resources'
+    reads of a missing node 400, ``GET /v1/nodes/{node}/allocation`` among them)."""
     """Rules that grant the same access (``delete:self_owned_node`` beside ``delete``)."""
 
     async def __call__(self, request: Request) -> None:
@@ -135,7 +138,12 @@ class Guard:
     def _check_in(self, request: Request, connection: Connection, ident: str) -> None:
         version = request_version(request)
         if self.kind in ("node", "node_fields"):
-            access = _read_node_access(connection, ident, version)
+            try:
+                access = _read_node_access(connection, ident, version)
+            except RequestError as exc:
+                if exc.status == 404 and self.missing_status != 404:
+                    raise RequestError(self.missing_status, exc.message) from None
+                raise
             if not allows(request, "baremetal:node:get", access.target):
                 raise lookup.node_not_found(ident)
             if self.kind == "node" and not any(
@@ -187,9 +195,11 @@ _PATH_PARAMS = {
 _VOLUME_KINDS = {"volume_connector": volume.CONNECTORS, "volume_target": volume.TARGETS}
 
 
-def guard(rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = ()) -> Any:
+def guard(
+    rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = (), missing_status: int = 404
+) -> Any:
     """The dependency a route declares: ``dependencies=[guard("baremetal:node:get", "node")]``."""
-    return Depends(Guard(rule, kind, also))
+    return Depends(Guard(rule, kind, also, missing_status))
 
 
 def list_scope(request: Request, list_all_rule: str) -> str | None:

@@ -237,7 +237,7 @@ def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/allocation",
     summary="Show a node's allocation",
-    dependencies=[guard("baremetal:node:get", "node")],
+    dependencies=[guard("baremetal:node:get", "node", missing_status=400)],
 )
 def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
