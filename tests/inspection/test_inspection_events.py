@@ -249,3 +249,24 @@ def test_a_stopping_conductor_leaves_the_throttle_wait_and_gives_its_items_back(
             stack.conductor.stop()
         stack.client.close()
         stack.db.dispose()
+
+
+def test_a_report_redelivered_while_processing_ends_in_error_saying_why(stack: Stack) -> None:
+    """A worker that died while processing leaves the record ``processing``; the report
+    delivered again finds it so (the seed's "déjà vu"): the record ends in error with
+    the reason, the node in ``inspect failed``, and nothing is processed twice."""
+    node = _manageable(stack, driver_info={"fake_step_delay": 3600})
+    assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "inspect wait")
+    record = _record(stack, node["uuid"])
+    with stack.db.write() as session:
+        introspections.save(session, record.moved(ins.PROCESSING))
+        session.execute(
+            update(Node).where(Node.uuid == node["uuid"]).values(provision_state="inspecting")
+        )
+    _queue_event(stack, node["uuid"], ins.CONTINUE, record.generation)
+    wait_until("the redelivered report", lambda: _record(stack, node["uuid"]).state == ins.ERROR)
+    error = _record(stack, node["uuid"]).error or ""
+    assert "not processed twice" in error
+    failed = wait_for_state(stack.client, node["uuid"], "inspect failed")
+    assert "not processed twice" in failed["last_error"]

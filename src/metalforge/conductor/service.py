@@ -87,7 +87,8 @@ def _fail_request(task: NodeTask, kind: str, message: str) -> None:
     fails the node's flow."""
     if kind in node_settings.KINDS:
         node_settings.fail(task, message)
-    elif kind == vendor.WORK_KIND:
+        return
+    if kind == vendor.WORK_KIND:
         vendor.fail(task, message)
         return
     if kind == "power":

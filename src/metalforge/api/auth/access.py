@@ -137,49 +137,51 @@ class Guard:
 
     def _check_in(self, request: Request, connection: Connection, ident: str) -> None:
         version = request_version(request)
-        if self.kind in ("node", "node_fields"):
-            try:
-                access = _read_node_access(connection, ident, version)
-            except RequestError as exc:
-                if exc.status == 404 and self.missing_status != 404:
-                    raise RequestError(self.missing_status, exc.message) from None
-                raise
-            if not allows(request, "baremetal:node:get", access.target):
-                raise lookup.node_not_found(ident)
-            if self.kind == "node" and not any(
-                allows(request, rule, access.target) for rule in (self.rule, *self.also)
-            ):
-                raise denied(self.rule)
-            request.state.node_access = access
-        elif self.kind == "node_list":
-            access = _read_node_access(connection, ident, version)
-            if not allows(request, "baremetal:node:get", access.target):
-                raise lookup.node_not_found(ident)
-            request.state.node_access = access
-            request.state.project_scope = list_scope(request, self.rule)
-        elif self.kind in ("port", "portgroup"):
-            if self.kind == "port":
-                access = _read_port_access(connection, ident, version)
-            else:
-                access = _read_portgroup_access(connection, ident)
-            if not allows(request, "baremetal:node:get", access.target):
-                raise (
-                    lookup.port_not_found if self.kind == "port" else lookup.portgroup_not_found
-                )(ident)
-            require(request, self.rule, access.target)
-            request.state.node_access = access
-        elif self.kind in _VOLUME_KINDS:
-            kind = _VOLUME_KINDS[self.kind]
-            access = _read_volume_access(connection, kind, ident)
-            if not allows(request, "baremetal:node:get", access.target):
-                raise volume.not_found_error(kind, ident)
-            require(request, self.rule, access.target)
-            request.state.node_access = access
-        else:
+        if self.kind in ("node", "node_fields", "node_list"):
+            self._check_node(request, connection, ident, version)
+        elif self.kind == "allocation":
             target = allocation_target(_allocation_owner(connection, ident))
             if not allows(request, "baremetal:allocation:get", target):
                 raise lookup.allocation_not_found(ident)
             require(request, self.rule, target)
+        else:
+            # A record of a node (port, port group, volume record): its node's owner and
+            # lessee decide, and a record whose node the caller may not see is missing.
+            access, missing = self._record_access(connection, ident, version)
+            if not allows(request, "baremetal:node:get", access.target):
+                raise missing
+            require(request, self.rule, access.target)
+            request.state.node_access = access
+
+    def _check_node(
+        self, request: Request, connection: Connection, ident: str, version: Version
+    ) -> None:
+        try:
+            access = _read_node_access(connection, ident, version)
+        except RequestError as exc:
+            if exc.status == 404 and self.missing_status != 404:
+                raise RequestError(self.missing_status, exc.message) from None
+            raise
+        if not allows(request, "baremetal:node:get", access.target):
+            raise lookup.node_not_found(ident)
+        if self.kind == "node" and not any(
+            allows(request, rule, access.target) for rule in (self.rule, *self.also)
+        ):
+            raise denied(self.rule)
+        request.state.node_access = access
+        if self.kind == "node_list":
+            request.state.project_scope = list_scope(request, self.rule)
+
+    def _record_access(
+        self, connection: Connection, ident: str, version: Version
+    ) -> tuple[NodeAccess, RequestError]:
+        """The record's node access, and what answers when the caller may not see it."""
+        if self.kind == "port":
+            return _read_port_access(connection, ident, version), lookup.port_not_found(ident)
+        if self.kind == "portgroup":
+            return _read_portgroup_access(connection, ident), lookup.portgroup_not_found(ident)
+        kind = _VOLUME_KINDS[self.kind]
+        return _read_volume_access(connection, kind, ident), volume.not_found_error(kind, ident)
 
 
 _PATH_PARAMS = {

@@ -254,7 +254,9 @@ def _continue(task: NodeTask, record: Record) -> None:
         # Already failed (aborted, timed out): keep the reason it failed for.
         task.record("inspection", f"{step.reason()}; it was not processed", history.WARNING)
         return
-    if step.refused:
+    if step.refused or step.target == ins.ERROR:
+        # Refused, or the report again while it was processing (the worker that began
+        # died): the record ends in error saying why, never processed a second time.
         _end_in_error(
             task, record, ins.CONTINUE, f"Inspection failed: {step.reason()}", power_off=False
         )
