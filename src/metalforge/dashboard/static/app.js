@@ -961,7 +961,14 @@
       ),
     );
 
-    const page = { node: null, uuid: null, pollTimer: null, details: null, detailsAgain: false };
+    const page = {
+      node: null,
+      uuid: null,
+      pollTimer: null,
+      details: null,
+      detailsAgain: false,
+      events: 0,
+    };
 
     const showNode = (node) => {
       page.node = node;
@@ -999,10 +1006,19 @@
       }
     };
 
+    // A read answered after a newer event must not undo it (the node would show a
+    // state it has left, and no later event would come to correct it): a read during
+    // which an event of this node arrived is not shown, and the node is read again.
     const reloadNode = async () => {
-      const node = await api(`/v1/nodes/${encodeURIComponent(ident)}`);
-      if (current(token)) showNode(node);
-      return node;
+      for (;;) {
+        const seen = page.events;
+        const node = await api(`/v1/nodes/${encodeURIComponent(ident)}`);
+        if (!current(token)) return node;
+        if (page.events === seen) {
+          showNode(node);
+          return node;
+        }
+      }
     };
 
     // Events may come in bursts: one read of history and progress at a time,
@@ -1098,7 +1114,9 @@
         showError("This node was deleted.");
         actions.dataset.choice = "deleted";
         actions.replaceChildren();
-      } else if (type === "node" && mine && page.node) {
+      } else if (type === "node" && mine) {
+        page.events += 1;
+        if (!page.node) return;
         // The event carries the list's fields only: keep the rest from the last read.
         const { progress: flow, ...fieldsNow } = data;
         showNode({ ...page.node, ...fieldsNow });
