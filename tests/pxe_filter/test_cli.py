@@ -52,10 +52,17 @@ def test_the_all_in_one_runs_the_filter_and_leaves_it_blocking_at_exit(
             lambda: (hostsdir / MAC).is_file() and (hostsdir / MAC).read_text() == f"{MAC}\n",
             timeout=60,
         )
-        cli.main(["--config", str(config), "pxe-filter", "status"])
-        listing = capsys.readouterr().out
+        # The files are written before the status row, so the row may lag them.
+        listing = ""
+
+        def status_shows_passing() -> bool:
+            nonlocal listing
+            cli.main(["--config", str(config), "pxe-filter", "status"])
+            listing = capsys.readouterr().out
+            return "passing" in listing
+
+        wait_until("the status to show the filter passing", status_shows_passing, timeout=60)
         assert "aio-filter" in listing
-        assert "passing" in listing
         service.stop()  # SIGTERM
         assert "PXE filter" in group.logs()
     assert (hostsdir / MAC).read_text() == f"{MAC},ignore\n"
