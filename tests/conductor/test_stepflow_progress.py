@@ -48,11 +48,11 @@ def test_another_flows_leftovers_are_not_read_as_this_ones(db_url: str) -> None:
     stale = FlowProgress(flow="deploy", requested=(STEP,), ramdisk_prepared=True, step_index=4)
     ctx, node_id = _stack(db_url, stale)
     with acquire(ctx, node_id, "clean") as task:
-        assert stepflow.take_requested(task, "clean") == []
-        assert not stepflow.has_plan(task, "clean")
-        stepflow.claim(task, "clean")
+        assert stepflow.take_requested(task, stepflow.CLEAN) == []
+        assert not stepflow.has_plan(task, stepflow.CLEAN)
+        stepflow.claim(task, stepflow.CLEAN)
         assert task.progress == FlowProgress(flow="clean")
-        stepflow.store_plan(task, "clean", [ERASE])
+        stepflow.store_plan(task, stepflow.CLEAN, [ERASE])
         task.save()
     with ctx.db.read() as session:
         stored = flow_progress.load(session.connection(), node_id)
@@ -66,8 +66,8 @@ def test_what_cleaning_noted_before_it_planned_is_kept(db_url: str) -> None:
     booting = FlowProgress(ramdisk_prepared=True)
     ctx, node_id = _stack(db_url, booting)
     with acquire(ctx, node_id, "clean") as task:
-        stepflow.store_plan(task, "clean", [])
+        stepflow.store_plan(task, stepflow.CLEAN, [])
         assert task.progress == FlowProgress(flow="clean", plan=(), ramdisk_prepared=True)
-        stepflow.clear_plan(task, "clean")
+        stepflow.clear_plan(task, stepflow.CLEAN)
         assert task.progress == NO_FLOW
     ctx.db.dispose()

@@ -11,12 +11,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from sqlalchemy import text
 
 from metalforge import states
+from metalforge.api import node_view
+from metalforge.conductor import stepflow
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.service import HANDLERS
 from metalforge.config import ConductorSettings
+from metalforge.db.engine import Database
+from metalforge.db.models import Node
+from metalforge.redaction import mask_document
 from metalforge.services import provisioning
 
 # state: (agent may look up, agent heartbeat continues the flow, power requests refused)
@@ -96,7 +102,7 @@ def test_every_api_verb_is_a_flow_verb_or_a_control_verb() -> None:
 def test_timeouts_name_real_settings_and_step_flows_have_one() -> None:
     settings = ConductorSettings()
     for spec in catalog.SPECS:
-        if spec.step_kind is not None:
+        if spec.step_flow is not None:
             assert spec.timeout_setting is not None, spec.name
         if spec.timeout_setting is not None:
             assert spec.timeout(settings) > 0
@@ -117,3 +123,28 @@ def test_allocation_matching_is_declared_and_its_takeover_setting_is_real() -> N
     assert dict(flow.states) == {"allocating": "busy", "active": "stable", "error": "failure"}
     assert flow.adopt_interval(ConductorSettings()) > 0
     assert flow.adopt_interval(ConductorSettings(allocation_takeover_interval=0)) == 0
+
+
+def test_each_step_flow_belongs_to_one_flow_spec() -> None:
+    kinds = [spec.step_flow for spec in catalog.SPECS if spec.step_flow is not None]
+    assert sorted(kind.name for kind in kinds) == sorted(stepflow.BY_NAME)
+    for kind in kinds:
+        assert stepflow.BY_NAME[kind.name] is kind
+
+
+@pytest.mark.parametrize("kind", list(stepflow.BY_NAME.values()), ids=lambda k: k.name)
+def test_a_step_flow_shows_its_step_masked_and_announced(
+    kind: stepflow.StepFlow, sqlite_db: Database
+) -> None:
+    """The running step is a node column, a field of the node's view (with its step
+    arguments masked) and a change the node's event trigger reports."""
+    column = kind.column.key
+    assert column in Node.__table__.columns
+    assert column in node_view.NODE_FIELDS
+    assert node_view._COMPUTED[column] is mask_document
+    assert kind.catalogue in ("clean", "deploy")
+    with sqlite_db.read() as session:
+        triggers = session.execute(
+            text("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes'")
+        ).scalars()
+        assert any(f"OLD.{column}" in sql for sql in triggers), column

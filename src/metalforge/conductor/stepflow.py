@@ -8,51 +8,126 @@ interrupted step again and never one that finished: steps must be idempotent.
 
 An asynchronous step parks the node in the wait state and queues a check; the
 check (``poll``) finishes it, or fails it when it has waited too long.
+
+Cleaning, deploying and servicing differ only in what their ``StepFlow``
+value declares (the node column showing the running step, how a step starts
+on its interface, what a failure leaves behind); nothing here branches on a
+flow's name, so a new step flow is a new value, a column and a ``FlowSpec``
+naming it (docs/extending.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
+
+from sqlalchemy.orm import InstrumentedAttribute
 
 from metalforge import states
 from metalforge.conductor import history, steps
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
-from metalforge.drivers.base import DriverError
+from metalforge.db.models import Node
+from metalforge.drivers.base import DriverError, Interface, StepOutcome
+from metalforge.drivers.steps import StepKind
+
+StartStep = Callable[[Interface, NodeTask, steps.Step], StepOutcome]
+"""Start one step of the plan on its interface (the driver call differs by kind)."""
+
+
+def _start_deploy_step(interface: Interface, task: NodeTask, step: steps.Step) -> StepOutcome:
+    return interface.run_step(task, step.step, dict(step.args))
+
+
+def _start_clean_step(interface: Interface, task: NodeTask, step: steps.Step) -> StepOutcome:
+    return interface.execute_clean_step(task, step.to_record())
+
+
+@dataclass(frozen=True)
+class StepFlow:
+    """One kind of step plan: what the functions below need to run, show and end it."""
+
+    name: FlowKind
+    """The flow progress' kind, and the prefix of the history events (``clean_step``)."""
+    column: InstrumentedAttribute[dict[str, Any]]
+    """The node column showing the running step (``Node.clean_step``)."""
+    catalogue: StepKind
+    """Whose steps the plan is made of: ``clean`` or ``deploy`` (servicing runs clean steps)."""
+    start: StartStep
+    maintenance_on_failure: bool
+    """A failure also puts the node in maintenance (a half-cleaned node must not be used)."""
+
+    def shown(self, node: Node) -> dict[str, Any]:
+        """The running step as the node shows it (``{}`` when none runs)."""
+        return dict(getattr(node, self.column.key) or {})
+
+    def show(self, node: Node, record: dict[str, Any]) -> None:
+        """Show ``record`` as the running step (``{}``: none)."""
+        setattr(node, self.column.key, record)
+
+
+CLEAN = StepFlow(
+    name="clean",
+    column=Node.clean_step,
+    catalogue="clean",
+    start=_start_clean_step,
+    maintenance_on_failure=True,
+)
+DEPLOY = StepFlow(
+    name="deploy",
+    column=Node.deploy_step,
+    catalogue="deploy",
+    start=_start_deploy_step,
+    maintenance_on_failure=False,
+)
+SERVICE = StepFlow(
+    name="service",
+    column=Node.service_step,
+    catalogue="clean",
+    start=_start_clean_step,
+    maintenance_on_failure=False,
+)
+
+BY_NAME: Mapping[FlowKind, StepFlow] = MappingProxyType(
+    {kind.name: kind for kind in (CLEAN, DEPLOY, SERVICE)}
+)
+"""Every step flow, by the name the flow progress records."""
+
 
 Finish = Callable[[NodeTask], None]
 """Run after the last step and before the flow ends (cleaning stops the ramdisk)."""
 
 
-def take_requested(task: NodeTask, kind: FlowKind) -> list[dict[str, Any]]:
+def take_requested(task: NodeTask, kind: StepFlow) -> list[dict[str, Any]]:
     """The steps the request asked for, removed from the progress now that the plan uses them."""
     progress = task.progress
-    if progress.flow != kind:
+    if progress.flow != kind.name:
         return []
     task.progress = dataclasses.replace(progress, requested=())
     return list(progress.requested)
 
 
-def has_plan(task: NodeTask, kind: FlowKind) -> bool:
-    return task.progress.has_plan(kind)
+def has_plan(task: NodeTask, kind: StepFlow) -> bool:
+    return task.progress.has_plan(kind.name)
 
 
-def store_plan(task: NodeTask, kind: FlowKind, plan: Sequence[steps.Step]) -> None:
+def store_plan(task: NodeTask, kind: StepFlow, plan: Sequence[steps.Step]) -> None:
     """Record the plan (and index 0) before any step runs."""
     claim(task, kind)
     task.progress = dataclasses.replace(
         task.progress, plan=tuple(s.to_record() for s in plan), step_index=0
     )
     names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
-    task.record(f"{kind}_plan", f"{kind} plan: {names}")
+    task.record(f"{kind.name}_plan", f"{kind.name} plan: {names}")
     # Saved together with the start of the first step (or the end of the flow).
 
 
-def claim(task: NodeTask, kind: FlowKind) -> None:
+def claim(task: NodeTask, kind: StepFlow) -> None:
     """Make the node's progress a ``kind`` flow's before the flow records anything in it.
 
     What it holds is kept if it is already one (the request's steps, the
@@ -60,18 +135,18 @@ def claim(task: NodeTask, kind: FlowKind) -> None:
     flow's leftovers are never read as this one's.
     """
     progress = task.progress
-    if progress.flow == kind:
+    if progress.flow == kind.name:
         return
     if progress.flow is None:
-        task.progress = dataclasses.replace(progress, flow=kind)
+        task.progress = dataclasses.replace(progress, flow=kind.name)
     else:
-        task.progress = FlowProgress(flow=kind)
+        task.progress = FlowProgress(flow=kind.name)
 
 
-def clear_plan(task: NodeTask, kind: FlowKind) -> None:
+def clear_plan(task: NodeTask, kind: StepFlow) -> None:
     """The flow ended: nothing of its progress stays (the next flow starts afresh)."""
     task.progress = FlowProgress()
-    setattr(task.node, f"{kind}_step", {})
+    kind.show(task.node, {})
 
 
 def schedule_poll(task: NodeTask, delay: float) -> None:
@@ -85,22 +160,21 @@ def schedule_poll(task: NodeTask, delay: float) -> None:
     )
 
 
-def fail(task: NodeTask, kind: FlowKind, message: str) -> None:
+def fail(task: NodeTask, kind: StepFlow, message: str) -> None:
     """End the flow in its failure state with ``message`` in ``last_error``."""
-    changes: dict[str, object] = {"last_error": message, f"{kind}_step": {}}
-    if kind == "clean":
-        # A half-cleaned node must not be handed out: keep it out of rotation.
-        changes.update(maintenance=True, maintenance_reason=message, fault="clean failure")
-    task.record(f"{kind}_failed", message, history.ERROR)
+    changes: dict[str, object] = {"last_error": message, kind.column.key: {}}
+    if kind.maintenance_on_failure:
+        changes.update(maintenance=True, maintenance_reason=message, fault=f"{kind.name} failure")
+    task.record(f"{kind.name}_failed", message, history.ERROR)
     # A ramdisk agent left running (power stays as it was, for the operator to
     # look at) must not keep a working token: nothing may drive it any more.
     task.end_agent_session()
     task.transition(states.FAIL, note=message, severity=history.ERROR, **changes)
 
 
-def _current(task: NodeTask, kind: FlowKind) -> tuple[list[steps.Step], int]:
+def _current(task: NodeTask, kind: StepFlow) -> tuple[list[steps.Step], int]:
     progress = task.progress
-    if not progress.has_plan(kind):
+    if not progress.has_plan(kind.name):
         return [], 0
     return [steps.from_record(r) for r in progress.plan or ()], progress.step_index
 
@@ -109,28 +183,28 @@ def _set_index(task: NodeTask, index: int) -> None:
     task.progress = dataclasses.replace(task.progress, step_index=index)
 
 
-def _step_done(task: NodeTask, kind: FlowKind, step: steps.Step) -> None:
+def _step_done(task: NodeTask, kind: StepFlow, step: steps.Step) -> None:
     started = task.progress.step_started_at
     if started is None:
         started = task.now()
     took = task.now() - started
-    task.record(f"{kind}_step", f"{step.name} finished in {took:.3f}s", duration=took)
+    task.record(f"{kind.name}_step", f"{step.name} finished in {took:.3f}s", duration=took)
     task.record_step_run(step.interface, step.step, took)
 
 
-def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
+def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
     """Run the node's plan from the stored index until it ends, waits or fails."""
     plan, index = _current(task, kind)
     while index < len(plan):
         step = plan[index]
         if task.ctx.stopping.is_set():
             return  # the saved index lets the next owner resume here
-        setattr(task.node, f"{kind}_step", step.to_record())
+        kind.show(task.node, step.to_record())
         task.progress = dataclasses.replace(
             task.progress, step_started_at=task.now(), step_heartbeat_at=None
         )
         task.record(
-            f"{kind}_step",
+            f"{kind.name}_step",
             f"{step.name} started (priority {step.priority}, step {index + 1} of {len(plan)})",
         )
         # One write records the previous step's end, the new index and this
@@ -138,15 +212,12 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         task.save()
         try:
             interface = task.ctx.drivers.interface(task.node, step.interface)
-            if kind == "deploy":
-                outcome = interface.run_step(task, step.step, dict(step.args))
-            else:  # cleaning and servicing both run clean steps
-                outcome = interface.execute_clean_step(task, step.to_record())
+            outcome = kind.start(interface, task, step)
         except DriverError as exc:
-            fail(task, kind, f"{kind} step {step.name} failed: {exc}")
+            fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
             return
         except TypeError as exc:
-            fail(task, kind, f"{kind} step {step.name} rejected its arguments: {exc}")
+            fail(task, kind, f"{kind.name} step {step.name} rejected its arguments: {exc}")
             return
         if outcome == "wait":
             schedule_poll(task, task.ctx.settings.async_poll_interval)
@@ -159,13 +230,13 @@ def run(task: NodeTask, kind: FlowKind, finish: Finish | None = None) -> None:
         try:
             finish(task)
         except DriverError as exc:
-            fail(task, kind, f"{kind} could not be completed after its last step: {exc}")
+            fail(task, kind, f"{kind.name} could not be completed after its last step: {exc}")
             return
     clear_plan(task, kind)
     task.transition(states.DONE)
 
 
-def poll(task: NodeTask, kind: FlowKind, timeout: float, finish: Finish | None = None) -> None:
+def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None = None) -> None:
     """The node waits on an asynchronous step: finish it, time it out (``timeout`` seconds
     without a sign of progress, the flow's bound) or check again."""
     plan, index = _current(task, kind)
@@ -183,41 +254,41 @@ def poll(task: NodeTask, kind: FlowKind, timeout: float, finish: Finish | None =
     try:
         outcome = interface.check_step(task, step.step)
     except DriverError as exc:
-        fail(task, kind, f"{kind} step {step.name} failed: {exc}")
+        fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
         return
     if outcome == "wait":
         if task.now() - last_sign > timeout:
             fail(
                 task,
                 kind,
-                f"timed out after {timeout:.0f}s waiting for {kind} step {step.name} to finish",
+                f"timed out after {timeout:.0f}s waiting for {kind.name} step {step.name} "
+                "to finish",
             )
             return
         schedule_poll(task, task.ctx.settings.async_poll_interval)
         return
     _step_done(task, kind, step)
     _set_index(task, index + 1)
-    current = getattr(task.node, f"{kind}_step") or {}
-    if current.get("abort_after"):
+    if kind.shown(task.node).get("abort_after"):
         abort(task, kind, step, after=True)
         return
     task.transition(states.RESUME)
     run(task, kind, finish)
 
 
-def abort(task: NodeTask, kind: FlowKind, step: steps.Step | None, *, after: bool = False) -> None:
+def abort(task: NodeTask, kind: StepFlow, step: steps.Step | None, *, after: bool = False) -> None:
     """Stop the flow at the operator's request."""
     if step is not None and not after:
         task.ctx.drivers.interface(task.node, step.interface).abort_step(task, step.step)
     where = f" during {step.name}" if step else ""
-    message = f"{kind.capitalize()} aborted by the operator{where}"
+    message = f"{kind.name.capitalize()} aborted by the operator{where}"
     if after:
         message = f"{message} (after the non-abortable step finished)"
-    task.record(f"{kind}_aborted", message, history.WARNING)
-    changes: dict[str, Any] = {"last_error": message, f"{kind}_step": {}}
+    task.record(f"{kind.name}_aborted", message, history.WARNING)
+    changes: dict[str, Any] = {"last_error": message, kind.column.key: {}}
     task.transition(states.ABORT, note=message, **changes)
 
 
-def current_step(task: NodeTask, kind: FlowKind) -> steps.Step | None:
+def current_step(task: NodeTask, kind: StepFlow) -> steps.Step | None:
     plan, index = _current(task, kind)
     return plan[index] if index < len(plan) else None

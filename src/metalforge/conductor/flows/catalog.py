@@ -24,7 +24,7 @@ from metalforge.conductor.flows import (
     verify,
 )
 from metalforge.conductor.flows.spec import DetachedFlow, FlowSpec, FlowState, Hook, Verb
-from metalforge.db.flow_progress import FlowKind
+from metalforge.conductor.stepflow import StepFlow
 
 SPECS: tuple[FlowSpec, ...] = (
     verify.SPEC,
@@ -65,8 +65,8 @@ HOOKS: Mapping[str, Hook] = MappingProxyType(
     {name: s.hook for name, s in _STATE_OF.items() if s.hook is not None}
 )
 """States in which a conductor has work to do; in the others a node waits for someone else."""
-STEP_FLOW_OF_STATE: Mapping[str, FlowKind] = MappingProxyType(
-    {name: spec.step_kind for name, spec in _FLOW_OF.items() if spec.step_kind is not None}
+STEP_FLOW_OF_STATE: Mapping[str, StepFlow] = MappingProxyType(
+    {name: spec.step_flow for name, spec in _FLOW_OF.items() if spec.step_flow is not None}
 )
 """The states of the flows that run a plan of steps (``stepflow``)."""
 LOOKUP_STATES: frozenset[str] = frozenset(n for n, s in _STATE_OF.items() if s.agent_may_look_up)

@@ -39,7 +39,7 @@ def _prepare(task: NodeTask) -> bool:
     try:
         outcome = deploy_interface(task).prepare_cleaning(task)
     except DriverError as exc:
-        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        stepflow.fail(task, stepflow.CLEAN, f"Failed to prepare the node for cleaning: {exc}")
         return False
     if outcome == "done":
         task.progress = dataclasses.replace(task.progress, ramdisk_prepared=True)
@@ -55,7 +55,7 @@ def _check_prepared(task: NodeTask) -> None:
     try:
         outcome = deploy_interface(task).check_cleaning_prepared(task)
     except DriverError as exc:
-        stepflow.fail(task, "clean", f"Failed to prepare the node for cleaning: {exc}")
+        stepflow.fail(task, stepflow.CLEAN, f"Failed to prepare the node for cleaning: {exc}")
         return
     if outcome == "wait":
         since = task.progress.ramdisk_booting_since
@@ -66,7 +66,7 @@ def _check_prepared(task: NodeTask) -> None:
             booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
             stepflow.fail(
                 task,
-                "clean",
+                stepflow.CLEAN,
                 f"the ramdisk agent did not come up within {timeout:.0f}s of booting the node "
                 f"(at {booted}): no heartbeat",
             )
@@ -104,14 +104,16 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
     """The steps this flow runs, or ``None`` once the flow was failed."""
     overrides = steps.parse_overrides(task.ctx.settings.clean_step_priority_override)
     try:
-        supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", overrides)
+        supported = steps.supported_steps(
+            task.ctx.drivers, task.node, stepflow.CLEAN.catalogue, overrides
+        )
     except StepsNotKnown as exc:
         # Never plan from a partial list: automated cleaning would skip
         # steps silently. Failing keeps the node out of rotation.
-        stepflow.fail(task, "clean", f"Cannot plan cleaning: {exc}")
+        stepflow.fail(task, stepflow.CLEAN, f"Cannot plan cleaning: {exc}")
         return None
-    warn_unknown_overrides(task, "clean", overrides, supported)
-    requested = stepflow.take_requested(task, "clean")
+    warn_unknown_overrides(task, stepflow.CLEAN.name, overrides, supported)
+    requested = stepflow.take_requested(task, stepflow.CLEAN)
     if not manual:
         return steps.automated_plan(supported)
     try:
@@ -119,35 +121,35 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
         if task.progress.without_ramdisk:
             steps.check_without_ramdisk(plan)
     except steps.StepRequestError as exc:
-        stepflow.fail(task, "clean", f"Manual cleaning refused: {exc}")
+        stepflow.fail(task, stepflow.CLEAN, f"Manual cleaning refused: {exc}")
         return None
     return plan
 
 
 def clean(task: NodeTask) -> None:
     """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
-    if not stepflow.has_plan(task, "clean"):
-        stepflow.claim(task, "clean")
+    if not stepflow.has_plan(task, stepflow.CLEAN):
+        stepflow.claim(task, stepflow.CLEAN)
         manual = task.node.target_provision_state == states.MANAGEABLE
         if not manual and not _automated_clean_enabled(task):
             task.record("clean_plan", "automated cleaning is disabled; no steps run")
-            stepflow.store_plan(task, "clean", [])
-            stepflow.run(task, "clean", _finish)
+            stepflow.store_plan(task, stepflow.CLEAN, [])
+            stepflow.run(task, stepflow.CLEAN, _finish)
             return
         if not _prepare(task):
             return
         plan = _plan(task, manual)
         if plan is None:
             return
-        stepflow.store_plan(task, "clean", plan)
-    stepflow.run(task, "clean", _finish)
+        stepflow.store_plan(task, stepflow.CLEAN, plan)
+    stepflow.run(task, stepflow.CLEAN, _finish)
 
 
 def clean_wait(task: NodeTask) -> None:
-    if not stepflow.has_plan(task, "clean"):
+    if not stepflow.has_plan(task, stepflow.CLEAN):
         _check_prepared(task)
         return
-    stepflow.poll(task, "clean", SPEC.timeout(task.ctx.settings), _finish)
+    stepflow.poll(task, stepflow.CLEAN, SPEC.timeout(task.ctx.settings), _finish)
 
 
 # -- requests ------------------------------------------------------------------
@@ -155,14 +157,14 @@ def clean_wait(task: NodeTask) -> None:
 
 def forget_cleaning(_admission: Admission) -> Intent:
     """A new cleaning starts without what an earlier flow left on the node."""
-    return Intent(progress=FlowProgress.starting("clean"))
+    return Intent(progress=FlowProgress.starting(stepflow.CLEAN.name))
 
 
 def _manual_intent(admission: Admission) -> Intent:
     request = admission.request
     return Intent(
         progress=FlowProgress.starting(
-            "clean", request.clean_steps, without_ramdisk=request.disable_ramdisk
+            stepflow.CLEAN.name, request.clean_steps, without_ramdisk=request.disable_ramdisk
         )
     )
 
@@ -174,7 +176,7 @@ def _check_requested_steps(admission: Admission) -> None:
         supported = steps.supported_steps(
             admission.drivers,
             admission.node,
-            "clean",
+            stepflow.CLEAN.catalogue,
             steps.parse_overrides(settings.clean_step_priority_override),
         )
         steps.requested_plan(supported, list(admission.request.clean_steps))
@@ -221,7 +223,7 @@ SPEC = FlowSpec(
         ),
         states.CLEAN_HOLD: FlowState(power_changes_allowed=True),
     },
-    step_kind="clean",
+    step_flow=stepflow.CLEAN,
     timeout_setting="clean_callback_timeout",
     on_abort=_abort_while_booting,
 )

@@ -20,8 +20,8 @@ from metalforge.errors import bad_request
 
 def deploy(task: NodeTask) -> None:
     """deploying: build the plan once, then run it."""
-    if not stepflow.has_plan(task, "deploy"):
-        requested = stepflow.take_requested(task, "deploy")
+    if not stepflow.has_plan(task, stepflow.DEPLOY):
+        requested = stepflow.take_requested(task, stepflow.DEPLOY)
         overrides = steps.parse_overrides(task.ctx.settings.deploy_step_priority_override)
         try:
             with task.ctx.db.read() as session:
@@ -29,19 +29,19 @@ def deploy(task: NodeTask) -> None:
                     session, task.ctx.drivers, task.node, overrides, requested
                 )
         except steps.StepRequestError as exc:
-            stepflow.fail(task, "deploy", f"Deploy refused: {exc}")
+            stepflow.fail(task, stepflow.DEPLOY, f"Deploy refused: {exc}")
             return
-        warn_unknown_overrides(task, "deploy", overrides, plan.supported)
+        warn_unknown_overrides(task, stepflow.DEPLOY.name, overrides, plan.supported)
         if plan.templates:
             task.record(
                 "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
             )
-        stepflow.store_plan(task, "deploy", plan.steps)
-    stepflow.run(task, "deploy")
+        stepflow.store_plan(task, stepflow.DEPLOY, plan.steps)
+    stepflow.run(task, stepflow.DEPLOY)
 
 
 def deploy_wait(task: NodeTask) -> None:
-    stepflow.poll(task, "deploy", SPEC.timeout(task.ctx.settings))
+    stepflow.poll(task, stepflow.DEPLOY, SPEC.timeout(task.ctx.settings))
 
 
 # -- requests ------------------------------------------------------------------
@@ -70,7 +70,7 @@ def _intent(admission: Admission) -> Intent:
         instance_info["configdrive"] = request.configdrive
     return Intent(
         changes={"instance_info": instance_info},
-        progress=FlowProgress.starting("deploy", request.deploy_steps),
+        progress=FlowProgress.starting(stepflow.DEPLOY.name, request.deploy_steps),
     )
 
 
@@ -105,6 +105,6 @@ SPEC = FlowSpec(
         ),
         states.DEPLOY_HOLD: FlowState(power_changes_allowed=True),
     },
-    step_kind="deploy",
+    step_flow=stepflow.DEPLOY,
     timeout_setting="deploy_callback_timeout",
 )

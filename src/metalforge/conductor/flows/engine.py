@@ -62,11 +62,11 @@ def abort(task: NodeTask) -> None:
     if kind is not None:
         step = stepflow.current_step(task, kind)
         if step is not None and not step.abortable:
-            current = dict(getattr(task.node, f"{kind}_step") or {})
+            current = kind.shown(task.node)
             current["abort_after"] = True
-            setattr(task.node, f"{kind}_step", current)
+            kind.show(task.node, current)
             task.record(
-                f"{kind}_abort",
+                f"{kind.name}_abort",
                 f"abort requested; {step.name} is not abortable and will finish first",
             )
             task.save()
@@ -78,7 +78,7 @@ def abort(task: NodeTask) -> None:
         return
     if states.ABORT in states.allowed_events(state):
         spec = catalog.flow_of(state)
-        if spec is not None and spec.step_kind is None and spec.on_abort is not None:
+        if spec is not None and spec.step_flow is None and spec.on_abort is not None:
             spec.on_abort(task)
         message = f"Aborted by the operator in state {state}"
         task.transition(states.ABORT, note=message, last_error=message)

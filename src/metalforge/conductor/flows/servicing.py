@@ -13,27 +13,31 @@ from metalforge.drivers.base import DriverError
 
 def service(task: NodeTask) -> None:
     """servicing: build the plan from the requested steps once, then run it."""
-    if not stepflow.has_plan(task, "service"):
-        requested = stepflow.take_requested(task, "service")
+    if not stepflow.has_plan(task, stepflow.SERVICE):
+        requested = stepflow.take_requested(task, stepflow.SERVICE)
         try:
-            supported = steps.supported_steps(task.ctx.drivers, task.node, "clean", {})
+            supported = steps.supported_steps(
+                task.ctx.drivers, task.node, stepflow.SERVICE.catalogue, {}
+            )
             plan = steps.requested_plan(supported, requested)
             if deploy_interface(task).boots_ramdisk:
                 # Servicing does not boot the agent yet: only out-of-band steps can run.
                 steps.check_without_ramdisk(plan)
         except (steps.StepRequestError, DriverError) as exc:
-            stepflow.fail(task, "service", f"Servicing refused: {exc}")
+            stepflow.fail(task, stepflow.SERVICE, f"Servicing refused: {exc}")
             return
-        stepflow.store_plan(task, "service", plan)
-    stepflow.run(task, "service")
+        stepflow.store_plan(task, stepflow.SERVICE, plan)
+    stepflow.run(task, stepflow.SERVICE)
 
 
 def service_wait(task: NodeTask) -> None:
-    stepflow.poll(task, "service", SPEC.timeout(task.ctx.settings))
+    stepflow.poll(task, stepflow.SERVICE, SPEC.timeout(task.ctx.settings))
 
 
 def _intent(admission: Admission) -> Intent:
-    return Intent(progress=FlowProgress.starting("service", admission.request.service_steps))
+    return Intent(
+        progress=FlowProgress.starting(stepflow.SERVICE.name, admission.request.service_steps)
+    )
 
 
 SPEC = FlowSpec(
@@ -57,6 +61,6 @@ SPEC = FlowSpec(
         ),
         states.SERVICE_HOLD: FlowState(power_changes_allowed=True),
     },
-    step_kind="service",
+    step_flow=stepflow.SERVICE,
     timeout_setting="clean_callback_timeout",
 )

@@ -20,10 +20,11 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.stepflow import StepFlow
 from metalforge.conductor.task import NodeTask
 from metalforge.config import ConductorSettings
 from metalforge.db import queue
-from metalforge.db.flow_progress import FlowKind, FlowProgress
+from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.hardware import DriverRegistry
 
@@ -133,7 +134,7 @@ class FlowSpec:
     name: str
     verbs: tuple[Verb, ...]
     states: Mapping[str, FlowState]
-    step_kind: FlowKind | None = None
+    step_flow: StepFlow | None = None
     """Set for the flows that run a plan of steps (``stepflow``)."""
     timeout_setting: str | None = None
     """The conductor setting bounding how long the flow waits (an agent, a step)."""
