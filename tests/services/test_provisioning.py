@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from metalforge import states
-from metalforge.conductor.flows import catalog
+from metalforge.conductor.flows import catalog, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import flow_progress, queue
 from metalforge.db.flow_progress import FlowProgress
@@ -269,6 +269,8 @@ def test_unhold_continues_the_flow_and_keeps_last_error(svc: Services) -> None:
     assert _queued(svc) == [(queue.PROVISION, node.uuid)]
 
 
+_FIELD_NAMED = {field.name: field for field in request_fields.ALL}
+
 # -- fields -----------------------------------------------------------------------
 
 
@@ -283,7 +285,7 @@ def test_clean_without_clean_steps_is_refused(svc: Services) -> None:
             _start(svc, node, request)
         message = refused(400, raised)
         assert '"clean_steps" is required' in message
-        assert message == provisioning.MISSING_FIELD["clean_steps"]
+        assert message == request_fields.CLEAN_STEPS.missing
     assert _snapshot(svc, node.id) == before
 
 
@@ -304,15 +306,16 @@ def test_a_field_the_verb_does_not_take_is_refused(svc: Services, verb: str, fie
     request = FlowRequest(verb, target=verb, given=frozenset({field}), clean_steps=(CLEAN_STEP,))
     with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
-    assert refused(400, raised) == provisioning.MISPLACED_FIELD[field]
+    assert refused(400, raised) == _FIELD_NAMED[field].misplaced
     assert _snapshot(svc, node.id) == before
 
 
 def test_check_fields_accepts_the_fields_the_verb_takes() -> None:
-    provisioning.check_fields(
-        FlowRequest(states.DEPLOY, given=frozenset({"deploy_steps", "configdrive"}))
-    )
-    provisioning.check_fields(
+    def check(request: FlowRequest) -> None:
+        provisioning.check_fields(request, provisioning.verb_of(request.verb))
+
+    check(FlowRequest(states.DEPLOY, given=frozenset({"deploy_steps", "configdrive"})))
+    check(
         FlowRequest(
             states.SERVICE,
             given=frozenset({"service_steps", "disable_ramdisk"}),
@@ -320,10 +323,10 @@ def test_check_fields_accepts_the_fields_the_verb_takes() -> None:
         )
     )
     with pytest.raises(RequestError) as raised:
-        provisioning.check_fields(FlowRequest(states.SERVICE, given=frozenset({"service_steps"})))
-    assert refused(400, raised) == provisioning.MISSING_FIELD["service_steps"]
+        check(FlowRequest(states.SERVICE, given=frozenset({"service_steps"})))
+    assert refused(400, raised) == request_fields.SERVICE_STEPS.missing
     with pytest.raises(RequestError) as raised:
-        provisioning.check_fields(
+        check(
             FlowRequest(
                 states.RESCUE_VERB, given=frozenset({"rescue_password"}), rescue_password=""
             )
@@ -333,8 +336,11 @@ def test_check_fields_accepts_the_fields_the_verb_takes() -> None:
 
 def test_verb_of_names_the_flow_verbs_and_the_control_verbs() -> None:
     assert provisioning.verb_of(states.DEPLOY) is catalog.VERBS[states.DEPLOY][1]
-    assert provisioning.verb_of(states.DEPLOY).fields == {"deploy_steps", "configdrive"}
-    assert provisioning.verb_of(states.CLEAN).requires == "clean_steps"
+    assert provisioning.verb_of(states.DEPLOY).fields == {
+        request_fields.DEPLOY_STEPS,
+        request_fields.CONFIGDRIVE,
+    }
+    assert provisioning.verb_of(states.CLEAN).requires is request_fields.CLEAN_STEPS
     abort = provisioning.verb_of(states.ABORT)
     unhold = provisioning.verb_of(states.UNHOLD)
     assert (abort.name, abort.since, abort.clears_last_error) == (states.ABORT, (1, 13), False)

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from metalforge import states
 from metalforge.api import node_view
 from metalforge.conductor import stepflow
-from metalforge.conductor.flows import catalog
+from metalforge.conductor.flows import catalog, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.service import HANDLERS
 from metalforge.config import ConductorSettings
@@ -108,12 +108,26 @@ def test_timeouts_name_real_settings_and_step_flows_have_one() -> None:
             assert spec.timeout(settings) > 0
 
 
-def test_verb_fields_are_request_fields() -> None:
-    known = {f.name for f in dataclasses.fields(FlowRequest)}
-    for spec in catalog.SPECS:
-        for verb in spec.verbs:
-            assert verb.fields <= known, verb.name
-            assert verb.requires is None or verb.requires in verb.fields
+def test_every_optional_request_field_is_declared_once_with_its_messages() -> None:
+    """A ``FlowRequest`` field without a declaration would be accepted by every verb."""
+    always = {"verb", "target", "given", "manage_boot"}
+    request = {f.name for f in dataclasses.fields(FlowRequest)} - always
+    declared = [field.name for field in request_fields.ALL]
+    assert sorted(declared) == sorted(request)
+    for field in request_fields.ALL:
+        assert field.misplaced, field.name
+        assert field.since is not None or not field.since_checked_for_every_verb, field.name
+
+
+def test_verb_fields_are_declared_and_a_required_one_has_its_message() -> None:
+    verbs = [verb for spec in catalog.SPECS for verb in spec.verbs]
+    for verb in [*verbs, *provisioning.CONTROL_VERBS.values()]:
+        assert verb.fields <= set(request_fields.ALL), verb.name
+        if verb.requires is not None:
+            assert verb.requires in verb.fields, verb.name
+            assert verb.requires.missing is not None, verb.name
+    required = {verb.requires for verb in verbs if verb.requires is not None}
+    assert {f for f in request_fields.ALL if f.missing is not None} == required
 
 
 def test_allocation_matching_is_declared_and_its_takeover_setting_is_real() -> None:

@@ -12,8 +12,11 @@ from __future__ import annotations
 from metalforge import states
 from metalforge.conductor import transitions
 from metalforge.conductor.flows import catalog
-from metalforge.conductor.flows.spec import Admission, Intent, Verb
+from metalforge.conductor.flows.request_fields import ALL
+from metalforge.conductor.flows.request_fields import CONFIGDRIVE as CONFIGDRIVE
+from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.flows.spec import FlowRequest as FlowRequest
+from metalforge.conductor.flows.spec import Verb as Verb
 from metalforge.db import flow_progress, queue
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, conflict
@@ -21,27 +24,8 @@ from metalforge.services import fencing, lookup
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version, fmt
 
-MISPLACED_FIELD = {
-    "clean_steps": '"clean_steps" is only valid when setting target provision state to '
-    f"{states.CLEAN}",
-    "deploy_steps": '"deploy_steps" is only valid when setting target provision '
-    f"state to {states.DEPLOY} or {states.REBUILD}",
-    "service_steps": '"service_steps" is only valid with the service target',
-    "disable_ramdisk": '"disable_ramdisk" can only be used with the clean and service targets',
-    "configdrive": "Adding a config drive is only supported when setting provision "
-    f"state to {states.DEPLOY} or {states.REBUILD}",
-    "rescue_password": '"rescue_password" is only valid with the rescue target',
-}
-"""What a request is told when it gives a field its verb does not take."""
-
-MISSING_FIELD = {
-    "clean_steps": '"clean_steps" is required when setting target provision state to '
-    f"{states.CLEAN}",
-    "service_steps": '"service_steps" is required when setting target provision state to '
-    f"{states.SERVICE}",
-    "rescue_password": 'A non-empty "rescue_password" is required when setting target '
-    "provision state to rescue",
-}
+REQUEST_FIELDS = ALL
+"""Every optional field of a provision request (the route checks versions and policy)."""
 
 CONTROL_VERBS: dict[str, Verb] = {
     states.ABORT: Verb(states.ABORT, since=(1, 13), clears_last_error=False),
@@ -56,25 +40,25 @@ def verb_of(verb: str) -> Verb:
     return found[1] if found is not None else CONTROL_VERBS[verb]
 
 
-def check_fields(request: FlowRequest) -> None:
-    """Refuse fields the verb does not take and a missing field it requires."""
-    verb = verb_of(request.verb)
-    for name in MISPLACED_FIELD:
-        if name in request.given and name not in verb.fields:
-            raise bad_request(MISPLACED_FIELD[name])
-    if verb.requires is not None and not getattr(request, verb.requires):
-        raise bad_request(MISSING_FIELD[verb.requires])
+def check_fields(request: FlowRequest, verb: Verb) -> None:
+    """Refuse fields ``verb`` (the request's) does not take and a missing field it requires."""
+    for field in REQUEST_FIELDS:
+        if field.name in request.given and field not in verb.fields:
+            raise bad_request(field.misplaced)
+    required = verb.requires
+    if required is not None and not getattr(request, required.name):
+        raise bad_request(required.missing or f'"{required.name}" is required')
 
 
 def start(
     svc: Services, ident: str, version: Version, request: FlowRequest, actor: str | None
 ) -> str:
     """Start (or abort, or unhold) the node's flow; returns the node's UUID."""
-    check_fields(request)
+    verb = verb_of(request.verb)
+    check_fields(request, verb)
     with svc.db.write() as session:
         node = lookup.load_node(session, ident, version)
         fencing.check_unlocked(session, node)
-        verb = verb_of(request.verb)
         admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
         for guard in verb.guards:
             guard(admission)

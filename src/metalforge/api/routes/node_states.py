@@ -76,27 +76,29 @@ def _location(request: Request, node_uuid: str) -> dict[str, str]:
     return {"Location": f"{base_url(request)}/v1/nodes/{node_uuid}/states"}
 
 
-def _canonical_verb(target: str, version: Version) -> str:
-    verb = states.VERB_ALIASES.get(target, target)
+def _canonical_verb(target: str, version: Version) -> provisioning.Verb:
+    name = states.VERB_ALIASES.get(target, target)
     if target == "deploy" and version < (1, 73):
         raise not_acceptable(f"The deploy verb needs API version 1.73; requested {fmt(version)}")
-    if verb not in states.VERBS:
+    if name not in states.VERBS:
         raise bad_request(f"Invalid provision state target: {target}")
-    if version < provisioning.verb_of(verb).since:
+    verb = provisioning.verb_of(name)
+    if version < verb.since:
         raise not_acceptable(f"The {target} verb is not available at API version {fmt(version)}")
     return verb
 
 
-def _check_field_versions(body: ProvisionRequest, verb: str, version: Version) -> None:
-    """The microversion each provision field needs (where the verb takes it); no runbooks."""
+def _check_field_versions(
+    body: ProvisionRequest, verb: provisioning.Verb, version: Version
+) -> None:
+    """The microversion each provision field needs (where it applies); no runbooks."""
     given = body.model_fields_set
-    if "deploy_steps" in given and version < (1, 69):
-        raise not_acceptable(f"deploy_steps is not available at API version {fmt(version)}")
-    takes_ramdisk_flag = verb in (states.CLEAN, states.SERVICE)
-    if "disable_ramdisk" in given and takes_ramdisk_flag and version < (1, 70):
-        raise not_acceptable(f"disable_ramdisk is not available at API version {fmt(version)}")
-    if body.configdrive is not None and verb in (states.DEPLOY, states.REBUILD):
-        _check_configdrive(body.configdrive, verb, version)
+    for field in provisioning.REQUEST_FIELDS:
+        applies = field.since_checked_for_every_verb or field in verb.fields
+        if field.since is not None and field.name in given and applies and version < field.since:
+            raise not_acceptable(f"{field.name} is not available at API version {fmt(version)}")
+    if body.configdrive is not None and provisioning.CONFIGDRIVE in verb.fields:
+        _check_configdrive(body.configdrive, verb.name, version)
     if body.runbook is not None:
         raise bad_request("Runbooks are not supported by this service")
 
@@ -127,7 +129,7 @@ def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.Flow
     if body.configdrive is None:
         given.discard("configdrive")
     return provisioning.FlowRequest(
-        verb=verb,
+        verb=verb.name,
         target=body.target,
         given=frozenset(given),
         clean_steps=tuple(s.model_dump(exclude_none=True) for s in body.clean_steps or []),
@@ -152,10 +154,9 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
     version = request_version(request)
     flow_request = _flow_request(body, version)
     target = node_access(request).target
-    if body.clean_steps:
-        require(request, "baremetal:node:set_provision_state:clean_steps", target)
-    if body.service_steps:
-        require(request, "baremetal:node:set_provision_state:service_steps", target)
+    for field in provisioning.REQUEST_FIELDS:
+        if field.rule is not None and getattr(body, field.name):
+            require(request, field.rule, target)
     svc = services(request)
     uuid = provisioning.start(svc, node_ident, version, flow_request, actor(request))
     return Response(status_code=202, headers=_location(request, uuid))

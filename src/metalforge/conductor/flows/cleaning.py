@@ -12,6 +12,7 @@ import datetime as dt
 
 from metalforge import states
 from metalforge.conductor import history, stepflow, steps
+from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
@@ -205,8 +206,8 @@ SPEC = FlowSpec(
         Verb(
             states.CLEAN,
             since=(1, 15),
-            fields=frozenset({"clean_steps", "disable_ramdisk"}),
-            requires="clean_steps",
+            fields=frozenset({fields.CLEAN_STEPS, fields.DISABLE_RAMDISK}),
+            requires=fields.CLEAN_STEPS,
             checks=(_out_of_maintenance, _check_requested_steps),
             intent=_manual_intent,
         ),

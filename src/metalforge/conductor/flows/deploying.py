@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from metalforge import states
 from metalforge.conductor import deploy_plan, stepflow, steps
+from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import warn_unknown_overrides
 from metalforge.conductor.flows.guards import not_in_maintenance, not_protected
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
@@ -74,7 +75,7 @@ def _intent(admission: Admission) -> Intent:
     )
 
 
-_FIELDS = frozenset({"deploy_steps", "configdrive"})
+_FIELDS = frozenset({fields.DEPLOY_STEPS, fields.CONFIGDRIVE})
 
 SPEC = FlowSpec(
     name="deploy",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
+from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
@@ -66,8 +67,8 @@ SPEC = FlowSpec(
         Verb(
             states.RESCUE_VERB,
             since=(1, 38),
-            fields=frozenset({"rescue_password"}),
-            requires="rescue_password",
+            fields=frozenset({fields.RESCUE_PASSWORD}),
+            requires=fields.RESCUE_PASSWORD,
             checks=(_supported,),
             intent=_intent,
             clears_last_error=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from metalforge import states
 from metalforge.conductor import stepflow, steps
+from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import deploy_interface
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
@@ -46,8 +47,8 @@ SPEC = FlowSpec(
         Verb(
             states.SERVICE,
             since=(1, 87),
-            fields=frozenset({"service_steps", "disable_ramdisk"}),
-            requires="service_steps",
+            fields=frozenset({fields.SERVICE_STEPS, fields.DISABLE_RAMDISK}),
+            requires=fields.SERVICE_STEPS,
             intent=_intent,
         ),
     ),

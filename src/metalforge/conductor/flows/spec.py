@@ -20,6 +20,7 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.flows.request_fields import RequestField
 from metalforge.conductor.stepflow import StepFlow
 from metalforge.conductor.task import NodeTask
 from metalforge.config import ConductorSettings
@@ -96,9 +97,9 @@ class Verb:
     name: str
     since: tuple[int, int] = (1, 1)
     """The API microversion that introduced the verb."""
-    fields: frozenset[str] = frozenset()
+    fields: frozenset[RequestField] = frozenset()
     """Request fields the verb takes; any other given field is refused."""
-    requires: str | None = None
+    requires: RequestField | None = None
     """A field that must be given and not empty."""
     guards: tuple[Check, ...] = ()
     """Checks of the node itself, made before the state table is consulted."""
