@@ -7,6 +7,7 @@ ours produces today, the way an older release or a bug might have left them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from sqlalchemy import delete, select, update
 
 from metalforge import cli
-from metalforge.conductor import service as service_module
+from metalforge.conductor import node_work
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.models import Allocation, FlowProgressRow, Node, WorkItem
@@ -152,6 +153,32 @@ def test_an_unreadable_request_is_dead_lettered_and_others_move(
         cli.main(["--config", str(config), "work", "replay", str(dead_id)])
 
 
+@pytest.mark.parametrize(
+    "payload",
+    ['{"target": 5}', '{"timeout": 3}', '{"target": "power on", "timeout": "soon"}', "[]"],
+)
+def test_a_payload_that_does_not_fit_its_kind_is_dead_lettered_before_it_runs(
+    buggy_stack: Stack, payload: str
+) -> None:
+    """Valid JSON of the wrong shape (written by other code or an older version) fails the
+    request it was for, as an unreadable one does, and never runs half-read."""
+    client = buggy_stack.client
+    node = make_available(client)
+    item_id = _insert_item(buggy_stack, "power", node["uuid"], payload)
+
+    def dead() -> WorkItem | None:
+        with buggy_stack.db.read() as session:
+            item = session.get(WorkItem, item_id)
+            return item if item is not None and item.state == queue.DEAD else None
+
+    item = wait_until("the item to be dead-lettered", dead)
+    assert "its request could not be read" in (item.last_error or "")
+    shown = client.get(f"/v1/nodes/{node['uuid']}", headers=LATEST).json()
+    assert "Gave up on the power request" in shown["last_error"]
+    assert shown["power_state"] == node["power_state"]
+    assert shown["reservation"] is None
+
+
 def test_an_item_past_its_failure_budget_fails_the_flow(buggy_stack: Stack) -> None:
     client = buggy_stack.client
     node = create_node(client)
@@ -215,10 +242,11 @@ def test_a_failed_release_gives_the_reservation_back(
     client = buggy_stack.client
     node = make_available(client)
 
-    def unsavable(task: NodeTask, payload: dict[str, object]) -> None:
+    def unsavable(task: NodeTask, change: node_work.PowerChange) -> None:
         task.node.name = object()  # type: ignore[assignment]  # no database stores this
 
-    monkeypatch.setitem(service_module.HANDLERS, "power", unsavable)
+    broken = dataclasses.replace(node_work.POWER, run=unsavable)
+    monkeypatch.setattr(node_work, "BY_KIND", {**node_work.BY_KIND, "power": broken})
     response = client.put(
         f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
     )

@@ -18,7 +18,7 @@ from metalforge.api import node_view
 from metalforge.conductor import stepflow
 from metalforge.conductor.flows import catalog, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
-from metalforge.conductor.service import HANDLERS
+from metalforge.conductor.node_work import BY_KIND as NODE_WORK
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
@@ -133,7 +133,7 @@ def test_verb_fields_are_declared_and_a_required_one_has_its_message() -> None:
 def test_allocation_matching_is_declared_and_its_takeover_setting_is_real() -> None:
     flow = catalog.DETACHED["allocation"]
     assert flow.work_kind == "allocation"
-    assert flow.work_kind not in HANDLERS, "one kind, one way to run it"
+    assert flow.work_kind not in NODE_WORK, "one kind, one way to run it"
     assert dict(flow.states) == {"allocating": "busy", "active": "stable", "error": "failure"}
     assert flow.adopt_interval(ConductorSettings()) > 0
     assert flow.adopt_interval(ConductorSettings(allocation_takeover_interval=0)) == 0

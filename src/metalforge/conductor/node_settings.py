@@ -12,21 +12,33 @@ is never touched).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
+from metalforge.conductor.work import NodeWork
 from metalforge.drivers.base import ConsoleInterface, DriverError, ManagementInterface, Unsupported
 
 LOG = logging.getLogger(__name__)
 
-CONSOLE = "console"
-BOOT_MODE = "boot_mode"
-SECURE_BOOT = "secure_boot"
-KINDS = frozenset({CONSOLE, BOOT_MODE, SECURE_BOOT})
-"""Work item kinds: each fails alone (``fail``), never the node's flow."""
+
+@dataclass(frozen=True)
+class ConsoleChange:
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class BootModeChange:
+    mode: str
+
+
+@dataclass(frozen=True)
+class SecureBootChange:
+    enabled: bool
 
 
 def fail(task: NodeTask, message: str) -> None:
+    """A setting's change fails alone, never the node's flow."""
     task.node.last_error = message
     task.record("management", message, history.ERROR)
 
@@ -38,8 +50,8 @@ def _management(task: NodeTask) -> ManagementInterface:
     return iface
 
 
-def run_console(task: NodeTask, payload: dict[str, object]) -> None:
-    enabled = bool(payload["enabled"])
+def run_console(task: NodeTask, change: ConsoleChange) -> None:
+    enabled = change.enabled
     node = task.node
     doing = "enabling" if enabled else "disabling"
     try:
@@ -61,8 +73,8 @@ def run_console(task: NodeTask, payload: dict[str, object]) -> None:
     task.record("console", f"console {'enabled' if enabled else 'disabled'}")
 
 
-def run_boot_mode(task: NodeTask, payload: dict[str, object]) -> None:
-    mode = str(payload["mode"])
+def run_boot_mode(task: NodeTask, change: BootModeChange) -> None:
+    mode = change.mode
     try:
         iface = _management(task)
         iface.validate(task)
@@ -80,8 +92,8 @@ def run_boot_mode(task: NodeTask, payload: dict[str, object]) -> None:
     task.record("management", f"boot mode set to {mode}")
 
 
-def run_secure_boot(task: NodeTask, payload: dict[str, object]) -> None:
-    enabled = bool(payload["enabled"])
+def run_secure_boot(task: NodeTask, change: SecureBootChange) -> None:
+    enabled = change.enabled
     try:
         iface = _management(task)
         iface.validate(task)
@@ -97,3 +109,10 @@ def run_secure_boot(task: NodeTask, payload: dict[str, object]) -> None:
         return
     task.node.secure_boot = enabled
     task.record("management", f"secure boot turned {'on' if enabled else 'off'}")
+
+
+CONSOLE: NodeWork[ConsoleChange] = NodeWork("console", ConsoleChange, run_console, fail)
+BOOT_MODE: NodeWork[BootModeChange] = NodeWork("boot_mode", BootModeChange, run_boot_mode, fail)
+SECURE_BOOT: NodeWork[SecureBootChange] = NodeWork(
+    "secure_boot", SecureBootChange, run_secure_boot, fail
+)

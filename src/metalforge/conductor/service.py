@@ -24,16 +24,9 @@ from sqlalchemy import String, cast, exists, literal, select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import (
-    history,
-    housekeeping,
-    inspection_sweeps,
-    node_settings,
-    power_sync,
-    vendor,
-)
+from metalforge.conductor import history, housekeeping, inspection_sweeps, node_work, power_sync
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.flows import catalog, engine, inspection
+from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.conductor.leadership import Leadership, build_elector
 from metalforge.conductor.task import (
@@ -50,6 +43,7 @@ from metalforge.conductor.task import (
     note_unheld_failure,
     unlock,
 )
+from metalforge.conductor.work import NodeWork, PayloadError
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
 from metalforge.drivers import failures
@@ -65,50 +59,6 @@ class HostnameInUse(RuntimeError):
 
 LOCKED_RETRY_DELAY = 0.2
 """Seconds before retrying an item whose node another conductor holds."""
-
-
-def _run_power(task: NodeTask, payload: dict[str, object]) -> None:
-    timeout = payload.get("timeout")
-    engine.set_power(task, str(payload["target"]), int(str(timeout)) if timeout else None)
-
-
-def _run_provision(task: NodeTask, payload: dict[str, object]) -> None:
-    engine.advance(task)
-
-
-def _run_abort(task: NodeTask, payload: dict[str, object]) -> None:
-    engine.abort(task)
-    engine.advance(task)
-
-
-def _fail_request(task: NodeTask, kind: str, message: str) -> None:
-    """What a request that failed unexpectedly leaves: a power change or a setting's
-    change fails alone, a vendor call is only recorded, a provision request (or abort)
-    fails the node's flow."""
-    if kind in node_settings.KINDS:
-        node_settings.fail(task, message)
-        return
-    if kind == vendor.WORK_KIND:
-        vendor.fail(task, message)
-        return
-    if kind == "power":
-        task.node.target_power_state = None
-        task.node.last_error = message
-        task.record("power", message, history.ERROR)
-        return
-    engine.fail_flow(task, message)
-
-
-HANDLERS: dict[str, Callable[[NodeTask, dict[str, object]], None]] = {
-    queue.PROVISION: _run_provision,
-    "power": _run_power,
-    "abort": _run_abort,
-    node_settings.CONSOLE: node_settings.run_console,
-    node_settings.BOOT_MODE: node_settings.run_boot_mode,
-    node_settings.SECURE_BOOT: node_settings.run_secure_boot,
-    inspection.WORK_KIND: inspection.run_event,
-    vendor.WORK_KIND: vendor.run,
-}
 
 
 class ConductorService:
@@ -443,7 +393,7 @@ class ConductorService:
         host = self.ctx.hostname
         ready: list[tuple[queue.ClaimedItem, dict[str, Any] | None]] = []
         for item in sorted(items, key=lambda i: (i.node_id or 0, i.id)):
-            if item.kind not in HANDLERS or item.node_id is None:
+            if item.kind not in node_work.BY_KIND or item.node_id is None:
                 ready.append((item, None))  # run_item reports it
                 continue
             try:
@@ -459,7 +409,7 @@ class ConductorService:
         (as the inspection design asks), then dropped; any other item is done at once."""
         host = self.ctx.hostname
         limit = self.ctx.settings.work_item_max_failures
-        if item.kind != inspection.WORK_KIND:
+        if item.kind != node_work.INSPECTION.kind:
             queue.finish(session, item.id, host)
         elif item.failures + 1 < limit:
             delay = float(2 ** min(item.failures + 1, 6))
@@ -533,19 +483,24 @@ class ConductorService:
         if detached is not None:
             self._run_detached(detached, item)
             return
-        handler = HANDLERS.get(item.kind)
-        if handler is None or item.node_id is None:
+        work = node_work.BY_KIND.get(item.kind)
+        if work is None or item.node_id is None:
             self._bury(item, f"unknown work kind {item.kind!r}")
+            return
+        try:
+            payload = work.read(item.payload)
+        except PayloadError as exc:
+            self._give_up(item, locked, f"its request could not be read ({exc})")
             return
         try:
             with acquire(self.ctx, item.node_id, item.kind, locked=locked) as task:
                 task.on_release(lambda session: queue.finish(session, item.id, host))
                 try:
-                    handler(task, item.payload)
+                    work.run(task, payload)
                 except (Interrupted, LockLost, NodeGone):
                     raise
                 except Exception as exc:
-                    self._handle_bug(task, item, exc)
+                    self._handle_bug(task, work, item, exc)
         except NodeLocked:
             with self.ctx.db.write() as session:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
@@ -576,14 +531,15 @@ class ConductorService:
             detached.give_up(self.ctx, item, message)
             self._bury(item, message)
             return
-        if item.node_id is None:
+        work = node_work.BY_KIND.get(item.kind)
+        if item.node_id is None or work is None:
             self._bury(item, message)
             return
         host = self.ctx.hostname
         try:
             with acquire(self.ctx, item.node_id, item.kind, locked=locked) as task:
                 task.on_release(lambda session: queue.bury(session, item.id, host, message))
-                _fail_request(task, item.kind, message)
+                work.on_give_up(task, message)
         except NodeLocked:
             with self.ctx.db.write() as session:
                 queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
@@ -624,7 +580,9 @@ class ConductorService:
         with self.ctx.db.write() as session:
             queue.finish(session, item.id, self.ctx.hostname, error=error)
 
-    def _handle_bug(self, task: NodeTask, item: queue.ClaimedItem, exc: Exception) -> None:
+    def _handle_bug(
+        self, task: NodeTask, work: NodeWork[Any], item: queue.ClaimedItem, exc: Exception
+    ) -> None:
         """An unexpected error in a handler fails the node's flow at once, like a failed step.
 
         Running it again would most likely fail the same way, with the node
@@ -634,7 +592,7 @@ class ConductorService:
         message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
         if task.released:
             return  # the flow already let go of the node; nothing more to undo here
-        _fail_request(task, item.kind, message)
+        work.on_give_up(task, message)
 
     # -- takeover --------------------------------------------------------
     def take_over(self) -> int:

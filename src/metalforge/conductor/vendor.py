@@ -11,22 +11,26 @@ its flow or ``last_error``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
+from metalforge.conductor.work import NodeWork
 from metalforge.drivers.base import DriverError, VendorInterface
 
-WORK_KIND = "vendor"
 EVENT_TYPE = "vendor"
 _SHOWN = 200
 """Characters of a return value kept in the history entry."""
 
 
-def payload(method: str, http_method: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """The work item's payload for one call."""
-    return {"method": method, "http_method": http_method, "args": dict(args)}
+@dataclass(frozen=True)
+class VendorCall:
+    """One accepted call of a node's vendor method."""
+
+    method: str
+    http_method: str
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 def _shown(value: Any) -> str:
@@ -34,11 +38,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
 
 
-def run(task: NodeTask, item: dict[str, object]) -> None:
+def run(task: NodeTask, call: VendorCall) -> None:
     """Run the queued vendor method on ``task.node``; record what came of it."""
-    method, verb = str(item.get("method")), str(item.get("http_method"))
-    raw_args = item.get("args")
-    args: Mapping[str, Any] = raw_args if isinstance(raw_args, dict) else {}
+    method, verb, args = call.method, call.http_method, call.args
     vendor = task.interface("vendor")
     decl = vendor.node_methods().get(method) if isinstance(vendor, VendorInterface) else None
     if not isinstance(vendor, VendorInterface) or decl is None:
@@ -56,3 +58,6 @@ def run(task: NodeTask, item: dict[str, object]) -> None:
 def fail(task: NodeTask, message: str) -> None:
     """A vendor call that could not run or broke: said in the node's history, nothing else."""
     task.record(EVENT_TYPE, message, history.ERROR)
+
+
+CALL: NodeWork[VendorCall] = NodeWork("vendor", VendorCall, run, fail)

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from metalforge.conductor import node_work
 from metalforge.conductor.flows import catalog
-from metalforge.db import agent_sessions, queue
+from metalforge.conductor.work import NoPayload
+from metalforge.db import agent_sessions
 from metalforge.db.models import Node, node_from_row
 from metalforge.errors import bad_request, not_found
 from metalforge.services import lookup
@@ -90,6 +92,6 @@ def heartbeat(
             raise bad_request(str(exc)) from None
         woke = row.provision_state in catalog.AGENT_WAKE_STATES
         if woke:
-            svc.queue_for(session, row, queue.PROVISION)
+            svc.queue_for(session, row, node_work.PROVISION, NoPayload())
     if woke:
         svc.notify()

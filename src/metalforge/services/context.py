@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.hashring import HashRing as HashRing
+from metalforge.conductor.work import NodeWork, P
 from metalforge.config import Settings
 from metalforge.db import queue
 from metalforge.db.engine import Database
@@ -58,12 +59,10 @@ class Services:
 
         return owner
 
-    def queue_for(
-        self, session: Session, node: QueuedNode, kind: str, payload: dict[str, Any] | None = None
-    ) -> None:
-        """Queue ``kind`` work for ``node`` in the caller's transaction, for its ring owner."""
+    def queue_for(self, session: Session, node: QueuedNode, work: NodeWork[P], payload: P) -> None:
+        """Queue ``work`` for ``node`` in the caller's transaction, for its ring owner."""
         owner = self.preferred_conductor(node.uuid, node.driver, node.conductor_group)
-        if kind == queue.PROVISION:
+        if work.kind == queue.PROVISION:
             queue.enqueue_provision(session, node.id, preferred_owner=owner)
         else:
-            queue.enqueue(session, kind, node.id, payload, preferred_owner=owner)
+            queue.enqueue(session, work.kind, node.id, work.payload(payload), preferred_owner=owner)

@@ -19,7 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from metalforge import states
-from metalforge.conductor.node_settings import BOOT_MODE, CONSOLE, SECURE_BOOT
+from metalforge.conductor.node_settings import (
+    BOOT_MODE,
+    CONSOLE,
+    SECURE_BOOT,
+    BootModeChange,
+    ConsoleChange,
+    SecureBootChange,
+)
+from metalforge.conductor.work import NodeWork, P
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     ConsoleInterface,
@@ -79,7 +87,7 @@ def request_console(
             return node.uuid
         fencing.check_unlocked(session, node)
         fencing.update_node(session, node, {"last_error": None}, race=fencing.REQUEST_RACED)
-        svc.queue_for(session, node, CONSOLE, {"enabled": enabled})
+        svc.queue_for(session, node, CONSOLE, ConsoleChange(enabled))
         verb = "start" if enabled else "stop"
         fencing.record(session, node, "console", f"console {verb} requested", actor)
     svc.notify()
@@ -90,8 +98,8 @@ def _request_firmware_change(
     svc: Services,
     ident: str,
     version: Version,
-    kind: str,
-    payload: dict[str, Any],
+    work: NodeWork[P],
+    payload: P,
     note: str,
     actor: str | None,
 ) -> str:
@@ -109,7 +117,7 @@ def _request_firmware_change(
             raise bad_request(str(Unsupported(node.driver, "management")))
         _validated(node, iface.validate)
         fencing.update_node(session, node, {"last_error": None}, race=fencing.REQUEST_RACED)
-        svc.queue_for(session, node, kind, payload)
+        svc.queue_for(session, node, work, payload)
         fencing.record(session, node, "management", note, actor)
     svc.notify()
     return node.uuid
@@ -124,7 +132,7 @@ def request_boot_mode(
             f"{', '.join(BOOT_MODES)}"
         )
     return _request_firmware_change(
-        svc, ident, version, BOOT_MODE, {"mode": mode}, f"boot mode {mode} requested", actor
+        svc, ident, version, BOOT_MODE, BootModeChange(mode), f"boot mode {mode} requested", actor
     )
 
 
@@ -138,5 +146,5 @@ def request_secure_boot(
         )
     note = f"secure boot {'on' if enabled else 'off'} requested"
     return _request_firmware_change(
-        svc, ident, version, SECURE_BOOT, {"enabled": enabled}, note, actor
+        svc, ident, version, SECURE_BOOT, SecureBootChange(enabled), note, actor
     )

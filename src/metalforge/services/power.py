@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from metalforge.conductor import node_work
 from metalforge.conductor.flows import catalog
 from metalforge.drivers import base as drivers_base
 from metalforge.errors import bad_request, conflict
@@ -45,7 +46,7 @@ def request_power(
         fencing.update_node(
             session, node, {"target_power_state": target_state}, race=fencing.REQUEST_RACED
         )
-        svc.queue_for(session, node, "power", {"target": target, "timeout": timeout})
+        svc.queue_for(session, node, node_work.POWER, node_work.PowerChange(target, timeout))
         fencing.record(session, node, "power", f"power {target} requested", actor)
     svc.notify()
     return node.uuid

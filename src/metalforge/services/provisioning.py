@@ -10,14 +10,15 @@ cannot be lost.
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import transitions
+from metalforge.conductor import node_work, transitions
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.request_fields import ALL
 from metalforge.conductor.flows.request_fields import CONFIGDRIVE as CONFIGDRIVE
 from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.flows.spec import FlowRequest as FlowRequest
 from metalforge.conductor.flows.spec import Verb as Verb
-from metalforge.db import flow_progress, queue
+from metalforge.conductor.work import NoPayload
+from metalforge.db import flow_progress
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, conflict
 from metalforge.services import fencing, lookup
@@ -86,7 +87,7 @@ def _abort(svc: Services, admission: Admission, version: Version, actor: str | N
         raise bad_request(
             f'Aborting in state "{node.provision_state}" needs API version {fmt(needed)} or newer'
         )
-    svc.queue_for(admission.session, node, "abort")
+    svc.queue_for(admission.session, node, node_work.ABORT, NoPayload())
     fencing.record(admission.session, node, "provisioning", "abort requested", actor)
 
 
@@ -109,4 +110,4 @@ def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) ->
     if intent.writes is not None:
         intent.writes(admission.session)
     if states.STATES[node.provision_state].busy:
-        svc.queue_for(admission.session, node, queue.PROVISION)
+        svc.queue_for(admission.session, node, node_work.PROVISION, NoPayload())

@@ -196,8 +196,8 @@ def _queue(
         svc.queue_for(
             session,
             node,
-            conductor_vendor.WORK_KIND,
-            conductor_vendor.payload(decl.name, http_method, args),
+            conductor_vendor.CALL,
+            conductor_vendor.VendorCall(decl.name, http_method, dict(args)),
         )
         fencing.record(
             session,

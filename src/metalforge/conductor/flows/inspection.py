@@ -28,9 +28,11 @@ inspection is stale and changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid as uuidlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -54,9 +56,22 @@ WORK_KIND = "inspection"
 ABORTED = "Canceled by operator"
 
 
-def event_payload(event: str, record: Record) -> dict[str, Any]:
-    """A work item's payload: the event, for the inspection it was queued for."""
-    return {"event": event, "generation": record.generation}
+@dataclass(frozen=True)
+class InspectionEvent:
+    """An ``inspection`` work item's payload: the event, for the inspection it was
+    queued for (its record's generation)."""
+
+    event: str
+    generation: int
+
+
+def event(name: str, record: Record) -> InspectionEvent:
+    return InspectionEvent(name, record.generation)
+
+
+def event_payload(name: str, record: Record) -> dict[str, Any]:
+    """The stored form of ``event`` (for items queued with a key or a delay)."""
+    return dataclasses.asdict(event(name, record))
 
 
 def timeout_key(record: Record) -> str:
@@ -231,21 +246,21 @@ def _wait_for_report(task: NodeTask, iface: InspectInterface, record: Record) ->
 
 
 # -- events ------------------------------------------------------------------
-def run_event(task: NodeTask, payload: dict[str, object]) -> None:
+def run_event(task: NodeTask, queued: InspectionEvent) -> None:
     """Apply the introspection event a work item carries (continue, timeout, reapply)."""
-    event = payload.get("event")
+    name = queued.event
     record = _record(task)
-    if record is None or payload.get("generation") != record.generation:
-        task.record("inspection", f"a {event} for an earlier inspection was dropped")
+    if record is None or queued.generation != record.generation:
+        task.record("inspection", f"a {name} for an earlier inspection was dropped")
         return
-    if event == ins.CONTINUE:
+    if name == ins.CONTINUE:
         _continue(task, record)
-    elif event == ins.TIMEOUT:
+    elif name == ins.TIMEOUT:
         _timeout(task, record)
-    elif event == ins.REAPPLY:
+    elif name == ins.REAPPLY:
         _reapply(task, record)
     else:
-        raise ValueError(f"unknown introspection event {event!r}")
+        raise ValueError(f"unknown introspection event {name!r}")
 
 
 def _continue(task: NodeTask, record: Record) -> None:
