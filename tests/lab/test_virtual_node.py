@@ -182,16 +182,13 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
     node = env.lab.nodes[0]
     node_uuid = _enrol_in_clean_wait(env.stack, node)
     _set_boot(node, "Pxe")
-    powered_at = time.monotonic()
     _reset(node, "On")
     env.lab.wait_for(lambda: node.status == AGENT, 10, "agent start")
 
     agent = _wait(lambda: _agent_session(env.stack), 60, "the agent's heartbeat")
-    heartbeat_after = time.monotonic() - powered_at
     assert agent["agent_url"] == f"https://{node.address}:9999"
     assert agent["agent_version"] == "13.0.0"
     assert agent["verify_ca"].startswith("-----BEGIN CERTIFICATE-----")
-    assert heartbeat_after < 20, f"first heartbeat {heartbeat_after:.1f} s after power-on"
     assert node.agent is not None
     log = node.agent.log_path.read_text()
     assert f"addresses={node.mac.replace(':', '%3A')}" in log or node.mac in log

@@ -28,7 +28,6 @@ and the last heartbeat.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -335,8 +334,8 @@ class AgentDeploy(DeployInterface):
             return False
         try:
             command = client.run("standby.power_off", {})
-            deadline = time.monotonic() + task.settings.agent_power_off_timeout
-            while time.monotonic() < deadline:
+            deadline = task.now() + task.settings.agent_power_off_timeout
+            while task.now() < deadline:
                 if power.get_power_state(task) == POWER_OFF:
                     return True
                 try:

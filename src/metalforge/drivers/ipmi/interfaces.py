@@ -24,7 +24,6 @@ wait sees both edges.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from metalforge.drivers.base import (
@@ -88,7 +87,7 @@ class IpmiPower(_IpmiInterface, PowerInterface):
 
     def set_power_state(self, task: DriverTask, target: str, timeout: int | None = None) -> None:
         settings = parse_settings(task.node)
-        deadline = time.monotonic() + (timeout or settings.power_timeout)
+        deadline = task.now() + (timeout or settings.power_timeout)
         if target == POWER_ON:
             self._switch(task, settings, protocol.POWER_ON, True, target, deadline)
         elif target == POWER_OFF:
@@ -120,7 +119,7 @@ class IpmiPower(_IpmiInterface, PowerInterface):
             now_powered = self._call(task, settings, protocol.chassis_powered)
             if now_powered == powered:
                 return
-            remaining = deadline - time.monotonic()
+            remaining = deadline - task.now()
             if remaining <= 0:
                 reported = POWER_ON if now_powered else POWER_OFF
                 wanted = POWER_ON if powered else POWER_OFF

@@ -14,7 +14,6 @@ reboot is done once the BMC accepted it and reports ``On``.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import sushy
@@ -72,13 +71,13 @@ def _reset_for(target: str, current: Any) -> Any | None:
 def wait_for_power(task: DriverTask, system: Any, wanted: str, timeout: float, doing: str) -> None:
     """Poll ``system`` until it reports ``wanted`` (power on/off) or ``timeout`` expires."""
     final = _FINAL[wanted]
-    deadline = time.monotonic() + timeout
+    deadline = task.now() + timeout
     delay = POLL_FIRST
     while True:
         system.refresh()
         if system.power_state == final:
             return
-        remaining = deadline - time.monotonic()
+        remaining = deadline - task.now()
         if remaining <= 0:
             raise DriverError(
                 f"Timed out after {timeout:g} s waiting for the node to reach {wanted!r} "
