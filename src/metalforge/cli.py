@@ -29,7 +29,8 @@ from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
-from metalforge.conductor.service import ConductorService, HostnameInUse
+from metalforge.conductor.registration import HostnameInUse
+from metalforge.conductor.service import ConductorService
 from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue

@@ -24,14 +24,14 @@ def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(
         assert provision(stack.client, node["uuid"], "manage").status_code == 202
         # The dispatcher's last round: it claims the item and reserves the node just
         # as the stop begins, before any worker has picked the item up.
-        claim = conductor._lock_claimed
+        claim = conductor.dispatcher._lock_claimed
 
         def claimed_as_the_stop_begins(*args: Any) -> Any:
             ready = claim(*args)
             conductor.ctx.stopping.set()
             return ready
 
-        monkeypatch.setattr(conductor, "_lock_claimed", claimed_as_the_stop_begins)
+        monkeypatch.setattr(conductor.dispatcher, "_lock_claimed", claimed_as_the_stop_begins)
         assert conductor.dispatch_once() == 1
         # Nothing is left running: the stop does not wait out its bound for it.
         assert conductor.stop(timeout=30) is True

@@ -1,0 +1,142 @@
+"""The dispatcher: claim as many items as there are free workers, and start them.
+
+Claiming an item and reserving its node are one transaction (on SQLite the
+writes run one at a time, so each one saved is throughput). The dispatcher
+knows which items its workers run: the heartbeat renews only their leases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from metalforge.conductor import node_work, running
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.task import LIVE_CONDUCTORS, NodeGone, live_cutoff, lock
+from metalforge.db import queue
+from metalforge.errors import NodeLocked
+
+LOG = logging.getLogger(__name__)
+
+Claimed = tuple[queue.ClaimedItem, dict[str, Any] | None]
+"""An item with its node's row as reserved for it (``None``: it holds no node)."""
+
+
+class Dispatcher:
+    """Claims work for this conductor's workers; ``shutdown`` when the conductor stops."""
+
+    def __init__(self, ctx: ConductorContext) -> None:
+        self.ctx = ctx
+        self._pool = ThreadPoolExecutor(ctx.settings.workers, thread_name_prefix="conductor")
+        self._slots = threading.Semaphore(ctx.settings.workers)
+        self.lease = dt.timedelta(seconds=ctx.settings.lease_seconds)
+        self._running: set[int] = set()
+        self._running_lock = threading.Lock()
+
+    def running(self) -> list[int]:
+        """The items this conductor's workers are running now."""
+        with self._running_lock:
+            return list(self._running)
+
+    def shutdown(self) -> None:
+        # Not cancelled: an item handed over just before the stop may still wait
+        # for a worker, and it holds its node; it gives both back.
+        self._pool.shutdown(wait=False)
+
+    def loop(self) -> None:
+        while not self.ctx.stopping.is_set():
+            claimed = 0
+            try:
+                claimed = self.dispatch_once()
+            except Exception:
+                LOG.exception("claiming work failed")
+            if claimed == 0:
+                self.ctx.waker.wait(self.ctx.settings.poll_interval)
+
+    def dispatch_once(self) -> int:
+        """Claim as many items as there are free workers and start them."""
+        free = 0
+        while self._slots.acquire(blocking=False):
+            free += 1
+        if free == 0:
+            self._slots.acquire()
+            free = 1
+        if self.ctx.stopping.is_set():
+            # The stop began while this waited for a worker: claim nothing more.
+            for _ in range(free):
+                self._slots.release()
+            return 0
+        try:
+            with self.ctx.db.write() as session:
+                live = list(
+                    session.connection().scalars(
+                        LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(self.ctx)}
+                    )
+                )
+                items = queue.claim(
+                    session,
+                    self.ctx.hostname,
+                    limit=free,
+                    lease=self.lease,
+                    live_owners=live,
+                    affinity_grace=dt.timedelta(seconds=self.ctx.settings.affinity_grace),
+                )
+                ready = self._lock_claimed(session, items)
+        except BaseException:
+            for _ in range(free):
+                self._slots.release()
+            raise
+        for _ in range(free - len(ready)):
+            self._slots.release()
+        for item, node in ready:
+            with self._running_lock:
+                self._running.add(item.id)
+            try:
+                self._pool.submit(self._run_guarded, item, node)
+            except RuntimeError:
+                # The pool shut down (the stop began after the claim): give it back here.
+                self._run_guarded(item, node)
+        return len(items)
+
+    def _lock_claimed(self, session: Session, items: list[queue.ClaimedItem]) -> list[Claimed]:
+        """Reserve the node of each claimed item in the claiming transaction.
+
+        An item whose node is locked goes back to the queue and one whose node
+        is gone is finished, in the same transaction. Nodes are taken in id
+        order, so two conductors claiming at once cannot deadlock.
+        """
+        host = self.ctx.hostname
+        ready: list[Claimed] = []
+        for item in sorted(items, key=lambda i: (i.node_id or 0, i.id)):
+            if item.kind not in node_work.BY_KIND or item.node_id is None:
+                ready.append((item, None))  # run_item reports it
+                continue
+            try:
+                ready.append((item, lock(self.ctx, session, item.node_id)))
+            except NodeLocked:
+                queue.retry(session, item.id, host, running.LOCKED_RETRY_DELAY, count=False)
+            except NodeGone:
+                running.node_gone(self.ctx, session, item)
+        return ready
+
+    def _run_guarded(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
+        try:
+            if self.ctx.stopping.is_set():
+                running.give_back_unstarted(self.ctx, item, node)
+            else:
+                running.run_item(self.ctx, item, node)
+        except Exception as exc:
+            # Outside any step (the release itself, or a bug here): the item goes
+            # back counting one failure, so it cannot be held or retried for ever.
+            LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
+            running.let_go(self.ctx, item, f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._running_lock:
+                self._running.discard(item.id)
+            self._slots.release()
+            self.ctx.waker.notify()

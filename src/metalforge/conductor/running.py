@@ -1,0 +1,233 @@
+"""Running one claimed work item, and what happens when it cannot run.
+
+An item of a node's work kind (``node_work``) runs under the node's
+reservation; a detached flow's item (allocation matching) runs without one.
+A payload that cannot be read, or an item past its failure budget, is
+dead-lettered and what it was for is failed (``NodeWork.on_give_up``), so
+nothing waits on it for ever. An unexpected error fails what the request was
+for at once; an error outside any run gives the item back counting a
+failure, with a pause that grows with each.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from metalforge.conductor import node_work
+from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.flows import catalog
+from metalforge.conductor.flows.spec import DetachedFlow
+from metalforge.conductor.task import (
+    Interrupted,
+    LockLost,
+    NodeGone,
+    NodeTask,
+    acquire,
+    note_unheld_failure,
+    unlock,
+)
+from metalforge.conductor.work import NodeWork, PayloadError
+from metalforge.db import queue
+from metalforge.errors import NodeLocked
+from metalforge.redaction import scrub_message
+
+LOG = logging.getLogger(__name__)
+
+LOCKED_RETRY_DELAY = 0.2
+"""Seconds before retrying an item whose node another conductor holds."""
+
+
+def run_item(
+    ctx: ConductorContext, item: queue.ClaimedItem, locked: dict[str, Any] | None = None
+) -> None:
+    """Run ``item`` under its node's reservation (``locked``: already taken for it)."""
+    reason = _give_up_reason(ctx, item)
+    if reason is not None:
+        _give_up(ctx, item, locked, reason)
+        return
+    host = ctx.hostname
+    detached = catalog.DETACHED.get(item.kind)
+    if detached is not None:
+        _run_detached(ctx, detached, item)
+        return
+    work = node_work.BY_KIND.get(item.kind)
+    if work is None or item.node_id is None:
+        _bury(ctx, item, f"unknown work kind {item.kind!r}")
+        return
+    try:
+        payload = work.read(item.payload)
+    except PayloadError as exc:
+        _give_up(ctx, item, locked, f"its request could not be read ({exc})")
+        return
+    try:
+        with acquire(ctx, item.node_id, item.kind, locked=locked) as task:
+            task.on_release(lambda session: queue.finish(session, item.id, host))
+            try:
+                work.run(task, payload)
+            except (Interrupted, LockLost, NodeGone):
+                raise
+            except Exception as exc:
+                _handle_bug(ctx, task, work, item, exc)
+    except NodeLocked:
+        with ctx.db.write() as session:
+            queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
+    except NodeGone:
+        with ctx.db.write() as session:
+            node_gone(ctx, session, item)
+    except Interrupted:
+        with ctx.db.write() as session:
+            queue.retry(session, item.id, host, 0, count=False)
+    except LockLost as exc:
+        LOG.warning("item %s: %s", item.id, exc)
+        _finish(ctx, item, f"lock lost: {exc}")
+
+
+def _give_up_reason(ctx: ConductorContext, item: queue.ClaimedItem) -> str | None:
+    if item.unreadable is not None:
+        return f"its request could not be read ({item.unreadable})"
+    limit = ctx.settings.work_item_max_failures
+    if item.failures >= limit:
+        return f"it failed {item.failures} times (the limit is {limit})"
+    return None
+
+
+def _give_up(
+    ctx: ConductorContext, item: queue.ClaimedItem, locked: dict[str, Any] | None, reason: str
+) -> None:
+    """Dead-letter ``item`` and fail what it was for, so nothing waits on it for ever."""
+    message = f"Gave up on the {item.kind} request: {reason}"
+    LOG.error("work item %s on node id %s: %s", item.id, item.node_id, message)
+    detached = catalog.DETACHED.get(item.kind)
+    if detached is not None:
+        detached.give_up(ctx, item, message)
+        _bury(ctx, item, message)
+        return
+    work = node_work.BY_KIND.get(item.kind)
+    if item.node_id is None or work is None:
+        _bury(ctx, item, message)
+        return
+    host = ctx.hostname
+    try:
+        with acquire(ctx, item.node_id, item.kind, locked=locked) as task:
+            task.on_release(lambda session: queue.bury(session, item.id, host, message))
+            work.on_give_up(task, message)
+    except NodeLocked:
+        with ctx.db.write() as session:
+            queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
+    except (NodeGone, LockLost):
+        _bury(ctx, item, message)
+    except Exception as exc:
+        # Even failing the request failed (the node holds what this code cannot read):
+        # the item is dead-lettered all the same, and the node says why, unreserved.
+        LOG.exception("work item %s: failing its request failed", item.id)
+        failure = f"{message}; failing the request failed: {type(exc).__name__}: {exc}"
+        with ctx.db.write() as session:
+            queue.bury(session, item.id, host, scrub_message(failure))
+            note_unheld_failure(session, item.node_id, scrub_message(failure))
+
+
+def _bury(ctx: ConductorContext, item: queue.ClaimedItem, reason: str) -> None:
+    with ctx.db.write() as session:
+        queue.bury(session, item.id, ctx.hostname, reason)
+
+
+def _run_detached(ctx: ConductorContext, flow: DetachedFlow, item: queue.ClaimedItem) -> None:
+    """Run an item of a flow that holds no node (it takes what it needs as it goes)."""
+    try:
+        done = flow.run(ctx, item)
+    except Exception as exc:
+        LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
+        flow.let_go(ctx, item)
+        _retry_failed(ctx, item, f"{type(exc).__name__}: {exc}")
+        return
+    if done is None:
+        _bury(ctx, item, f"the {item.kind} request names nothing to work on")
+        return
+    with ctx.db.write() as session:
+        if done:
+            queue.finish(session, item.id, ctx.hostname)
+        else:
+            queue.retry(session, item.id, ctx.hostname, 0.5)
+
+
+def _finish(ctx: ConductorContext, item: queue.ClaimedItem, error: str | None) -> None:
+    with ctx.db.write() as session:
+        queue.finish(session, item.id, ctx.hostname, error=error)
+
+
+def _handle_bug(
+    ctx: ConductorContext,
+    task: NodeTask,
+    work: NodeWork[Any],
+    item: queue.ClaimedItem,
+    exc: Exception,
+) -> None:
+    """An unexpected error in a handler fails the node's flow at once, like a failed step.
+
+    Running it again would most likely fail the same way, with the node
+    showing a step that is not running; the operator sees the error now.
+    """
+    LOG.exception("unexpected error running %s on node %s", item.kind, task.node.uuid)
+    message = f"Unexpected {type(exc).__name__} during {item.kind}: {exc}"
+    if task.released:
+        return  # the flow already let go of the node; nothing more to undo here
+    work.on_give_up(task, message)
+
+
+def node_gone(ctx: ConductorContext, session: Session, item: queue.ClaimedItem) -> None:
+    """The item's node is not there: an introspection event is retried a few times
+    (as the inspection design asks), then dropped; any other item is done at once."""
+    host = ctx.hostname
+    limit = ctx.settings.work_item_max_failures
+    if item.kind != node_work.INSPECTION.kind:
+        queue.finish(session, item.id, host)
+    elif item.failures + 1 < limit:
+        delay = float(2 ** min(item.failures + 1, 6))
+        queue.retry(session, item.id, host, delay, failure="its node is gone")
+    else:
+        queue.finish(session, item.id, host, error="its node is gone")
+
+
+def give_back_unstarted(
+    ctx: ConductorContext, item: queue.ClaimedItem, node: dict[str, Any] | None
+) -> None:
+    """The conductor began to stop between claiming ``item`` and running it: the item
+    and its node go back untouched, for another conductor now rather than after the
+    lease.
+
+    If the database refuses, the item waits for its lease to end (it never
+    ran: nothing is owed but the claim) and the reservation is owed like
+    any other a failed release leaves.
+    """
+    try:
+        with ctx.db.write() as session:
+            queue.retry(session, item.id, ctx.hostname, 0, count=False)
+            if node is not None and item.node_id is not None:
+                unlock(ctx, session, item.node_id, int(node["epoch"]))
+    except Exception:
+        LOG.warning("work item %s could not be given back at stop", item.id, exc_info=True)
+        if node is not None and item.node_id is not None:
+            ctx.leaked_reservations.add((item.node_id, int(node["epoch"])))
+
+
+def _retry_failed(ctx: ConductorContext, item: queue.ClaimedItem, failure: str) -> None:
+    """Give the item back counting a failure, after a pause that grows with each (to 64 s)."""
+    with ctx.db.write() as session:
+        queue.retry(
+            session,
+            item.id,
+            ctx.hostname,
+            float(2 ** min(item.failures + 1, 6)),
+            failure=scrub_message(failure),
+        )
+
+
+def let_go(ctx: ConductorContext, item: queue.ClaimedItem, failure: str) -> None:
+    try:
+        _retry_failed(ctx, item, failure)
+    except Exception:
+        # The lease is no longer renewed: the item expires and is claimed again.
+        LOG.exception("work item %s could not be given back; its lease will expire", item.id)
