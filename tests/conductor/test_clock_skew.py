@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.reservations import acquire
 from metalforge.conductor.service import ConductorService
-from metalforge.conductor.task import acquire
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
 from metalforge.errors import NodeLocked

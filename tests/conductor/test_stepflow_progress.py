@@ -5,8 +5,8 @@ from __future__ import annotations
 from metalforge import states
 from metalforge.conductor import stepflow
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.reservations import acquire
 from metalforge.conductor.steps import Step
-from metalforge.conductor.task import acquire
 from metalforge.config import ConductorSettings
 from metalforge.db import flow_progress
 from metalforge.db.engine import Database

@@ -10,7 +10,8 @@ from sqlalchemy import func, select, update
 
 from metalforge import states
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LockLost, acquire
+from metalforge.conductor.reservations import acquire
+from metalforge.conductor.task import LockLost
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions, flow_progress
 from metalforge.db.engine import Database

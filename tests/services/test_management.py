@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import acquire
+from metalforge.conductor.reservations import acquire
 from metalforge.db.models import Node, NodeHistory
 from metalforge.drivers.fake import FakeManagement
 from metalforge.errors import NodeLocked, RequestError

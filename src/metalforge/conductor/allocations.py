@@ -28,12 +28,8 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import (
-    LockLost,
-    NodeGone,
-    acquire,
-    dead_conductors,
-)
+from metalforge.conductor.reservations import acquire, dead_conductors
+from metalforge.conductor.task import LockLost, NodeGone
 from metalforge.db import queue
 from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, WorkItem, utcnow

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work, running
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LIVE_CONDUCTORS, NodeGone, live_cutoff, lock
+from metalforge.conductor.reservations import LIVE_CONDUCTORS, live_cutoff, lock
+from metalforge.conductor.task import NodeGone
 from metalforge.db import queue
 from metalforge.errors import NodeLocked
 

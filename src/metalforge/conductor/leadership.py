@@ -39,7 +39,7 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LIVE_CONDUCTORS, live_cutoff
+from metalforge.conductor.reservations import LIVE_CONDUCTORS, live_cutoff
 from metalforge.config import CoordinationSettings
 from metalforge.db.engine import Database, now_for
 from metalforge.db.models import LeaderLease

@@ -38,7 +38,8 @@ from metalforge import states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory, HashRing
-from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask, acquire
+from metalforge.conductor.reservations import acquire
+from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
 from metalforge.db.models import Node, node_from_row
 from metalforge.drivers.base import DriverError, ManagementInterface, PowerInterface, ReadOnlyTask
 from metalforge.errors import NodeLocked

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog
-from metalforge.conductor.task import drop_leaked_reservations
+from metalforge.conductor.reservations import drop_leaked_reservations
 from metalforge.db import queue
 from metalforge.db.models import Conductor, Node, WorkItem, utcnow
 

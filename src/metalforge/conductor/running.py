@@ -20,15 +20,8 @@ from metalforge.conductor import node_work
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
-from metalforge.conductor.task import (
-    Interrupted,
-    LockLost,
-    NodeGone,
-    NodeTask,
-    acquire,
-    note_unheld_failure,
-    unlock,
-)
+from metalforge.conductor.reservations import acquire, note_unheld_failure, unlock
+from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
 from metalforge.conductor.work import NodeWork, PayloadError
 from metalforge.db import queue
 from metalforge.errors import NodeLocked

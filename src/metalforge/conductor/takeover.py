@@ -16,7 +16,7 @@ from sqlalchemy import String, cast, exists, literal, select
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import dead_conductors
+from metalforge.conductor.reservations import dead_conductors
 from metalforge.db import queue
 from metalforge.db.models import Node, WorkItem
 

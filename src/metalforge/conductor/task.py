@@ -1,11 +1,11 @@
-"""The node reservation: a lock taken as a context manager with a purpose.
+"""A node held under this conductor's reservation: what a flow reads and writes.
 
-``with acquire(ctx, node_id, "deploy") as task:`` sets ``nodes.reservation``
-to this conductor and bumps the node's epoch (the fencing token). Every later
-write is conditional on both, so a conductor that lost its lock (it stalled
-and another conductor took the node over) cannot overwrite anything: its next
-write raises ``LockLost``. A reservation held by a conductor that stopped
-heartbeating (or by a holder that is no live conductor) may be taken at once.
+``reservations.acquire`` takes the reservation and hands out a ``NodeTask``;
+the reservation sets ``nodes.reservation`` to this conductor and bumps the
+node's epoch (the fencing token). Every write here is conditional on both
+(``HELD_BY_TASK``), so a conductor that lost its lock (it stalled and another
+conductor took the node over) cannot overwrite anything: its next write
+raises ``LockLost``.
 
 Drivers work on a detached copy of the node; ``save`` writes the columns they
 changed, and leaving the block saves and releases.
@@ -20,35 +20,28 @@ of a dict cannot reach), not with deep copies.
 
 from __future__ import annotations
 
-import copy
-import datetime as dt
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, cast
 
-import orjson
-from sqlalchemy import JSON, Table, and_, bindparam, or_, select, update
+from sqlalchemy import Table, and_, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, transitions
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.node_changes import ColumnSnapshot
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions, flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import (
-    Conductor,
-    FlowProgressRow,
     Node,
     NodeHistory,
-    node_from_row,
     utcnow,
 )
-from metalforge.db.tallies import count_on_commit, counted, observed
+from metalforge.db.tallies import count_on_commit, observed
 from metalforge.drivers.base import Interface
-from metalforge.errors import NodeLocked
 from metalforge.redaction import Scrubber
-from metalforge.tallies import STEP_DURATION, TAKEOVERS
+from metalforge.tallies import STEP_DURATION
 
 
 class NodeGone(LookupError):
@@ -64,74 +57,20 @@ class Interrupted(RuntimeError):
 
 
 _NODES = cast(Table, Node.__table__)
-_COLUMNS = [c.key for c in _NODES.columns if c.key not in ("id", "reservation", "epoch")]
-_JSON_COLUMNS = frozenset(c.key for c in _NODES.columns if isinstance(c.type, JSON))
-_DUMP_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
-LIVE_CONDUCTORS = select(Conductor.hostname).where(
-    Conductor.heartbeat_at >= bindparam("b_cutoff"), Conductor.online.is_(True)
-)
-"""Hostnames of live conductors; ``b_cutoff`` is ``live_cutoff(ctx)``.
-
-Holders whose reservations stand. Any other holder's is free to take: a dead
-conductor's, and a holder that is no conductor at all (the API's short
-boot-device reservation, if the API process died during the BMC call)."""
-_PROGRESS = cast(Table, FlowProgressRow.__table__)
-_READ = (
-    select(_NODES, *flow_progress.JOINED_COLUMNS)
-    .select_from(_NODES.outerjoin(_PROGRESS, _PROGRESS.c.node_id == _NODES.c.id))
-    .where(_NODES.c.id == bindparam("b_id"))
-    .with_for_update(of=_NODES)
-)
-"""The node and its flow progress, in the one statement the lock runs anyway."""
-_TAKE = (
-    update(_NODES)
-    .where(
-        _NODES.c.id == bindparam("b_id"),
-        or_(
-            _NODES.c.reservation.is_(None),
-            _NODES.c.reservation.not_in(LIVE_CONDUCTORS),
-        ),
-    )
-    .values(
-        reservation=bindparam("b_host"),
-        epoch=_NODES.c.epoch + 1,
-        conductor_affinity=bindparam("b_host"),
-    )
-)
 # The SET clause of a save comes from the keys of its parameters.
 LOG = logging.getLogger(__name__)
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
-_HELD_BY_TASK = and_(
+HELD_BY_TASK = and_(
     _NODES.c.id == bindparam("b_id"),
     _NODES.c.reservation == bindparam("b_host"),
     _NODES.c.epoch == bindparam("b_epoch"),
 )
 """The fencing rule: the node is still this conductor's, at the epoch it took."""
-_FENCE = select(_NODES.c.id).where(_HELD_BY_TASK).with_for_update()
-_SAVE = update(_NODES).where(_HELD_BY_TASK)
-
-
-def live_cutoff(ctx: ConductorContext) -> dt.datetime:
-    """A heartbeat older than this (on the database's clock) is a dead conductor's."""
-    return ctx.db.now() - ctx.dead_after
-
-
-def dead_conductors(ctx: ConductorContext) -> Any:
-    """Subquery: hostnames of conductors that stopped heartbeating or went offline."""
-    return select(Conductor.hostname).where(
-        or_(Conductor.heartbeat_at < live_cutoff(ctx), Conductor.online.is_(False))
-    )
-
-
-def _frozen(value: Any) -> Any:
-    """A JSON column's value as it is now, out of reach of later in-place edits."""
-    try:
-        return orjson.dumps(value, option=_DUMP_OPTIONS)
-    except TypeError:  # not plain JSON (orjson is stricter than the column's json)
-        return ("copy", copy.deepcopy(value))
+_FENCE = select(_NODES.c.id).where(HELD_BY_TASK).with_for_update()
+_SAVE = update(_NODES).where(HELD_BY_TASK)
 
 
 class NodeTask:
@@ -147,7 +86,7 @@ class NodeTask:
         self.ctx = ctx
         self.purpose = purpose
         self._node = node
-        self._saved = self._snapshot()
+        self._saved = ColumnSnapshot(self._node)
         self._history: list[tuple[str, str, str, float | None]] = []
         self._on_release: list[Callable[[Session], object]] = []
         self._with_transition: list[Callable[[Session], object]] = []
@@ -272,24 +211,8 @@ class NodeTask:
     def clear_release_hooks(self) -> None:
         self._on_release.clear()
 
-    def _snapshot(self) -> dict[str, Any]:
-        # The node holds every column in its __dict__ (it is built from a full
-        # row), and reading it there skips the ORM's attribute machinery.
-        values = self._node.__dict__
-        return {
-            key: _frozen(value) if key in _JSON_COLUMNS else value
-            for key in _COLUMNS
-            for value in (values[key],)
-        }
-
     def _changes(self) -> dict[str, Any]:
-        values = self._node.__dict__
-        changed: dict[str, Any] = {}
-        for key, saved in self._saved.items():
-            value = values[key]
-            if (_frozen(value) if key in _JSON_COLUMNS else value) != saved:
-                changed[key] = value
-        return changed
+        return self._saved.changes(self._node)
 
     def _take_history(self) -> list[dict[str, Any]]:
         """The recorded events as history rows, stamped with the node's state now."""
@@ -386,7 +309,7 @@ class NodeTask:
         self._write_step_runs(session)
 
     def _remember(self) -> None:
-        self._saved = self._snapshot()
+        self._saved = ColumnSnapshot(self._node)
         self._saved_progress = self._progress
 
     def save(self) -> None:
@@ -457,153 +380,3 @@ class NodeTask:
             self._flush(session, {**changes, "reservation": None}, entries, progress)
             self._run_release_hooks(session)
         self._remember()
-
-
-def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any]:
-    """Take node ``node_id``'s reservation in the caller's transaction.
-
-    Returns the node's columns as they are now, and its flow progress's
-    (``flow_progress.JOINED_COLUMNS``), for ``acquire``, which builds the
-    node outside the transaction. Raises ``NodeGone`` or ``NodeLocked``,
-    having written nothing.
-    """
-    connection = session.connection()
-    # Read under the row lock the update takes anyway, so the takeover note names
-    # the real holder and the node needs no second read.
-    row = connection.execute(_READ, {"b_id": node_id}).one_or_none()
-    if row is None:
-        raise NodeGone(str(node_id))
-    result = connection.execute(
-        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": live_cutoff(ctx)}
-    )
-    if result.rowcount != 1:
-        raise NodeLocked(row.uuid, row.reservation)
-    values = dict(row._mapping)
-    values.update(reservation=ctx.hostname, epoch=row.epoch + 1, conductor_affinity=ctx.hostname)
-    previous = row.reservation
-    if previous is not None and previous != ctx.hostname:
-        # Only a dead conductor's reservation can be taken; without this note the
-        # history would show the flow jump from one conductor to another unexplained.
-        history.record(
-            session,
-            node_id,
-            "takeover",
-            f"conductor {ctx.hostname} took the node over from conductor {previous}, "
-            "which stopped heartbeating or went offline",
-            severity=history.WARNING,
-            conductor=ctx.hostname,
-            state=row.provision_state,
-            target=row.target_provision_state,
-        )
-        count_on_commit(session, counted(TAKEOVERS, (row.conductor_group or "",)))
-    return values
-
-
-@contextmanager
-def acquire(
-    ctx: ConductorContext,
-    node_id: int,
-    purpose: str,
-    *,
-    locked: Mapping[str, Any] | None = None,
-) -> Iterator[NodeTask]:
-    """Hold node ``node_id`` under this conductor's reservation for ``purpose``.
-
-    ``locked`` is what ``lock`` returned in a transaction that has committed
-    (the dispatcher locks nodes while claiming their work).
-    """
-    if locked is None:
-        with ctx.db.write() as session:
-            locked = lock(ctx, session, node_id)
-    try:
-        columns = dict(locked)
-        progress = flow_progress.from_joined(columns)
-        task = NodeTask(ctx, node_from_row(columns), purpose, progress)
-    except Exception:
-        # The reservation is taken but no task holds it yet: a stored value this
-        # code cannot read must not keep the node reserved by a live conductor.
-        ctx.leaked_reservations.add((node_id, int(locked["epoch"])))
-        drop_leaked_reservations(ctx)
-        raise
-    try:
-        yield task
-    except LockLost:
-        raise
-    except BaseException:
-        task.clear_release_hooks()
-        _release_quietly(task)
-        raise
-    try:
-        task.release()
-    except LockLost:
-        raise
-    except Exception:
-        # Writing what the work changed failed: give the node back without it.
-        _give_back_bare(task)
-        raise
-
-
-def _release_quietly(task: NodeTask) -> None:
-    """Release after a failure; if even that fails, give the reservation back bare.
-
-    The release writes the task's unsaved changes, which may be what failed
-    (a value the database refuses). The reservation must not outlive the
-    failure whatever it was: this conductor stays alive, so nobody else
-    would ever take the node.
-    """
-    try:
-        task.release()
-    except LockLost:
-        pass
-    except Exception:
-        LOG.exception("node %s: releasing after a failure failed", task.node.uuid)
-        _give_back_bare(task)
-
-
-def _give_back_bare(task: NodeTask) -> None:
-    task.ctx.leaked_reservations.add((task.node.id, task.epoch))
-    drop_leaked_reservations(task.ctx)
-
-
-_DROP = update(_NODES).where(_HELD_BY_TASK).values(reservation=None)
-
-
-def unlock(ctx: ConductorContext, session: Session, node_id: int, epoch: int) -> None:
-    """Drop the reservation ``lock`` took at ``epoch``, changing nothing else on the node
-    (nothing, if the node moved on since)."""
-    session.connection().execute(_DROP, {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch})
-
-
-_NOTE = (
-    update(_NODES)
-    .where(_NODES.c.id == bindparam("b_id"), _NODES.c.reservation.is_(None))
-    .values(last_error=bindparam("b_error"))
-)
-
-
-def note_unheld_failure(session: Session, node_id: int, message: str) -> None:
-    """Say on an unreserved node why work on it was given up, when no task could hold it.
-
-    Only a node nobody holds is written (a holder's own outcome wins), and the
-    history keeps the message whatever happened to ``last_error``.
-    """
-    session.connection().execute(_NOTE, {"b_id": node_id, "b_error": message})
-    history.record(session, node_id, "conductor", message, severity=history.ERROR)
-
-
-def drop_leaked_reservations(ctx: ConductorContext) -> int:
-    """Give back reservations a failed release left; returns how many are still owed.
-
-    Fenced by the epoch the task held, so a reservation taken since (by this
-    conductor for other work) is left alone. Called again by the heartbeat
-    while the database refuses.
-    """
-    for node_id, epoch in sorted(ctx.leaked_reservations):
-        try:
-            with ctx.db.write() as session:
-                unlock(ctx, session, node_id, epoch)
-        except Exception:
-            LOG.exception("could not give back the reservation of node id %s yet", node_id)
-            continue
-        ctx.leaked_reservations.discard((node_id, epoch))
-    return len(ctx.leaked_reservations)

@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LockLost, NodeGone, acquire
+from metalforge.conductor.reservations import acquire
+from metalforge.conductor.task import LockLost, NodeGone
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     BOOT_DEVICES,

@@ -39,7 +39,8 @@ from typing import Any
 
 from metalforge.conductor import vendor as conductor_vendor
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import LockLost, NodeGone, acquire
+from metalforge.conductor.reservations import acquire
+from metalforge.conductor.task import LockLost, NodeGone
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     DriverError,
