@@ -9,16 +9,19 @@ added without saying how it treats the agent and power fails here.
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from metalforge import states
 from metalforge.api import node_view
-from metalforge.conductor import stepflow
-from metalforge.conductor.flows import catalog, request_fields
+from metalforge.conductor import node_settings, node_work, stepflow, vendor
+from metalforge.conductor.flows import catalog, inspection, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.node_work import BY_KIND as NODE_WORK
+from metalforge.conductor.work import NodeWork, NoPayload, PayloadError
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
@@ -162,3 +165,32 @@ def test_a_step_flow_shows_its_step_masked_and_announced(
             text("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes'")
         ).scalars()
         assert any(f"OLD.{column}" in sql for sql in triggers), column
+
+
+_SAMPLE_PAYLOADS: dict[type[Any], Any] = {
+    NoPayload: NoPayload(),
+    node_work.PowerChange: node_work.PowerChange("power on", 30),
+    node_settings.ConsoleChange: node_settings.ConsoleChange(True),
+    node_settings.BootModeChange: node_settings.BootModeChange("uefi"),
+    node_settings.SecureBootChange: node_settings.SecureBootChange(False),
+    vendor.VendorCall: vendor.VendorCall("send_raw", "POST", {"raw_bytes": "0x00 0x01"}),
+    inspection.InspectionEvent: inspection.InspectionEvent("continue", 3),
+}
+"""One payload of each work kind's type: a new kind needs one here (docs/extending.md)."""
+
+
+@pytest.mark.parametrize("work", list(NODE_WORK.values()), ids=lambda w: w.kind)
+def test_each_node_work_kind_reads_back_what_it_queues(work: NodeWork[Any]) -> None:
+    assert NODE_WORK[work.kind] is work
+    assert dataclasses.is_dataclass(work.payload_type)
+    assert work.payload_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    sample = _SAMPLE_PAYLOADS[work.payload_type]
+    stored = json.loads(json.dumps(work.payload(sample)))  # as the queue's column keeps it
+    assert work.read(stored) == sample
+    if stored:  # a field of the wrong type is refused, never coerced
+        with pytest.raises(PayloadError):
+            work.read({k: [] for k in stored})
+
+
+def test_no_work_kind_is_both_a_node_work_and_a_detached_flow() -> None:
+    assert not set(NODE_WORK) & set(catalog.DETACHED)
