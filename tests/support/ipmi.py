@@ -9,7 +9,6 @@ stock client sees.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.ipmi.client import SESSIONS
 from metalforge_lab.ipmi_bmc import BmcProcess
+from tests.support.ports import free_udp_ports as free_udp_ports
 from tests.support.stack import Stack, start_stack, test_settings
 
 USER = "admin"
@@ -27,29 +27,6 @@ PASSWORD = "password"
 
 IPMI_HARDWARE = HARDWARE_TYPES["ipmi"]
 """The product's ``ipmi`` hardware type."""
-
-
-def free_udp_ports(count: int, attempts: int = 50) -> int:
-    """The first of ``count`` consecutive UDP ports free on loopback right now."""
-    for _ in range(attempts):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count > 65535:
-            continue
-        held: list[socket.socket] = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-        return first
-    raise RuntimeError(f"no {count} consecutive free UDP ports found")
 
 
 # Three tries of two seconds: the simulator is Python on a loaded two-core machine, and

@@ -63,6 +63,7 @@ def lab_config(state_dir: Path, tag: str, nodes: int, **extra: Any) -> LabConfig
         "state_dir": state_dir,
         "bridge": f"mf{tag}{os.getpid() % 100000}",
         "subnet": str(subnet),
+        "emulator_port": free_port(),
         "disks_per_node": 2,
         "disk_size_mib": 32,
         # A wrong checksum should fail at once, not after nine downloads.

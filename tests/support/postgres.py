@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.ports import free_port as free_port
+
 
 def _bindir() -> Path | None:
     for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
@@ -23,12 +25,6 @@ def _bindir() -> Path | None:
             return Path(candidate)
     found = shutil.which("initdb")
     return Path(found).parent if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PostgresCluster:
