@@ -38,11 +38,22 @@ class Dispatcher:
         self.lease = dt.timedelta(seconds=ctx.settings.lease_seconds)
         self._running: set[int] = set()
         self._running_lock = threading.Lock()
+        self._idle = threading.Condition(self._running_lock)
 
     def running(self) -> list[int]:
         """The items this conductor's workers are running now."""
         with self._running_lock:
             return list(self._running)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the running items to end; whether they did.
+
+        Once the conductor is stopping, an item in a wait (a step's sleep, the
+        power-on throttle) gives itself back at once; one inside a driver call
+        ends when the call does.
+        """
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._running, timeout)
 
     def shutdown(self) -> None:
         # Not cancelled: an item handed over just before the stop may still wait
@@ -137,7 +148,8 @@ class Dispatcher:
             LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
             running.let_go(self.ctx, item, f"{type(exc).__name__}: {exc}")
         finally:
-            with self._running_lock:
+            with self._idle:
                 self._running.discard(item.id)
+                self._idle.notify_all()
             self._slots.release()
             self.ctx.waker.notify()

@@ -99,10 +99,11 @@ class ConductorService:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
         self.dispatcher.shutdown()
+        finished = self.dispatcher.wait_idle(max(0.0, deadline - time.monotonic()))
         self.leadership.stop(max(0.0, deadline - time.monotonic()))
         registration.go_offline(self.ctx, self.run_id)
         LOG.info("conductor %s stopped", self.ctx.hostname)
-        return not self.dispatcher.running()
+        return finished
 
     def _lost_hostname(self) -> None:
         """Another process registered this hostname: stop working at once.
