@@ -62,11 +62,17 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The suite runs in parallel (pytest-xdist, one test file per worker at a time, so a
+# module's servers start once): it waits on servers and peers far more than it computes.
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint
-	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not slow and not postgres" $(PYTEST_ARGS)
+	$(BIN)/pytest -p no:cacheprovider $(XDIST) -m "not slow and not postgres" $(PYTEST_ARGS)
 
 # Ironic's API test suite (ironic-tempest-plugin) against the all-in-one service in keystone
 # mode, with a Keystone of its own; see docs/conformance.md.
