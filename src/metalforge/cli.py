@@ -29,8 +29,8 @@ from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.services import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.registration import HostnameInUse
-from metalforge.conductor.service import ConductorService
 from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
@@ -125,7 +125,7 @@ def served_app(settings: Settings, app: Any) -> Any:
     return InspectorSocketDispatcher(app, inspector, settings.inspector.port)
 
 
-def start_conductor(conductor: ConductorService) -> None:
+def start_conductor(conductor: ConductorProcess) -> None:
     """Start a conductor of this process; it ends the process if its hostname is taken."""
     conductor.on_fatal = lambda: os.kill(os.getpid(), signal.SIGTERM)
     try:
@@ -134,11 +134,11 @@ def start_conductor(conductor: ConductorService) -> None:
         raise StartupError(str(exc)) from exc
 
 
-def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) -> ConductorService:
+def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) -> ConductorProcess:
     ctx = ConductorContext(
         hostname=settings.conductor.hostname, db=db, drivers=registry, settings=settings.conductor
     )
-    return ConductorService(ctx)
+    return ConductorProcess(ctx)
 
 
 def listening_sockets(settings: Settings) -> list[socket.socket]:
@@ -286,7 +286,7 @@ def _private_state_dir(settings: Settings) -> None:
         path.chmod(0o700)
 
 
-def _stop_conductor(conductor: ConductorService, db: Database) -> None:
+def _stop_conductor(conductor: ConductorProcess, db: Database) -> None:
     """Stop within ``conductor.shutdown_timeout``: an item still inside a driver call then
     is not waited for (its conductor is offline, others take its node over); the process
     exits without joining its thread."""

@@ -485,6 +485,44 @@ def test_automated_clean_switch_and_per_node_override(
         assert "automated cleaning is disabled; no steps run" in texts
 
 
+# -- the node's steps change during cleaning ----------------------------------------
+
+
+@pytest.mark.parametrize("delay", [0, 0.2], ids=["as-it-starts", "while-it-waits"])
+def test_automated_cleaning_starts_again_when_the_steps_change(stack: Stack, delay: float) -> None:
+    """Seed 000: an agent updated during cleaning (new hardware managers) offers other
+    steps; automated cleaning plans again and runs from the start, not ``clean failed``."""
+    client = stack.client
+    info = {"fake_steps_change": "deploy.erase_devices", "fake_step_delay": delay}
+    node = _manageable(client, name="changed-1", driver_info=info)
+    assert provision(client, "changed-1", "provide").status_code == 202
+    node = wait_for_state(client, node["uuid"], "available")
+    assert node["maintenance"] is False
+    assert node["last_error"] is None
+    assert node["driver_internal_info"]["fake_steps_changed"] == ["deploy.erase_devices"]
+    assert _steps_logged(client, "changed-1", "finished") == [
+        "deploy.erase_devices_metadata",
+        "deploy.erase_devices_metadata",
+        "deploy.erase_devices",
+    ]
+    plans = [e["event"] for e in _history(client, "changed-1") if e["event_type"] == "clean_plan"]
+    assert len(plans) == 3, plans
+    assert "starts again with the steps the node offers now" in plans[1]
+
+
+def test_manual_cleaning_is_not_started_again_when_the_steps_change(stack: Stack) -> None:
+    """Manual steps are the operator's and need not be idempotent: the flow fails saying
+    why, as Ironic's does, and the operator decides."""
+    client = stack.client
+    info = {"fake_steps_change": "deploy.erase_devices"}
+    node = _manageable(client, name="changed-2", driver_info=info)
+    assert _clean(client, "changed-2", _step("deploy.erase_devices")).status_code == 202
+    node = wait_for_state(client, node["uuid"], "clean failed")
+    assert "steps changed since the plan was made" in node["last_error"]
+    assert node["maintenance"] is True
+    assert _steps_logged(client, "changed-2", "finished") == []
+
+
 # -- failure and recovery ------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ a certificate from a throwaway CA.
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import subprocess
@@ -74,16 +75,20 @@ def basic_cli(
     server: LiveServer, persona: Persona, *, password: str | None = None, extra: Sequence[str] = ()
 ) -> AuthCli:
     """The CLI as ``persona`` with http_basic credentials given as command-line options."""
-    return AuthCli(
+    secret = persona.password if password is None else password
+    cli = AuthCli(
         server.url,
         (
             "--os-auth-type", "http_basic",
             "--os-username", persona.name,
-            "--os-password", persona.password if password is None else password,
+            "--os-password", secret,
             "--os-endpoint", server.url,
             *extra,
         ),
     )  # fmt: skip
+    token = base64.b64encode(f"{persona.name}:{secret}".encode()).decode()
+    cli.headers = {"Authorization": f"Basic {token}"}
+    return cli
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ so that the whole module costs about a minute; most of that is the CLI's own
 from __future__ import annotations
 
 import re
-import time
 
 from tests.clients.conftest import BaremetalCli
 
@@ -21,17 +20,6 @@ def _field(table: str, name: str) -> str:
     match = re.search(rf"^\|\s*{re.escape(name)}\s*\|\s*(.*?)\s*\|$", table, re.MULTILINE)
     assert match, f"no {name} row in:\n{table}"
     return match.group(1)
-
-
-def _wait_for_power(cli: BaremetalCli, node: str, state: str) -> None:
-    """Poll like an operator would: ``node power`` has no ``--wait``."""
-    deadline = time.monotonic() + 20
-    while True:
-        shown = cli.json("node", "show", node, "--fields", "power_state", "target_power_state")
-        if shown == {"power_state": state, "target_power_state": None}:
-            return
-        assert time.monotonic() < deadline, f"{node} never reached {state}: {shown}"
-        time.sleep(0.5)
 
 
 def test_node_create_list_show_set_unset_and_traits(cli: BaremetalCli) -> None:
@@ -173,9 +161,9 @@ def test_node_lifecycle_with_wait(cli: BaremetalCli) -> None:
     assert cli.json("node", "list", "--maintenance") == []
 
     cli.run("node", "power", "on", "life")
-    _wait_for_power(cli, "life", "power on")
+    cli.until_power("life", "power on")
     cli.run("node", "power", "off", "life")
-    _wait_for_power(cli, "life", "power off")
+    cli.until_power("life", "power off")
 
     events = [e["event"] for e in cli.json("node", "history", "list", "life")]
     for expected in (

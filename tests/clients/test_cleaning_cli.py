@@ -9,7 +9,6 @@ choice), so each waited clean costs up to that much.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from tests.clients.conftest import BaremetalCli
@@ -25,16 +24,9 @@ RAID = {
 
 
 def _wait_for(cli: BaremetalCli, node: str, state: str, timeout: float = 30) -> dict[str, Any]:
-    """Poll ``node show`` (``abort`` and ``clean`` without ``--wait`` return at once)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        shown: dict[str, Any] = cli.json(
-            "node", "show", node, "--fields", "provision_state", "clean_step", "last_error"
-        )
-        if shown["provision_state"] == state:
-            return shown
-        assert time.monotonic() < deadline, f"{node} never reached {state}: {shown}"
-        time.sleep(0.3)
+    """Until ``node`` is in ``state`` (``abort``, ``clean`` without ``--wait`` return at once)."""
+    fields = ("provision_state", "clean_step", "last_error")
+    return cli.until(node, fields, lambda shown: shown["provision_state"] == state, timeout)
 
 
 def test_manual_clean_with_raid_catalogue_refusal_and_abort(

@@ -6,7 +6,6 @@ with a raw GET on the emulator, not through metalforge.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,16 +37,6 @@ def bmc(tmp_path: Path) -> Iterator[Bmc]:
     yield from start_bmc(tmp_path / "bmc", count=1)
 
 
-def _wait_for_power(cli: BaremetalCli, node: str, state: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        shown = cli.json("node", "show", node, "--fields", "power_state", "target_power_state")
-        if shown == {"power_state": state, "target_power_state": None}:
-            return
-        assert time.monotonic() < deadline, f"{node} never reached {state}: {shown}"
-        time.sleep(0.3)
-
-
 def test_power_and_boot_device_reach_the_bmc(cli: BaremetalCli, bmc: Bmc) -> None:
     system = bmc.take()
     info = bmc.driver_info(system, redfish_password="bmc-secret")
@@ -59,10 +48,10 @@ def test_power_and_boot_device_reach_the_bmc(cli: BaremetalCli, bmc: Bmc) -> Non
     cli.run("node", "manage", "rf-1", "--wait", "60")
 
     cli.run("node", "power", "on", "rf-1")
-    _wait_for_power(cli, "rf-1", "power on")
+    cli.until_power("rf-1", "power on")
     assert bmc.system(system)["PowerState"] == "On"
     cli.run("node", "power", "off", "rf-1")
-    _wait_for_power(cli, "rf-1", "power off")
+    cli.until_power("rf-1", "power off")
     assert bmc.system(system)["PowerState"] == "Off"
 
     supported = cli.json("node", "boot", "device", "show", "rf-1", "--supported")

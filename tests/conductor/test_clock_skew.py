@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.reservations import acquire
-from metalforge.conductor.service import ConductorService
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
 from metalforge.errors import NodeLocked
@@ -41,7 +41,7 @@ def url(postgres: PostgresCluster) -> str:
     return postgres.url(name)
 
 
-def _conductor(url: str, host: str, offset: dt.timedelta) -> ConductorService:
+def _conductor(url: str, host: str, offset: dt.timedelta) -> ConductorProcess:
     return registered_conductor(Database(url, local_clock=_clock(offset)), host)
 
 

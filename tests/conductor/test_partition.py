@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.config import ConductorSettings, CoordinationSettings
 from metalforge.db.engine import Database
 from metalforge.drivers.catalog import HARDWARE_TYPES
@@ -25,7 +25,7 @@ def test_heartbeats_failing_in_a_row_stop_the_conductor(sqlite_db: Database) -> 
         drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
         settings=settings,
     )
-    service = ConductorService(ctx)
+    service = ConductorProcess(ctx)
     service.register()
     stopped: list[bool] = []
     service.on_fatal = lambda: stopped.append(True)

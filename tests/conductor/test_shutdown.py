@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.db import queue
 from metalforge.db.models import Node, WorkItem
 from tests.support.api import create_node, provision
@@ -50,7 +50,7 @@ def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(
 
 def test_a_stopping_conductor_claims_nothing_more(sqlite_url: str) -> None:
     stack = start_stack(test_settings(sqlite_url), start_conductor=False)
-    conductor: ConductorService = stack.conductor
+    conductor: ConductorProcess = stack.conductor
     try:
         node = create_node(stack.client)
         assert provision(stack.client, node["uuid"], "manage").status_code == 202

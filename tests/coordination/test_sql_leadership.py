@@ -8,7 +8,7 @@ import pytest
 
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.leadership import Leadership, SingletonTask, SqlElector
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.config import CoordinationSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import LeaderLease
@@ -31,11 +31,11 @@ def db(db_url: str, clock: AdjustableClock) -> Database:
     return database
 
 
-def _member(db: Database, host: str) -> ConductorService:
+def _member(db: Database, host: str) -> ConductorProcess:
     return registered_conductor(db, host)
 
 
-def _elector(service: ConductorService) -> SqlElector:
+def _elector(service: ConductorProcess) -> SqlElector:
     return SqlElector.for_conductors(service.ctx, SETTINGS.leader_lease)
 
 
@@ -81,7 +81,7 @@ def test_a_dead_holders_role_is_taken_without_waiting_for_its_lease(
 
 
 def _leadership(
-    service: ConductorService, run: Callable[[ConductorContext], object], fatal: list[str]
+    service: ConductorProcess, run: Callable[[ConductorContext], object], fatal: list[str]
 ) -> Leadership:
     task = SingletonTask(ROLE, lambda _ctx: 0.0, run)
     return Leadership(service.ctx, _elector(service), [task], SETTINGS, fatal.append)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor
@@ -20,14 +20,14 @@ from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup
 
 
-def _service(db: Database, host: str = "twin") -> ConductorService:
+def _service(db: Database, host: str = "twin") -> ConductorProcess:
     ctx = ConductorContext(
         hostname=host,
         db=db,
         drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
         settings=ConductorSettings(hostname=host, heartbeat_interval=0.3, heartbeat_timeout=30),
     )
-    return ConductorService(ctx)
+    return ConductorProcess(ctx)
 
 
 def test_a_crashed_runs_successor_starts_and_the_old_run_stands_down(sqlite_db: Database) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
 
-def registered_conductor(db: Database, host: str) -> ConductorService:
+def registered_conductor(db: Database, host: str) -> ConductorProcess:
     """A fake-hardware conductor named ``host``, registered (alive) but not started."""
     ctx = ConductorContext(
         hostname=host,
@@ -18,6 +18,6 @@ def registered_conductor(db: Database, host: str) -> ConductorService:
         drivers=DriverRegistry([HARDWARE_TYPES["fake-hardware"]]),
         settings=ConductorSettings(hostname=host, heartbeat_timeout=30),
     )
-    service = ConductorService(ctx)
+    service = ConductorProcess(ctx)
     service.register()
     return service

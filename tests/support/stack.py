@@ -21,7 +21,7 @@ from metalforge.cli import (
     server_config,
     tls_options,
 )
-from metalforge.conductor.service import ConductorService
+from metalforge.conductor.process import ConductorProcess
 from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database
 from metalforge.db.models import utcnow
@@ -57,7 +57,7 @@ test_settings.__test__ = False  # type: ignore[attr-defined]  # a helper, not a 
 class Stack:
     settings: Settings
     db: Database
-    conductor: ConductorService
+    conductor: ConductorProcess
     app: Any
     client: TestClient
 

@@ -148,10 +148,7 @@ def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[No
 
 
 def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
-    iface = ctx.drivers.interface(node, "power")
-    if not isinstance(iface, PowerInterface):
-        raise DriverError(f"the {iface.name} power interface cannot read power states")
-    return iface
+    return ctx.drivers.interface_of(node, PowerInterface, "read power states")
 
 
 def _health(ctx: ConductorContext, node: Node, task: _ReadTask) -> tuple[str | None, bool]:

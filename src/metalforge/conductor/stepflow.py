@@ -33,7 +33,7 @@ from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.db.models import Node
-from metalforge.drivers.base import DriverError, Interface, StepOutcome
+from metalforge.drivers.base import DriverError, Interface, StepOutcome, StepsChanged
 from metalforge.drivers.steps import StepKind
 
 StartStep = Callable[[Interface, NodeTask, steps.Step], StepOutcome]
@@ -61,6 +61,9 @@ class StepFlow:
     start: StartStep
     maintenance_on_failure: bool
     """A failure also puts the node in maintenance (a half-cleaned node must not be used)."""
+    replans: Callable[[NodeTask], bool] = lambda _task: False
+    """Whether the flow starts again with a new plan when a step finds the node's steps
+    changed since the plan was made (``StepsChanged``); otherwise that fails the flow."""
 
     def shown(self, node: Node) -> dict[str, Any]:
         """The running step as the node shows it (``{}`` when none runs)."""
@@ -71,12 +74,19 @@ class StepFlow:
         setattr(node, self.column.key, record)
 
 
+def _automated(task: NodeTask) -> bool:
+    """Automated cleaning (its steps are idempotent and chosen by the service); manual
+    cleaning runs what the operator asked and is not started again behind their back."""
+    return task.node.target_provision_state != states.MANAGEABLE
+
+
 CLEAN = StepFlow(
     name="clean",
     column=Node.clean_step,
     catalogue="clean",
     start=_start_clean_step,
     maintenance_on_failure=True,
+    replans=_automated,
 )
 DEPLOY = StepFlow(
     name="deploy",
@@ -213,6 +223,9 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
         try:
             interface = task.ctx.drivers.interface(task.node, step.interface)
             outcome = kind.start(interface, task, step)
+        except StepsChanged as exc:
+            _steps_changed(task, kind, step, exc)
+            return
         except DriverError as exc:
             fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
             return
@@ -253,6 +266,9 @@ def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None =
     interface = task.ctx.drivers.interface(task.node, step.interface)
     try:
         outcome = interface.check_step(task, step.step)
+    except StepsChanged as exc:
+        _steps_changed(task, kind, step, exc)
+        return
     except DriverError as exc:
         fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
         return
@@ -274,6 +290,24 @@ def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None =
         return
     task.transition(states.RESUME)
     run(task, kind, finish)
+
+
+def _steps_changed(task: NodeTask, kind: StepFlow, step: steps.Step, exc: StepsChanged) -> None:
+    """The node offers other steps than the plan was made from: plan again from the
+    start (the flow's hook builds the new plan), or fail where the flow may not."""
+    if not kind.replans(task):
+        fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
+        return
+    message = f"{exc}; {kind.name} starts again with the steps the node offers now"
+    task.record(f"{kind.name}_plan", message, history.WARNING)
+    task.progress = dataclasses.replace(
+        task.progress, plan=None, step_index=0, step_started_at=None, step_heartbeat_at=None
+    )
+    kind.show(task.node, {})
+    if task.node.provision_state in states.WAIT_STATES:
+        task.transition(states.RESUME, note=message)
+    else:  # the flow's hook plans again when the item queued on release runs
+        schedule_poll(task, 0.0)
 
 
 def abort(task: NodeTask, kind: StepFlow, step: steps.Step | None, *, after: bool = False) -> None:

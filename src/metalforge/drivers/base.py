@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from metalforge.config import ConductorSettings
 from metalforge.db.agent_sessions import AgentSessionInfo
@@ -53,6 +53,11 @@ class VendorNotFound(DriverError):
 
 class StepFailed(DriverError):
     """A step failed; the message says why."""
+
+
+class StepsChanged(StepFailed):
+    """The steps the node offers changed since the plan was made (the agent's hardware
+    managers were updated): the step did not run, and the flow may plan again."""
 
 
 class Unsupported(DriverError):
@@ -581,3 +586,26 @@ STORAGE_INTERFACES: tuple[type[Interface], ...] = (
 disks; the default) and ``external`` (volumes attached by something else). Neither
 has work to do here; a node's volume connectors and targets are recorded whichever
 is chosen."""
+
+
+AnyInterface = TypeVar("AnyInterface", bound=Interface)
+
+
+class NotOffered(DriverError):
+    """The node's implementation of a family cannot do what is asked (a no-op one)."""
+
+    def __init__(self, iface: Interface, doing: str) -> None:
+        super().__init__(f"the {iface.name} {iface.interface_type} interface cannot {doing}")
+
+
+def offered(iface: Interface, kind: type[AnyInterface], doing: str) -> AnyInterface:
+    """``iface`` as a ``kind``, or ``NotOffered`` saying it cannot do ``doing``."""
+    if not isinstance(iface, kind):
+        raise NotOffered(iface, doing)
+    return iface
+
+
+def interface_of(task: DriverTask, kind: type[AnyInterface], doing: str) -> AnyInterface:
+    """The task's node's implementation of ``kind``'s family, typed (``NotOffered`` when
+    the node's choice cannot do ``doing``): one call instead of a lookup and a narrowing."""
+    return offered(task.interface(kind.interface_type), kind, doing)

@@ -11,6 +11,11 @@ behaviour comes from ``driver_info``:
 ``fake_fail_steps``
     Comma-separated ``interface.step`` names that fail when run, for example
     ``deploy.write_image,raid.create_configuration``.
+``fake_steps_change``
+    Comma-separated ``interface.step`` names whose first run finds the node's
+    steps changed since the plan was made, as an agent whose hardware
+    managers were updated reports it: the step does not run (once per step
+    and node, recorded in ``fake_steps_changed``).
 
 Clean steps and their visible effects:
 
@@ -97,6 +102,7 @@ from metalforge.drivers.base import (
     SimulatedReport,
     StepFailed,
     StepOutcome,
+    StepsChanged,
     VendorInterface,
     check_vendor_args,
     noop_interface,
@@ -114,6 +120,10 @@ FAKE_PROPERTIES: dict[str, str] = {
         "Comma-separated interface.step names that fail when run, e.g. "
         "deploy.write_image,raid.create_configuration. Optional."
     ),
+    "fake_steps_change": (
+        "Comma-separated interface.step names whose first run finds the node's steps "
+        "changed since the plan was made (as an updated agent reports). Optional."
+    ),
 }
 """``driver_info`` keys every fake interface reads."""
 
@@ -128,7 +138,26 @@ def step_delay(task: DriverTask) -> float:
 
 
 def _failing(task: DriverTask) -> set[str]:
-    raw = task.node.driver_info.get("fake_fail_steps", "")
+    return _names(task, "fake_fail_steps")
+
+
+def _check_steps_unchanged(task: DriverTask, full: str) -> None:
+    """``fake_steps_change``: the first run of a step named there finds the steps changed."""
+    if full not in _names(task, "fake_steps_change"):
+        return
+    info = task.node.driver_internal_info
+    changed = [str(name) for name in info.get("fake_steps_changed") or []]
+    if full in changed:
+        return
+    task.node.driver_internal_info = {**info, "fake_steps_changed": [*changed, full]}
+    raise StepsChanged(
+        f"fake-hardware's steps changed since the plan was made; {full} was not run "
+        "(driver_info.fake_steps_change)"
+    )
+
+
+def _names(task: DriverTask, key: str) -> set[str]:
+    raw = task.node.driver_info.get(key, "")
     if isinstance(raw, list):
         return {str(item).strip() for item in raw}
     return {part.strip() for part in str(raw).split(",") if part.strip()}
@@ -157,18 +186,23 @@ class FakeMixin(Interface):
             raise StepFailed(f"fake-hardware was told to fail {full} (driver_info.fake_fail_steps)")
         decl = next(d for d in self.steps() if d.method == method)
         if decl.asynchronous and step_delay(task) > 0:
+            # Found when the command's status is read, as an agent reports it.
             task.node.driver_internal_info = {
                 **task.node.driver_internal_info,
                 "fake_async_done_at": task.now() + step_delay(task),
             }
             super().run_step(task, method, args)
             return "wait"
+        _check_steps_unchanged(task, full)
         task.sleep(step_delay(task))
         return super().run_step(task, method, args)
 
     def check_step(self, task: DriverTask, method: str) -> StepOutcome:
         done_at = float(task.node.driver_internal_info.get("fake_async_done_at", 0))
-        return "done" if task.now() >= done_at else "wait"
+        if task.now() < done_at:
+            return "wait"
+        _check_steps_unchanged(task, f"{self.interface_type}.{method}")
+        return "done"
 
     def abort_step(self, task: DriverTask, method: str) -> None:
         info = dict(task.node.driver_internal_info)

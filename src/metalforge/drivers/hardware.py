@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from metalforge.db.models import INTERFACES, Node
-from metalforge.drivers.base import Interface
+from metalforge.drivers.base import AnyInterface, Interface, offered
 from metalforge.errors import RequestError
 
 
@@ -132,6 +132,11 @@ class DriverRegistry:
             if impl.name == wanted:
                 return self._instances[impl]
         raise UnknownDriver(f"{family} interface {wanted!r} is not supported by {node.driver}")
+
+    def interface_of(self, node: Node, kind: type[AnyInterface], doing: str) -> AnyInterface:
+        """The node's implementation of ``kind``'s family, typed; ``NotOffered`` (a
+        ``DriverError``) when the node's choice cannot do ``doing``."""
+        return offered(self.interface(node, kind.interface_type), kind, doing)
 
     def interfaces(self, node: Node) -> dict[str, Interface]:
         return {family: self.interface(node, family) for family in INTERFACES}

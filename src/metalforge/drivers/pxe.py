@@ -9,14 +9,16 @@ service; the inspection service's DHCP filter decides who may boot it.
 
 from __future__ import annotations
 
-from metalforge.drivers.base import BootInterface, DriverError, DriverTask, ManagementInterface
+from metalforge.drivers.base import (
+    BootInterface,
+    DriverTask,
+    ManagementInterface,
+    interface_of,
+)
 
 
 def _management(task: DriverTask) -> ManagementInterface:
-    iface = task.interface("management")
-    if not isinstance(iface, ManagementInterface):
-        raise DriverError(f"the {iface.name} management interface cannot set a boot device")
-    return iface
+    return interface_of(task, ManagementInterface, "set a boot device")
 
 
 class PxeBoot(BootInterface):

@@ -7,20 +7,15 @@ from metalforge.conductor import history, steps
 from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import NO_FLOW
-from metalforge.drivers.base import DeployInterface, DriverError, PowerInterface
+from metalforge.drivers.base import DeployInterface, PowerInterface
 
 
 def power(task: NodeTask) -> PowerInterface:
-    iface = task.ctx.drivers.interface(task.node, "power")
-    assert isinstance(iface, PowerInterface)
-    return iface
+    return task.ctx.drivers.interface_of(task.node, PowerInterface, "switch power")
 
 
 def deploy_interface(task: NodeTask) -> DeployInterface:
-    iface = task.ctx.drivers.interface(task.node, "deploy")
-    if not isinstance(iface, DeployInterface):
-        raise DriverError(f"the {iface.name} deploy interface cannot clean or deploy")
-    return iface
+    return task.ctx.drivers.interface_of(task.node, DeployInterface, "clean or deploy")
 
 
 def fail(task: NodeTask, message: str, note: str | None = None) -> None:

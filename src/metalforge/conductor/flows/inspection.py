@@ -119,10 +119,7 @@ def _record(task: NodeTask) -> Record | None:
 
 
 def _interface(task: NodeTask) -> InspectInterface:
-    iface = task.ctx.drivers.interface(task.node, "inspect")
-    if not isinstance(iface, InspectInterface):
-        raise DriverError(f"the {iface.name} inspect interface cannot inspect")
-    return iface
+    return task.ctx.drivers.interface_of(task.node, InspectInterface, "inspect")
 
 
 def _moved(record: Record, event: str, **changes: Any) -> Record:

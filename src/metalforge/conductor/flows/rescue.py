@@ -12,10 +12,7 @@ from metalforge.errors import bad_request
 
 
 def _rescue_interface(task: NodeTask) -> RescueInterface:
-    iface = task.ctx.drivers.interface(task.node, "rescue")
-    if not isinstance(iface, RescueInterface):
-        raise DriverError(f"the rescue interface {iface.name!r} cannot rescue a node")
-    return iface
+    return task.ctx.drivers.interface_of(task.node, RescueInterface, "rescue a node")
 
 
 def rescue(task: NodeTask) -> None:

@@ -15,10 +15,7 @@ from metalforge.drivers.base import DeployInterface, DriverError
 def tear_down(task: NodeTask) -> None:
     """deleting: remove the instance (and its allocation), then on to cleaning."""
     try:
-        deploy = task.ctx.drivers.interface(task.node, "deploy")
-        if not isinstance(deploy, DeployInterface):
-            raise DriverError(f"the {deploy.name} deploy interface cannot tear down")
-        deploy.tear_down(task)
+        task.ctx.drivers.interface_of(task.node, DeployInterface, "tear down").tear_down(task)
     except DriverError as exc:
         fail(task, f"Failed to tear down: {exc}", str(exc))
         return

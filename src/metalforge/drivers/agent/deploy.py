@@ -61,6 +61,7 @@ from metalforge.drivers.base import (
     DriverTask,
     StepFailed,
     StepOutcome,
+    StepsChanged,
     StepsNotKnown,
 )
 from metalforge.drivers.steps import StepDecl, deploy_step, parse_argsinfo
@@ -234,7 +235,10 @@ class AgentDeploy(DeployInterface):
             self._finished(task, method, result)
             return "done"
         if result.status == "CLEAN_VERSION_MISMATCH":
-            raise StepFailed(
+            # Read what the agent offers now (and its managers' versions), so the
+            # flow plans again from the steps it would run.
+            cache_steps(task, "clean")
+            raise StepsChanged(
                 f"the agent's hardware managers changed since the plan was made; {what} was not run"
             )
         raise StepFailed(f"the agent reported a failure: {result.error_message()}")

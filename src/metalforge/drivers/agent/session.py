@@ -16,25 +16,19 @@ from metalforge.drivers.base import (
     POWER_ON,
     REBOOT,
     BootInterface,
-    DriverError,
     DriverTask,
     PowerInterface,
     StepFailed,
+    interface_of,
 )
 
 
 def power_of(task: DriverTask) -> PowerInterface:
-    iface = task.interface("power")
-    if not isinstance(iface, PowerInterface):
-        raise DriverError(f"the {iface.name} power interface cannot switch power")
-    return iface
+    return interface_of(task, PowerInterface, "switch power")
 
 
 def boot_of(task: DriverTask) -> BootInterface:
-    iface = task.interface("boot")
-    if not isinstance(iface, BootInterface):
-        raise DriverError(f"the {iface.name} boot interface cannot boot a ramdisk")
-    return iface
+    return interface_of(task, BootInterface, "boot a ramdisk")
 
 
 def boot_ramdisk(task: DriverTask, purpose: str) -> None:

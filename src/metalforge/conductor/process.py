@@ -39,7 +39,7 @@ from metalforge.drivers import failures
 LOG = logging.getLogger(__name__)
 
 
-class ConductorService:
+class ConductorProcess:
     """One conductor: call ``start`` then ``stop``."""
 
     def __init__(self, ctx: ConductorContext) -> None:
