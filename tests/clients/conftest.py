@@ -142,7 +142,11 @@ class BaremetalCli(Cli):
     def until_power(self, node: str, state: str, timeout: float = 30.0) -> None:
         """Until ``node``'s power change is done (``node power`` has no ``--wait``)."""
         wanted = {"power_state": state, "target_power_state": None}
-        self.until(node, tuple(wanted), lambda shown: shown == wanted, timeout)
+
+        def reached(shown: dict[str, Any]) -> bool:
+            return {key: shown.get(key) for key in wanted} == wanted
+
+        self.until(node, tuple(wanted), reached, timeout)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 from metalforge import inspection_states as ins
 from metalforge.api.auth.access import actor, guard
+from metalforge.api.locking import wait_for_lock
 from metalforge.api.services import services
 from metalforge.db.introspections import Record
 from metalforge.errors import bad_request
@@ -84,6 +85,7 @@ def _manage_boot(raw: str | None) -> bool:
 @router.post(
     "/v1/introspection/{node_id}", dependencies=[guard("introspection:start")], status_code=202
 )
+@wait_for_lock
 def start(node_id: str, request: Request, manage_boot: str | None = None) -> Response:
     inspection.start(services(request), node_id, _manage_boot(manage_boot), actor(request))
     return _empty(202)
@@ -134,6 +136,7 @@ def list_statuses(
 
 
 @router.post("/v1/introspection/{node_id}/abort", dependencies=[guard("introspection:abort")])
+@wait_for_lock
 def abort(node_id: str, request: Request) -> Response:
     inspection.abort(services(request), node_id, actor(request))
     return _empty(202)
@@ -155,6 +158,7 @@ def unprocessed_data(node_id: str, request: Request) -> JSONResponse:
     "/v1/introspection/{node_id}/data/unprocessed",
     dependencies=[guard("introspection:reapply")],
 )
+@wait_for_lock
 def reapply(node_id: str, request: Request, report: Any = Body(default=None)) -> Response:
     inspection.reapply(services(request), node_id, report)
     return _empty(202)
