@@ -65,7 +65,7 @@ lint: $(STAMP)
 # The suite runs in parallel (pytest-xdist, one test file per worker at a time, so a
 # module's servers start once): it waits on servers and peers far more than it computes.
 # TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint

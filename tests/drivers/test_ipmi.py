@@ -217,7 +217,7 @@ def test_bmc_that_comes_back_is_reached_again(tmp_path: Path) -> None:
     longer timeout once the BMC is back.
     """
     port = free_udp_ports(1)
-    patient = driver_info(port, ipmi_timeout=3, ipmi_retries=2)
+    patient = driver_info(port, ipmi_timeout=5, ipmi_retries=3)
     with BmcProcess(port=port, power_on=True, log_path=tmp_path / "one.log"):
         assert POWER.get_power_state(Task(**patient)) == POWER_ON
     with pytest.raises(NoAnswer):
