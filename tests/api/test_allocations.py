@@ -282,9 +282,12 @@ def test_an_allocation_goes_only_when_the_node_allows_updates(stack: Stack) -> N
     make_available(client, name="held", resource_class="seed4")
     allocation = _allocate(client, resource_class="seed4", name="on-held")
     assert allocation["state"] == "active", allocation
+    # The states below are written behind the conductor's back: a running one would
+    # take a "deploying" node over (its periodic takeover) and hold it meanwhile.
+    stack.conductor.stop(timeout=30)
 
     def put_node_in(state: str, target: str | None) -> None:
-        # Where a flow would leave it; no work is queued, so it stays there.
+        # Where a flow would leave it; no conductor runs, so it stays there.
         with stack.db.write() as session:
             session.execute(
                 update(Node)
