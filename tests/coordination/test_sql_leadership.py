@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
 
-from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.leadership import Leadership, SingletonTask, SqlElector
+from metalforge.conductor.leadership import (
+    Leadership,
+    LeaderTerm,
+    LeaseLost,
+    SingletonTask,
+    SqlElector,
+)
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import CoordinationSettings
 from metalforge.db.engine import Database
@@ -81,7 +87,7 @@ def test_a_dead_holders_role_is_taken_without_waiting_for_its_lease(
 
 
 def _leadership(
-    service: ConductorProcess, run: Callable[[ConductorContext], object], fatal: list[str]
+    service: ConductorProcess, run: Callable[[LeaderTerm], object], fatal: list[str]
 ) -> Leadership:
     task = SingletonTask(ROLE, lambda _ctx: 0.0, run)
     return Leadership(service.ctx, _elector(service), [task], SETTINGS, fatal.append)
@@ -91,8 +97,8 @@ def test_only_the_leader_runs_the_task(db: Database) -> None:
     runs: list[str] = []
     fatal: list[str] = []
     a, b = _member(db, "a"), _member(db, "b")
-    first = _leadership(a, lambda ctx: runs.append(ctx.hostname), fatal)
-    second = _leadership(b, lambda ctx: runs.append(ctx.hostname), fatal)
+    first = _leadership(a, lambda term: runs.append(term.ctx.hostname), fatal)
+    second = _leadership(b, lambda term: runs.append(term.ctx.hostname), fatal)
     for _ in range(3):
         first.round()
         second.round()
@@ -104,13 +110,13 @@ def test_only_the_leader_runs_the_task(db: Database) -> None:
 def test_a_leader_whose_task_fails_stands_down(db: Database) -> None:
     fatal: list[str] = []
 
-    def broken(_ctx: ConductorContext) -> None:
+    def broken(_term: LeaderTerm) -> None:
         raise RuntimeError("disk full")
 
     runs: list[str] = []
     a, b = _member(db, "a"), _member(db, "b")
     first = _leadership(a, broken, fatal)
-    second = _leadership(b, lambda ctx: runs.append(ctx.hostname), fatal)
+    second = _leadership(b, lambda term: runs.append(term.ctx.hostname), fatal)
     first.round()
     assert not first.leads(ROLE)
     second.round()
@@ -130,8 +136,8 @@ def test_a_shrinking_membership_makes_everyone_stand_down_and_elect_again(
 ) -> None:
     fatal: list[str] = []
     a, b, _c = _member(db, "a"), _member(db, "b"), _member(db, "c")
-    first = _leadership(a, lambda _ctx: None, fatal)
-    second = _leadership(b, lambda _ctx: None, fatal)
+    first = _leadership(a, lambda _term: None, fatal)
+    second = _leadership(b, lambda _term: None, fatal)
     first.round()
     second.round()
     assert first.leads(ROLE)
@@ -152,7 +158,7 @@ def test_a_shrinking_membership_makes_everyone_stand_down_and_elect_again(
 def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
     fatal: list[str] = []
     a = _member(db, "a")
-    leadership = _leadership(a, lambda _ctx: None, fatal)
+    leadership = _leadership(a, lambda _term: None, fatal)
     leadership.round()
     assert leadership.leads(ROLE)
     db.dispose()
@@ -168,3 +174,94 @@ def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
 def test_a_lease_shorter_than_two_rounds_is_refused() -> None:
     with pytest.raises(ValueError, match="leader_lease"):
         CoordinationSettings(election_interval=5.0, leader_lease=8.0)
+
+
+def _write_mark(term: LeaderTerm, marks: list[int]) -> None:
+    with term.write():
+        marks.append(term.epoch)
+
+
+def test_a_replaced_leaders_writes_are_refused(db: Database, clock: AdjustableClock) -> None:
+    a_service, b_service = _member(db, "a"), _member(db, "b")
+    a, b = _elector(a_service), _elector(b_service)
+    a_epoch = a.campaign(ROLE)
+    assert a_epoch is not None
+    a_term = LeaderTerm(a_service.ctx, ROLE, "a", a_epoch)
+    marks: list[int] = []
+    _write_mark(a_term, marks)
+    # a is paused past its lease; b takes the role meanwhile.
+    clock.advance(SETTINGS.leader_lease + 1)
+    a_service.heartbeat()
+    b_service.heartbeat()
+    with pytest.raises(LeaseLost, match="ran out"):
+        _write_mark(a_term, marks)  # expired, even before anyone took the role
+    b_epoch = b.campaign(ROLE)
+    assert b_epoch == a_epoch + 1
+    with pytest.raises(LeaseLost, match="held by b"):
+        _write_mark(a_term, marks)
+    _write_mark(LeaderTerm(b_service.ctx, ROLE, "b", b_epoch), marks)
+    # a wins the role back later: its old term still cannot write, its new one can.
+    b.stand_down(ROLE)
+    again = a.campaign(ROLE)
+    assert again == b_epoch + 1
+    with pytest.raises(LeaseLost):
+        _write_mark(a_term, marks)
+    _write_mark(LeaderTerm(a_service.ctx, ROLE, "a", again), marks)
+    assert marks == [a_epoch, b_epoch, again]
+
+
+def test_a_task_that_loses_its_term_stops_without_standing_its_successor_down(
+    db: Database, clock: AdjustableClock
+) -> None:
+    fatal: list[str] = []
+    a_service, b_service = _member(db, "a"), _member(db, "b")
+    b = _elector(b_service)
+    taken: list[int | None] = []
+
+    def overtaken(term: LeaderTerm) -> None:
+        clock.advance(SETTINGS.leader_lease + 1)  # the round ran past the lease
+        a_service.heartbeat()
+        b_service.heartbeat()
+        taken.append(b.campaign(ROLE))
+        with term.write() as session:
+            session.add(LeaderLease(role="never-written", holder="a", epoch=1, expires_at=clock()))
+
+    leadership = _leadership(a_service, overtaken, fatal)
+    leadership.round()
+    assert taken[0] is not None
+    assert not leadership.leads(ROLE)
+    with db.read() as session:
+        assert session.get(LeaderLease, "never-written") is None
+        lease = session.get(LeaderLease, ROLE)
+        assert lease is not None
+        assert (lease.holder, lease.epoch) == ("b", taken[0])
+    assert fatal == []
+
+
+def test_a_slow_task_does_not_hold_up_the_other_roles(db: Database) -> None:
+    fatal: list[str] = []
+    service = _member(db, "a")
+    release = threading.Event()
+    quick_runs: list[int] = []
+    many = threading.Event()
+
+    def quick(term: LeaderTerm) -> None:
+        quick_runs.append(term.epoch)
+        if len(quick_runs) >= 3:
+            many.set()
+
+    tasks = [
+        SingletonTask("slow", lambda _ctx: 0.0, lambda _term: release.wait(120)),
+        SingletonTask("quick", lambda _ctx: 0.0, quick),
+    ]
+    leadership = Leadership(service.ctx, _elector(service), tasks, SETTINGS, fatal.append)
+    leadership.start()
+    try:
+        assert many.wait(60), "the quick task did not run again while the slow one ran"
+        assert leadership.leads("slow")
+        assert leadership.leads("quick")
+    finally:
+        release.set()
+        service.ctx.stopping.set()
+        leadership.stop()
+    assert fatal == []

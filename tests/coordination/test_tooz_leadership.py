@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.conductor.leadership import LeadershipUnavailable, ToozElector
+from metalforge.conductor.leadership import (
+    EpochLedger,
+    LeadershipUnavailable,
+    LeaseLost,
+    ToozElector,
+    check_lease,
+)
+from metalforge.db.engine import Database
 from tests.support.redis import RedisServer
+from tests.support.tooz_candidate import ROLE
 
 LOCK_TIMEOUT = 2
 """The lease: a killed leader's lock expires this many seconds after its last refresh."""
@@ -30,21 +38,29 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 class Candidate:
-    def __init__(self, url: str, name: str, workdir: Path) -> None:
+    def __init__(self, url: str, name: str, workdir: Path, db_url: str) -> None:
         self.name = name
         self.out = workdir / f"{name}.out"
         root = Path(__file__).resolve().parents[2]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.tooz_candidate", url, name],
+            [sys.executable, "-m", "tests.support.tooz_candidate", url, name, db_url],
             stdout=self.out.open("wb"),
             stderr=subprocess.STDOUT,
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
         )
 
+    def standings(self) -> list[str]:
+        """Every standing it printed: ``follows`` or ``leads EPOCH``."""
+        lines = self.out.read_text().splitlines()
+        return [line for line in lines if line == "follows" or line.startswith("leads ")]
+
     def standing(self) -> str | None:
-        lines = [line for line in self.out.read_text().split() if line in ("leads", "follows")]
-        return lines[-1] if lines else None
+        found = self.standings()
+        return found[-1].split()[0] if found else None
+
+    def epoch(self) -> int:
+        return int(self.standings()[-1].split()[1])
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -58,11 +74,19 @@ def _wait(what: str, condition: object, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.fixture
+def ledger(tmp_path: Path) -> EpochLedger:
+    db = Database(f"sqlite:///{tmp_path / 'leases.sqlite'}")
+    db.upgrade()
+    return EpochLedger(db, 5.0)
+
+
 def test_exactly_one_leader_and_a_new_one_after_it_is_killed(
-    redis: RedisServer, tmp_path: Path
+    redis: RedisServer, tmp_path: Path, ledger: EpochLedger
 ) -> None:
     url = f"{redis.url}?timeout={LOCK_TIMEOUT}"
-    candidates = [Candidate(url, f"conductor-{i}", tmp_path) for i in range(3)]
+    db_url = ledger.db.url
+    candidates = [Candidate(url, f"conductor-{i}", tmp_path, db_url) for i in range(3)]
     try:
         _wait("every candidate to campaign", lambda: all(c.standing() for c in candidates))
         leaders = [c for c in candidates if c.standing() == "leads"]
@@ -73,33 +97,38 @@ def test_exactly_one_leader_and_a_new_one_after_it_is_killed(
         _wait("a new leader", lambda: any(c.standing() == "leads" for c in rest))
         time.sleep(LOCK_TIMEOUT)  # and it stays alone: nobody else takes the lock it holds
         assert sum(c.standing() == "leads" for c in rest) == 1
+        new = next(c for c in rest if c.standing() == "leads")
+        assert new.epoch() > old.epoch()  # the killed leader's term is fenced off
+        with pytest.raises(LeaseLost), ledger.db.write() as session:
+            check_lease(session, ROLE, old.name, old.epoch())
     finally:
         for candidate in candidates:
             if candidate.process.poll() is None:
                 candidate.kill()
 
 
-def test_standing_down_hands_the_role_over(redis: RedisServer) -> None:
+def test_standing_down_hands_the_role_over(redis: RedisServer, ledger: EpochLedger) -> None:
     url = f"{redis.url}?timeout=30"
-    first = ToozElector(url, "a", "metalforge-test", timeout=5.0)
-    second = ToozElector(url, "b", "metalforge-test", timeout=5.0)
+    first = ToozElector(url, "a", "metalforge-test", 5.0, ledger)
+    second = ToozElector(url, "b", "metalforge-test", 5.0, ledger)
     first.start()
     second.start()
     try:
-        assert first.campaign("role")
-        assert first.campaign("role")  # keeps it
-        assert not second.campaign("role")
+        epoch = first.campaign("role")
+        assert epoch is not None
+        assert first.campaign("role") == epoch  # keeps it, in the same term
+        assert second.campaign("role") is None
         assert first.members() == frozenset({"a", "b"})
         first.stand_down("role")
-        assert second.campaign("role")
+        assert second.campaign("role") == epoch + 1
         second.stop()
         assert first.members() == frozenset({"a"})
     finally:
         first.stop()
 
 
-def test_a_backend_that_cannot_elect_refuses_to_start() -> None:
+def test_a_backend_that_cannot_elect_refuses_to_start(ledger: EpochLedger) -> None:
     # tooz's System V IPC driver has locks but no groups: no membership, no election.
-    elector = ToozElector("ipc://", "a", "metalforge-test", timeout=5.0)
+    elector = ToozElector("ipc://", "a", "metalforge-test", 5.0, ledger)
     with pytest.raises(LeadershipUnavailable, match="cannot elect"):
         elector.start()

@@ -11,7 +11,10 @@ from metalforge.conductor import housekeeping
 from metalforge.db import events, step_runs
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, StepRun, utcnow
+from tests.support.conductors import term_of
 from tests.support.stack import Stack
+
+ROLE = "table-prune"
 
 
 def _add_node(db: Database, uuid: str) -> None:
@@ -101,11 +104,12 @@ def test_old_events_are_pruned(db: Database) -> None:
 def test_a_conductor_prunes_by_its_retention(sqlite_stack: Stack) -> None:
     ctx = sqlite_stack.conductor.ctx
     _add_node(sqlite_stack.db, "66666666-6666-6666-6666-666666666666")
-    assert housekeeping.prune_node_events(ctx) == 0  # younger than the retention
+    # Younger than the retention:
+    assert housekeeping.prune_node_events(term_of(sqlite_stack.conductor, ROLE)) == 0
     _add_node(sqlite_stack.db, "77777777-7777-7777-7777-777777777777")
     ctx.settings = ctx.settings.model_copy(update={"event_retention": -1.0})
     # (The conductor's own round may prune first: only the outcome is certain.)
-    housekeeping.prune_node_events(ctx)
+    housekeeping.prune_node_events(term_of(sqlite_stack.conductor, ROLE))
     with sqlite_stack.db.snapshot() as connection:
         assert events.first_id(connection) == events.last_id(connection)  # the newest stays
 
@@ -114,7 +118,7 @@ def test_the_upkeep_also_trims_step_runs(sqlite_stack: Stack) -> None:
     runs = [("deploy", "erase_devices", 1.0)] * (step_runs.KEPT + 3)
     with sqlite_stack.db.write() as session:
         step_runs.record(session.connection(), "fake-hardware", runs)
-    housekeeping.prune(sqlite_stack.conductor.ctx)
+    housekeeping.prune(term_of(sqlite_stack.conductor, ROLE))
     with sqlite_stack.db.snapshot() as connection:
         left = connection.execute(select(func.count()).select_from(StepRun)).scalar_one()
     assert left == step_runs.KEPT

@@ -22,6 +22,7 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
+from tests.support.conductors import term_of
 from tests.support.stack import AdjustableClock, Stack, start_stack, test_settings
 
 
@@ -84,19 +85,19 @@ def test_the_sweep_times_out_an_inspection_whose_ramdisk_never_reports(
     node = _manageable(stack, driver_info={"fake_step_delay": 3600})
     assert provision(stack.client, node["uuid"], "inspect").status_code == 202
     wait_for_state(stack.client, node["uuid"], "inspect wait")
-    ctx = stack.conductor.ctx
-    assert inspection_sweeps.time_out_inspections(ctx) == 0
+    role = "inspection-timeouts"
+    assert inspection_sweeps.time_out_inspections(term_of(stack.conductor, role)) == 0
     clock.advance(stack.settings.conductor.inspection.timeout + 1)
-    assert inspection_sweeps.time_out_inspections(ctx) == 1
+    assert inspection_sweeps.time_out_inspections(term_of(stack.conductor, role)) == 1
     # A second sweep before the item ran queues nothing more (one item per inspection).
-    inspection_sweeps.time_out_inspections(ctx)
+    inspection_sweeps.time_out_inspections(term_of(stack.conductor, role))
     failed = wait_for_state(stack.client, node["uuid"], "inspect failed")
     assert "timed out" in failed["last_error"]
     assert failed["power_state"] == "power off"
     record = _record(stack, node["uuid"])
     assert record.state == ins.ERROR
     assert "timed out" in (record.error or "")
-    assert inspection_sweeps.time_out_inspections(ctx) == 0
+    assert inspection_sweeps.time_out_inspections(term_of(stack.conductor, role)) == 0
 
 
 def test_a_report_delivered_twice_is_processed_once(stack: Stack) -> None:
@@ -173,7 +174,7 @@ def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
     kept = _inspected(stack)
     gone = _inspected(stack)
     assert stack.client.delete(f"/v1/nodes/{gone['uuid']}", headers=LATEST).status_code == 204
-    assert inspection_sweeps.forget_deleted_nodes(stack.conductor.ctx) == 1
+    assert inspection_sweeps.forget_deleted_nodes(term_of(stack.conductor, "inspection-sync")) == 1
     with stack.db.read() as session:
         assert introspections.load(session, gone["uuid"]) is None
         assert introspections.load_data(session, gone["uuid"]) is None
@@ -181,7 +182,7 @@ def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(
     assert data is not None
     assert data.raw is not None
     clock.advance(stack.settings.conductor.inspection.data_expiry + 1)
-    assert inspection_sweeps.expire_reports(stack.conductor.ctx) == 1
+    assert inspection_sweeps.expire_reports(term_of(stack.conductor, "inspection-expiry")) == 1
     with stack.db.read() as session:
         data = introspections.load_data(session, kept["uuid"])
     assert data is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.leadership import LeaderTerm
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
@@ -21,3 +22,11 @@ def registered_conductor(db: Database, host: str) -> ConductorProcess:
     service = ConductorProcess(ctx)
     service.register()
     return service
+
+
+def term_of(process: ConductorProcess, role: str) -> LeaderTerm:
+    """``process``'s term in ``role``, won or renewed now (it must be free or its own)."""
+    elector = process.leadership.elector
+    epoch = elector.campaign(role)
+    assert epoch is not None, f"{process.ctx.hostname} could not win the {role} role"
+    return LeaderTerm(process.ctx, role, elector.member_id, epoch)

@@ -1,8 +1,9 @@
 """A process campaigning for one role through metalforge's tooz elector, for tests.
 
-``python -m tests.support.tooz_candidate URL NAME`` prints ``leads`` or
-``follows`` (flushed) whenever its standing changes, and campaigns every
-tenth of a second until killed. Only a real process can be killed the way a
+``python -m tests.support.tooz_candidate URL NAME DB_URL`` prints ``leads
+EPOCH`` or ``follows`` (flushed) whenever its standing changes, and
+campaigns every tenth of a second until killed; its terms' epochs go to the
+database at ``DB_URL`` (already upgraded). Only a real process can be killed the way a
 crashed conductor is.
 """
 
@@ -11,21 +12,23 @@ from __future__ import annotations
 import sys
 import time
 
-from metalforge.conductor.leadership import ToozElector
+from metalforge.conductor.leadership import EpochLedger, ToozElector
+from metalforge.db.engine import Database
 
 ROLE = "inspection-timeouts"
 
 
 def main() -> None:
-    url, name = sys.argv[1], sys.argv[2]
-    elector = ToozElector(url, name, "metalforge-test", timeout=5.0)
+    url, name, db_url = sys.argv[1], sys.argv[2], sys.argv[3]
+    elector = ToozElector(url, name, "metalforge-test", 5.0, EpochLedger(Database(db_url), 5.0))
     elector.start()
-    leading: bool | None = None
+    standing: str | None = None
     while True:
-        now = elector.campaign(ROLE)
-        if now != leading:
-            print("leads" if now else "follows", flush=True)
-            leading = now
+        epoch = elector.campaign(ROLE)
+        now = "follows" if epoch is None else f"leads {epoch}"
+        if now != standing:
+            print(now, flush=True)
+            standing = now
         time.sleep(0.1)
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.leadership import SingletonTask
+from metalforge.conductor.leadership import LeaderTerm, SingletonTask
 from metalforge.db import events, step_runs
 
 LOG = logging.getLogger(__name__)
@@ -22,28 +21,28 @@ LOG = logging.getLogger(__name__)
 PRUNE_PERIOD = 60.0
 
 
-def prune_node_events(ctx: ConductorContext) -> int:
+def prune_node_events(term: LeaderTerm) -> int:
     """Drop node events older than the retention; how many."""
-    before = ctx.db.now().timestamp() - ctx.settings.event_retention
-    with ctx.db.write() as session:
+    before = term.ctx.db.now().timestamp() - term.ctx.settings.event_retention
+    with term.write() as session:
         pruned = events.prune(session.connection(), before)
     if pruned:
         LOG.debug("node events pruned: %d", pruned)
     return pruned
 
 
-def prune_step_runs(ctx: ConductorContext) -> int:
+def prune_step_runs(term: LeaderTerm) -> int:
     """Drop the step runs estimates no longer use; how many."""
-    with ctx.db.write() as session:
+    with term.write() as session:
         pruned = step_runs.prune(session.connection())
     if pruned:
         LOG.debug("step runs pruned: %d", pruned)
     return pruned
 
 
-def prune(ctx: ConductorContext) -> None:
-    prune_node_events(ctx)
-    prune_step_runs(ctx)
+def prune(term: LeaderTerm) -> None:
+    prune_node_events(term)
+    prune_step_runs(term)
 
 
 TASKS = (SingletonTask("table-prune", lambda _ctx: PRUNE_PERIOD, prune),)

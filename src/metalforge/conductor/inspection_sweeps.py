@@ -3,7 +3,9 @@
 Three tasks, each run by one conductor at a time (``leadership``): time out
 inspections whose ramdisk never reported, forget the records of deleted
 nodes, and expire raw reports. Each is idempotent, so a leader replaced in
-the middle of a run leaves nothing the next run would not finish. A timed
+the middle of a run leaves nothing the next run would not finish, and each
+writes under its term (``LeaderTerm.write``), so a replaced leader's late
+write is refused rather than made next to its successor's. A timed
 out inspection is not failed here: a ``timeout`` work item is queued (one
 per inspection, de-duplicated), and the worker that runs it holds the node,
 so a report being processed at that moment is never cut short.
@@ -19,7 +21,7 @@ from sqlalchemy import select
 from metalforge import inspection_states as ins
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.flows import inspection
-from metalforge.conductor.leadership import SingletonTask
+from metalforge.conductor.leadership import LeaderTerm, SingletonTask
 from metalforge.db import introspections, queue
 from metalforge.db.engine import now_for
 from metalforge.db.models import Node
@@ -31,9 +33,10 @@ TIMED_OUT_STATES = [ins.STARTING, ins.WAITING]
 by its work item's lease instead."""
 
 
-def time_out_inspections(ctx: ConductorContext) -> int:
+def time_out_inspections(term: LeaderTerm) -> int:
     """Queue a ``timeout`` for each inspection past ``inspection.timeout``; how many."""
-    with ctx.db.write() as session:
+    ctx = term.ctx
+    with term.write() as session:
         cutoff = now_for(session) - dt.timedelta(seconds=ctx.settings.inspection.timeout)
         late = introspections.waiting_since(session, TIMED_OUT_STATES, cutoff)
         rows = session.execute(
@@ -59,21 +62,20 @@ def time_out_inspections(ctx: ConductorContext) -> int:
     return queued
 
 
-def forget_deleted_nodes(ctx: ConductorContext) -> int:
+def forget_deleted_nodes(term: LeaderTerm) -> int:
     """Remove the inspection records and data of nodes no longer enrolled; how many."""
-    with ctx.db.write() as session:
+    with term.write() as session:
         forgotten = introspections.forget_deleted_nodes(session)
     if forgotten:
         LOG.info("inspection records of deleted nodes removed: %d", forgotten)
     return forgotten
 
 
-def expire_reports(ctx: ConductorContext) -> int:
+def expire_reports(term: LeaderTerm) -> int:
     """Drop raw reports older than ``inspection.data_expiry``; how many."""
-    with ctx.db.write() as session:
-        expired = introspections.expire_raw_data(
-            session, now_for(session) - dt.timedelta(seconds=ctx.settings.inspection.data_expiry)
-        )
+    expiry = dt.timedelta(seconds=term.ctx.settings.inspection.data_expiry)
+    with term.write() as session:
+        expired = introspections.expire_raw_data(session, now_for(session) - expiry)
     if expired:
         LOG.info("raw inspection reports expired: %d", expired)
     return expired

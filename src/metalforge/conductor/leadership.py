@@ -16,9 +16,18 @@ it must keep renewing. Two backends:
   A backend that cannot do both refuses to start: it never degrades to
   every member leading.
 
-When the membership shrinks, every member stands down from what it leads
-and the roles are elected again. A leader whose task raises stands down
-(another member may fare better); a member that cannot reach the backend
+Both backends keep the ``leader_leases`` row of each role, and its epoch is
+the fencing token: a task runs under the ``LeaderTerm`` it was elected with,
+and every write it makes checks, in the same transaction, that the row still
+names this member, this epoch and an unexpired lease (``LeaseLost``
+otherwise). A leader that was paused past its lease, or replaced while a
+round ran long, can therefore not write next to its successor.
+
+The election runs in a thread of its own, and each task in another, so a
+slow task never delays the renewal of the other roles' leases. When the
+membership shrinks, every member stands down from what it leads and the
+roles are elected again. A leader whose task raises stands down (another
+member may fare better); a member that cannot reach the backend
 ``retry_count`` rounds in a row stops leading and asks its process to stop
 (``on_fatal``) rather than act on a picture of the cluster it can no longer
 check.
@@ -31,11 +40,12 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
@@ -51,6 +61,74 @@ class LeadershipUnavailable(RuntimeError):
     """The coordination backend cannot elect leaders; the conductor must not start."""
 
 
+class LeaseLost(RuntimeError):
+    """The role passed to another term since this one was won: the write is refused."""
+
+
+def check_lease(session: Session, role: str, member: str, epoch: int) -> None:
+    """Refuse the transaction unless ``member`` still holds ``role`` at ``epoch``.
+
+    The row is locked for the rest of the transaction (PostgreSQL; SQLite's
+    writer lock does the same), so no election can change hands before the
+    caller's writes commit.
+    """
+    row = session.scalar(select(LeaderLease).where(LeaderLease.role == role).with_for_update())
+    if row is None or row.holder != member or row.epoch != epoch:
+        holder = "nobody" if row is None or row.holder is None else row.holder
+        raise LeaseLost(f"the {role} role is held by {holder} now, not by {member}")
+    if row.expires_at <= now_for(session):
+        raise LeaseLost(f"{member}'s lease on the {role} role ran out")
+
+
+class EpochLedger:
+    """The ``leader_leases`` rows a backend that elects elsewhere (tooz) keeps as fences."""
+
+    def __init__(self, db: Database, lease_seconds: float) -> None:
+        self.db = db
+        self.lease = dt.timedelta(seconds=lease_seconds)
+
+    def take(self, role: str, member: str) -> int:
+        """``member`` was just elected: a new epoch, which ends every earlier term."""
+        with self.db.write() as session:
+            now = now_for(session)
+            row = session.scalar(
+                select(LeaderLease).where(LeaderLease.role == role).with_for_update()
+            )
+            if row is None:
+                row = LeaderLease(role=role, holder=member, epoch=1, expires_at=now + self.lease)
+                session.add(row)
+                return 1
+            row.holder = member
+            row.epoch += 1
+            row.expires_at = now + self.lease
+            return row.epoch
+
+    def renew(self, role: str, member: str, epoch: int) -> bool:
+        """Extend the term; False when another member's election ended it."""
+        with self.db.write() as session:
+            now = now_for(session)
+            renewed = session.execute(
+                update(LeaderLease)
+                .where(
+                    LeaderLease.role == role,
+                    LeaderLease.holder == member,
+                    LeaderLease.epoch == epoch,
+                )
+                .values(expires_at=now + self.lease)
+            )
+            return bool(getattr(renewed, "rowcount", 0))
+
+    def release(self, member: str, role: str | None = None) -> None:
+        """End ``member``'s terms (of ``role``, or of every role)."""
+        with self.db.write() as session:
+            where = [LeaderLease.holder == member]
+            if role is not None:
+                where.append(LeaderLease.role == role)
+            session.execute(
+                update(LeaderLease).where(*where).values(holder=None, expires_at=now_for(session))
+            )
+
+
 class Elector(ABC):
     """One backend's election: which member leads each role."""
 
@@ -61,8 +139,8 @@ class Elector(ABC):
         """Connect and join the membership (``LeadershipUnavailable`` if it cannot elect)."""
 
     @abstractmethod
-    def campaign(self, role: str) -> bool:
-        """Take or keep ``role``; whether this member leads it now."""
+    def campaign(self, role: str) -> int | None:
+        """Take or keep ``role``: the epoch of this member's term, or None if it does not lead."""
 
     @abstractmethod
     def stand_down(self, role: str) -> None:
@@ -113,7 +191,7 @@ class SqlElector(Elector):
     def _live(self, session: Session) -> frozenset[str] | None:
         return None if self._live_members is None else self._live_members(session)
 
-    def campaign(self, role: str) -> bool:
+    def campaign(self, role: str) -> int | None:
         with self.db.write() as session:
             now = now_for(session)
             row = session.scalar(
@@ -125,31 +203,23 @@ class SqlElector(Elector):
                         role=role, holder=self.member_id, epoch=1, expires_at=now + self.lease
                     )
                 )
-                return True
+                return 1
             if row.holder == self.member_id and row.expires_at > now:
                 row.expires_at = now + self.lease
-                return True
+                return row.epoch
             free = row.holder is None or row.expires_at <= now
             live = None if free else self._live(session)
             if live is not None and row.holder not in live:
                 free = True  # its holder is dead: no need to wait for the lease
             if not free:
-                return False
+                return None
             row.holder = self.member_id
             row.epoch += 1
             row.expires_at = now + self.lease
-            return True
-
-    def _release(self, *where: ColumnElement[bool]) -> None:
-        with self.db.write() as session:
-            session.execute(
-                update(LeaderLease)
-                .where(LeaderLease.holder == self.member_id, *where)
-                .values(holder=None, expires_at=now_for(session))
-            )
+            return row.epoch
 
     def stand_down(self, role: str) -> None:
-        self._release(LeaderLease.role == role)
+        EpochLedger(self.db, 0).release(self.member_id, role)
 
     def members(self) -> frozenset[str]:
         with self.db.read() as session:
@@ -157,18 +227,25 @@ class SqlElector(Elector):
         return frozenset({self.member_id}) if live is None else live
 
     def stop(self) -> None:
-        self._release()
+        EpochLedger(self.db, 0).release(self.member_id)
 
 
 class ToozElector(Elector):
-    """A tooz group for membership, one tooz lock per role for leadership."""
+    """A tooz group for membership, one tooz lock per role for leadership.
 
-    def __init__(self, url: str, member_id: str, group: str, timeout: float) -> None:
+    The locks elect; the ``ledger`` records each term's epoch in the database
+    so the tasks' writes are fenced as they are with ``SqlElector``.
+    """
+
+    def __init__(
+        self, url: str, member_id: str, group: str, timeout: float, ledger: EpochLedger
+    ) -> None:
         from tooz import coordination  # imported only when configured
 
         self.member_id = member_id
         self.group = group.encode()
         self.timeout = timeout
+        self.ledger = ledger
         try:
             self._coordinator = coordination.get_coordinator(url, member_id.encode())
         except ImportError as exc:
@@ -176,7 +253,8 @@ class ToozElector(Elector):
                 f"the coordination backend's client library is not installed: {exc}"
             ) from exc
         self._locks: dict[str, Any] = {}
-        self._held: set[str] = set()
+        self._held: dict[str, int] = {}
+        """Role → the epoch of the term its lock won."""
 
     def start(self) -> None:
         import tooz
@@ -199,29 +277,37 @@ class ToozElector(Elector):
             self._locks[role] = self._coordinator.get_lock(f"metalforge-leader-{role}".encode())
         return self._locks[role]
 
-    def campaign(self, role: str) -> bool:
+    def campaign(self, role: str) -> int | None:
         lock = self._lock(role)
-        if role in self._held:
+        epoch = self._held.get(role)
+        if epoch is not None:
             try:
                 still = bool(lock.heartbeat())
             except Exception:
                 still = False
-            if still:
-                return True
+            if still and self.ledger.renew(role, self.member_id, epoch):
+                return epoch
             LOG.warning("lost the %s leadership lock", role)
-            self._held.discard(role)
+            self.stand_down(role)
         if lock.acquire(blocking=False):
-            self._held.add(role)
-            return True
-        return False
+            try:
+                epoch = self.ledger.take(role, self.member_id)
+            except Exception:
+                lock.release()
+                raise
+            self._held[role] = epoch
+            return epoch
+        return None
 
     def stand_down(self, role: str) -> None:
-        if role in self._held:
-            self._held.discard(role)
+        if self._held.pop(role, None) is not None:
             try:
-                self._lock(role).release()
-            except Exception:
-                LOG.warning("could not release the %s leadership lock", role, exc_info=True)
+                self.ledger.release(self.member_id, role)
+            finally:
+                try:
+                    self._lock(role).release()
+                except Exception:
+                    LOG.warning("could not release the %s leadership lock", role, exc_info=True)
 
     def members(self) -> frozenset[str]:
         found = self._coordinator.get_members(self.group).get(timeout=self.timeout)
@@ -248,7 +334,25 @@ def build_elector(ctx: ConductorContext, settings: CoordinationSettings) -> Elec
         f"metalforge.conductor.{ctx.hostname}",
         settings.group,
         settings.leader_lease,
+        EpochLedger(ctx.db, settings.leader_lease),
     )
+
+
+@dataclass(frozen=True)
+class LeaderTerm:
+    """The term a singleton task runs in: its role as this member won it."""
+
+    ctx: ConductorContext
+    role: str
+    member: str
+    epoch: int
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction that commits only if this term still holds the role."""
+        with self.ctx.db.write() as session:
+            check_lease(session, self.role, self.member, self.epoch)
+            yield session
 
 
 @dataclass(frozen=True)
@@ -258,7 +362,8 @@ class SingletonTask:
     role: str
     period: Callable[[ConductorContext], float]
     """Seconds between runs, read from the settings."""
-    run: Callable[[ConductorContext], object]
+    run: Callable[[LeaderTerm], object]
+    """One run; its writes go through ``LeaderTerm.write`` so a lost term cannot write."""
 
 
 class Leadership:
@@ -277,25 +382,40 @@ class Leadership:
         self.tasks = tuple(tasks)
         self.settings = settings
         self.on_fatal = on_fatal
-        self._leading: set[str] = set()
+        self._leading: dict[str, int] = {}
+        """Role → the epoch of the term this member holds it in."""
         self._last_run: dict[str, float] = {}
         self._members: frozenset[str] | None = None
         self._failures = 0
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def leads(self, role: str) -> bool:
+        return self.term(role) is not None
+
+    def term(self, role: str) -> LeaderTerm | None:
+        """The term this member holds ``role`` in now, if it leads it."""
         with self._lock:
-            return role in self._leading
+            epoch = self._leading.get(role)
+        if epoch is None:
+            return None
+        return LeaderTerm(self.ctx, role, self.elector.member_id, epoch)
 
     def start(self) -> None:
         self.elector.start()
-        self._thread = threading.Thread(target=self._loop, name="conductor-leadership", daemon=True)
-        self._thread.start()
+        loops: list[tuple[str, Callable[[], None]]] = [("leadership", self._election_loop)]
+        for task in self.tasks:
+            loops.append((f"singleton-{task.role}", self._task_loop(task)))
+        for name, target in loops:
+            thread = threading.Thread(target=target, name=f"conductor-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             self._leading.clear()
         try:
@@ -303,16 +423,31 @@ class Leadership:
         except Exception:
             LOG.warning("standing down at shutdown failed", exc_info=True)
 
-    def _loop(self) -> None:
+    def _election_loop(self) -> None:
         while not self.ctx.stopping.is_set():
-            self.round()
+            self.elect()
             self.ctx.stopping.wait(self.settings.election_interval)
 
+    def _task_loop(self, task: SingletonTask) -> Callable[[], None]:
+        def loop() -> None:
+            while not self.ctx.stopping.is_set():
+                self.run_if_due(task)
+                self.ctx.stopping.wait(self.settings.election_interval)
+
+        return loop
+
     def round(self) -> None:
-        """One election round: notice a shrinking membership, campaign, run what is due."""
+        """One election round, then every task that is due, in this thread."""
+        if self.elect():
+            for task in self.tasks:
+                self.run_if_due(task)
+
+    def elect(self) -> bool:
+        """Notice a shrinking membership and campaign; whether the backend answered."""
         try:
             self._elect()
             self._failures = 0
+            return True
         except Exception as exc:
             self._failures += 1
             with self._lock:
@@ -325,10 +460,7 @@ class Leadership:
             )
             if self._failures >= self.settings.retry_count:
                 self.on_fatal(f"the coordination backend failed {self._failures} times in a row")
-            return
-        for task in self.tasks:
-            if self.leads(task.role) and self._due(task):
-                self._run(task)
+            return False
 
     def _elect(self) -> None:
         members = self.elector.members()
@@ -340,18 +472,18 @@ class Leadership:
             self._stand_down_all()
         self._members = members
         for task in self.tasks:
-            won = self.elector.campaign(task.role)
+            epoch = self.elector.campaign(task.role)
             with self._lock:
-                was = task.role in self._leading
-                if won:
-                    self._leading.add(task.role)
+                was = self._leading.get(task.role)
+                if epoch is None:
+                    self._leading.pop(task.role, None)
                 else:
-                    self._leading.discard(task.role)
-            if won != was:
+                    self._leading[task.role] = epoch
+            if (epoch is None) != (was is None):
                 LOG.info(
                     "%s %s the %s role",
                     self.elector.member_id,
-                    "leads" if won else "lost",
+                    "lost" if epoch is None else f"leads (epoch {epoch})",
                     task.role,
                 )
 
@@ -359,28 +491,41 @@ class Leadership:
         with self._lock:
             roles = list(self._leading)
             self._leading.clear()
+            self._last_run.clear()
         for role in roles:
             self.elector.stand_down(role)
-        self._last_run.clear()
 
-    def _due(self, task: SingletonTask) -> bool:
-        last = self._last_run.get(task.role)
-        return last is None or time.monotonic() - last >= task.period(self.ctx)
+    def run_if_due(self, task: SingletonTask) -> None:
+        """Run ``task`` if this member leads its role and its period has passed."""
+        term = self.term(task.role)
+        if term is None:
+            return
+        with self._lock:
+            last = self._last_run.get(task.role)
+            if last is not None and time.monotonic() - last < task.period(self.ctx):
+                return
+            self._last_run[task.role] = time.monotonic()
+        self._run(task, term)
 
-    def _run(self, task: SingletonTask) -> None:
-        self._last_run[task.role] = time.monotonic()
-        LOG.info("singleton %s starts on %s", task.role, self.elector.member_id)
+    def _run(self, task: SingletonTask, term: LeaderTerm) -> None:
+        LOG.info("singleton %s starts on %s", task.role, term.member)
         try:
-            task.run(self.ctx)
+            task.run(term)
+        except LeaseLost as exc:
+            LOG.warning("singleton %s on %s stopped: %s", task.role, term.member, exc)
+            self._forget(term)
         except Exception:
-            LOG.exception(
-                "singleton %s failed on %s; standing down", task.role, self.elector.member_id
-            )
-            with self._lock:
-                self._leading.discard(task.role)
+            LOG.exception("singleton %s failed on %s; standing down", task.role, term.member)
+            self._forget(term)
             try:
                 self.elector.stand_down(task.role)
             except Exception:
                 LOG.warning("standing down from %s failed", task.role, exc_info=True)
         finally:
-            LOG.info("singleton %s ends on %s", task.role, self.elector.member_id)
+            LOG.info("singleton %s ends on %s", task.role, term.member)
+
+    def _forget(self, term: LeaderTerm) -> None:
+        """Stop counting on ``term`` (unless a later election already replaced it)."""
+        with self._lock:
+            if self._leading.get(term.role) == term.epoch:
+                del self._leading[term.role]

@@ -226,7 +226,7 @@ class PxeFilter:
             self.driver.block()
 
     def _campaign(self, now: float) -> None:
-        leading = self.elector.campaign(ROLE)
+        leading = self.elector.campaign(ROLE) is not None
         if leading:
             self._won_at = now  # the lease runs from before the campaign, at the latest
         if leading != self.leading:
