@@ -41,7 +41,7 @@ from metalforge.drivers import failures
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.pxe_filter.service import STATUS_EVERY, host_statuses
-from metalforge.pxe_filter.setup import FilterHost, build_filter_host
+from metalforge.pxe_filter.setup import FilterHost, build_driver, build_filter_host
 from metalforge.redaction import mask_url
 
 LOG = logging.getLogger("metalforge")
@@ -381,6 +381,9 @@ def cmd_pxe_filter(settings: Settings, args: argparse.Namespace) -> None:
         if args.action == "status":
             print(render_filter_hosts(host_statuses(db), db.now()))
             return
+        if args.action == "block":
+            _block_filter(settings)
+            return
         filter_host = build_filter_host(settings, db)
         if filter_host is None:
             raise StartupError("pxe_filter.driver is noop: there is nothing to run")
@@ -393,6 +396,15 @@ def cmd_pxe_filter(settings: Settings, args: argparse.Namespace) -> None:
         _run_filter_host(filter_host)
     finally:
         db.dispose()
+
+
+def _block_filter(settings: Settings) -> None:
+    """Make this host answer nobody, as a stopped filter leaves it (a unit's stop hook)."""
+    driver = build_driver(settings)
+    if driver is None:
+        raise StartupError("pxe_filter.driver is noop: there is nothing to block")
+    driver.block()
+    print(f"this host's PXE filter ({driver.name}) now answers nobody")
 
 
 def _run_filter_host(filter_host: FilterHost) -> None:
@@ -489,8 +501,9 @@ def main(argv: list[str] | None = None) -> None:
         "action",
         nargs="?",
         default="run",
-        choices=["run", "status"],
-        help="run the filter (default), or show every filter host's status",
+        choices=["run", "status", "block"],
+        help="run the filter (default), show every filter host's status, or make this "
+        "host answer nobody (after its service was killed)",
     )
     args = parser.parse_args(argv)
     try:

@@ -85,6 +85,21 @@ def test_status_before_any_host_reported(
     assert "no PXE filter host has reported" in capsys.readouterr().out
 
 
+def test_block_denies_what_a_killed_filter_left_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hostsdir = tmp_path / "hostsdir"
+    hostsdir.mkdir()
+    (hostsdir / MAC).write_text(f"{MAC}\n")
+    (hostsdir / "unknown-macs").write_text("*:*:*:*:*:*\n")
+    config = _config(tmp_path, "dnsmasq", hostsdir)
+    Database(f"sqlite:///{tmp_path}/metalforge.sqlite").upgrade()
+    cli.main(["--config", str(config), "pxe-filter", "block"])
+    assert "answers nobody" in capsys.readouterr().out
+    assert (hostsdir / MAC).read_text() == f"{MAC},ignore\n"
+    assert (hostsdir / "unknown-macs").read_text() == "*:*:*:*:*:*,ignore\n"
+
+
 def test_the_role_with_the_noop_driver_refuses_to_start(tmp_path: Path) -> None:
     config = _config(tmp_path, "noop", tmp_path)
     with pytest.raises(cli.StartupError, match="noop: there is nothing to run"):

@@ -34,3 +34,6 @@ class FilterDriver(ABC):
     @abstractmethod
     def block(self) -> None:
         """Answer nobody, without the database (on error and at exit)."""
+
+    def close(self) -> None:  # noqa: B027 - most drivers hold nothing to release
+        """Release what ``start`` set up, after the final ``block`` at exit."""

@@ -123,6 +123,8 @@ class PxeFilter:
                 self.driver.block()
             except Exception:
                 LOG.exception("could not block the PXE filter at exit")
+            else:
+                self.driver.close()
         for thread in self._threads:
             thread.join(timeout)
         self.leading = False
