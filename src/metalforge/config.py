@@ -283,6 +283,36 @@ class InspectionSettings(BaseModel):
         return self
 
 
+_MAX_DEADLINE = 7 * 86400.0
+"""A work item's deadline is positive and at most a week (``inf`` and ``nan`` are refused)."""
+
+
+class WorkDeadlines(BaseModel):
+    """Seconds a work item of each kind may run before its call is abandoned.
+
+    A deadline ends what a driver call, a BMC or a stored value would
+    otherwise stretch without bound: past it the item's node fails with an
+    error naming the deadline, the worker is free again, and the call's
+    thread is left to end on its own (counted, see ``max_abandoned_calls``).
+    Waits that the flows park for (an agent's callback, an asynchronous step)
+    are not inside an item and have their own timeouts.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    provision: float = Field(default=3600.0, gt=0, le=_MAX_DEADLINE)
+    """A flow's steps run by the conductor in one go (cleaning, deploying, servicing...)."""
+    abort: float = Field(default=600.0, gt=0, le=_MAX_DEADLINE)
+    power: float = Field(default=600.0, gt=0, le=_MAX_DEADLINE)
+    """A power request, the BMC's retries included."""
+    inspection: float = Field(default=1800.0, gt=0, le=_MAX_DEADLINE)
+    """Processing an inspection report or event."""
+    node_settings: float = Field(default=600.0, gt=0, le=_MAX_DEADLINE)
+    """A console, boot mode or secure boot change."""
+    vendor: float = Field(default=600.0, gt=0, le=_MAX_DEADLINE)
+    """A vendor passthru call."""
+
+
 class ConductorSettings(BaseModel):
     """The conductor role: claims work, holds node reservations, runs periodic tasks."""
 
@@ -310,6 +340,10 @@ class ConductorSettings(BaseModel):
     work_item_max_failures: int = Field(default=5, ge=1)
     """Failed attempts (the worker died holding the item, or an unexpected error outside
     any step) after which a work item is dead-lettered and its node's flow failed."""
+    work_deadlines: WorkDeadlines = Field(default_factory=WorkDeadlines)
+    max_abandoned_calls: int = Field(default=64, ge=1)
+    """Abandoned calls (past their item's deadline) still running after which this
+    conductor claims no more work until some end: their threads stay bounded."""
     poll_interval: float = 1.0
     """Seconds between queue polls when no wake-up arrives (LISTEN/NOTIFY or in-process)."""
     affinity_grace: float = 3.0

@@ -59,6 +59,11 @@ STEP_DURATION = Metric(
     ("interface", "step"),
     STEP_BUCKETS,
 )
+WORK_ABANDONED = Metric(
+    "metalforge_work_items_abandoned",
+    "Work items whose call passed its deadline and was abandoned, by kind.",
+    ("kind",),
+)
 TAKEOVERS = Metric(
     "metalforge_conductor_takeovers",
     "Nodes taken over from a conductor declared dead, by conductor group.",
@@ -95,6 +100,7 @@ METRICS: tuple[Metric, ...] = (
     FLOWS_STARTED,
     FLOWS_FINISHED,
     STEP_DURATION,
+    WORK_ABANDONED,
     TAKEOVERS,
     ALLOCATIONS_FINISHED,
     ALLOCATION_DURATION,

@@ -25,6 +25,25 @@ class Waker:
         self._event.clear()
 
 
+class AbandonedCalls:
+    """The calls this conductor stopped waiting for that still run."""
+
+    def __init__(self) -> None:
+        self._threads: dict[threading.Thread, str] = {}
+        self._lock = threading.Lock()
+
+    def add(self, thread: threading.Thread, what: str) -> None:
+        with self._lock:
+            self._threads[thread] = what
+
+    def running(self) -> list[str]:
+        """What each abandoned call still running was doing (ended ones are forgotten)."""
+        with self._lock:
+            for thread in [t for t in self._threads if not t.is_alive()]:
+                del self._threads[thread]
+            return sorted(self._threads.values())
+
+
 @dataclass
 class ConductorContext:
     """Passed to every conductor function instead of globals."""
@@ -37,6 +56,8 @@ class ConductorContext:
     waker: Waker = field(default_factory=Waker)
     leaked_reservations: set[tuple[int, int]] = field(default_factory=set)
     """(node id, epoch) of reservations a failed release could not give back yet."""
+    abandoned: AbandonedCalls = field(default_factory=AbandonedCalls)
+    """Calls past their work item's deadline that still run (``deadlines``)."""
 
     @property
     def dead_after(self) -> dt.timedelta:

@@ -72,6 +72,8 @@ class Dispatcher:
 
     def dispatch_once(self) -> int:
         """Claim as many items as there are free workers and start them."""
+        if self._too_many_abandoned():
+            return 0
         free = 0
         while self._slots.acquire(blocking=False):
             free += 1
@@ -114,6 +116,22 @@ class Dispatcher:
                 # The pool shut down (the stop began after the claim): give it back here.
                 self._run_guarded(item, node)
         return len(items)
+
+    def _too_many_abandoned(self) -> bool:
+        """Whether so many abandoned calls still run that claiming more could pile up
+        threads without bound (``deadlines``): this conductor waits for some to end,
+        and the others take the queue meanwhile."""
+        running = self.ctx.abandoned.running()
+        if len(running) < self.ctx.settings.max_abandoned_calls:
+            return False
+        LOG.error(
+            "%d abandoned calls still run (max_abandoned_calls is %d), among them %s; "
+            "claiming no work until some end",
+            len(running),
+            self.ctx.settings.max_abandoned_calls,
+            running[0],
+        )
+        return True
 
     def _lock_claimed(self, session: Session, items: list[queue.ClaimedItem]) -> list[Claimed]:
         """Reserve the node of each claimed item in the claiming transaction.

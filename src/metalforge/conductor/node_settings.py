@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork
+from metalforge.config import WorkDeadlines
 from metalforge.drivers.base import ConsoleInterface, DriverError, ManagementInterface, Unsupported
 
 LOG = logging.getLogger(__name__)
@@ -111,8 +112,14 @@ def run_secure_boot(task: NodeTask, change: SecureBootChange) -> None:
     task.record("management", f"secure boot turned {'on' if enabled else 'off'}")
 
 
-CONSOLE: NodeWork[ConsoleChange] = NodeWork("console", ConsoleChange, run_console, fail)
-BOOT_MODE: NodeWork[BootModeChange] = NodeWork("boot_mode", BootModeChange, run_boot_mode, fail)
+def _deadline(deadlines: WorkDeadlines) -> float:
+    return deadlines.node_settings
+
+
+CONSOLE: NodeWork[ConsoleChange] = NodeWork("console", ConsoleChange, run_console, fail, _deadline)
+BOOT_MODE: NodeWork[BootModeChange] = NodeWork(
+    "boot_mode", BootModeChange, run_boot_mode, fail, _deadline
+)
 SECURE_BOOT: NodeWork[SecureBootChange] = NodeWork(
-    "secure_boot", SecureBootChange, run_secure_boot, fail
+    "secure_boot", SecureBootChange, run_secure_boot, fail, _deadline
 )

@@ -49,13 +49,21 @@ def _power_failed(task: NodeTask, message: str) -> None:
 
 
 PROVISION: NodeWork[NoPayload] = NodeWork(
-    queue.PROVISION, NoPayload, _run_provision, engine.fail_flow
+    queue.PROVISION, NoPayload, _run_provision, engine.fail_flow, lambda d: d.provision
 )
 """Continue the node's flow from its state (queued de-duplicated, one per node)."""
-ABORT: NodeWork[NoPayload] = NodeWork("abort", NoPayload, _run_abort, engine.fail_flow)
-POWER: NodeWork[PowerChange] = NodeWork("power", PowerChange, _run_power, _power_failed)
+ABORT: NodeWork[NoPayload] = NodeWork(
+    "abort", NoPayload, _run_abort, engine.fail_flow, lambda d: d.abort
+)
+POWER: NodeWork[PowerChange] = NodeWork(
+    "power", PowerChange, _run_power, _power_failed, lambda d: d.power
+)
 INSPECTION: NodeWork[inspection.InspectionEvent] = NodeWork(
-    inspection.WORK_KIND, inspection.InspectionEvent, inspection.run_event, engine.fail_flow
+    inspection.WORK_KIND,
+    inspection.InspectionEvent,
+    inspection.run_event,
+    engine.fail_flow,
+    lambda d: d.inspection,
 )
 """Apply an introspection event; one given up on fails the inspection like any flow."""
 

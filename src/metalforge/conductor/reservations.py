@@ -119,6 +119,29 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any
     return values
 
 
+_RETAKE = update(_NODES).where(HELD_BY_TASK).values(epoch=_NODES.c.epoch + 1)
+
+
+def retake(ctx: ConductorContext, session: Session, node_id: int, epoch: int) -> dict[str, Any]:
+    """Take again, at a new epoch, a reservation this conductor holds at ``epoch``.
+
+    Whatever still runs under the old epoch (a call abandoned at its
+    deadline) can write nothing more. ``LockLost`` when the node is no longer
+    held at ``epoch`` (the call released it first, or another conductor took
+    it over); ``NodeGone`` when it was deleted.
+    """
+    connection = session.connection()
+    row = connection.execute(_READ, {"b_id": node_id}).one_or_none()
+    if row is None:
+        raise NodeGone(str(node_id))
+    params = {"b_id": node_id, "b_host": ctx.hostname, "b_epoch": epoch}
+    if connection.execute(_RETAKE, params).rowcount != 1:
+        raise LockLost(f"node {row.uuid} is no longer held at epoch {epoch}")
+    values = dict(row._mapping)
+    values["epoch"] = row.epoch + 1
+    return values
+
+
 @contextmanager
 def acquire(
     ctx: ConductorContext,

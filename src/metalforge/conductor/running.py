@@ -4,7 +4,9 @@ An item of a node's work kind (``node_work``) runs under the node's
 reservation; a detached flow's item (allocation matching) runs without one.
 A payload that cannot be read, or an item past its failure budget, is
 dead-lettered and what it was for is failed (``NodeWork.on_give_up``), so
-nothing waits on it for ever. An unexpected error fails what the request was
+nothing waits on it for ever. A call that outlives its kind's deadline is
+abandoned (``deadlines``): the node is taken again at a new epoch, which
+fences the call out, and what the item was for fails. An unexpected error fails what the request was
 for at once; an error outside any run gives the item back counting a
 failure, with a pause that grows with each.
 """
@@ -18,14 +20,17 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.deadlines import Overdue, run_with_deadline
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
-from metalforge.conductor.reservations import acquire, note_unheld_failure, unlock
+from metalforge.conductor.reservations import acquire, note_unheld_failure, retake, unlock
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
 from metalforge.conductor.work import NodeWork, PayloadError
 from metalforge.db import queue
+from metalforge.db.tallies import count_on_commit, counted
 from metalforge.errors import NodeLocked
 from metalforge.redaction import scrub_message
+from metalforge.tallies import WORK_ABANDONED
 
 LOG = logging.getLogger(__name__)
 
@@ -55,15 +60,18 @@ def run_item(
     except PayloadError as exc:
         _give_up(ctx, item, locked, f"its request could not be read ({exc})")
         return
+    overdue: Overdue | None = None
     try:
         with acquire(ctx, item.node_id, item.kind, locked=locked) as task:
             task.on_release(lambda session: queue.finish(session, item.id, host))
             try:
-                work.run(task, payload)
+                overdue = run_with_deadline(ctx.settings, ctx.abandoned, work, task, payload)
             except (Interrupted, LockLost, NodeGone):
                 raise
             except Exception as exc:
                 _handle_bug(ctx, task, work, item, exc)
+        if overdue is not None:
+            _fail_overdue(ctx, work, item, item.node_id, task.epoch, overdue)
     except NodeLocked:
         with ctx.db.write() as session:
             queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
@@ -76,6 +84,28 @@ def run_item(
     except LockLost as exc:
         LOG.warning("item %s: %s", item.id, exc)
         _finish(ctx, item, f"lock lost: {exc}")
+
+
+def _fail_overdue(
+    ctx: ConductorContext,
+    work: NodeWork[Any],
+    item: queue.ClaimedItem,
+    node_id: int,
+    epoch: int,
+    overdue: Overdue,
+) -> None:
+    """Fail what an abandoned item was for, on the node taken again past the call's epoch."""
+    host = ctx.hostname
+
+    def finish(session: Session) -> None:
+        queue.finish(session, item.id, host, error=overdue.message)
+        count_on_commit(session, counted(WORK_ABANDONED, (item.kind,)))
+
+    with ctx.db.write() as session:
+        row = retake(ctx, session, node_id, epoch)
+    with acquire(ctx, node_id, item.kind, locked=row) as task:
+        task.on_release(finish)
+        work.on_give_up(task, overdue.message)
 
 
 def _give_up_reason(ctx: ConductorContext, item: queue.ClaimedItem) -> str | None:

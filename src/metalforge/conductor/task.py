@@ -10,6 +10,12 @@ raises ``LockLost``.
 Drivers work on a detached copy of the node; ``save`` writes the columns they
 changed, and leaving the block saves and releases.
 
+A task whose work item outlived its deadline is abandoned (``abandon``): the
+worker stops waiting for the call, and the call, if it ever returns, can
+write nothing more (every write and wait raises ``LockLost``). Writes take
+the task's lock, so an abandonment never lands in the middle of one and the
+epoch it leaves is the one the worker fences the call out with.
+
 Every write here is a prebuilt Core statement on the transaction's
 connection, not the ORM unit of work: on SQLite the service's write
 transactions run one after another, so their length bounds how many nodes
@@ -21,6 +27,7 @@ of a dict cannot reach), not with deep copies.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -63,6 +70,9 @@ LOG = logging.getLogger(__name__)
 _MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
 """Columns holding messages built from what drivers, BMCs and agents said."""
 
+ABANDON_CHECK = 0.5
+"""Seconds a task's wait goes between looks at whether it was abandoned."""
+
 HELD_BY_TASK = and_(
     _NODES.c.id == bindparam("b_id"),
     _NODES.c.reservation == bindparam("b_host"),
@@ -94,6 +104,9 @@ class NodeTask:
         self._released = False
         self._progress = progress
         self._saved_progress = progress
+        self._writing = threading.RLock()
+        """Held for each write; ``abandon`` takes it so no write is half done."""
+        self._abandoned = False
 
     @property
     def node(self) -> Node:
@@ -126,10 +139,32 @@ class NodeTask:
         return self.ctx.db.now().timestamp()
 
     def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        if self.ctx.stopping.wait(seconds):
-            raise Interrupted(f"conductor stopping during {self.purpose}")
+        remaining = seconds
+        while remaining > 0:
+            self._check_abandoned()
+            chunk = min(remaining, ABANDON_CHECK)
+            if self.ctx.stopping.wait(chunk):
+                raise Interrupted(f"conductor stopping during {self.purpose}")
+            remaining -= chunk
+        self._check_abandoned()
+
+    def abandon(self, finished: Callable[[], bool]) -> bool:
+        """Stop the work's call from writing anything more, unless ``finished()`` says it
+        ended; whether it was abandoned. Afterwards ``epoch`` is the node's last written
+        epoch, the one the worker retakes the node from."""
+        with self._writing:
+            if finished():
+                return False
+            self._abandoned = True
+            return True
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    def _check_abandoned(self) -> None:
+        if self._abandoned:
+            raise LockLost(f"{self.purpose} on node {self._node.uuid} passed its deadline")
 
     def record(
         self,
@@ -165,12 +200,12 @@ class NodeTask:
     def begin_agent_session(self) -> None:
         # Written at once, not with the node: the agent may look up before the
         # node's next save, and must then find the new session.
-        with self.ctx.db.write() as session:
+        with self._writing, self.ctx.db.write() as session:
             self._fence(session)
             agent_sessions.begin(session, self._node.id)
 
     def end_agent_session(self) -> None:
-        with self.ctx.db.write() as session:
+        with self._writing, self.ctx.db.write() as session:
             self._fence(session)
             agent_sessions.end(session, self._node.id)
 
@@ -190,6 +225,7 @@ class NodeTask:
             )
             .first()
         )
+        self._check_abandoned()
         if held is None:
             raise LockLost(f"lost the reservation of node {self._node.uuid}")
 
@@ -197,12 +233,13 @@ class NodeTask:
         """Write what ``func`` writes now, with the node's unsaved changes, if this task
         still holds the node (``LockLost`` otherwise): a step of a flow that others
         must see before the flow goes on (an inspection that began processing)."""
-        changes, entries, _, progress = self._pending()
-        with self.ctx.db.write() as session:
-            self._fence(session)
-            self._flush(session, changes, entries, progress)
-            func(session)
-        self._remember()
+        with self._writing:
+            changes, entries, _, progress = self._pending()
+            with self.ctx.db.write() as session:
+                self._fence(session)
+                self._flush(session, changes, entries, progress)
+                func(session)
+            self._remember()
 
     def on_release(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction that releases the reservation."""
@@ -242,6 +279,7 @@ class NodeTask:
         service's only write lock, so everything done inside it is done while
         every other writer waits.
         """
+        self._check_abandoned()
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
@@ -314,10 +352,11 @@ class NodeTask:
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
-        changes, entries, _, progress = self._pending()
-        with self.ctx.db.write() as session:
-            self._flush(session, changes, entries, progress)
-        self._remember()
+        with self._writing:
+            changes, entries, _, progress = self._pending()
+            with self.ctx.db.write() as session:
+                self._flush(session, changes, entries, progress)
+            self._remember()
 
     def with_next_transition(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction of the next ``transition`` (a write that
@@ -335,6 +374,12 @@ class NodeTask:
         still locked; the release hooks run in the same transaction, and so do
         those given to ``with_next_transition``.
         """
+        with self._writing:
+            self._transition(event, note, severity, changes)
+
+    def _transition(
+        self, event: str, note: str | None, severity: str, changes: dict[str, Any]
+    ) -> None:
         for key, value in changes.items():
             setattr(self._node, key, value)
         dirty, entries, note, progress = self._pending(note)
@@ -371,12 +416,17 @@ class NodeTask:
         self._released = True
 
     def release(self) -> None:
-        if self._released:
-            if self._changes() or self._history or self._progress_change():
-                raise LockLost(f"node {self._node.uuid} was changed after its release")
-            return
-        changes, entries, _, progress = self._pending()
-        with self.ctx.db.write() as session:
-            self._flush(session, {**changes, "reservation": None}, entries, progress)
-            self._run_release_hooks(session)
-        self._remember()
+        """Save and give the reservation back (nothing, for an abandoned task: the
+        worker that abandoned it retakes the node)."""
+        with self._writing:
+            if self._abandoned:
+                return
+            if self._released:
+                if self._changes() or self._history or self._progress_change():
+                    raise LockLost(f"node {self._node.uuid} was changed after its release")
+                return
+            changes, entries, _, progress = self._pending()
+            with self.ctx.db.write() as session:
+                self._flush(session, {**changes, "reservation": None}, entries, progress)
+                self._run_release_hooks(session)
+            self._remember()

@@ -60,4 +60,4 @@ def fail(task: NodeTask, message: str) -> None:
     task.record(EVENT_TYPE, message, history.ERROR)
 
 
-CALL: NodeWork[VendorCall] = NodeWork("vendor", VendorCall, run, fail)
+CALL: NodeWork[VendorCall] = NodeWork("vendor", VendorCall, run, fail, lambda d: d.vendor)

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import pydantic
 
 from metalforge.conductor.task import NodeTask
+from metalforge.config import WorkDeadlines
 
 P = TypeVar("P")
 
@@ -46,6 +47,8 @@ class NodeWork(Generic[P]):
     on_give_up: Callable[[NodeTask, str], None]
     """What the node keeps when the request is given up or broke unexpectedly, with the
     message: a power or setting change fails alone, a flow's step fails the flow."""
+    deadline: Callable[[WorkDeadlines], float]
+    """Seconds an item may run, from the settings (``running.run_with_deadline``)."""
 
     def payload(self, value: P) -> dict[str, Any]:
         """The JSON stored in the work item."""

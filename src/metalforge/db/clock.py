@@ -54,11 +54,24 @@ class DatabaseClock:
         return self._offset
 
     def now(self) -> dt.datetime:
-        if self._database_time is not None:
-            synced = self._synced_at
-            if synced is None or time.monotonic() - synced > RESYNC_SECONDS:
-                self.sync()
+        if self._database_time is not None and self._due():
+            # Only the first measurement is waited for: later, while one thread
+            # measures, the others go on with the last offset.
+            self._resync(wait=self._synced_at is None)
         return self._local() + self._offset
+
+    def _due(self) -> bool:
+        synced = self._synced_at
+        return synced is None or time.monotonic() - synced > RESYNC_SECONDS
+
+    def _resync(self, *, wait: bool) -> None:
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
+            if self._due():  # not measured by another thread meanwhile
+                self._measure()
+        finally:
+            self._lock.release()
 
     def sync(self) -> None:
         """Measure the offset now (a no-op on SQLite).
@@ -70,13 +83,18 @@ class DatabaseClock:
         if self._database_time is None:
             return
         with self._lock:
-            before = self._local()
-            try:
-                database = self._database_time()
-            except Exception:
-                LOG.warning("could not read the database's clock; keeping the last offset")
-                self._synced_at = time.monotonic() - RESYNC_SECONDS + RETRY_SECONDS
-                return
-            after = self._local()
-            self._offset = database - (before + (after - before) / 2)
-            self._synced_at = time.monotonic()
+            self._measure()
+
+    def _measure(self) -> None:
+        """One measurement; the caller holds ``_lock``."""
+        assert self._database_time is not None
+        before = self._local()
+        try:
+            database = self._database_time()
+        except Exception:
+            LOG.warning("could not read the database's clock; keeping the last offset")
+            self._synced_at = time.monotonic() - RESYNC_SECONDS + RETRY_SECONDS
+            return
+        after = self._local()
+        self._offset = database - (before + (after - before) / 2)
+        self._synced_at = time.monotonic()

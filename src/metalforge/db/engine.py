@@ -25,6 +25,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from metalforge.db import tallies
 from metalforge.db.clock import DatabaseClock
@@ -157,6 +158,10 @@ class Database:
                 **JSON_CODEC,
             )
             self.read_engine = self.write_engine
+        # The clock's reads have connections of their own: ``now()`` is called
+        # inside transactions, and a second connection taken from a pool that
+        # those transactions filled would wait for one of them to end.
+        self._clock_engine = None if self.is_sqlite else create_engine(url, poolclass=NullPool)
         self.clock = DatabaseClock(None if self.is_sqlite else self._database_time, local_clock)
         """The time hosts compare (heartbeats, leases): see ``db.clock``."""
         # Sessions carry the clock, so code given only a session (the work
@@ -214,7 +219,8 @@ class Database:
         return self.clock.now()
 
     def _database_time(self) -> dt.datetime:
-        with self.snapshot(single_statement=True) as connection:
+        assert self._clock_engine is not None
+        with self._clock_engine.connect() as connection:
             value = connection.scalar(_DATABASE_TIME)
         if not isinstance(value, dt.datetime):
             raise TypeError(f"the database gave {value!r} for its time")
@@ -303,3 +309,5 @@ class Database:
             logging.getLogger(__name__).warning("counted metrics lost at shutdown", exc_info=True)
         self.write_engine.dispose()
         self.read_engine.dispose()
+        if self._clock_engine is not None:
+            self._clock_engine.dispose()
