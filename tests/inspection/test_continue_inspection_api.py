@@ -22,14 +22,16 @@ from tests.support.stack import Stack, start_stack, test_settings
 MAC = "52:54:00:12:34:56"
 
 
-def _waiting(stack: Stack, **fields: Any) -> dict[str, Any]:
-    """A node in ``inspect wait`` whose simulated ramdisk will not report for an hour."""
+def _waiting(stack: Stack, macs: tuple[str, ...] = (MAC,), **fields: Any) -> dict[str, Any]:
+    """A node with PXE ports ``macs`` in ``inspect wait``, whose simulated ramdisk will not
+    report for an hour."""
     driver_info = {"fake_step_delay": 3600, **fields.pop("driver_info", {})}
     node = create_node(stack.client, driver_info=driver_info, **fields)
-    port = stack.client.post(
-        "/v1/ports", json={"address": MAC, "node_uuid": node["uuid"]}, headers=LATEST
-    )
-    assert port.status_code == 201, port.text
+    for mac in macs:
+        port = stack.client.post(
+            "/v1/ports", json={"address": mac, "node_uuid": node["uuid"]}, headers=LATEST
+        )
+        assert port.status_code == 201, port.text
     assert provision(stack.client, node["uuid"], "manage").status_code == 202
     wait_for_state(stack.client, node["uuid"], "manageable")
     assert provision(stack.client, node["uuid"], "inspect").status_code == 202
@@ -95,9 +97,36 @@ def test_unknown_macs_are_404_and_change_nothing(stack: Stack) -> None:
 
 
 def test_a_node_is_found_by_its_bmc_address(stack: Stack) -> None:
-    node = _waiting(stack, driver_info={"redfish_address": "192.0.2.77"})
+    node = _waiting(stack, (), driver_info={"redfish_address": "192.0.2.77"})
     report = _report("52:54:00:aa:aa:aa", bmc_address="192.0.2.77")
     response = stack.client.post("/v1/continue_inspection", json=report)
+    assert response.status_code == 202, response.text
+    assert response.json()["uuid"] == node["uuid"]
+
+
+def _two_nics(first: str, second: str) -> dict[str, Any]:
+    report = _report(first)
+    report["inventory"]["interfaces"].append({"name": "eth1", "mac_address": second})
+    return report
+
+
+def test_a_report_must_name_every_mac_the_node_boots_from(stack: Stack) -> None:
+    other = "52:54:00:12:34:57"
+    node = _waiting(stack, (MAC, other), driver_info={"redfish_address": "192.0.2.78"})
+    refused = [
+        ("/v1/continue_inspection", _report(MAC)),  # one MAC of two
+        ("/v1/continue_inspection", _report("52:54:00:aa:aa:ab", bmc_address="192.0.2.78")),
+        (f"/v1/continue_inspection?node_uuid={node['uuid']}", _report("52:54:00:aa:aa:ac")),
+    ]
+    for path, report in refused:
+        response = stack.client.post(path, json=report, headers=version("1.84"))
+        assert response.status_code == 404, (path, response.text)
+    assert get_node(stack.client, node["uuid"])["provision_state"] == "inspect wait"
+    with stack.db.read() as session:
+        data = introspections.load_data(session, node["uuid"])
+    stored = json.dumps(data.raw if data is not None else None)
+    assert "aa:aa" not in stored  # no refused report was kept
+    response = stack.client.post("/v1/continue_inspection", json=_two_nics(other, MAC))
     assert response.status_code == 202, response.text
     assert response.json()["uuid"] == node["uuid"]
 

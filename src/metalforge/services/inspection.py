@@ -5,6 +5,11 @@ the ``continue`` work item that processes it, in one transaction: a report
 the API accepted is never lost, whichever process dies next. Only a node
 whose inspection waits for a report is found; any other lookup is the same
 404, so the (unauthenticated) caller learns nothing about other nodes.
+
+A report must come from the machine the inspection booted: it names every
+MAC of the node's PXE-enabled ports (what that machine's ramdisk sees on its
+NICs). Knowing one MAC of a node, or its UUID, is not enough to rewrite its
+properties and ports.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
 from metalforge.db.engine import now_for
 from metalforge.db.introspections import Data, Record
-from metalforge.db.models import Introspection, Node, NodeHistory, utcnow
+from metalforge.db.models import Introspection, Node, NodeHistory, Port, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import fencing, lookup, nodes, provisioning
 from metalforge.services.context import Services
@@ -62,6 +67,8 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
             node = _discover(svc, session, stored, bmcs)
             svc.notify()
             return node
+        if not _names_every_pxe_mac(session, node, macs):
+            raise _nobody()
         record = introspections.load(session, node.uuid)
         if record is not None and record.state == ins.STARTING:
             raise conflict(f"Node {node.uuid} is still starting its inspection; retry shortly")
@@ -148,6 +155,15 @@ def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: lis
     introspections.store_raw(session, node.uuid, {**report, "auto_discovered": True})
     svc.queue_for(session, node, node_work.INSPECTION, inspection.event(ins.CONTINUE, record))
     return node
+
+
+def _names_every_pxe_mac(session: Session, node: Node, macs: list[str]) -> bool:
+    """Whether the report names every MAC the node boots from (none known: nothing to name)."""
+    pxe = session.scalars(
+        select(Port.address).where(Port.node_id == node.id, Port.pxe_enabled.is_(True))
+    )
+    reported = {mac.lower() for mac in macs}
+    return all(address.lower() in reported for address in pxe)
 
 
 def _waiting(session: Session, node_ids: list[int]) -> list[Node]:
