@@ -7,6 +7,7 @@ from typing import Any
 
 from metalforge import inspection_states as ins
 from metalforge.db import introspections
+from metalforge.db.models import InspectionData
 from tests.support.api import (
     LATEST,
     create_node,
@@ -258,3 +259,41 @@ def test_discovery_enrolls_at_most_its_limit_a_minute(sqlite_url: str) -> None:
         assert len(stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"]) == 2
     finally:
         stack.stop()
+
+
+def _stored(stack: Stack, uuid: str) -> InspectionData:
+    with stack.db.read() as session:
+        row = session.get(InspectionData, uuid)
+        assert row is not None
+        session.expunge(row)
+    return row
+
+
+def test_a_processed_report_is_stored_once_and_read_back_whole(stack: Stack) -> None:
+    node = _waiting(stack)
+    report = _report()
+    report["extra_collector"] = {"lldp": [1, 2]}
+    assert stack.client.post("/v1/continue_inspection", json=report).status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    row = _stored(stack, node["uuid"])
+    assert row.raw is None  # folded into the processed data: not a second copy
+    assert row.raw_received_at is not None
+    with stack.db.read() as session:
+        data = introspections.load_data(session, node["uuid"])
+    assert data is not None
+    sent = {k: v for k, v in report.items() if k != "logs"}
+    assert data.raw == sent  # the report as received, rebuilt
+    assert data.plugin_data is not None
+    assert data.plugin_data["extra_collector"] == {"lldp": [1, 2]}
+    assert "all_interfaces" in data.plugin_data
+
+
+def test_a_report_using_a_derived_key_is_kept_as_it_came(stack: Stack) -> None:
+    node = _waiting(stack)
+    report = _report()
+    report["macs"] = ["the ramdisk's own"]
+    assert stack.client.post("/v1/continue_inspection", json=report).status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    row = _stored(stack, node["uuid"])
+    assert row.raw is not None
+    assert row.raw["macs"] == ["the ramdisk's own"]

@@ -122,12 +122,28 @@ def expire_raw_data(session: Session, older_than: dt.datetime) -> int:
     result = session.execute(
         update(InspectionData)
         .where(InspectionData.raw_received_at < older_than)
-        .values(raw=None, raw_received_at=None)
+        .values(raw=None, raw_received_at=None, raw_folded=None)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 # -- data ------------------------------------------------------------------
+DERIVED_KEYS = frozenset(
+    {"all_interfaces", "valid_interfaces", "macs", "root_disk", "boot_interface"}
+)
+"""The keys processing adds to a report's plugin data; the rest of it is the report's own."""
+
+
+def folded_keys(report: dict[str, Any], plugin_data: dict[str, Any]) -> list[str] | None:
+    """The derived keys ``report`` carried, if it can be rebuilt from what processing it
+    stores (``plugin_data``); None if processing wrote over one of them with another value
+    (the ramdisk's guess of the root disk, where root device hints chose another)."""
+    carried = sorted(report.keys() & DERIVED_KEYS)
+    if any(plugin_data.get(key) != report[key] for key in carried):
+        return None
+    return carried
+
+
 @dataclass(frozen=True)
 class Data:
     """What inspection collected for one node."""
@@ -141,7 +157,18 @@ def load_data(session: Session, node_uuid: str) -> Data | None:
     row = session.get(InspectionData, node_uuid)
     if row is None:
         return None
-    return Data(inventory=row.inventory, plugin_data=row.plugin_data, raw=row.raw)
+    raw = row.raw
+    if raw is None and row.raw_folded is not None and row.inventory is not None:
+        # Folded (``store_processed``): the report is the processed data less what
+        # processing derived (unless the report carried it too).
+        carried = set(row.raw_folded)
+        own = {
+            k: v
+            for k, v in (row.plugin_data or {}).items()
+            if k not in DERIVED_KEYS or k in carried
+        }
+        raw = {**own, "inventory": row.inventory}
+    return Data(inventory=row.inventory, plugin_data=row.plugin_data, raw=raw)
 
 
 def _data_row(session: Session, node_uuid: str) -> InspectionData:
@@ -157,14 +184,32 @@ def store_raw(session: Session, node_uuid: str, report: dict[str, Any]) -> None:
     row = _data_row(session, node_uuid)
     row.raw = report
     row.raw_received_at = now_for(session)
+    row.raw_folded = None
     session.flush()
 
 
 def store_processed(
-    session: Session, node_uuid: str, inventory: dict[str, Any], plugin_data: dict[str, Any]
+    session: Session,
+    node_uuid: str,
+    inventory: dict[str, Any],
+    plugin_data: dict[str, Any],
+    *,
+    report: dict[str, Any],
 ) -> None:
+    """Keep what processing ``report`` (the stored one) made of it.
+
+    The report is not kept a second time when it can be rebuilt from this
+    (``folded_keys``): until it expires, ``load_data`` rebuilds it, so each
+    report is stored once.
+    """
     row = _data_row(session, node_uuid)
     row.inventory = inventory
     row.plugin_data = plugin_data
     row.processed_at = now_for(session)
+    own = {k: v for k, v in plugin_data.items() if k not in DERIVED_KEYS}
+    rest = {k: v for k, v in report.items() if k not in DERIVED_KEYS and k != "inventory"}
+    if row.raw == report and report.get("inventory") == inventory and own == rest:
+        carried = folded_keys(report, plugin_data)
+        if carried is not None:
+            row.raw, row.raw_folded = None, carried
     session.flush()

@@ -555,7 +555,9 @@ class InspectionData(Base):
 
     ``inventory`` and ``plugin_data`` are what ``GET /v1/nodes/{id}/inventory``
     returns, kept until the node is deleted; ``raw`` is the ramdisk's report
-    as received (without its logs), kept for reprocessing until it expires.
+    as received (without its logs), kept for reprocessing until it expires
+    (``raw_received_at``). Once processed, a report is folded: ``raw`` is
+    emptied and rebuilt from the processed data (``db.introspections``).
     """
 
     __tablename__ = "inspection_data"
@@ -566,6 +568,9 @@ class InspectionData(Base):
     processed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     raw: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     raw_received_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+    raw_folded: Mapped[list[str] | None] = mapped_column(JsonType)
+    """Set when ``raw`` was folded into the processed data: the derived keys the report
+    itself carried (None: not folded)."""
 
 
 class Throttle(Base):

@@ -344,7 +344,13 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
 
     def write(session: Session) -> None:
         _write_ports(session, node_id, outcome)
-        introspections.store_processed(session, node_uuid, outcome.inventory, outcome.plugin_data)
+        introspections.store_processed(
+            session,
+            node_uuid,
+            outcome.inventory,
+            outcome.plugin_data,
+            report=raw,
+        )
         introspections.save(session, finished)
 
     created = ", ".join(mac for mac, _ in outcome.create_ports) or "none"
