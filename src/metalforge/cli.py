@@ -34,7 +34,7 @@ from metalforge.conductor.registration import HostnameInUse
 from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
-from metalforge.db.engine import Database
+from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import PxeFilterHost
 from metalforge.db.notify import Listener, Notifier
 from metalforge.drivers import failures
@@ -75,7 +75,13 @@ def build_registry(settings: Settings) -> DriverRegistry:
 
 
 def open_database(settings: Settings) -> Database:
-    return Database(settings.database.url, pool_size=settings.database.pool_size)
+    chosen = settings.database
+    return Database(
+        chosen.url,
+        pool_size=chosen.pool_size,
+        retry=RetryPolicy(chosen.retry_count, chosen.retry_interval),
+        connect_timeout=chosen.connect_timeout,
+    )
 
 
 def _is_loopback(host: str) -> bool:

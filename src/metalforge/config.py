@@ -205,6 +205,15 @@ class DatabaseSettings(BaseModel):
     empty: ``metalforge.sqlite`` in ``state_dir``."""
     pool_size: int = 20
     """Connections kept per process (PostgreSQL only)."""
+    retry_count: int = Field(default=20, ge=1, le=10_000)
+    """Attempts in a row that may fail because the database is out of reach (a write
+    of a node, a heartbeat, an election round) before the process gives up: a
+    conductor then stops rather than act on a picture of the cluster it cannot check."""
+    retry_interval: float = Field(default=3.0, gt=0, le=600)
+    """Seconds between those attempts (interrupted by a stop). With the defaults an
+    outage of about a minute is ridden out."""
+    connect_timeout: int = Field(default=10, ge=1, le=600)
+    """Seconds one attempt may take to connect (PostgreSQL)."""
 
 
 class CoordinationSettings(BaseModel):
@@ -225,9 +234,12 @@ class CoordinationSettings(BaseModel):
     taken over this long after its last round at the latest (at once, on the database
     backend, once it is known dead). With tooz, pass the backend's lock timeout in
     the URL as well."""
-    retry_count: int = Field(default=5, ge=1)
-    """Failed rounds in a row (the backend or the database unreachable) after which the
-    conductor stops rather than act on a picture of the cluster it cannot check."""
+    retry_count: int = Field(default=15, ge=1, le=10_000)
+    """Failed rounds in a row with a tooz backend out of reach after which the conductor
+    stops rather than act on a picture of the cluster it cannot check (the database
+    backend follows ``database.retry_count``)."""
+    retry_interval: float = Field(default=2.0, gt=0, le=600)
+    """Seconds between those rounds (interrupted by a stop)."""
 
     @model_validator(mode="after")
     def _check_lease(self) -> CoordinationSettings:

@@ -1,16 +1,33 @@
-"""A conductor cut off from the database stops rather than act on a stale picture."""
+"""A database out of reach: ridden out within the retries, then the conductor stops.
+
+A conductor cut off for longer than ``database.retry_count`` attempts stops
+rather than act on a stale picture; a shorter outage (a real network
+partition, through a proxy the test cuts) costs nothing but time.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import ConductorSettings, CoordinationSettings
-from metalforge.db.engine import Database
+from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
-from tests.support.api import wait_until
+from tests.support.api import (
+    LATEST,
+    error_text,
+    make_available,
+    provision,
+    wait_for_state,
+    wait_until,
+)
+from tests.support.postgres import PostgresCluster
+from tests.support.proxy import CuttableProxy
+from tests.support.stack import start_stack, test_settings
 
 
 def test_heartbeats_failing_in_a_row_stop_the_conductor(sqlite_db: Database) -> None:
@@ -30,7 +47,9 @@ def test_heartbeats_failing_in_a_row_stop_the_conductor(sqlite_db: Database) -> 
     stopped: list[bool] = []
     service.on_fatal = lambda: stopped.append(True)
     service.heartbeat()  # reachable: fine
-    ctx.db = Database("sqlite:////nonexistent/dir/metalforge.sqlite")
+    ctx.db = Database(
+        "sqlite:////nonexistent/dir/metalforge.sqlite", retry=RetryPolicy(count=3, interval=0.05)
+    )
     loop = threading.Thread(target=service._heartbeat_loop, daemon=True)
     loop.start()
     wait_until("the conductor to give up", lambda: stopped)
@@ -38,3 +57,42 @@ def test_heartbeats_failing_in_a_row_stop_the_conductor(sqlite_db: Database) -> 
     assert stopped == [True]
     assert ctx.stopping.is_set()
     assert not loop.is_alive()
+
+
+def test_an_outage_shorter_than_the_retries_costs_nothing_but_time(
+    postgres: PostgresCluster,
+) -> None:
+    name = f"mf_outage_{os.getpid()}"
+    postgres.execute(f"CREATE DATABASE {name}")
+    proxy = CuttableProxy(("127.0.0.1", postgres.port))
+    proxy.start()
+    settings = test_settings(
+        postgres.url(name).replace(f":{postgres.port}/", f":{proxy.port}/"),
+        heartbeat_interval=0.2,
+        coordination={"election_interval": 0.2, "leader_lease": 2.0},
+    )
+    settings.database = settings.database.model_copy(
+        update={"retry_count": 60, "retry_interval": 0.25, "connect_timeout": 2}
+    )
+    stack = start_stack(settings)
+    try:
+        node = make_available(stack.client, driver_info={"fake_step_delay": 1.0})
+        assert provision(stack.client, node["uuid"], "manage").status_code == 202
+        wait_for_state(stack.client, node["uuid"], "manageable")
+        assert provision(stack.client, node["uuid"], "provide").status_code == 202
+        wait_for_state(stack.client, node["uuid"], "cleaning")
+        proxy.cut()
+        # Meanwhile a client is told to come back, not that the server broke.
+        answer = stack.client.get(f"/v1/nodes/{node['uuid']}", headers=LATEST)
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "5"
+        assert "out of reach" in error_text(answer)
+        time.sleep(3)  # the outage (within 60 x 0.25 s of retries)
+        proxy.heal()
+        done = wait_for_state(stack.client, node["uuid"], "available", timeout=120)
+        assert done["last_error"] is None
+        assert done["reservation"] is None
+        assert not stack.conductor.ctx.stopping.is_set()
+    finally:
+        stack.stop()
+        proxy.stop()

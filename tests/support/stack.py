@@ -23,7 +23,7 @@ from metalforge.cli import (
 )
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import Settings, load_settings
-from metalforge.db.engine import Database
+from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
 from tests.support.postgres import free_port
@@ -87,7 +87,13 @@ def start_stack(
     registry: DriverRegistry | None = None,
     clock: AdjustableClock | None = None,
 ) -> Stack:
-    db = Database(settings.database.url, local_clock=clock or utcnow)
+    chosen = settings.database
+    db = Database(
+        chosen.url,
+        local_clock=clock or utcnow,
+        retry=RetryPolicy(chosen.retry_count, chosen.retry_interval),
+        connect_timeout=chosen.connect_timeout,
+    )
     db.upgrade()
     registry = registry or build_registry(settings)
     conductor = build_conductor(settings, db, registry)

@@ -18,8 +18,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from metalforge.db.engine import lost_connection
 from metalforge.errors import RequestError
 
 LOG = logging.getLogger(__name__)
@@ -117,6 +119,22 @@ def install(app: FastAPI) -> None:
         else:
             return error_response(status, str(exc.detail), headers)
         return error_response(status, message, headers, routing=True)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> Response:
+        if not lost_connection(exc):
+            return await _unexpected(request, exc)
+        # Nothing was changed (the transaction did not commit): the client may simply
+        # try again once the database is back.
+        LOG.warning(
+            "the database is out of reach serving %s %s: %s",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+        )
+        return error_response(
+            503, "The database is out of reach; try again shortly", {"Retry-After": "5"}
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

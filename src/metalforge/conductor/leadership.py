@@ -27,10 +27,12 @@ The election runs in a thread of its own, and each task in another, so a
 slow task never delays the renewal of the other roles' leases. When the
 membership shrinks, every member stands down from what it leads and the
 roles are elected again. A leader whose task raises stands down (another
-member may fare better); a member that cannot reach the backend
-``retry_count`` rounds in a row stops leading and asks its process to stop
+member may fare better). A member whose round cannot reach the backend
+stops leading at once and tries again ``retry_interval`` later; after
+``retry_count`` failed rounds in a row it asks its process to stop
 (``on_fatal``) rather than act on a picture of the cluster it can no longer
-check.
+check (the database's ``retry_*`` settings for the database backend,
+``coordination.retry_*`` for tooz).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from sqlalchemy.orm import Session
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.reservations import LIVE_CONDUCTORS, live_cutoff
 from metalforge.config import CoordinationSettings
-from metalforge.db.engine import Database, now_for
+from metalforge.db.engine import Database, RetryPolicy, now_for
 from metalforge.db.models import LeaderLease
 
 LOG = logging.getLogger(__name__)
@@ -133,6 +135,8 @@ class Elector(ABC):
     """One backend's election: which member leads each role."""
 
     member_id: str
+    retry: RetryPolicy
+    """How long rounds may fail in a row, and how far apart, before the member gives up."""
 
     @abstractmethod
     def start(self) -> None:
@@ -172,6 +176,7 @@ class SqlElector(Elector):
     ) -> None:
         self.db = db
         self.member_id = member_id
+        self.retry = db.retry  # the backend is the database
         self.lease = dt.timedelta(seconds=lease_seconds)
         self._live_members = live
 
@@ -238,11 +243,18 @@ class ToozElector(Elector):
     """
 
     def __init__(
-        self, url: str, member_id: str, group: str, timeout: float, ledger: EpochLedger
+        self,
+        url: str,
+        member_id: str,
+        group: str,
+        timeout: float,
+        ledger: EpochLedger,
+        retry: RetryPolicy | None = None,
     ) -> None:
         from tooz import coordination  # imported only when configured
 
         self.member_id = member_id
+        self.retry = retry or RetryPolicy()
         self.group = group.encode()
         self.timeout = timeout
         self.ledger = ledger
@@ -335,6 +347,7 @@ def build_elector(ctx: ConductorContext, settings: CoordinationSettings) -> Elec
         settings.group,
         settings.leader_lease,
         EpochLedger(ctx.db, settings.leader_lease),
+        RetryPolicy(settings.retry_count, settings.retry_interval),
     )
 
 
@@ -425,8 +438,9 @@ class Leadership:
 
     def _election_loop(self) -> None:
         while not self.ctx.stopping.is_set():
-            self.elect()
-            self.ctx.stopping.wait(self.settings.election_interval)
+            answered = self.elect()
+            wait = self.settings.election_interval if answered else self.elector.retry.interval
+            self.ctx.stopping.wait(wait)
 
     def _task_loop(self, task: SingletonTask) -> Callable[[], None]:
         def loop() -> None:
@@ -452,13 +466,9 @@ class Leadership:
             self._failures += 1
             with self._lock:
                 self._leading.clear()
-            LOG.warning(
-                "coordination round failed (%d of %d): %s",
-                self._failures,
-                self.settings.retry_count,
-                exc,
-            )
-            if self._failures >= self.settings.retry_count:
+            limit = self.elector.retry.count
+            LOG.warning("coordination round failed (%d of %d): %s", self._failures, limit, exc)
+            if self._failures >= limit:
                 self.on_fatal(f"the coordination backend failed {self._failures} times in a row")
             return False
 

@@ -147,18 +147,22 @@ class ConductorProcess:
 
     # -- loops -----------------------------------------------------------
     def _heartbeat_loop(self) -> None:
+        """Heartbeat; while the database is out of reach, try again ``database.retry_interval``
+        apart, and stop the conductor after ``database.retry_count`` failures in a row."""
         failed = 0
-        limit = self.ctx.settings.coordination.retry_count
-        while not self.ctx.stopping.wait(self.ctx.settings.heartbeat_interval):
+        retry = self.ctx.db.retry
+        wait = self.ctx.settings.heartbeat_interval
+        while not self.ctx.stopping.wait(wait):
             try:
                 self.heartbeat()
                 failed = 0
-            except Exception:
+                wait = self.ctx.settings.heartbeat_interval
+            except Exception as exc:
                 failed += 1
-                LOG.exception("heartbeat failed (%d of %d in a row)", failed, limit)
-                if failed >= limit:
-                    # Others will soon count this conductor dead and take its nodes;
-                    # going on would act on a picture of the cluster it cannot check.
+                wait = retry.interval
+                LOG.warning("heartbeat failed (%d of %d in a row): %s", failed, retry.count, exc)
+                if failed >= retry.count:
+                    # Going on would act on a picture of the cluster it cannot check.
                     self._lost_coordination(f"the database failed {failed} heartbeats in a row")
                     return
 

@@ -27,6 +27,7 @@ from metalforge.conductor.reservations import acquire, note_unheld_failure, reta
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
 from metalforge.conductor.work import NodeWork, PayloadError
 from metalforge.db import queue
+from metalforge.db.engine import lost_connection
 from metalforge.db.tallies import count_on_commit, counted
 from metalforge.errors import NodeLocked
 from metalforge.redaction import scrub_message
@@ -69,6 +70,8 @@ def run_item(
             except (Interrupted, LockLost, NodeGone):
                 raise
             except Exception as exc:
+                if lost_connection(exc):
+                    raise  # not the request's fault: it runs again once the database is back
                 _handle_bug(ctx, task, work, item, exc)
         if overdue is not None:
             _fail_overdue(ctx, work, item, item.node_id, task.epoch, overdue)
@@ -84,6 +87,32 @@ def run_item(
     except LockLost as exc:
         LOG.warning("item %s: %s", item.id, exc)
         _finish(ctx, item, f"lock lost: {exc}")
+    except Exception as exc:
+        if not lost_connection(exc):
+            raise
+        _wait_for_database(ctx, item, exc)
+
+
+def _wait_for_database(ctx: ConductorContext, item: queue.ClaimedItem, exc: Exception) -> None:
+    """The database went out of reach under the item: it is given back, not failed and
+    not counted, to run again from the node's saved progress once the database answers.
+
+    The worker waits for the database to give it back (``database.retry_*``); if
+    it never does, the item's lease runs out and it is claimed again. The node's
+    reservation is owed (``leaked_reservations``) until the heartbeat gives it back.
+    """
+    LOG.warning(
+        "work item %s (%s) stopped: the database is out of reach: %s", item.id, item.kind, exc
+    )
+
+    def give_back() -> None:
+        with ctx.db.write() as session:
+            queue.retry(session, item.id, ctx.hostname, 0, count=False)
+
+    try:
+        ctx.db.retrying(give_back, ctx.stopping)
+    except Exception:
+        LOG.warning("work item %s could not be given back; its lease will expire", item.id)
 
 
 def _fail_overdue(

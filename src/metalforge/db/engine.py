@@ -16,14 +16,16 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -31,6 +33,8 @@ from metalforge.db import tallies
 from metalforge.db.clock import DatabaseClock
 from metalforge.db.models import utcnow
 from metalforge.tallies import Tally
+
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _DATABASE_TIME = text("SELECT statement_timestamp()")
@@ -130,6 +134,23 @@ def _private_file(path: Path) -> None:
             companion.chmod(0o600)
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to ride out a database out of reach: ``count`` attempts in a row may
+    fail, ``interval`` seconds apart (``database.retry_*`` settings)."""
+
+    count: int = 20
+    interval: float = 3.0
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached or dropped the connection
+    (worth trying again), rather than refusing what was asked (never retried)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
 class Database:
     """The process's way into the database: one per service, passed down."""
 
@@ -139,8 +160,12 @@ class Database:
         *,
         pool_size: int = 20,
         local_clock: Callable[[], dt.datetime] = utcnow,
+        retry: RetryPolicy | None = None,
+        connect_timeout: int = 10,
     ) -> None:
         """``local_clock``: this host's UTC clock (tests run hosts whose clock is off)."""
+        self.retry = retry or RetryPolicy()
+        """How long callers that can wait ride out an outage (``retrying``)."""
         parsed = make_url(url)
         self.url = url
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -155,13 +180,20 @@ class Database:
                 pool_size=pool_size,
                 max_overflow=pool_size * 2,
                 pool_pre_ping=True,
+                connect_args={"connect_timeout": connect_timeout},
                 **JSON_CODEC,
             )
             self.read_engine = self.write_engine
         # The clock's reads have connections of their own: ``now()`` is called
         # inside transactions, and a second connection taken from a pool that
         # those transactions filled would wait for one of them to end.
-        self._clock_engine = None if self.is_sqlite else create_engine(url, poolclass=NullPool)
+        self._clock_engine = (
+            None
+            if self.is_sqlite
+            else create_engine(
+                url, poolclass=NullPool, connect_args={"connect_timeout": connect_timeout}
+            )
+        )
         self.clock = DatabaseClock(None if self.is_sqlite else self._database_time, local_clock)
         """The time hosts compare (heartbeats, leases): see ``db.clock``."""
         # Sessions carry the clock, so code given only a session (the work
@@ -249,6 +281,30 @@ class Database:
             # The write is committed: a miscounted metric must not make it look failed.
             logging.getLogger(__name__).exception("a committed write's counts were lost")
         self._committed()
+
+    def retrying(self, attempt: Callable[[], T], stopping: threading.Event) -> T:
+        """``attempt()``, tried again while the database is out of reach, up to
+        ``retry.count`` failures ``retry.interval`` apart; a stop (``stopping``) ends
+        the waiting. ``attempt`` must be one whole transaction, safe to run again."""
+        failures = 0
+        while True:
+            try:
+                return attempt()
+            except Exception as exc:
+                if not lost_connection(exc):
+                    raise
+                failures += 1
+                if failures >= self.retry.count:
+                    raise
+                logging.getLogger(__name__).warning(
+                    "the database is out of reach (%d of %d): %s; trying again in %g s",
+                    failures,
+                    self.retry.count,
+                    type(exc).__name__,
+                    self.retry.interval,
+                )
+                if stopping.wait(self.retry.interval):
+                    raise
 
     @contextmanager
     def read(self) -> Iterator[Session]:
