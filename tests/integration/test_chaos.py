@@ -2,14 +2,15 @@
 
 Two ``metalforge api`` and three ``metalforge conductor`` processes share one
 PostgreSQL database. A hundred nodes are provided (automated cleaning),
-deployed and half of them undeployed (cleaning again); a second hundred
-serve two hundred allocations. Meanwhile a conductor chosen at random is
-SIGKILLed every couple of seconds and restarted under its hostname. At the
-end every node rests where it was asked to go (or in a failure state with a
-reason), holds no reservation, no work is left and nothing was
-dead-lettered; no step that had finished ran again (each finished exactly
-once per flow); every allocation is active or in error, and no node serves
-two.
+deployed, some of them serviced and half of them undeployed (cleaning
+again); a second hundred are partly inspected first and serve two hundred
+allocations. Meanwhile a conductor chosen at random is SIGKILLed every
+couple of seconds and restarted under its hostname. At the end every node
+rests where it was asked to go (or in a failure state with a reason), holds
+no reservation, no work is left and nothing was dead-lettered; no step that
+had finished ran again (each finished exactly once per flow), no inspection
+was processed twice; every allocation is active or in error, and no node
+serves two.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from metalforge.db.models import WorkItem
-from tests.support.fleet import history, pg_database, provision, step_counts, write_config
+from tests.support.fleet import history, pg_database, provision, put, step_counts, write_config
 from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
@@ -47,6 +48,11 @@ DEPLOY_STEPS = Counter(
         "deploy.boot_instance": 1,
     }
 )
+SERVICE_STEPS = [{"interface": "deploy", "step": "erase_devices_metadata"}]
+SERVICED = 20
+"""Of the flow nodes that stay active, how many are serviced."""
+INSPECTED = 30
+"""Of the pool nodes, how many are inspected before they are provided."""
 STABLE = {"available", "active", "manageable", "enroll"}
 
 
@@ -162,7 +168,12 @@ def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: P
         killer = Killer(group, conductors)
         started = time.monotonic()
         killer.start()
+        inspected = pool[:INSPECTED]
+        serviced = flow[FLOW_NODES // 2 : FLOW_NODES // 2 + SERVICED]
         try:
+            for i, uuid in enumerate(inspected):
+                provision(a if i % 2 else b, uuid, "inspect")
+            _wait(a, inspected, "manageable", timeout=SETTLE_TIMEOUT)
             for i, uuid in enumerate(every):
                 provision(a if i % 2 else b, uuid, "provide")
             _wait(a, every, "available", timeout=SETTLE_TIMEOUT)
@@ -178,8 +189,15 @@ def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: P
             for i, uuid in enumerate(flow):
                 provision(b if i % 2 else a, uuid, "active")
             _wait(a, flow, "active", timeout=SETTLE_TIMEOUT)
+            for i, uuid in enumerate(serviced):
+                put(
+                    a if i % 2 else b,
+                    f"/v1/nodes/{uuid}/states/provision",
+                    {"target": "service", "service_steps": SERVICE_STEPS},
+                )
             for i, uuid in enumerate(flow[: FLOW_NODES // 2]):
                 provision(a if i % 2 else b, uuid, "deleted")
+            _wait(a, serviced, "active", timeout=SETTLE_TIMEOUT)
             while len(killer.kills) < MIN_KILLS:
                 time.sleep(0.2)
         finally:
@@ -225,10 +243,17 @@ def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: P
                 dict.fromkeys(CLEAN_STEPS, cleanings)
             ), (uuid, [e["event"] for e in events])
             assert step_counts(events, "deploy", "finished") == DEPLOY_STEPS, uuid
+            services = Counter({"deploy.erase_devices_metadata": 1}) if uuid in serviced else {}
+            assert step_counts(events, "service", "finished") == services, uuid
         for uuid in pool:
             events = history(a, uuid)
             taken_over += any(e["event_type"] == "takeover" for e in events)
             assert step_counts(events, "clean", "finished") == CLEAN_STEPS, uuid
+            finished = [e for e in events if e["event"].startswith("inspection finished")]
+            assert len(finished) == (uuid in inspected), (uuid, [e["event"] for e in events])
+        for uuid in inspected:
+            inventory = http("GET", f"{a}/v1/nodes/{uuid}/inventory")
+            assert inventory["inventory"]["cpu"]["count"] == 8, uuid
         # The kills landed on work in progress: some nodes changed hands mid-flow.
         assert taken_over > 0
 
