@@ -97,6 +97,12 @@ class ApiSettings(BaseModel):
 
     A config drive given as a dictionary is a few kilobytes; a prebuilt ISO
     image is better given as a URL. Raise it for large inline config drives."""
+    max_provision_request_body_size: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Largest body of a provision request, in bytes (413 beyond): it may carry an inline
+    config drive (Ironic's ``[api]max_json_body_size_provision``)."""
+    max_json_depth: int = Field(default=25, ge=8, le=1000)
+    """Deepest nesting of objects and lists in a request body, and in a document a patch
+    leaves (400 beyond; Ironic's ``[api]max_json_body_depth``)."""
     max_agent_request_body_size: int = Field(default=64 * 1024, ge=1024)
     """Largest body the agents' lookup and heartbeat accept, in bytes (413 beyond)."""
     max_inspection_report_size: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)

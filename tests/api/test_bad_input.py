@@ -358,15 +358,15 @@ UNSTORABLE = [
         headers=JSON,
     ),
     _case(
-        "extra-nested-33-levels",
+        "extra-nested-26-levels",
         "PATCH",
         N,
         400,
-        "nested deeper than 32",
+        "nested deeper than 25",
         content=b'[{"op": "add", "path": "/extra/deep", "value": '
-        + b'{"a": ' * 33
+        + b'{"a": ' * 26
         + b"1"
-        + b"}" * 33
+        + b"}" * 26
         + b"}]",
         headers=JSON,
     ),

@@ -52,7 +52,7 @@ values = st.recursive(
 
 @st.composite
 def deep(draw: st.DrawFn) -> Any:
-    """A value nested 1-60 levels deep (the edge refuses past 32)."""
+    """A value nested 1-60 levels deep (the edge refuses past 25)."""
     value: Any = draw(_scalars)
     for _ in range(draw(st.integers(min_value=1, max_value=60))):
         value = [value] if draw(st.booleans()) else {"k": value}

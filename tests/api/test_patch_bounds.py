@@ -1,8 +1,8 @@
 """A patch is checked by what it leaves, not only by its operations.
 
-Seventeen small operations, each adding thirty levels below the last, build a
-510-level document no single request body could carry; the result is refused
-(400, nothing changed), and the node moves as before.
+Twenty-five small operations, each adding twenty levels below the last, build
+a 500-level document no single request body could carry; the result is
+refused (400, nothing changed), and the node moves as before.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import LATEST, error_text
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack, test_settings
 
 
 def _levels(count: int) -> dict[str, Any]:
@@ -23,11 +23,11 @@ def _levels(count: int) -> dict[str, Any]:
 
 
 def _deepening_patch(root: str) -> list[dict[str, Any]]:
-    ops = [{"op": "add", "path": f"{root}/a", "value": _levels(30)}]
-    path = f"{root}/a" + "/a" * 29
-    for _ in range(16):
-        ops.append({"op": "add", "path": f"{path}/a", "value": _levels(30)})
-        path += "/a" * 30
+    ops = [{"op": "add", "path": f"{root}/a", "value": _levels(20)}]
+    path = f"{root}/a" + "/a" * 19
+    for _ in range(24):
+        ops.append({"op": "add", "path": f"{path}/a", "value": _levels(20)})
+        path += "/a" * 20
     return ops
 
 
@@ -69,3 +69,43 @@ def test_a_patch_leaving_a_document_over_the_size_limit_is_refused(sqlite_stack:
         f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST
     )
     assert power.status_code == 202, power.text
+
+
+def test_the_depth_limit_is_the_settings(sqlite_url: str) -> None:
+    settings = test_settings(sqlite_url)
+    settings.api = settings.api.model_copy(update={"max_json_depth": 10})
+    stack = start_stack(settings, start_conductor=False)
+    try:
+        client = stack.client
+        node = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+        url = f"/v1/nodes/{node['uuid']}"
+        fits = client.patch(
+            url, json=[{"op": "add", "path": "/extra/a", "value": _levels(8)}], headers=LATEST
+        )
+        assert fits.status_code == 200, fits.text
+        deeper = client.patch(
+            url, json=[{"op": "add", "path": "/extra/b", "value": _levels(11)}], headers=LATEST
+        )
+        assert deeper.status_code == 400, deeper.text
+        assert "nested deeper than 10 levels" in error_text(deeper)
+    finally:
+        stack.stop()
+
+
+def test_a_provision_request_may_carry_a_config_drive_larger_than_other_bodies(
+    sqlite_stack: Stack,
+) -> None:
+    client = sqlite_stack.client
+    node = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+    drive = "x" * (2 * 1024 * 1024)  # over the operator body limit, as Ironic allows
+    response = client.put(
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        json={"target": "active", "configdrive": drive},
+        headers=LATEST,
+    )
+    assert response.status_code != 413, response.text
+    assert response.status_code == 400, response.text  # an enrolled node cannot deploy
+    too_big = client.post(
+        "/v1/nodes", json={"driver": "fake-hardware", "extra": {"a": drive}}, headers=LATEST
+    )
+    assert too_big.status_code == 413, too_big.text

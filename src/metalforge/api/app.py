@@ -118,6 +118,8 @@ def _add_middleware(app: FastAPI, services: ApiServices) -> None:
         max_agent_body_size=api.max_agent_request_body_size,
         max_report_size=api.max_inspection_report_size,
         body_timeout=api.body_timeout,
+        max_provision_body_size=api.max_provision_request_body_size,
+        max_json_depth=api.max_json_depth,
     )
     # Outside the guard and authentication: their refusals carry the version headers.
     app.add_middleware(VersionMiddleware)

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, send_json_error
+from metalforge.api.schemas import BODY_LIMITS, BodyLimits
 
 
 class BodyTooSlow(HTTPException):
@@ -42,6 +43,8 @@ def too_large_message(limit: int) -> str:
 
 
 _AGENT_PATHS = ("/v1/heartbeat", "/heartbeat", "/v1/lookup", "/lookup")
+_PROVISION_SUFFIX = "/states/provision"
+"""A provision request may carry an inline config drive: it has a limit of its own."""
 
 
 class RequestGuardMiddleware:
@@ -61,10 +64,14 @@ class RequestGuardMiddleware:
         max_report_size: int,
         report_paths: frozenset[str] = frozenset({"/v1/continue_inspection"}),
         body_timeout: float = 30.0,
+        max_provision_body_size: int | None = None,
+        max_json_depth: int = 25,
     ) -> None:
         self.app = app
         self.body_timeout = body_timeout
         self.operator_limit = max_body_size
+        self.provision_limit = max_provision_body_size or max_body_size
+        self.limits = BodyLimits(max_depth=max_json_depth, max_document=max_body_size)
         self.agent_limit = max_agent_body_size
         self.report_limit = max_report_size
         self.report_paths = report_paths
@@ -81,6 +88,8 @@ class RequestGuardMiddleware:
             limit = self.agent_limit
         elif scope["path"] in self.report_paths:
             limit = self.report_limit
+        elif scope["path"].endswith(_PROVISION_SUFFIX):
+            limit = self.provision_limit
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await _reject(send, 413, too_large_message(limit))
@@ -106,7 +115,11 @@ class RequestGuardMiddleware:
                     raise BodyTooLarge(limit)
             return message
 
-        await self.app(scope, counting_receive, send)
+        token = BODY_LIMITS.set(self.limits)
+        try:
+            await self.app(scope, counting_receive, send)
+        finally:
+            BODY_LIMITS.reset(token)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -16,7 +16,7 @@ import jsonpointer
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from metalforge.api.schemas import PatchOperation, check_storable
+from metalforge.api.schemas import BODY_LIMITS, PatchOperation, check_storable
 from metalforge.errors import bad_request
 from metalforge.redaction import MASK, is_secret_key, mask_document
 
@@ -58,16 +58,12 @@ def apply_patch(document: dict[str, Any], ops: list[PatchOperation]) -> dict[str
     return patched
 
 
-MAX_PATCHED_BYTES = 1024 * 1024
-"""Largest document a patch may leave (Ironic's body limit): each operation is small,
-but many of them, each adding to what the last one built, are not."""
-
-
 def _check_result(patched: dict[str, Any]) -> None:
     """The document a patch leaves obeys what a request body must: no deeper than
-    ``MAX_DEPTH`` levels below its fields, no larger than ``MAX_PATCHED_BYTES``, only
-    values that can be stored and read back. Checked on the result, since a patch of small
-    operations can build what no single body could carry."""
+    ``api.max_json_depth`` levels below its fields, no larger than a request body
+    (``api.max_request_body_size``), only values that can be stored and read back.
+    Checked on the result, since a patch of small operations, each adding to what the
+    last one built, can build what no single body could carry."""
     for name, value in patched.items():
         try:
             check_storable(value, where=name, depth=1)
@@ -77,9 +73,10 @@ def _check_result(patched: dict[str, Any]) -> None:
         size = len(orjson.dumps(patched))
     except (TypeError, orjson.JSONEncodeError):
         raise bad_request("The patch leaves a document that cannot be stored") from None
-    if size > MAX_PATCHED_BYTES:
+    limit = BODY_LIMITS.get().max_document
+    if size > limit:
         raise bad_request(
-            f"The patch leaves a document of {size} bytes; at most {MAX_PATCHED_BYTES} are allowed"
+            f"The patch leaves a document of {size} bytes; at most {limit} are allowed"
         )
 
 

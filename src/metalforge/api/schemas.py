@@ -7,6 +7,8 @@ need a newer microversion are checked by the routes, which know the version.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import MaxLen
@@ -23,8 +25,20 @@ from pydantic import (
 
 from metalforge.services.traits import MAX_TRAITS
 
-MAX_DEPTH = 32
-"""Deepest nesting of objects and lists a request body may have."""
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """What a request body, or a document a patch leaves, may be (``api.*`` settings)."""
+
+    max_depth: int = 25
+    """Deepest nesting of objects and lists (``api.max_json_depth``)."""
+    max_document: int = 1024 * 1024
+    """Largest document a patch may leave, in bytes (``api.max_request_body_size``)."""
+
+
+BODY_LIMITS: ContextVar[BodyLimits] = ContextVar("body_limits", default=BodyLimits())  # noqa: B039 - frozen
+"""The serving app's limits, set for each request by its guard: validators reach them
+without a global the settings would have to write."""
 MAX_CANDIDATES = 10_000
 """Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""
 MAX_POWER_TIMEOUT = 24 * 3600
@@ -46,6 +60,7 @@ def check_storable(data: Any, *, where: str = "body", depth: int = 0) -> None:
     nesting limit. Iterative, so that deeply nested documents cannot exhaust
     the stack.
     """
+    max_depth = BODY_LIMITS.get().max_depth
     pending: list[tuple[str, Any, int]] = [(where, data, depth)]
     while pending:
         where, value, depth = pending.pop()
@@ -55,8 +70,8 @@ def check_storable(data: Any, *, where: str = "body", depth: int = 0) -> None:
         out_of_range = isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]
         if out_of_range:
             raise ValueError(f"{where}: the integer is out of the 64-bit range")
-        if isinstance(value, dict | list) and depth >= MAX_DEPTH:
-            raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict | list) and depth >= max_depth:
+            raise ValueError(f"{where}: nested deeper than {max_depth} levels")
         if isinstance(value, str):
             if "\x00" in value:
                 raise ValueError(f"{where}: NUL characters are not allowed")
