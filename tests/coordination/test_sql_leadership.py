@@ -16,7 +16,7 @@ from metalforge.conductor.leadership import (
 )
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import CoordinationSettings
-from metalforge.db.engine import Database
+from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import LeaderLease
 from tests.support.conductors import registered_conductor
 from tests.support.stack import AdjustableClock
@@ -162,7 +162,10 @@ def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
     leadership.round()
     assert leadership.leads(ROLE)
     db.dispose()
-    a.ctx.db = Database("sqlite:////nonexistent/dir/metalforge.sqlite")
+    a.ctx.db = Database(
+        "sqlite:////nonexistent/dir/metalforge.sqlite",
+        retry=RetryPolicy(SETTINGS.retry_count, SETTINGS.retry_interval),
+    )
     leadership.elector = SqlElector.for_conductors(a.ctx, SETTINGS.leader_lease)
     for _ in range(SETTINGS.retry_count):
         leadership.round()

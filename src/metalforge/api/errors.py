@@ -87,56 +87,64 @@ _NODE_STATE = re.compile(r"(/v1)?/nodes/[^/]+/states/[^/]+/?")
 """``PUT`` on a node state that does not exist (``states/target_raid_config``)."""
 
 
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return error_response(exc.status, exc.message, exc.headers)
+
+
+async def _validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(400, _describe_validation(exc))
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    """Only routing failures (no such path, no such method) use Ironic's routing shape;
+    the rest (an unparsable or oversized body) are about the request itself, so clients
+    that read only ``faultstring`` (openstacksdk) see them."""
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    status = exc.status_code
+    if status == 404 and request.method == "PUT" and _NODE_STATE.fullmatch(request.url.path):
+        # A state Ironic's node states controller does not have is a method it does
+        # not allow there (405), not a missing resource; clients and its tests see that.
+        status = 405
+    if status == 404:
+        message = "The resource could not be found."
+    elif status == 405:
+        message = (
+            "The server could not comply with the request since it is either "
+            "malformed or otherwise incorrect."
+        )
+    else:
+        return error_response(status, str(exc.detail), headers)
+    return error_response(status, message, headers, routing=True)
+
+
+async def _database(request: Request, exc: Exception) -> Response:
+    """A database out of reach is a 503 the client may retry: the transaction did not
+    commit, so nothing changed. Any other database error is unexpected."""
+    if not lost_connection(exc):
+        return await _unexpected(request, exc)
+    LOG.warning(
+        "the database is out of reach serving %s %s: %s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+    )
+    return error_response(
+        503, "The database is out of reach; try again shortly", {"Retry-After": "5"}
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    LOG.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return error_response(500, f"Internal error: {type(exc).__name__}")
+
+
 def install(app: FastAPI) -> None:
     """Register handlers so that no error leaves the API in another shape."""
-
-    @app.exception_handler(RequestError)
-    async def _api_error(request: Request, exc: RequestError) -> Response:
-        return error_response(exc.status, exc.message, exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(400, _describe_validation(exc))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        # Only routing failures (no such path, no such method) use Ironic's routing
-        # shape; the rest (an unparsable or oversized body) are about the request
-        # itself, so clients that read only ``faultstring`` (openstacksdk) see them.
-        headers = dict(exc.headers or {})
-        status = exc.status_code
-        if status == 404 and request.method == "PUT" and _NODE_STATE.fullmatch(request.url.path):
-            # A state Ironic's node states controller does not have is a method it does
-            # not allow there (405), not a missing resource; clients and its tests see that.
-            status = 405
-        if status == 404:
-            message = "The resource could not be found."
-        elif status == 405:
-            message = (
-                "The server could not comply with the request since it is either "
-                "malformed or otherwise incorrect."
-            )
-        else:
-            return error_response(status, str(exc.detail), headers)
-        return error_response(status, message, headers, routing=True)
-
-    @app.exception_handler(DBAPIError)
-    async def _database(request: Request, exc: DBAPIError) -> Response:
-        if not lost_connection(exc):
-            return await _unexpected(request, exc)
-        # Nothing was changed (the transaction did not commit): the client may simply
-        # try again once the database is back.
-        LOG.warning(
-            "the database is out of reach serving %s %s: %s",
-            request.method,
-            request.url.path,
-            type(exc).__name__,
-        )
-        return error_response(
-            503, "The database is out of reach; try again shortly", {"Retry-After": "5"}
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        LOG.exception("unexpected error serving %s %s", request.method, request.url.path)
-        return error_response(500, f"Internal error: {type(exc).__name__}")
+    app.add_exception_handler(RequestError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(DBAPIError, _database)
+    app.add_exception_handler(Exception, _unexpected)

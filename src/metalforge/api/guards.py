@@ -76,6 +76,17 @@ class RequestGuardMiddleware:
         self.report_limit = max_report_size
         self.report_paths = report_paths
 
+    def _limit_for(self, path: str) -> int:
+        """The body limit of ``path``: the agents', a report's, a provision request's, or
+        the operator's."""
+        if path.startswith(_AGENT_PATHS):
+            return self.agent_limit
+        if path in self.report_paths:
+            return self.report_limit
+        if path.endswith(_PROVISION_SUFFIX):
+            return self.provision_limit
+        return self.operator_limit
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -83,13 +94,7 @@ class RequestGuardMiddleware:
         if "\x00" in scope["path"] or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
             await _reject(send, 400, "NUL characters are not allowed in the URL.")
             return
-        limit = self.operator_limit
-        if scope["path"].startswith(_AGENT_PATHS):
-            limit = self.agent_limit
-        elif scope["path"] in self.report_paths:
-            limit = self.report_limit
-        elif scope["path"].endswith(_PROVISION_SUFFIX):
-            limit = self.provision_limit
+        limit = self._limit_for(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await _reject(send, 413, too_large_message(limit))
