@@ -27,7 +27,6 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
 from sqlalchemy import func, select
 
 from metalforge.db.models import Node, WorkItem
@@ -37,7 +36,7 @@ from tests.api.test_schemathesis import (
     SEED_NAME,
     SEED_NODE,
     SEED_PORT,
-    SEEDED_PARAMETERS,
+    _strategy,
     _with_hints,
 )
 from tests.support.stack import Stack, start_stack
@@ -212,21 +211,6 @@ def _operations(stack: Stack) -> list[Any]:
     ]
 
 
-def _case_strategy(operation: Any) -> st.SearchStrategy[Any]:
-    strategies = [
-        operation.as_strategy(GenerationMode.POSITIVE),
-        operation.as_strategy(GenerationMode.NEGATIVE),
-    ]
-    names = {p.name for p in operation.path_parameters}
-    for name, values in SEEDED_PARAMETERS.items():
-        if name in names:
-            strategies.extend(
-                operation.as_strategy(GenerationMode.POSITIVE, path_parameters={name: value})
-                for value in values
-            )
-    return st.one_of(strategies)
-
-
 def _send(stack: Stack, step: Any, node: str, log: list[str]) -> None:
     if isinstance(step, tuple):
         method, path, body = step
@@ -308,7 +292,7 @@ def test_a_hostile_campaign_leaves_every_node_movable(stack: Stack) -> None:
     assert len(operations) >= 30
     steps: list[Any] = []
     for operation in operations:
-        steps += _examples(_case_strategy(operation), CASES_PER_OPERATION)
+        steps += _examples(_strategy(operation), CASES_PER_OPERATION)
     steps += _examples(_patch(), PATCHES)
     steps += _examples(_report(), REPORTS)
     steps += _examples(_heartbeat(), HEARTBEATS)
