@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
+from metalforge.db.models import Node
 from tests.support.api import LATEST, error_text
 from tests.support.stack import Stack, start_stack, test_settings
 
@@ -109,3 +111,28 @@ def test_a_provision_request_may_carry_a_config_drive_larger_than_other_bodies(
         "/v1/nodes", json={"driver": "fake-hardware", "extra": {"a": drive}}, headers=LATEST
     )
     assert too_big.status_code == 413, too_big.text
+
+
+def test_a_row_stored_beyond_the_limits_can_be_read_repaired_and_deleted(
+    sqlite_stack: Stack,
+) -> None:
+    """A row written before a limit was lowered (or by an older release) is not a trap."""
+    client = sqlite_stack.client
+    node = client.post("/v1/nodes", json={"driver": "fake-hardware"}, headers=LATEST).json()
+    url = f"/v1/nodes/{node['uuid']}"
+    deep = {"deep": _levels(40), "kept": 1}
+    with sqlite_stack.db.write() as session:
+        session.execute(update(Node).where(Node.uuid == node["uuid"]).values(extra=deep))
+    assert client.get(url, headers=LATEST).json()["extra"] == deep
+    renamed = client.patch(
+        url, json=[{"op": "add", "path": "/name", "value": "repaired"}], headers=LATEST
+    )
+    assert renamed.status_code == 200, renamed.text  # extra untouched: not re-checked
+    deeper = client.patch(
+        url, json=[{"op": "add", "path": "/extra/more", "value": 2}], headers=LATEST
+    )
+    assert deeper.status_code == 400, deeper.text  # extra changed, and still too deep
+    fixed = client.patch(url, json=[{"op": "remove", "path": "/extra/deep"}], headers=LATEST)
+    assert fixed.status_code == 200, fixed.text
+    assert fixed.json()["extra"] == {"kept": 1}
+    assert client.delete(url, headers=LATEST).status_code == 204

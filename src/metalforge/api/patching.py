@@ -54,17 +54,23 @@ def apply_patch(document: dict[str, Any], ops: list[PatchOperation]) -> dict[str
         )
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
         raise bad_request(_failure(document, ops)) from None
-    _check_result(patched)
+    _check_result(document, patched)
     return patched
 
 
-def _check_result(patched: dict[str, Any]) -> None:
+def _check_result(document: dict[str, Any], patched: dict[str, Any]) -> None:
     """The document a patch leaves obeys what a request body must: no deeper than
     ``api.max_json_depth`` levels below its fields, no larger than a request body
     (``api.max_request_body_size``), only values that can be stored and read back.
     Checked on the result, since a patch of small operations, each adding to what the
-    last one built, can build what no single body could carry."""
+    last one built, can build what no single body could carry.
+
+    Only the fields the patch changed are checked, and a document already over the
+    size limit may shrink: a row stored before a limit was lowered can still be
+    repaired by PATCH (and read, and deleted)."""
     for name, value in patched.items():
+        if name in document and document[name] == value:
+            continue
         try:
             check_storable(value, where=name, depth=1)
         except ValueError as exc:
@@ -74,10 +80,17 @@ def _check_result(patched: dict[str, Any]) -> None:
     except (TypeError, orjson.JSONEncodeError):
         raise bad_request("The patch leaves a document that cannot be stored") from None
     limit = BODY_LIMITS.get().max_document
-    if size > limit:
+    if size > limit and size >= _size(document):
         raise bad_request(
             f"The patch leaves a document of {size} bytes; at most {limit} are allowed"
         )
+
+
+def _size(document: dict[str, Any]) -> int:
+    try:
+        return len(orjson.dumps(document))
+    except (TypeError, orjson.JSONEncodeError):
+        return 0
 
 
 def _failure(document: dict[str, Any], ops: list[PatchOperation]) -> str:
