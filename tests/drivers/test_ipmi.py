@@ -24,7 +24,7 @@ from metalforge.drivers.failures import FAILURES
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
 from metalforge_lab.ipmi_bmc import BmcProcess
-from tests.support.api import LATEST, create_node, get_node, wait_until
+from tests.support.api import LATEST, create_node, error_text, get_node, wait_until
 from tests.support.ipmi import (
     driver_info,
     free_udp_ports,
@@ -335,3 +335,41 @@ def test_a_broken_login_has_its_reason_before_it_is_seen_broken() -> None:
     session._mark_broken("Incorrect password provided")
     assert reason_when_logged_out == ["Incorrect password provided"]
     assert session.errormsg == "Incorrect password provided"
+
+
+@pytest.mark.parametrize(
+    ("info", "message"),
+    [
+        ({"ipmi_retries": 100000000}, "ipmi_retries must be a number from 0 to 10"),
+        ({"ipmi_port": "nan"}, "ipmi_port must be a number from 1"),
+        ({"ipmi_timeout": "inf"}, "ipmi_timeout must be a number from"),
+        ({"ipmi_power_timeout": 10**9}, "ipmi_power_timeout must be a number from"),
+        ({"ipmi_boot_mode": "efi"}, "must be uefi or bios"),
+        ({"ipmi_address": ["10.0.0.1"]}, "ipmi_address must be a string"),
+    ],
+)
+def test_enroll_and_patch_refuse_a_setting_out_of_its_range(
+    sqlite_url: str, info: dict[str, Any], message: str
+) -> None:
+    """A stored setting may not keep a conductor's worker for months: a 400 naming it,
+    at enroll and at PATCH, and nothing changes. A missing address is still fine."""
+    stack = start_ipmi_stack(sqlite_url)
+    try:
+        client = stack.client
+        refused = client.post(
+            "/v1/nodes", json={"driver": "ipmi", "driver_info": info}, headers=LATEST
+        )
+        assert refused.status_code == 400, refused.text
+        assert message in error_text(refused)
+        node = create_node(client, driver="ipmi", driver_info={})
+        patch = [
+            {"op": "add", "path": f"/driver_info/{key}", "value": value}
+            for key, value in info.items()
+        ]
+        url = f"/v1/nodes/{node['uuid']}"
+        refused = client.patch(url, json=patch, headers=LATEST)
+        assert refused.status_code == 400, refused.text
+        assert message in error_text(refused)
+        assert client.get(url, headers=LATEST).json()["driver_info"] == {}
+    finally:
+        stack.stop()

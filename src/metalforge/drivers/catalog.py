@@ -14,6 +14,7 @@ from metalforge.drivers.base import STORAGE_INTERFACES, Interface, noop_interfac
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
+from metalforge.drivers.ipmi import settings as ipmi_settings
 from metalforge.drivers.pxe import PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
@@ -62,6 +63,7 @@ IPMI = HardwareType(
         "inspect": (AgentInspect, *_none("inspect")),
         "bios": _none("bios"),
     },
+    check_settings=ipmi_settings.check_settings,
 )
 
 HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IPMI)}

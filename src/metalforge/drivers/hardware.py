@@ -9,8 +9,9 @@ priority stop start-up with both names).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from metalforge.db.models import INTERFACES, Node
 from metalforge.drivers.base import AnyInterface, Interface, offered
@@ -36,6 +37,9 @@ class HardwareType:
     name: str
     supported: Mapping[str, tuple[type[Interface], ...]]
     """Per interface family, the implementations allowed; the first is the default."""
+    check_settings: Callable[[Mapping[str, Any]], None] | None = None
+    """Refuses (``DriverError``) a ``driver_info`` setting that is present but of the wrong
+    type or out of range, at enroll and PATCH; what is missing is ``validate``'s to say."""
 
     def default(self, family: str) -> type[Interface]:
         return self.supported[family][0]

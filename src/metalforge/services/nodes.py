@@ -21,6 +21,7 @@ from metalforge.conductor import allocations as conductor_allocations
 from metalforge.conductor import history
 from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, utcnow
+from metalforge.drivers.base import DriverError
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
 from metalforge.services import allocations, chassis, fencing, lookup, volume
@@ -52,6 +53,18 @@ def check_driver(svc: Services, driver: str, values: dict[str, Any]) -> dict[str
                 f"supports driver {driver} for conductor group "
                 f'"{values.get("conductor_group") or ""}".'
             ) from None
+        raise bad_request(str(exc)) from None
+
+
+def check_driver_settings(svc: Services, driver: str, info: object) -> None:
+    """The driver's settings in ``info`` have their types and ranges (400 naming the one
+    that does not): a stored value must not be able to hold a conductor's worker."""
+    hardware = svc.drivers.types.get(driver)
+    if hardware is None or hardware.check_settings is None or not isinstance(info, dict):
+        return
+    try:
+        hardware.check_settings(info)
+    except DriverError as exc:
         raise bad_request(str(exc)) from None
 
 
@@ -95,6 +108,7 @@ def enrolment_values(svc: Services, given: dict[str, Any], version: Version) -> 
     values = {k: v for k, v in given.items() if v is not None or k in ("name",)}
     check_values(values)
     interfaces = check_driver(svc, str(values.get("driver")), values)
+    check_driver_settings(svc, str(values.get("driver")), values.get("driver_info") or {})
     for key in DICT_DEFAULTS:
         values[key] = values.get(key) or {}
     values.update({f"{family}_interface": name for family, name in interfaces.items()})
@@ -257,6 +271,9 @@ def update(
             allocations.release_for_patch(session, node, changes)
         if (set(changes) & INTERFACE_FIELDS) or "driver" in changes:
             _interfaces_for_change(svc, node, changes, reset_interfaces)
+        if "driver" in changes or "driver_info" in changes:
+            driver = changes.get("driver", node.driver)
+            check_driver_settings(svc, driver, changes.get("driver_info", node.driver_info))
         elif reset_interfaces and not patches_driver:
             # What counts is a /driver operation in the patch, even one that keeps the
             # same driver (`baremetal node set --driver <same> --reset-interfaces`).

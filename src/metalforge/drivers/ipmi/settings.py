@@ -101,6 +101,21 @@ def boot_mode(node: Node) -> str:
     return "uefi"
 
 
+def check_settings(info: Mapping[str, Any]) -> None:
+    """Each IPMI setting ``info`` holds is of its type and within its range (a missing
+    one is not an error here: a node may be enrolled before its BMC is known)."""
+    _integer(info, "ipmi_port", DEFAULT_PORT, minimum=1, maximum=65535)
+    _integer(info, "ipmi_retries", DEFAULT_RETRIES, minimum=0, maximum=MAX_RETRIES)
+    _number(info, "ipmi_timeout", DEFAULT_TIMEOUT, minimum=0.1, maximum=MAX_TIMEOUT)
+    _number(info, "ipmi_power_timeout", DEFAULT_POWER_TIMEOUT, minimum=1, maximum=MAX_POWER_TIMEOUT)
+    address = info.get("ipmi_address")
+    if address is not None and not isinstance(address, str):
+        raise DriverError(f"driver_info.ipmi_address must be a string, not {address!r}")
+    mode = info.get("ipmi_boot_mode")
+    if mode and str(mode).lower() not in BOOT_MODES:
+        raise DriverError(f"driver_info.ipmi_boot_mode must be uefi or bios, not {mode!r}")
+
+
 def parse_settings(node: Node) -> IpmiSettings:
     """The node's settings; ``DriverError`` naming the first key that is missing or wrong."""
     info = node.driver_info
