@@ -297,3 +297,20 @@ def test_a_report_using_a_derived_key_is_kept_as_it_came(stack: Stack) -> None:
     row = _stored(stack, node["uuid"])
     assert row.raw is not None
     assert row.raw["macs"] == ["the ramdisk's own"]
+
+
+def test_a_report_that_cannot_be_stored_is_400_and_changes_nothing(stack: Stack) -> None:
+    """PostgreSQL takes no NUL in JSONB, and nothing reads NaN or a 70-bit integer back."""
+    node = _waiting(stack)
+    for poison in ("a\u0000b", float("nan"), 2**70):
+        report = _report()
+        report["extra_collector"] = {"value": poison}
+        raw = json.dumps(report, allow_nan=True)
+        response = stack.client.post(
+            "/v1/continue_inspection", content=raw, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 400, (poison, response.text)
+        assert "Invalid inspection data" in error_text(response)
+    assert get_node(stack.client, node["uuid"])["provision_state"] == "inspect wait"
+    good = stack.client.post("/v1/continue_inspection", json=_report())
+    assert good.status_code == 202, good.text

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from metalforge.errors import bad_request
 from metalforge.services.traits import MAX_TRAITS
 
 
@@ -45,6 +46,17 @@ MAX_POWER_TIMEOUT = 24 * 3600
 """Longest power-change wait a request may ask for, in seconds."""
 INT_RANGE = (-(2**63), 2**64 - 1)
 """Integers a body may hold: what a 64-bit column, orjson and PostgreSQL's JSONB all read back."""
+
+
+def storable_report(report: Any) -> Any:
+    """An inspection report (free-form JSON from an unauthenticated ramdisk) that can be
+    stored and read back: a 400 for NUL characters, lone surrogates, NaN, integers past
+    64 bits or nesting past ``api.max_json_depth``, before anything looks it up."""
+    try:
+        check_storable(report, where="report")
+    except ValueError as exc:
+        raise bad_request(f"Invalid inspection data: {exc}") from None
+    return report
 
 
 def check_storable(data: Any, *, where: str = "body", depth: int = 0) -> None:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from metalforge import inspection_states as ins
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
+from metalforge.api.schemas import storable_report
 from metalforge.api.services import services
 from metalforge.db.introspections import Record
 from metalforge.errors import bad_request
@@ -160,11 +161,13 @@ def unprocessed_data(node_id: str, request: Request) -> JSONResponse:
 )
 @wait_for_lock
 def reapply(node_id: str, request: Request, report: Any = Body(default=None)) -> Response:
-    inspection.reapply(services(request), node_id, report)
+    inspection.reapply(
+        services(request), node_id, None if report is None else storable_report(report)
+    )
     return _empty(202)
 
 
 @router.post("/v1/continue")
 def ramdisk_continue(request: Request, report: Any = Body(default=None)) -> JSONResponse:
-    node = inspection.continue_inspection(services(request), report, None)
+    node = inspection.continue_inspection(services(request), storable_report(report), None)
     return JSONResponse({"uuid": node.uuid})

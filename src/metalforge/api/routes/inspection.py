@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 
 from metalforge.api.auth.access import guard
 from metalforge.api.routes.agent import lookup_body
+from metalforge.api.schemas import storable_report
 from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
 from metalforge.errors import bad_request, not_found
@@ -45,7 +46,7 @@ def continue_inspection(
         raise not_found(f"API version {CONTINUE_SINCE[0]}.{CONTINUE_SINCE[1]} or newer is required")
     if node_uuid is not None and version < CONTINUE_SINCE:
         raise bad_request("node_uuid needs API version 1.84 or newer")
-    node = inspection.continue_inspection(services(request), report, node_uuid)
+    node = inspection.continue_inspection(services(request), storable_report(report), node_uuid)
     if version < CONTINUE_SINCE:
         return JSONResponse({"uuid": node.uuid}, status_code=202)
     return JSONResponse(lookup_body(request, node, None, version), status_code=202)
