@@ -901,6 +901,18 @@ OVERSIZED = [
         json={"target": "power on", "timeout": 86_401},
     ),
     _case(
+        "heartbeat-nul",
+        "POST",
+        "/v1/heartbeat/{node}",
+        400,
+        "NUL characters",
+        json={
+            "callback_url": "http://192.0.2.1:9999",
+            "agent_token": "t",
+            "agent_status_message": "a\u0000b",
+        },
+    ),
+    _case(
         "heartbeat-over-the-agent-limit",
         "POST",
         "/v1/heartbeat/{node}",

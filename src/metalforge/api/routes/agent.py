@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from metalforge.api.links import links
 from metalforge.api.node_view import masked_instance_info
+from metalforge.api.schemas import Body
 from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
 from metalforge.db.models import Node
@@ -86,10 +87,9 @@ def lookup_body(request: Request, node: Node, token: str | None, version: Versio
     }
 
 
-class HeartbeatBody(BaseModel):
-    """What IPA sends; lengths bounded by the columns that keep them (else a 400, not a 500)."""
-
-    model_config = ConfigDict(extra="forbid")
+class HeartbeatBody(Body):
+    """What IPA sends; lengths bounded by the columns that keep them (else a 400, not a 500),
+    text storable (no NUL: PostgreSQL refuses it)."""
 
     callback_url: str | None = Field(default=None, max_length=255)
     agent_token: str | None = Field(default=None, max_length=128)
