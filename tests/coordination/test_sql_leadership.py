@@ -7,13 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from metalforge.conductor.leadership import (
-    Leadership,
-    LeaderTerm,
-    LeaseLost,
-    SingletonTask,
-    SqlElector,
-)
+from metalforge.conductor.election import LeaseLost, SqlElector
+from metalforge.conductor.leadership import Leadership, LeaderTerm, SingletonTask
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import CoordinationSettings
 from metalforge.db.engine import Database, RetryPolicy

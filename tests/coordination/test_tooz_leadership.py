@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.conductor.leadership import (
+from metalforge.conductor.election import (
     EpochLedger,
     LeadershipUnavailable,
     LeaseLost,

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from metalforge import inspection_states as ins
-from metalforge.conductor.leadership import SqlElector
+from metalforge.conductor.election import SqlElector
 from metalforge.config import PxeFilterSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import LeaderLease

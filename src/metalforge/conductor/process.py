@@ -30,9 +30,10 @@ from metalforge.conductor import (
 )
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.dispatch import Dispatcher
+from metalforge.conductor.election import build_elector
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
-from metalforge.conductor.leadership import Leadership, build_elector
+from metalforge.conductor.leadership import Leadership
 from metalforge.db import queue
 from metalforge.drivers import failures
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from metalforge.conductor.leadership import Elector
+from metalforge.conductor.election import Elector
 from metalforge.config import PxeFilterSettings
 from metalforge.db.engine import Database, now_for
 from metalforge.db.models import PxeFilterHost

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from metalforge.conductor.leadership import SqlElector
+from metalforge.conductor.election import SqlElector
 from metalforge.config import Settings
 from metalforge.db.changes import ChangeFeed
 from metalforge.db.engine import Database
