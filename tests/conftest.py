@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from metalforge.db.engine import Database
+from tests.support.migrated import prepare
 from tests.support.postgres import PostgresCluster
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
@@ -62,6 +64,7 @@ def stack(db_url: str) -> Iterator[Stack]:
 def db(db_url: str) -> Iterator[Database]:
     """A fresh database at the newest schema on each engine (row locks, the epoch compare
     and notifications differ between them)."""
+    prepare(db_url)
     database = Database(db_url)
     database.upgrade()
     yield database
@@ -71,6 +74,7 @@ def db(db_url: str) -> Iterator[Database]:
 @pytest.fixture
 def sqlite_db(sqlite_url: str) -> Iterator[Database]:
     """A fresh SQLite database at the newest schema, for tests below the API."""
+    prepare(sqlite_url)
     database = Database(sqlite_url)
     database.upgrade()
     yield database
@@ -97,3 +101,29 @@ def live_server(sqlite_url: str) -> Iterator[LiveServer]:
     finally:
         server.stop()
         running.stop()
+
+
+CPU_REPORT = os.environ.get("METALFORGE_TEST_CPU_REPORT")
+"""A file to append each test's CPU seconds to (this process and the children it reaped)."""
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With ``METALFORGE_TEST_CPU_REPORT`` set, record what each test cost in CPU.
+
+    Wall times on a shared two-core machine say little about which tests to
+    make cheaper; CPU seconds add up across workers.
+    """
+    if not CPU_REPORT:
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    with open(CPU_REPORT, "a", encoding="utf-8") as report:
+        report.write(f"{_cpu_seconds() - before:.3f}\t{item.nodeid}\n")

@@ -521,7 +521,7 @@ def run(args: argparse.Namespace, state: Path) -> int:
         # all of Keystone's log, which stays in the state directory anyway.
         try:
             outcome = run_suites(args, state, keystone)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - raised below, once Keystone has stopped
             outcome = error
     if isinstance(outcome, Exception):
         raise outcome
@@ -592,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Broken as error:
         print(f"conformance run broken: {error}", file=sys.stderr)
         status = EXIT_BROKEN
-    except Exception:
+    except Exception:  # noqa: BLE001 - any error is a broken run; its traceback is printed
         traceback.print_exc()
         print("conformance run broken (see the traceback above)", file=sys.stderr)
         status = EXIT_BROKEN

@@ -721,7 +721,7 @@ def run(options: DemoOptions) -> int:
     except DemoError as exc:
         print(f"metalforge-lab demo: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:
+    except Exception as exc:  # the CLI's last resort: the log has the traceback
         LOG.exception("the demo failed")
         print(
             f"metalforge-lab demo: {exc}\n(`metalforge-lab down --state-dir "

@@ -219,7 +219,7 @@ class Lab(StartStop):
         """Build everything; on any failure, take down what was built and re-raise."""
         try:
             self._start()
-        except BaseException:
+        except BaseException:  # Ctrl-C mid-build too: take down what was built
             self.stop()
             raise
 
@@ -286,7 +286,7 @@ class Lab(StartStop):
         def attempt(action: Callable[[], None]) -> None:
             try:
                 action()
-            except Exception as exc:
+            except Exception as exc:  # each part is taken down even if another failed
                 LOG.exception("lab teardown step failed")
                 failures.append(exc)
 
@@ -327,7 +327,7 @@ class Lab(StartStop):
             if system:
                 try:
                     pending = self._apply(system)
-                except Exception as exc:
+                except Exception as exc:  # one bad notification must not end this thread
                     LOG.exception("handling a notification failed")
                     self.errors.append(f"{system.get('name')}: {exc}")
                     pending = None

@@ -81,7 +81,7 @@ class Stream:
                 elif not line.startswith(":"):
                     name, _, value = line.partition(":")
                     fields[name] = value.removeprefix(" ")
-        except BaseException as exc:  # closed by the test, or a real failure to report
+        except BaseException as exc:  # noqa: BLE001 - closed by the test, or a failure to report
             self.opened.set()
             self.events.put(exc)
 

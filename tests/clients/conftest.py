@@ -1,16 +1,17 @@
 """Fixtures that point the real OpenStack clients at a live metalforge.
 
-The clients are the point of these tests: they are run exactly as an operator
-would run them (the ``baremetal`` CLI as a subprocess, openstacksdk through
+The clients are the point of these tests: they are run as an operator would
+run them (the ``baremetal`` CLI as a process of its own, openstacksdk through
 ``openstack.connect``), in standalone no-auth mode, against the all-in-one
-service listening on a real port.
+service listening on a real port. Each command is a process forked from one
+that imported the client libraries once (``tests.support.console_scripts``);
+``Cli(..., fork=False)`` runs the installed script file itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import LATEST, wait_until
+from tests.support.console_scripts import run_script
 from tests.support.stack import LiveServer
 
 BAREMETAL = Path(sys.executable).with_name("baremetal")
@@ -48,23 +50,25 @@ class Cli:
     test; only no-auth mode and what ``env`` adds remain.
     """
 
-    def __init__(self, prefix: list[str], env: dict[str, str], timeout: float = CLI_TIMEOUT):
+    def __init__(
+        self,
+        prefix: list[str],
+        env: dict[str, str],
+        timeout: float = CLI_TIMEOUT,
+        *,
+        fork: bool = True,
+    ):
         self.prefix = prefix
         self.timeout = timeout
+        self.fork = fork
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
         self.env.update(OS_AUTH_TYPE="none", **env)
 
     def run(self, *args: str, ok: bool = True) -> CliResult:
         """Run one command; with ``ok`` the command must succeed, else it must fail."""
-        proc = subprocess.run(
-            [*self.prefix, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout,
-            check=False,
-        )
-        result = CliResult(proc.returncode, proc.stdout, proc.stderr)
+        script, *options = self.prefix
+        done = run_script(Path(script), [*options, *args], self.env, self.timeout, fork=self.fork)
+        result = CliResult(done.returncode, done.stdout, done.stderr)
         command = " ".join([Path(self.prefix[0]).name, *self.prefix[1:], *args])
         if ok:
             assert result.returncode == 0, f"`{command}` failed:\n{result.output}"
@@ -84,8 +88,8 @@ class Cli:
 class BaremetalCli(Cli):
     """``baremetal`` in standalone no-auth mode against one server."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__([str(BAREMETAL)], {"OS_ENDPOINT": url})
+    def __init__(self, url: str, *, fork: bool = True) -> None:
+        super().__init__([str(BAREMETAL)], {"OS_ENDPOINT": url}, fork=fork)
         self.url = url
         self.headers: dict[str, str] = {}
         """What an HTTP read of this server needs besides the version (credentials)."""
@@ -154,3 +158,11 @@ def cli(live_server: LiveServer) -> BaremetalCli:
     if not BAREMETAL.exists():
         pytest.skip("python-ironicclient's `baremetal` is not installed in this environment")
     return BaremetalCli(live_server.url)
+
+
+@pytest.fixture
+def script_cli(live_server: LiveServer) -> BaremetalCli:
+    """The installed ``baremetal`` script file itself: a new interpreter for every command."""
+    if not BAREMETAL.exists():
+        pytest.skip("python-ironicclient's `baremetal` is not installed in this environment")
+    return BaremetalCli(live_server.url, fork=False)

@@ -6,7 +6,6 @@ import functools
 import hashlib
 import http.server
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients.conftest import BaremetalCli
+from tests.support.console_scripts import run_script
 from tests.support.stack import LiveServer
 
 METALSMITH = Path(sys.executable).with_name("metalsmith")
@@ -105,14 +105,7 @@ def test_metalsmith_deploy_and_undeploy(
     env.update(OS_AUTH_TYPE="none", OS_ENDPOINT=live_server.url)
 
     def metalsmith(*args: str) -> None:
-        proc = subprocess.run(
-            [str(METALSMITH), "-q", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        proc = run_script(METALSMITH, ["-q", *args], env, timeout=120)
         assert proc.returncode == 0, f"metalsmith {' '.join(args)}:\n{proc.stdout}{proc.stderr}"
 
     metalsmith("deploy", "--resource-class", "ms-rc", "--image", url, "--image-checksum", checksum)

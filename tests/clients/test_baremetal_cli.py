@@ -118,7 +118,8 @@ def test_node_create_list_show_set_unset_and_traits(cli: BaremetalCli) -> None:
     assert [n["name"] for n in cli.json("node", "list")] == ["cli-1"]
 
 
-def test_node_lifecycle_with_wait(cli: BaremetalCli) -> None:
+def test_node_lifecycle_with_wait(script_cli: BaremetalCli) -> None:
+    cli = script_cli
     cli.run("node", "create", "--driver", "fake-hardware", "--name", "life")
     waited = cli.run("node", "manage", "life", "--wait", "60")
     assert "Waiting for provision state manageable" in waited.output

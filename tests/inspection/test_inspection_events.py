@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 
 from metalforge import inspection_states as ins
 from metalforge.conductor import inspection_sweeps
-from metalforge.conductor.flows import inspection
+from metalforge.conductor.flows import inspection_events
 from metalforge.db import introspections, queue
 from metalforge.db.introspections import Record
 from metalforge.db.models import Node, Port
@@ -60,7 +60,7 @@ def _queue_event(stack: Stack, uuid: str, event: str, generation: int) -> None:
     with stack.db.write() as session:
         queue.enqueue(
             session,
-            inspection.WORK_KIND,
+            inspection_events.WORK_KIND,
             _node_id(stack, uuid),
             {"event": event, "generation": generation},
         )
@@ -197,7 +197,7 @@ def test_an_event_for_a_deleted_node_is_retried_then_dropped(stack: Stack) -> No
     assert stack.client.delete(f"/v1/nodes/{node['uuid']}", headers=LATEST).status_code == 204
     with stack.db.write() as session:
         queue.enqueue(
-            session, inspection.WORK_KIND, node_id, {"event": ins.TIMEOUT, "generation": 1}
+            session, inspection_events.WORK_KIND, node_id, {"event": ins.TIMEOUT, "generation": 1}
         )
         item_id = session.scalar(select(func.max(queue.WorkItem.id)))
 

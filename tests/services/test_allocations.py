@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from metalforge import states
-from metalforge.conductor import allocations as work
+from metalforge.conductor import allocation_work
 from metalforge.db.models import Allocation, Node, NodeHistory, WorkItem
 from metalforge.errors import NodeLocked, RequestError, forbidden
 from metalforge.services import allocations
@@ -83,7 +83,7 @@ def test_creating_an_allocation_queues_its_processing_and_wakes_the_conductors(
     )
     record = allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
 
-    assert record.state == work.ALLOCATING
+    assert record.state == allocation_work.ALLOCATING
     assert record.node_uuid is None
     assert record.traits == ("CUSTOM_GPU",)
     assert record.candidate_nodes == (node.uuid,)
@@ -91,9 +91,9 @@ def test_creating_an_allocation_queues_its_processing_and_wakes_the_conductors(
     [stored] = _allocations(svc)
     assert (stored.uuid, stored.name, stored.extra) == (record.uuid, "web-1", {"k": "v"})
     [item] = _work(svc)
-    assert item.kind == work.KIND
+    assert item.kind == allocation_work.KIND
     assert item.payload == {"allocation_id": stored.id}
-    assert item.dedupe_key == work.dedupe_key(stored.id)
+    assert item.dedupe_key == allocation_work.dedupe_key(stored.id)
     assert wakes == ["notify"]
     assert _node(svc, node.id).allocation_id is None  # the conductor picks the node, later
 
@@ -106,7 +106,7 @@ def test_an_allocation_whose_work_cannot_be_queued_is_not_created(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("queue unavailable")
 
-    monkeypatch.setattr(work, "enqueue", broken)
+    monkeypatch.setattr(allocation_work, "enqueue", broken)
     with pytest.raises(RuntimeError, match="queue unavailable"):
         allocations.create_allocation(
             svc, NewAllocation(resource_class="baremetal"), LATEST, ANYONE, actor=ALICE
@@ -187,7 +187,7 @@ def test_backfilling_attaches_the_deployed_node_fenced_without_queueing(
 ) -> None:
     node, record = _backfilled(svc, instance_uuid=str(uuidlib.uuid4()), resource_class="gpu")
 
-    assert record.state == work.ACTIVE
+    assert record.state == allocation_work.ACTIVE
     assert record.uuid == node.instance_uuid  # the node's instance becomes the allocation
     assert record.resource_class == "gpu"
     assert record.node_uuid == node.uuid

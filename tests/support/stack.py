@@ -26,6 +26,7 @@ from metalforge.config import Settings, load_settings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
+from tests.support.migrated import prepare
 from tests.support.postgres import free_port
 
 FAST_CONDUCTOR = {
@@ -88,6 +89,7 @@ def start_stack(
     clock: AdjustableClock | None = None,
 ) -> Stack:
     chosen = settings.database
+    prepare(chosen.url)
     db = Database(
         chosen.url,
         local_clock=clock or utcnow,

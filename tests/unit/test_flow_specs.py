@@ -18,7 +18,7 @@ from sqlalchemy import text
 from metalforge import states
 from metalforge.api import node_view
 from metalforge.conductor import node_settings, node_work, stepflow, vendor
-from metalforge.conductor.flows import catalog, inspection, request_fields
+from metalforge.conductor.flows import catalog, inspection_events, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.node_work import BY_KIND as NODE_WORK
 from metalforge.conductor.work import NodeWork, NoPayload, PayloadError
@@ -174,7 +174,7 @@ _SAMPLE_PAYLOADS: dict[type[Any], Any] = {
     node_settings.BootModeChange: node_settings.BootModeChange("uefi"),
     node_settings.SecureBootChange: node_settings.SecureBootChange(False),
     vendor.VendorCall: vendor.VendorCall("send_raw", "POST", {"raw_bytes": "0x00 0x01"}),
-    inspection.InspectionEvent: inspection.InspectionEvent("continue", 3),
+    inspection_events.InspectionEvent: inspection_events.InspectionEvent("continue", 3),
 }
 """One payload of each work kind's type: a new kind needs one here (docs/extending.md)."""
 

@@ -66,7 +66,7 @@ def _handler(svc: Services) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 body = render(cluster_figures(svc))
-            except Exception:
+            except Exception:  # a scrape gets a 503, not a dropped connection
                 LOG.exception("could not read the cluster's figures for a scrape")
                 self._answer(503, b"The figures cannot be read now\n", "text/plain")
                 return

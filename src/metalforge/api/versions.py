@@ -146,7 +146,7 @@ async def _serve_with_headers(
 
     try:
         await app(scope, receive, send_with_headers)
-    except Exception as exc:
+    except Exception as exc:  # re-raised: this only adds the version headers
         # Starlette answers unhandled errors outside every user middleware, so
         # that 500 would lack the version headers: answer it here instead. The
         # exception still propagates (logging, test clients), and the outer

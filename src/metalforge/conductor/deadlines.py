@@ -51,7 +51,7 @@ def run_with_deadline(
     def call() -> None:
         try:
             work.run(task, payload)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again in the worker, as if run there
             if not task.abandoned:
                 raised.append(exc)
             else:

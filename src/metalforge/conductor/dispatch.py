@@ -65,7 +65,7 @@ class Dispatcher:
             claimed = 0
             try:
                 claimed = self.dispatch_once()
-            except Exception:
+            except Exception:  # the claiming loop outlives any failure
                 LOG.exception("claiming work failed")
             if claimed == 0:
                 self.ctx.waker.wait(self.ctx.settings.poll_interval)
@@ -101,7 +101,7 @@ class Dispatcher:
                     affinity_grace=dt.timedelta(seconds=self.ctx.settings.affinity_grace),
                 )
                 ready = self._lock_claimed(session, items)
-        except BaseException:
+        except BaseException:  # re-raised: whatever ended it, the slots go back
             for _ in range(free):
                 self._slots.release()
             raise
@@ -160,7 +160,7 @@ class Dispatcher:
                 running.give_back_unstarted(self.ctx, item, node)
             else:
                 running.run_item(self.ctx, item, node)
-        except Exception as exc:
+        except Exception as exc:  # a worker thread outlives any failure
             # Outside any step (the release itself, or a bug here): the item goes
             # back counting one failure, so it cannot be held or retried for ever.
             LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)

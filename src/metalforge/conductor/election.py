@@ -279,7 +279,7 @@ class ToozElector(Elector):
         if epoch is not None:
             try:
                 still = bool(lock.heartbeat())
-            except Exception:
+            except Exception:  # noqa: BLE001 - tooz drivers raise anything: the lock is unproven
                 still = False
             if still and self.ledger.renew(role, self.member_id, epoch):
                 return epoch
@@ -288,7 +288,7 @@ class ToozElector(Elector):
         if lock.acquire(blocking=False):
             try:
                 epoch = self.ledger.take(role, self.member_id)
-            except Exception:
+            except Exception:  # re-raised: the lock is released whatever failed
                 lock.release()
                 raise
             self._held[role] = epoch
@@ -302,7 +302,7 @@ class ToozElector(Elector):
             finally:
                 try:
                     self._lock(role).release()
-                except Exception:
+                except Exception:  # tooz drivers raise anything; the lock expires
                     LOG.warning("could not release the %s leadership lock", role, exc_info=True)
 
     def members(self) -> frozenset[str]:
@@ -317,7 +317,7 @@ class ToozElector(Elector):
     def _quietly_stop(self) -> None:
         try:
             self._coordinator.stop()
-        except Exception:
+        except Exception:  # shutdown goes on whatever the backend raises
             LOG.warning("leaving the coordination backend failed", exc_info=True)
 
 

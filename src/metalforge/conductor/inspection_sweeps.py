@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from metalforge import inspection_states as ins
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.flows import inspection
+from metalforge.conductor.flows import inspection_events
 from metalforge.conductor.leadership import LeaderTerm, SingletonTask
 from metalforge.db import introspections, queue
 from metalforge.db.engine import now_for
@@ -50,10 +50,10 @@ def time_out_inspections(term: LeaderTerm) -> int:
                 continue  # the node is gone; its record goes with the next sync
             queue.enqueue(
                 session,
-                inspection.WORK_KIND,
+                inspection_events.WORK_KIND,
                 node_id,
-                inspection.event_payload(ins.TIMEOUT, record),
-                dedupe_key=inspection.timeout_key(record),
+                inspection_events.event_payload(ins.TIMEOUT, record),
+                dedupe_key=inspection_events.timeout_key(record),
             )
             queued += 1
     if queued:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from metalforge.conductor import history, node_settings, vendor
-from metalforge.conductor.flows import engine, inspection
+from metalforge.conductor.flows import engine, inspection_events
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork, NoPayload
 from metalforge.db import queue
@@ -58,10 +58,10 @@ ABORT: NodeWork[NoPayload] = NodeWork(
 POWER: NodeWork[PowerChange] = NodeWork(
     "power", PowerChange, _run_power, _power_failed, lambda d: d.power
 )
-INSPECTION: NodeWork[inspection.InspectionEvent] = NodeWork(
-    inspection.WORK_KIND,
-    inspection.InspectionEvent,
-    inspection.run_event,
+INSPECTION: NodeWork[inspection_events.InspectionEvent] = NodeWork(
+    inspection_events.WORK_KIND,
+    inspection_events.InspectionEvent,
+    inspection_events.run_event,
     engine.fail_flow,
     lambda d: d.inspection,
 )

@@ -174,7 +174,7 @@ def _read(ctx: ConductorContext, node: Node) -> _Reading:
         return _Reading(node, error=str(exc))
     except Interrupted:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a driver's bug fails this node's read only
         LOG.exception("reading the power state of node %s failed unexpectedly", node.uuid)
         return _Reading(node, error=f"unexpected {type(exc).__name__}: {exc}")
 
@@ -279,7 +279,7 @@ def sync_power_states(
                 report.add(future.result())
             except Interrupted:
                 pass
-            except Exception:
+            except Exception:  # one node's failure must not stop the others
                 LOG.exception("power state sync of a node failed unexpectedly")
     if report.drifted or report.failed or report.skipped:
         LOG.info("power state sync: %s", report)

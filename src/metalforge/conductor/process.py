@@ -158,7 +158,7 @@ class ConductorProcess:
                 self.heartbeat()
                 failed = 0
                 wait = self.ctx.settings.heartbeat_interval
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure counts toward stopping
                 failed += 1
                 wait = retry.interval
                 LOG.warning("heartbeat failed (%d of %d in a row): %s", failed, retry.count, exc)
@@ -176,7 +176,7 @@ class ConductorProcess:
                 self.take_over()
                 with self.ctx.db.write() as session:
                     queue.purge_finished(session, dt.timedelta(hours=1))
-            except Exception:
+            except Exception:  # the periodic loop outlives any failure
                 LOG.exception("periodic task failed")
 
     def _adoption_loop(self, flow: DetachedFlow) -> None:
@@ -187,7 +187,7 @@ class ConductorProcess:
         while not self.ctx.stopping.wait(interval):
             try:
                 flow.adopt(self.ctx)
-            except Exception:
+            except Exception:  # the adoption loop outlives a flow's bug
                 LOG.exception("%s takeover failed", flow.name)
 
     def _power_sync_loop(self) -> None:
@@ -208,5 +208,5 @@ class ConductorProcess:
                 )
                 if report.drifted or report.failed:
                     LOG.info("power state sync: %s", report)
-            except Exception:
+            except Exception:  # the sync loop outlives a driver's bug
                 LOG.exception("power state sync failed")

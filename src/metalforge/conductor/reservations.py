@@ -19,11 +19,13 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.task import HELD_BY_TASK, LockLost, NodeGone, NodeTask
+from metalforge.conductor.node_writes import HELD_BY_TASK
+from metalforge.conductor.task import LockLost, NodeGone, NodeTask
 from metalforge.db import flow_progress
 from metalforge.db.models import Conductor, FlowProgressRow, Node, node_from_row
 from metalforge.db.tallies import count_on_commit, counted
@@ -162,7 +164,7 @@ def acquire(
         columns = dict(locked)
         progress = flow_progress.from_joined(columns)
         task = NodeTask(ctx, node_from_row(columns), purpose, progress)
-    except Exception:
+    except Exception:  # re-raised: whatever failed, the node is given back
         # The reservation is taken but no task holds it yet: a stored value this
         # code cannot read must not keep the node reserved by a live conductor.
         ctx.leaked_reservations.add((node_id, int(locked["epoch"])))
@@ -172,7 +174,7 @@ def acquire(
         yield task
     except LockLost:
         raise
-    except BaseException:
+    except BaseException:  # re-raised: an interrupt too gives the node back
         task.clear_release_hooks()
         _release_quietly(task)
         raise
@@ -180,7 +182,7 @@ def acquire(
         task.release()
     except LockLost:
         raise
-    except Exception:
+    except Exception:  # re-raised: any failure of the write, not only the database's
         # Writing what the work changed failed: give the node back without it.
         _give_back_bare(task)
         raise
@@ -198,7 +200,7 @@ def _release_quietly(task: NodeTask) -> None:
         task.release()
     except LockLost:
         pass
-    except Exception:
+    except Exception:  # the reservation must not outlive any failure
         LOG.exception("node %s: releasing after a failure failed", task.node.uuid)
         _give_back_bare(task)
 
@@ -245,7 +247,7 @@ def drop_leaked_reservations(ctx: ConductorContext) -> int:
         try:
             with ctx.db.write() as session:
                 unlock(ctx, session, node_id, epoch)
-        except Exception:
+        except SQLAlchemyError:
             LOG.exception("could not give back the reservation of node id %s yet", node_id)
             continue
         ctx.leaked_reservations.discard((node_id, epoch))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work
@@ -69,7 +70,7 @@ def run_item(
                 overdue = run_with_deadline(ctx.settings, ctx.abandoned, work, task, payload)
             except (Interrupted, LockLost, NodeGone):
                 raise
-            except Exception as exc:
+            except Exception as exc:  # a step's bug fails its node, not the worker
                 if lost_connection(exc):
                     raise  # not the request's fault: it runs again once the database is back
                 _handle_bug(ctx, task, work, item, exc)
@@ -87,7 +88,7 @@ def run_item(
     except LockLost as exc:
         LOG.warning("item %s: %s", item.id, exc)
         _finish(ctx, item, f"lock lost: {exc}")
-    except Exception as exc:
+    except Exception as exc:  # re-raised unless the database went away
         if not lost_connection(exc):
             raise
         _wait_for_database(ctx, item, exc)
@@ -111,7 +112,7 @@ def _wait_for_database(ctx: ConductorContext, item: queue.ClaimedItem, exc: Exce
 
     try:
         ctx.db.retrying(give_back, ctx.stopping)
-    except Exception:
+    except SQLAlchemyError:
         LOG.warning("work item %s could not be given back; its lease will expire", item.id)
 
 
@@ -171,7 +172,7 @@ def _give_up(
             queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
     except (NodeGone, LockLost):
         _bury(ctx, item, message)
-    except Exception as exc:
+    except Exception as exc:  # even a bug here must dead-letter the item
         # Even failing the request failed (the node holds what this code cannot read):
         # the item is dead-lettered all the same, and the node says why, unreserved.
         LOG.exception("work item %s: failing its request failed", item.id)
@@ -190,7 +191,7 @@ def _run_detached(ctx: ConductorContext, flow: DetachedFlow, item: queue.Claimed
     """Run an item of a flow that holds no node (it takes what it needs as it goes)."""
     try:
         done = flow.run(ctx, item)
-    except Exception as exc:
+    except Exception as exc:  # a flow's bug fails its item, not the worker
         LOG.exception("work item %s (%s) failed unexpectedly", item.id, item.kind)
         flow.let_go(ctx, item)
         _retry_failed(ctx, item, f"{type(exc).__name__}: {exc}")
@@ -259,7 +260,7 @@ def give_back_unstarted(
             queue.retry(session, item.id, ctx.hostname, 0, count=False)
             if node is not None and item.node_id is not None:
                 unlock(ctx, session, item.node_id, int(node["epoch"]))
-    except Exception:
+    except SQLAlchemyError:
         LOG.warning("work item %s could not be given back at stop", item.id, exc_info=True)
         if node is not None and item.node_id is not None:
             ctx.leaked_reservations.add((item.node_id, int(node["epoch"])))
@@ -280,6 +281,6 @@ def _retry_failed(ctx: ConductorContext, item: queue.ClaimedItem, failure: str) 
 def let_go(ctx: ConductorContext, item: queue.ClaimedItem, failure: str) -> None:
     try:
         _retry_failed(ctx, item, failure)
-    except Exception:
+    except Exception:  # the worker's last resort: nothing above reports
         # The lease is no longer renewed: the item expires and is claimed again.
         LOG.exception("work item %s could not be given back; its lease will expire", item.id)

@@ -3,9 +3,9 @@
 ``reservations.acquire`` takes the reservation and hands out a ``NodeTask``;
 the reservation sets ``nodes.reservation`` to this conductor and bumps the
 node's epoch (the fencing token). Every write here is conditional on both
-(``HELD_BY_TASK``), so a conductor that lost its lock (it stalled and another
-conductor took the node over) cannot overwrite anything: its next write
-raises ``LockLost``.
+(the fence in ``node_writes``, which also prepares what each write stores),
+so a conductor that lost its lock (it stalled and another conductor took the
+node over) cannot overwrite anything: its next write raises ``LockLost``.
 
 Drivers work on a detached copy of the node; ``save`` writes the columns they
 changed, and leaving the block saves and releases.
@@ -16,38 +16,27 @@ write nothing more (every write and wait raises ``LockLost``). Writes take
 the task's lock, so an abandonment never lands in the middle of one and the
 epoch it leaves is the one the worker fences the call out with.
 
-Every write here is a prebuilt Core statement on the transaction's
-connection, not the ORM unit of work: on SQLite the service's write
-transactions run one after another, so their length bounds how many nodes
-move per second. What changed is found by comparing with a snapshot taken
-after each write (JSON columns as canonical JSON bytes, which in-place edits
-of a dict cannot reach), not with deep copies.
+What changed is found by comparing with a snapshot taken after each write
+(``node_changes``), not with deep copies.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from metalforge.conductor import history, transitions
+from metalforge.conductor import history, node_writes, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.node_changes import ColumnSnapshot
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions, flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
-from metalforge.db.models import (
-    Node,
-    NodeHistory,
-    utcnow,
-)
+from metalforge.db.models import Node, utcnow
 from metalforge.db.tallies import count_on_commit, observed
 from metalforge.drivers.base import Interface
-from metalforge.redaction import Scrubber
 from metalforge.tallies import STEP_DURATION
 
 
@@ -63,24 +52,8 @@ class Interrupted(RuntimeError):
     """The conductor is stopping; the work will be resumed from the node's saved progress."""
 
 
-_NODES = cast(Table, Node.__table__)
-
-# The SET clause of a save comes from the keys of its parameters.
-LOG = logging.getLogger(__name__)
-_MESSAGE_COLUMNS = ("last_error", "maintenance_reason")
-"""Columns holding messages built from what drivers, BMCs and agents said."""
-
 ABANDON_CHECK = 0.5
 """Seconds a task's wait goes between looks at whether it was abandoned."""
-
-HELD_BY_TASK = and_(
-    _NODES.c.id == bindparam("b_id"),
-    _NODES.c.reservation == bindparam("b_host"),
-    _NODES.c.epoch == bindparam("b_epoch"),
-)
-"""The fencing rule: the node is still this conductor's, at the epoch it took."""
-_FENCE = select(_NODES.c.id).where(HELD_BY_TASK).with_for_update()
-_SAVE = update(_NODES).where(HELD_BY_TASK)
 
 
 class NodeTask:
@@ -97,7 +70,7 @@ class NodeTask:
         self.purpose = purpose
         self._node = node
         self._saved = ColumnSnapshot(self._node)
-        self._history: list[tuple[str, str, str, float | None]] = []
+        self._history: list[node_writes.Recorded] = []
         self._on_release: list[Callable[[Session], object]] = []
         self._with_transition: list[Callable[[Session], object]] = []
         self._step_runs: list[tuple[str, str, float]] = []
@@ -217,16 +190,9 @@ class NodeTask:
         the new owner's agent holds. The row lock keeps a takeover from
         slipping in between this check and the write.
         """
-        held = (
-            session.connection()
-            .execute(
-                _FENCE,
-                {"b_id": self._node.id, "b_host": self.ctx.hostname, "b_epoch": self._node.epoch},
-            )
-            .first()
-        )
+        held = node_writes.still_held(session, self._node, self.ctx.hostname)
         self._check_abandoned()
-        if held is None:
+        if not held:
             raise LockLost(f"lost the reservation of node {self._node.uuid}")
 
     def write_fenced(self, func: Callable[[Session], object]) -> None:
@@ -253,32 +219,16 @@ class NodeTask:
 
     def _take_history(self) -> list[dict[str, Any]]:
         """The recorded events as history rows, stamped with the node's state now."""
-        node = self._node
-        entries = [
-            history.entry(
-                node.id,
-                event_type,
-                event,
-                severity=severity,
-                conductor=self.ctx.hostname,
-                state=node.provision_state,
-                target=node.target_provision_state,
-                duration=duration,
-            )
-            for event_type, event, severity, duration in self._history
-        ]
+        entries = node_writes.history_rows(self._node, self._history, self.ctx.hostname)
         self._history.clear()
         return entries
 
     def _pending(
         self, note: str | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]], str | None, FlowProgress | None]:
-        """What the next write carries: changed columns, history rows and flow progress.
-
-        Worked out before the write transaction begins: on SQLite it holds the
-        service's only write lock, so everything done inside it is done while
-        every other writer waits.
-        """
+        """What the next write carries: changed columns, history rows and flow progress,
+        with their messages scrubbed (``node_writes.scrub_messages``), worked out before
+        the write transaction begins."""
         self._check_abandoned()
         if self._released:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
@@ -288,38 +238,8 @@ class NodeTask:
             # The progress is written with a fenced update of the node: it
             # moves only while this task holds the node (and updated_at shows it).
             changes.setdefault("updated_at", utcnow())
-        node = self._node
-        scrub = Scrubber(node.driver_info, node.instance_info, node.driver_internal_info)
-        for key in _MESSAGE_COLUMNS:
-            if isinstance(changes.get(key), str):
-                changes[key] = scrub(changes[key])
-        if changes.get("last_error"):
-            changes["last_error"] = self._with_requester(changes["last_error"])
-        for entry in entries:
-            entry["event"] = scrub(entry["event"])
-        return changes, entries, scrub(note) if note else note, progress
-
-    def _with_requester(self, message: str) -> str:
-        """A failure names who asked for the operation that failed, and is logged so.
-
-        The requester is the user of the node's latest history entry written
-        for a request: read only when a failure is recorded, never on the
-        way to success. Without authentication (``noauth``) history names
-        nobody, and neither does the failure.
-        """
-        with self.ctx.db.read() as session:
-            requester = session.scalar(
-                select(NodeHistory.user)
-                .where(NodeHistory.node_id == self._node.id, NodeHistory.user.is_not(None))
-                .order_by(NodeHistory.id.desc())
-                .limit(1)
-            )
-        LOG.warning(
-            "node %s: %s (requested by %s)", self._node.uuid, message, requester or "nobody"
-        )
-        if requester is None or "(requested by " in message:
-            return message
-        return f"{message} (requested by {requester})"
+        note = node_writes.scrub_messages(self.ctx.db, self._node, changes, entries, note)
+        return changes, entries, note, progress
 
     def _flush(
         self,
@@ -328,19 +248,9 @@ class NodeTask:
         entries: list[dict[str, Any]],
         progress: FlowProgress | None,
     ) -> None:
-        if changes:
-            changes.setdefault("updated_at", utcnow())
-            result = session.connection().execute(
-                _SAVE,
-                {
-                    **changes,
-                    "b_id": self._node.id,
-                    "b_host": self.ctx.hostname,
-                    "b_epoch": self._node.epoch,
-                },
-            )
-            if result.rowcount != 1:
-                raise LockLost(f"lost the reservation of node {self._node.uuid}")
+        holder = self.ctx.hostname
+        if changes and not node_writes.save_columns(session, self._node, holder, changes):
+            raise LockLost(f"lost the reservation of node {self._node.uuid}")
         if progress is not None:
             flow_progress.write(session.connection(), self._node.id, progress)
         history.write(session, entries)

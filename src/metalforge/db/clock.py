@@ -91,7 +91,7 @@ class DatabaseClock:
         before = self._local()
         try:
             database = self._database_time()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a source of any kind: telling the time must not fail
             LOG.warning("could not read the database's clock; keeping the last offset")
             self._synced_at = time.monotonic() - RESYNC_SECONDS + RETRY_SECONDS
             return

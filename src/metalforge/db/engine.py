@@ -229,7 +229,7 @@ class Database:
         try:
             with self.write() as session:
                 tallies.store(session.connection(), deltas)
-        except Exception:
+        except Exception:  # re-raised: whatever failed, the counts go back
             self.tally.give_back(deltas)
             raise
 
@@ -242,8 +242,7 @@ class Database:
         for callback in self._after_commit:
             try:
                 callback()
-            except Exception:
-                # The write is committed: a listener's failure must not fail it.
+            except Exception:  # the write is committed: a listener must not fail it
                 logging.getLogger(__name__).exception("an after-commit callback failed")
 
     def now(self) -> dt.datetime:
@@ -277,8 +276,7 @@ class Database:
         try:
             for count in tallies.take_pending(session):
                 count(self.tally)
-        except Exception:
-            # The write is committed: a miscounted metric must not make it look failed.
+        except Exception:  # committed: a miscounted metric must not make it look failed
             logging.getLogger(__name__).exception("a committed write's counts were lost")
         self._committed()
 
@@ -290,7 +288,7 @@ class Database:
         while True:
             try:
                 return attempt()
-            except Exception as exc:
+            except Exception as exc:  # re-raised unless lost_connection says try again
                 if not lost_connection(exc):
                     raise
                 failures += 1
@@ -361,7 +359,7 @@ class Database:
         self._flusher.stop()
         try:
             self.flush_tally()
-        except Exception:
+        except Exception:  # shutdown goes on to dispose of the engines
             logging.getLogger(__name__).warning("counted metrics lost at shutdown", exc_info=True)
         self.write_engine.dispose()
         self.read_engine.dispose()

@@ -50,7 +50,7 @@ class Notifier:
                     text("SELECT pg_notify(:channel, '')"), {"channel": self._channel}
                 )
                 connection.commit()
-        except Exception:
+        except Exception:  # no failure may fail a request already committed
             # The item is committed; conductors find it at their next poll.
             LOG.warning("could not notify the conductors (they will poll)", exc_info=True)
 
@@ -92,7 +92,7 @@ class Listener:
         while not self._stopping.is_set():
             try:
                 self._listen()
-            except Exception:
+            except Exception:  # the listener thread outlives any failure
                 LOG.warning(
                     "LISTEN %s failed; retrying in %.1fs (polling meanwhile)",
                     self._channel,

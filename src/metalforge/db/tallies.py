@@ -112,5 +112,5 @@ class Flusher:
         while not self._stop.wait(self._every):
             try:
                 self._flush()
-            except Exception:  # the database may be down: the counts wait for the next try
+            except Exception:  # the flusher thread outlives any failure; counts wait
                 LOG.warning("could not store the counted metrics; retrying", exc_info=True)

@@ -59,7 +59,7 @@ def watch(hostsdir: Path, owner: int) -> None:
             continue
         try:
             expire_if_due(driver, owner, now)
-        except Exception:
+        except Exception:  # nothing else expires the entries: keep watching
             LOG.exception("could not expire the dnsmasq entries in %s; retrying", hostsdir)
             time.sleep(POLL)
 

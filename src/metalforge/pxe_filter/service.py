@@ -121,7 +121,7 @@ class PxeFilter:
             self._stopped = True  # a round still running applies nothing after this
             try:
                 self.driver.block()
-            except Exception:
+            except Exception:  # the exit goes on whatever the driver raises
                 LOG.exception("could not block the PXE filter at exit")
             else:
                 self.driver.close()
@@ -130,7 +130,7 @@ class PxeFilter:
         self.leading = False
         try:
             self.elector.stand_down(ROLE)
-        except Exception:
+        except Exception:  # the exit goes on; the role's lease runs out
             LOG.warning("could not give the PXE filter role up at exit", exc_info=True)
         self._record(HostStatus(STOPPED, 0, 0, False, self.error))
 
@@ -152,7 +152,7 @@ class PxeFilter:
         LOG.error("PXE filter on %s missed its lease renewal; blocking", self.settings.hostname)
         try:
             self._block()
-        except Exception:
+        except Exception:  # the watchdog thread outlives any failure
             LOG.exception("could not block the PXE filter")
 
     def _seconds_to_next_round(self) -> float:
@@ -210,7 +210,7 @@ class PxeFilter:
                 self._healthy = True
                 self._next_election = now  # filtering works: campaign at once
             self._record_applied(force=repair or now - self._recorded_at >= STATUS_EVERY)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure blocks the host
             self._fail(exc)
 
     def _apply(self, state: FilterState, *, repair: bool) -> None:
@@ -249,14 +249,14 @@ class PxeFilter:
         self._healthy = False
         try:
             self._block()
-        except Exception:
+        except Exception:  # whatever the driver raises, the next round retries
             LOG.exception("could not block the PXE filter either; retrying next round")
             self._prepared = False  # start over, purging what is there
         if self.leading:
             self.leading = False
             try:
                 self.elector.stand_down(ROLE)
-            except Exception:
+            except Exception:  # whatever the backend raises, the lease runs out
                 LOG.warning("could not give the PXE filter role up", exc_info=True)
         self._overdue = False
         # The next try is a round away (no spinning on a failure that lasts).
@@ -292,7 +292,7 @@ class PxeFilter:
                 row.updated_at = now_for(session)
             self._status = status
             self._recorded_at = self.monotonic()
-        except Exception:
+        except Exception:  # the status must never be why the filter stops
             LOG.warning("could not record the PXE filter's status", exc_info=True)
 
 

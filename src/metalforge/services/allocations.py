@@ -1,7 +1,7 @@
 """Allocations: requests to reserve a node, created, renamed and deleted for the API.
 
 Creating one only records the request and queues its processing in the same
-transaction: a conductor searches for the node (``conductor.allocations``),
+transaction: a conductor searches for the node (``conductor.allocation_work``),
 so the request never waits on the search, and the work item cannot be lost
 without the allocation. Backfilling (``node``) records that an already
 deployed node belongs to a new allocation, synchronously: there is nothing
@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import allocations as work
+from metalforge.conductor import allocation_candidates, allocation_work
 from metalforge.conductor.flows import allocation as allocation_flow
 from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
@@ -238,7 +238,7 @@ def _new_row(
         name=new.name,
         resource_class=new.resource_class,
         candidate_nodes=_resolve_candidates(session, new.candidate_nodes, version, grant.project),
-        state=work.ALLOCATING,
+        state=allocation_work.ALLOCATING,
         owner=grant.owner,
         extra=dict(new.extra),
         traits=[AllocationTrait(trait=t) for t in checked.traits],
@@ -293,7 +293,7 @@ def _queue_new(session: Session, allocation: Allocation) -> AllocationRecord:
     _check_name_free(session, allocation.name)
     session.add(allocation)
     session.flush()
-    work.enqueue(session, allocation.id)
+    allocation_work.enqueue(session, allocation.id)
     return AllocationRecord.of(allocation, None)
 
 
@@ -338,7 +338,9 @@ def _backfill_node(
         raise conflict(f"Node {node.uuid} already has an allocation.")
     traits = set(session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node.id)))
     # The rule a conductor applies when it picks a node (it does not read the unset id).
-    why = work.node_matches(node, work.request_of(allocation), traits)
+    why = allocation_candidates.node_matches(
+        node, allocation_candidates.request_of(allocation), traits
+    )
     if why is not None:
         raise bad_request(f"Node {node.uuid} cannot be backfilled into this allocation: {why}.")
     return node
@@ -362,7 +364,7 @@ def _adopt_node(allocation: Allocation, node: Node) -> None:
         )
     if allocation.resource_class is None:
         allocation.resource_class = node.resource_class
-    allocation.state = work.ACTIVE
+    allocation.state = allocation_work.ACTIVE
     allocation.node_id = node.id
 
 
@@ -448,7 +450,7 @@ def _deallocate(session: Session, allocation: Allocation, actor: str | None) -> 
         node = session.get(Node, allocation.node_id)
         if node is not None:
             _free(session, node, allocation, actor)
-    work.delete_allocation(session, allocation.id)
+    allocation_work.delete_allocation(session, allocation.id)
 
 
 def _allocation_stays(node: Node) -> bool:
@@ -499,5 +501,5 @@ def release_for_patch(session: Session, node: Node, changes: dict[str, Any]) -> 
             f"{node.provision_state}: it belongs to an allocation. Undeploy the node or set "
             "it into maintenance mode first."
         )
-    work.delete_allocation(session, node.allocation_id)
+    allocation_work.delete_allocation(session, node.allocation_id)
     changes["allocation_id"] = None

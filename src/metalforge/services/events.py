@@ -180,7 +180,7 @@ class EventHub:
                 # the id ``subscribe`` gave it.
                 rows = cursor.read()
                 events = self._events(rows) if rows else []
-            except Exception:  # the database may be down; the clients wait, then resume
+            except Exception:  # the one reader of every stream outlives any failure
                 LOG.warning("could not read the node event log; retrying", exc_info=True)
                 # What the cursor passed may not have been sent: have everyone re-read.
                 events = [NodeEvent(cursor.highest, RESYNC, "", None, None, {})] if rows else []

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from metalforge import inspection_states as ins
 from metalforge import states
 from metalforge.conductor import history, inspection_report, node_work
-from metalforge.conductor.flows import inspection
+from metalforge.conductor.flows import inspection_events
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import introspections
 from metalforge.db.engine import now_for
@@ -75,7 +75,9 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
         if record is None or record.state != ins.WAITING:
             raise _nobody()
         introspections.store_raw(session, node.uuid, stored)
-        svc.queue_for(session, node, node_work.INSPECTION, inspection.event(ins.CONTINUE, record))
+        svc.queue_for(
+            session, node, node_work.INSPECTION, inspection_events.event(ins.CONTINUE, record)
+        )
     svc.notify()
     return node
 
@@ -153,7 +155,9 @@ def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: lis
     record = Record(node.uuid, state, 1, manage_boot=False, started_at=now_for(session))
     introspections.save(session, record)
     introspections.store_raw(session, node.uuid, {**report, "auto_discovered": True})
-    svc.queue_for(session, node, node_work.INSPECTION, inspection.event(ins.CONTINUE, record))
+    svc.queue_for(
+        session, node, node_work.INSPECTION, inspection_events.event(ins.CONTINUE, record)
+    )
     return node
 
 
@@ -319,5 +323,7 @@ def reapply(svc: Services, ident: str, report: object | None) -> None:
             stored = introspections.load_data(session, node.uuid)
             if stored is None or stored.raw is None:
                 raise not_found(f"Introspection data not found for node {node.uuid}")
-        svc.queue_for(session, node, node_work.INSPECTION, inspection.event(ins.REAPPLY, record))
+        svc.queue_for(
+            session, node, node_work.INSPECTION, inspection_events.event(ins.REAPPLY, record)
+        )
     svc.notify()

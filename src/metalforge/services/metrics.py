@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from metalforge import states, tallies
 from metalforge.db import queue
@@ -105,7 +106,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
     dead_after = svc.settings.conductor.heartbeat_timeout
     try:
         svc.db.flush_tally()
-    except Exception:  # the figures are still worth answering with
+    except SQLAlchemyError:  # the figures are still worth answering with
         LOG.warning("could not store this process's counts before a scrape", exc_info=True)
     with svc.db.read() as session:
         now = svc.db.now()

@@ -17,8 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor import allocations as conductor_allocations
-from metalforge.conductor import history
+from metalforge.conductor import allocation_work, history
 from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, utcnow
 from metalforge.drivers.base import DriverError
@@ -318,7 +317,7 @@ def delete_node(svc: Services, ident: str, version: Version) -> None:
                 f"{', '.join(sorted(allowed))}, or set the node into maintenance mode"
             )
         if node.allocation_id is not None:
-            conductor_allocations.delete_allocation(session, node.allocation_id)
+            allocation_work.delete_allocation(session, node.allocation_id)
         session.execute(delete(Port).where(Port.node_id == node.id))
         session.execute(delete(Portgroup).where(Portgroup.node_id == node.id))
         session.execute(delete(NodeTrait).where(NodeTrait.node_id == node.id))

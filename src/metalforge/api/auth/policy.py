@@ -390,7 +390,7 @@ class Policy:
                 self._enforcer.use_conf = True
                 try:
                     self._enforcer.load_rules(force_reload=True)
-                except Exception:
+                except Exception:  # a half-written file breaks any of its parsers
                     # A half-written policy file keeps the rules in force.
                     LOG.exception("policy file %s could not be read", self._policy_file)
                 finally:

@@ -2,7 +2,7 @@
 
 Creating an allocation only records the request and queues its processing
 in the same transaction (201, ``allocating``); a conductor picks the node
-(``conductor.allocations``). Backfilling (``node``, >=1.58) records that an
+(``conductor.allocation_work``). Backfilling (``node``, >=1.58) records that an
 already deployed node belongs to an allocation, synchronously. Deleting an
 allocation frees its node in the same transaction.
 """

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from metalforge.api.auth.access import allows, guard, node_disclosure
@@ -157,7 +158,7 @@ async def _frames(
     yield b"retry: %d\n\n" % RETRY_MS
     try:
         subscription, since = await run_in_threadpool(hub.subscribe, asyncio.get_running_loop())
-    except Exception:
+    except SQLAlchemyError:
         LOG.warning("cannot follow the node event log; the client will retry", exc_info=True)
         return
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import allocations
+from metalforge.conductor import allocation_work
 from metalforge.conductor.flows import cleaning
 from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.guards import not_protected
@@ -23,7 +23,7 @@ def tear_down(task: NodeTask) -> None:
     if allocation_id is not None:
         # The instance is gone, so is the node's allocation: in this very
         # transaction, so no one sees a node without instance but still allocated.
-        task.with_next_transition(lambda s: allocations.delete_allocation(s, allocation_id))
+        task.with_next_transition(lambda s: allocation_work.delete_allocation(s, allocation_id))
     task.transition(
         states.DONE,
         instance_info={},

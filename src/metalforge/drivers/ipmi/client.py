@@ -217,7 +217,7 @@ class SessionPool:
                 with sessions.nudging():
                     outcome.value = operation(slot.open(bmc))
                 outcome.ok = True
-            except Exception as exc:  # handed to the waiting caller
+            except Exception as exc:  # noqa: BLE001 - pyghmi raises bare Exception: for the caller
                 outcome.error = exc if isinstance(exc, DriverError) else _classify(bmc, exc)
                 outcome.error.__cause__ = exc if outcome.error is not exc else None
                 if not isinstance(outcome.error, CommandFailed):

@@ -234,7 +234,7 @@ def _close_later(clients: list[Any]) -> None:
             client._auth = None  # __del__ then has nothing left to do
             try:
                 auth.close()
-            except Exception as exc:  # the BMC may be gone; that is why it was dropped
+            except sushy_errors.SushyError as exc:  # the BMC may be gone: why it was dropped
                 LOG.debug("closing a Redfish session failed: %s", exc)
 
     if clients:

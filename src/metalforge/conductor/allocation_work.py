@@ -1,4 +1,8 @@
-"""Processing allocations: pick an available node that matches, and reserve it.
+"""Running an allocation's work: claim it, reserve a matching node, activate or fail it.
+
+Which nodes match is ``allocation_candidates``; how the conductor's service
+schedules this work (its kind, states, resume and adoption) is declared in
+``flows.allocation``. This module is what those declarations call.
 
 An allocation is processed by whichever conductor holds its work item (kind
 ``allocation``, de-duplicated per allocation). Correctness does not depend on
@@ -17,22 +21,25 @@ allocation's state first and stops if it is no longer ``allocating``.
 from __future__ import annotations
 
 import datetime as dt
-import random
-from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import String, Table, and_, delete, exists, func, literal, select, update
+from sqlalchemy import String, Table, and_, delete, exists, literal, select, update
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from metalforge import states
+from metalforge.conductor.allocation_candidates import (
+    Request,
+    allocatable,
+    candidates,
+    node_matches,
+    request_of,
+)
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.reservations import acquire, dead_conductors
 from metalforge.conductor.task import LockLost, NodeGone
 from metalforge.db import queue
-from metalforge.db.batches import in_batches
-from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, WorkItem, utcnow
+from metalforge.db.models import Allocation, AllocationTrait, NodeTrait, WorkItem, utcnow
 from metalforge.db.tallies import count_on_commit, counted, observed
 from metalforge.errors import NodeLocked
 from metalforge.tallies import ALLOCATION_DURATION, ALLOCATIONS_FINISHED
@@ -57,19 +64,6 @@ class AllocationLost(RuntimeError):
     """The allocation was deleted, finished or adopted by another conductor meanwhile."""
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What an allocation asks for, read once, detached from any session."""
-
-    id: int
-    uuid: str
-    name: str | None
-    resource_class: str | None
-    traits: tuple[str, ...]
-    candidate_nodes: tuple[str, ...]
-    owner: str | None
-
-
 def dedupe_key(allocation_id: int) -> str:
     return f"{KIND}:{allocation_id}"
 
@@ -84,106 +78,6 @@ def enqueue(session: Session, allocation_id: int, preferred_owner: str | None = 
         preferred_owner=preferred_owner,
         dedupe_key=dedupe_key(allocation_id),
     )
-
-
-def request_of(allocation: Allocation) -> Request:
-    return Request(
-        id=allocation.id,
-        uuid=allocation.uuid,
-        name=allocation.name,
-        resource_class=allocation.resource_class,
-        traits=tuple(t.trait for t in allocation.traits),
-        candidate_nodes=tuple(allocation.candidate_nodes or ()),
-        owner=allocation.owner,
-    )
-
-
-# -- matching -------------------------------------------------------------------
-
-
-def node_matches(node: Node, req: Request, node_traits: set[str]) -> str | None:
-    """Why ``node`` cannot take ``req`` (``None``: it can). Shared with backfilling's checks."""
-    if req.resource_class is not None and node.resource_class != req.resource_class:
-        return f"its resource class is {node.resource_class}, not {req.resource_class}"
-    if req.candidate_nodes and node.uuid not in req.candidate_nodes:
-        return "it is not one of the candidate nodes"
-    if req.owner is not None and req.owner not in (node.owner, node.lessee):
-        return f"it does not belong to owner {req.owner} (as its owner or lessee)"
-    missing = sorted(set(req.traits) - node_traits)
-    if missing:
-        return f"it lacks the traits {', '.join(missing)}"
-    return None
-
-
-def _allocatable(node: Node) -> bool:
-    return (
-        node.provision_state == states.AVAILABLE
-        and not node.maintenance
-        and node.power_state is not None
-        and node.instance_uuid is None
-        and node.allocation_id is None
-    )
-
-
-def candidates(session: Session, req: Request) -> tuple[list[int], str | None]:
-    """Ids of the nodes that may take ``req``, in the order to try them, or why there are none.
-
-    The filters apply one after the other so that the error names the one
-    that emptied the list: an operator reading it knows what to change.
-    """
-    rc = req.resource_class
-    stmt = select(Node.id, Node.uuid, Node.name, Node.owner, Node.lessee).where(
-        Node.provision_state == states.AVAILABLE,
-        Node.maintenance.is_(False),
-        Node.power_state.is_not(None),
-        Node.instance_uuid.is_(None),
-        Node.allocation_id.is_(None),
-        Node.resource_class == rc,
-    )
-    rows = session.execute(stmt).all()
-    if not rows:
-        return [], f"no available nodes match the resource class {rc}"
-    if req.candidate_nodes:
-        wanted = set(req.candidate_nodes)
-        rows = [r for r in rows if r.uuid in wanted]
-        if not rows:
-            return [], (
-                "none of the requested candidate nodes are available and match "
-                f"the resource class {rc}"
-            )
-    if req.owner is not None:
-        # As Ironic: an owned allocation takes a node its owner owns or leases.
-        rows = [r for r in rows if req.owner in (r.owner, r.lessee)]
-        if not rows:
-            return [], (
-                f"no available nodes matching the resource class {rc} belong to owner "
-                f"{req.owner} (as their owner or lessee)"
-            )
-    if req.traits:
-        ids = [r.id for r in rows]
-        having: set[int] = set()
-        for batch in in_batches(ids):
-            having.update(
-                session.scalars(
-                    select(NodeTrait.node_id)
-                    .where(
-                        NodeTrait.node_id.in_(batch),
-                        NodeTrait.trait.in_(req.traits),
-                    )
-                    .group_by(NodeTrait.node_id)
-                    .having(func.count() == len(set(req.traits)))
-                )
-            )
-        rows = [r for r in rows if r.id in having]
-        if not rows:
-            return [], (
-                f"no available nodes matching the resource class {rc} "
-                f"have the traits {', '.join(sorted(req.traits))}"
-            )
-    first = [r.id for r in rows if req.name is not None and r.name == req.name]
-    rest = [r.id for r in rows if r.id not in first]
-    random.shuffle(rest)  # concurrent allocations spread over the nodes instead of colliding
-    return first + rest, None
 
 
 # -- processing -----------------------------------------------------------------
@@ -262,7 +156,7 @@ def _try_node(ctx: ConductorContext, req: Request, node_id: int) -> str:
                 traits = set(
                     session.scalars(select(NodeTrait.trait).where(NodeTrait.node_id == node_id))
                 )
-            if not _allocatable(node) or node_matches(node, req, traits) is not None:
+            if not allocatable(node) or node_matches(node, req, traits) is not None:
                 return "unsuitable"
             before = (node.instance_uuid, node.allocation_id, node.instance_info)
             info = dict(node.instance_info)
