@@ -44,7 +44,7 @@ def test_an_item_claimed_as_the_conductor_stops_goes_back_with_its_node(
         assert (reservation, state) == (None, "verifying")  # as the API left it
     finally:
         conductor.stop(timeout=5)
-        stack.client.close()
+        stack.close_client()
         stack.db.dispose()
 
 
@@ -61,5 +61,5 @@ def test_a_stopping_conductor_claims_nothing_more(sqlite_url: str) -> None:
         assert (item.state, item.lease_owner) == (queue.PENDING, None)
     finally:
         conductor.stop(timeout=5)
-        stack.client.close()
+        stack.close_client()
         stack.db.dispose()

@@ -248,7 +248,7 @@ def test_a_stopping_conductor_leaves_the_throttle_wait_and_gives_its_items_back(
     finally:
         if not stopped:
             stack.conductor.stop()
-        stack.client.close()
+        stack.close_client()
         stack.db.dispose()
 
 
