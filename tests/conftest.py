@@ -103,6 +103,17 @@ def live_server(sqlite_url: str) -> Iterator[LiveServer]:
         running.stop()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with a slow test run first; the order within each group is kept.
+
+    Parallel workers take whole modules in collection order: a module of
+    long multi-process tests taken last would leave the other workers idle
+    while it runs on. Taken first, the many short modules fill in around it.
+    """
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
+
+
 CPU_REPORT = os.environ.get("METALFORGE_TEST_CPU_REPORT")
 """A file to append each test's CPU seconds to (this process and the children it reaped)."""
 

@@ -362,7 +362,7 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run each benchmark, report
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--enroll-concurrency", type=int, default=10)

@@ -109,7 +109,7 @@ def _enrolled(db_url: str, macs: int) -> list[str]:
     return uuids
 
 
-def end_to_end(
+def end_to_end(  # noqa: PLR0915 - a linear measurement script: set up, sample, tear down
     db_url: str,
     workdir: Path,
     macs: int,
@@ -207,7 +207,7 @@ def _allowed_on(namespace: str) -> set[str]:
     return found
 
 
-def failover(workdir: Path, samples: int = 3) -> str:
+def failover(workdir: Path, samples: int = 3) -> str:  # noqa: PLR0915 - a linear measurement script: set up, sample, tear down
     """Seconds from SIGKILLing the leading filter host to the other host allowing the
     inspected node: two ``metalforge pxe-filter`` processes with the firewall driver and
     default election settings, on a throwaway PostgreSQL cluster (root only)."""

@@ -37,10 +37,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from metalforge_lab.running import StartStop
 
@@ -271,57 +271,78 @@ class _DelayRandom:
         return random.randint(self.low, self.high)
 
 
+class _LabResources:
+    """BIOS, NMI, processors, memory and storage for sushy-tools' fake driver.
+
+    A mixin, written at module level rather than inside ``_lab_driver``, whose
+    next base is the stock fake driver: that class exists only once sushy-tools
+    is imported, in the emulator process, so ``_lab_driver`` joins the two there.
+    """
+
+    _error: ClassVar[Any]
+    """``sushy_tools.error``, whose exceptions the emulator turns into HTTP answers."""
+    _get: Callable[[str], dict[str, Any]]
+    """The stock driver's: the fake system ``identity`` names, as its dict."""
+    _update: Callable[..., None]
+    """The stock driver's: store ``system`` with the given keys changed."""
+
+    def get_bios(self, identity: str) -> dict[str, Any]:
+        return dict(self._get(identity).get("bios") or DEFAULT_BIOS)
+
+    def set_bios(self, identity: str, attributes: Any) -> None:
+        system = self._get(identity)
+        if not isinstance(attributes, dict):
+            raise self._error.BadRequest("BIOS Attributes must be an object")
+        current = self.get_bios(identity)
+        unknown = sorted(set(attributes) - set(current))
+        if unknown:
+            raise self._error.BadRequest(f"Unknown BIOS attribute(s): {', '.join(unknown)}")
+        self._update(system, bios={**current, **attributes})
+
+    def reset_bios(self, identity: str) -> None:
+        system = self._get(identity)
+        self._update(system, bios=dict(system.get("bios_defaults") or DEFAULT_BIOS))
+
+    def _nmi(self, identity: str) -> None:
+        system = self._get(identity)
+        if system.get("power_state") != "On":
+            raise self._error.BadRequest("an NMI needs the system powered on")
+        self._update(system, nmis=int(system.get("nmis", 0)) + 1)
+
+    def get_versions(self, identity: str) -> dict[str, str]:
+        return {"BiosVersion": "lab-1.0"}
+
+    def get_processors(self, identity: str) -> list[dict[str, Any]]:
+        return list(self._get(identity).get("processors") or DEFAULT_PROCESSORS)
+
+    def get_total_cpus(self, identity: str) -> int:
+        return sum(int(p.get("threads", 1)) for p in self.get_processors(identity))
+
+    def get_total_memory(self, identity: str) -> int:
+        return int(self._get(identity).get("memory_gib") or DEFAULT_MEMORY_GIB)
+
+    def get_simple_storage_collection(self, identity: str) -> dict[str, Any]:
+        disks = self._get(identity).get("disks")
+        if not disks:
+            raise self._error.NotSupportedError("this fake system reports no storage")
+        devices = [
+            {"Name": d["name"], "CapacityBytes": int(d["size_gib"]) * 1024**3} for d in disks
+        ]
+        return {"ctl0": {"Id": "ctl0", "Name": "ctl0", "DeviceList": devices}}
+
+
 def _lab_driver(base: Any, error: Any) -> Any:
     """The stock fake driver plus BIOS, processors, memory and storage (see module doc)."""
 
-    class LabFakeDriver(base):  # type: ignore[misc]
-        def get_bios(self, identity: str) -> dict[str, Any]:
-            return dict(self._get(identity).get("bios") or DEFAULT_BIOS)
-
-        def set_bios(self, identity: str, attributes: Any) -> None:
-            system = self._get(identity)
-            if not isinstance(attributes, dict):
-                raise error.BadRequest("BIOS Attributes must be an object")
-            current = self.get_bios(identity)
-            unknown = sorted(set(attributes) - set(current))
-            if unknown:
-                raise error.BadRequest(f"Unknown BIOS attribute(s): {', '.join(unknown)}")
-            self._update(system, bios={**current, **attributes})
-
-        def reset_bios(self, identity: str) -> None:
-            system = self._get(identity)
-            self._update(system, bios=dict(system.get("bios_defaults") or DEFAULT_BIOS))
+    class LabFakeDriver(_LabResources, base):  # type: ignore[misc]
+        _error = error
 
         def set_power_state(self, identity: str, state: str) -> None:
             """The stock driver refuses ``Nmi`` (501); a lab system takes it while on."""
             if state != "Nmi":
                 super().set_power_state(identity, state)
                 return
-            system = self._get(identity)
-            if system.get("power_state") != "On":
-                raise error.BadRequest("an NMI needs the system powered on")
-            self._update(system, nmis=int(system.get("nmis", 0)) + 1)
-
-        def get_versions(self, identity: str) -> dict[str, str]:
-            return {"BiosVersion": "lab-1.0"}
-
-        def get_processors(self, identity: str) -> list[dict[str, Any]]:
-            return list(self._get(identity).get("processors") or DEFAULT_PROCESSORS)
-
-        def get_total_cpus(self, identity: str) -> int:
-            return sum(int(p.get("threads", 1)) for p in self.get_processors(identity))
-
-        def get_total_memory(self, identity: str) -> int:
-            return int(self._get(identity).get("memory_gib") or DEFAULT_MEMORY_GIB)
-
-        def get_simple_storage_collection(self, identity: str) -> dict[str, Any]:
-            disks = self._get(identity).get("disks")
-            if not disks:
-                raise error.NotSupportedError("this fake system reports no storage")
-            devices = [
-                {"Name": d["name"], "CapacityBytes": int(d["size_gib"]) * 1024**3} for d in disks
-            ]
-            return {"ctl0": {"Id": "ctl0", "Name": "ctl0", "DeviceList": devices}}
+            self._nmi(identity)
 
     return LabFakeDriver
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from httpx2 import Response
 from sqlalchemy import select, text
 
 from metalforge.cli import StartupError, listening_sockets
@@ -37,7 +39,7 @@ def idle_stack(db_url: str) -> Iterator[Stack]:
         running.stop()
 
 
-def _node_in(stack: Stack, state: str, mac: str = MAC, *, booted: bool = True) -> dict[str, object]:
+def _node_in(stack: Stack, state: str, mac: str = MAC, *, booted: bool = True) -> dict[str, Any]:
     """A node in ``state``; ``booted``: as if a conductor had just booted its ramdisk."""
     node = create_node(stack.client, name="agent-node")
     response = stack.client.post(
@@ -57,7 +59,7 @@ def _node_in(stack: Stack, state: str, mac: str = MAC, *, booted: bool = True) -
     return node
 
 
-def _lookup(client: TestClient, query: str, headers: dict[str, str] = AGENT) -> object:
+def _lookup(client: TestClient, query: str, headers: dict[str, str] = AGENT) -> Response:
     return client.get(f"/v1/lookup?{query}", headers=headers)
 
 
@@ -82,10 +84,10 @@ def test_a_lookup_below_1_62_leaves_the_token_for_the_agent(idle_stack: Stack) -
     """An old client cannot receive the token, so it must not take it either."""
     node = _node_in(idle_stack, CLEAN_WAIT)
     old = _lookup(idle_stack.client, f"addresses={MAC}", version("1.61"))
-    assert old.status_code == 200, old.text  # type: ignore[attr-defined]
-    assert "agent_token" not in old.json()["config"]  # type: ignore[attr-defined]
+    assert old.status_code == 200, old.text
+    assert "agent_token" not in old.json()["config"]
     agent = _lookup(idle_stack.client, f"node_uuid={node['uuid']}")
-    token = agent.json()["config"]["agent_token"]  # type: ignore[attr-defined]
+    token = agent.json()["config"]["agent_token"]
     assert token != "******"
     assert len(token) >= 32
 
@@ -94,10 +96,10 @@ def test_a_lookup_naming_too_many_addresses_is_a_400(idle_stack: Stack) -> None:
     _node_in(idle_stack, CLEAN_WAIT)
     many = ",".join(f"52:54:00:00:{i // 256:02x}:{i % 256:02x}" for i in range(257))
     response = _lookup(idle_stack.client, f"addresses={many}")
-    assert response.status_code == 400  # type: ignore[attr-defined]
+    assert response.status_code == 400
     assert "at most 256" in error_text(response)
     fits = ",".join([MAC, *many.split(",")[:255]])
-    assert _lookup(idle_stack.client, f"addresses={fits}").status_code == 200  # type: ignore[attr-defined]
+    assert _lookup(idle_stack.client, f"addresses={fits}").status_code == 200
 
 
 def test_no_lookup_for_a_node_no_conductor_booted(idle_stack: Stack) -> None:
@@ -168,7 +170,7 @@ def _token(stack: Stack) -> str:
     return token
 
 
-def _beat(stack: Stack, ident: object, **body: object) -> object:
+def _beat(stack: Stack, ident: object, **body: object) -> Response:
     return stack.client.post(f"/v1/heartbeat/{ident}", json=body, headers=AGENT)
 
 
@@ -198,7 +200,7 @@ def test_heartbeat_refusals_change_nothing(idle_stack: Stack) -> None:
     node = _node_in(idle_stack, CLEAN_WAIT)
     token = _token(idle_stack)
     url = "http://10.0.0.5:9999"
-    cases = [
+    cases: list[tuple[dict[str, object], int, str]] = [
         ({"callback_url": url}, 400, "Agent token is required"),
         ({"callback_url": url, "agent_token": "x" * 43}, 400, "Invalid or missing agent token"),
         ({"agent_token": token}, 400, "callback_url is required"),

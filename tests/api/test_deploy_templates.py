@@ -73,7 +73,9 @@ def _request_traits(client: TestClient, node: dict[str, Any], *traits: str) -> N
 
 
 def _plan_event(client: TestClient, ident: str) -> str:
-    plans = [e["event"] for e in _history(client, ident) if e["event_type"] == "deploy_plan"]
+    plans: list[str] = [
+        e["event"] for e in _history(client, ident) if e["event_type"] == "deploy_plan"
+    ]
     assert plans, "no deploy plan recorded"
     return plans[-1]
 
@@ -329,7 +331,7 @@ def test_raid1_template_deploys_to_active_with_raid1(stack: Stack) -> None:
     assert finished[:3] == ["deploy.deploy", "raid.apply_configuration", "deploy.write_image"]
 
 
-SEED_MIRROR = {
+SEED_MIRROR: dict[str, Any] = {
     "name": "CUSTOM_BM_CONFIG_RAID_DISK_MIRROR",
     "steps": [
         {

@@ -46,6 +46,7 @@ class Stream:
         self.opened = threading.Event()
         """Set once the server said the stream is subscribed (``ready``), or it failed."""
         parts = urlsplit(url)
+        assert parts.hostname is not None, url
         self._connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         self._path = f"{parts.path}?{parts.query}" if parts.query else parts.path
         self._headers = headers

@@ -18,6 +18,7 @@ import math
 import time
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -116,6 +117,7 @@ def _settled(stack: Stack, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_hostile_documents_never_break_the_api_or_wedge_a_node(sqlite_stack: Stack) -> None:
     client: TestClient = sqlite_stack.client
     node = make_available(client, name="hostile")

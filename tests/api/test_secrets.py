@@ -146,7 +146,7 @@ def test_moving_the_bmc_needs_the_credentials_again(stack: Stack) -> None:
     assert _patch(stack, node["uuid"], added).status_code == 403
     kept = stack.client.get(f"/v1/nodes/{node['uuid']}", headers=ADMIN.headers).json()
     assert kept["driver_info"]["redfish_address"] == "https://192.0.2.10"
-    again = [
+    again: list[dict[str, Any]] = [
         *move,
         {"op": "replace", "path": "/driver_info/redfish_password", "value": "other-zq"},
         {"op": "replace", "path": "/driver_info/snmp", "value": {}},

@@ -27,6 +27,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -310,9 +311,16 @@ class ProvisionMachine(RuleBasedStateMachine):
             assert stamped[-1] == (current, goal), seen.history
 
 
+@pytest.mark.slow
 def test_random_verb_sequences_keep_the_invariants(sqlite_stack: Stack) -> None:
+    class OnTheStack(ProvisionMachine):
+        """The machine bound to this test's stack: hypothesis builds it without arguments."""
+
+        def __init__(self) -> None:
+            super().__init__(sqlite_stack)
+
     run_state_machine_as_test(
-        lambda: ProvisionMachine(sqlite_stack),
+        OnTheStack,
         settings=settings(
             max_examples=15,
             stateful_step_count=12,

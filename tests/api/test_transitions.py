@@ -78,7 +78,7 @@ def _snapshot(stack: Stack, node_uuid: str) -> Snapshot:
 
 def _node_in(stack: Stack, state: str, goal: str | None = None) -> str:
     """A new node placed directly in ``state``, unreserved, with the state's goal as target."""
-    node_uuid = create_node(stack.client, name=f"n-{uuidlib.uuid4().hex[:12]}")["uuid"]
+    node_uuid: str = create_node(stack.client, name=f"n-{uuidlib.uuid4().hex[:12]}")["uuid"]
     target = None if states.STATES[state].stable else (goal or states.STATES[state].goal)
     with stack.db.write() as session:
         session.execute(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.clients.conftest import BaremetalCli
 
 
@@ -22,7 +24,7 @@ def _field(table: str, name: str) -> str:
     return match.group(1)
 
 
-def test_node_create_list_show_set_unset_and_traits(cli: BaremetalCli) -> None:
+def test_node_create_list_show_set_unset_and_traits(cli: BaremetalCli) -> None:  # noqa: PLR0915 - one linear CLI session over a node's life
     node = cli.json(
         "node", "create", "--driver", "fake-hardware", "--name", "cli-1",
         "--resource-class", "rc-cli", "--driver-info", "fake_address=10.0.0.1",
@@ -118,7 +120,8 @@ def test_node_create_list_show_set_unset_and_traits(cli: BaremetalCli) -> None:
     assert [n["name"] for n in cli.json("node", "list")] == ["cli-1"]
 
 
-def test_node_lifecycle_with_wait(script_cli: BaremetalCli) -> None:
+@pytest.mark.slow
+def test_node_lifecycle_with_wait(script_cli: BaremetalCli) -> None:  # noqa: PLR0915 - one linear CLI session, waiting on each step
     cli = script_cli
     cli.run("node", "create", "--driver", "fake-hardware", "--name", "life")
     waited = cli.run("node", "manage", "life", "--wait", "60")

@@ -44,6 +44,7 @@ def conn(live_server: LiveServer) -> Iterator[Connection]:
 def test_enroll_to_active_and_back_with_wait(conn: Connection) -> None:
     bm = conn.baremetal
     endpoint = bm.get_endpoint_data()
+    assert endpoint is not None
     assert endpoint.max_microversion == (1, 115)
     assert endpoint.min_microversion == (1, 1)
 
@@ -72,7 +73,8 @@ def test_enroll_to_active_and_back_with_wait(conn: Connection) -> None:
     assert node.instance_info == {"configdrive": "******"}
 
     bm.set_node_provision_state(node, "deleted")
-    [node] = bm.wait_for_nodes_provision_state([node], "available", timeout=TIMEOUT)
+    # fail=True is the default; named, the sdk's overloads type the result as a list.
+    [node] = bm.wait_for_nodes_provision_state([node], "available", timeout=TIMEOUT, fail=True)
     assert node.instance_info == {}
     assert node.last_error is None
 
@@ -138,7 +140,7 @@ def test_update_traits_power_maintenance_and_errors(conn: Connection) -> None:
     assert bm.find_node("sdk-edited") is None
 
 
-def test_listing_ports_conductors_and_drivers(
+def test_listing_ports_conductors_and_drivers(  # noqa: PLR0915 - a linear walk through the SDK's list calls
     conn: Connection, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bm = conn.baremetal

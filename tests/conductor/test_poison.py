@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import delete, select, update
+from sqlalchemy import Table, delete, select, update
 
 from metalforge import cli
 from metalforge.conductor import node_work
@@ -24,6 +24,7 @@ from metalforge.drivers.base import DriverTask, StepOutcome
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
+from metalforge.drivers.steps import clean_step
 from tests.support.api import (
     LATEST,
     create_node,
@@ -41,8 +42,17 @@ class BuggyDeploy(FakeDeploy):
 
     def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
         if method in str(task.node.driver_info.get("buggy_steps", "")).split(","):
-            return 1 // 0  # type: ignore[no-any-return]
+            return 1 // 0  # type: ignore[return-value]  # never returns: the bug raises
         return super().run_step(task, method, args)
+
+    @clean_step(priority=0)
+    def mistyped(self, task: DriverTask) -> None:
+        """A bug inside the step that happens to be a ``TypeError``."""
+        len(task)  # type: ignore[arg-type]
+
+    @clean_step(priority=0, argsinfo={"level": {"description": "how thorough"}})
+    def promises_more(self, task: DriverTask) -> None:
+        """Declares an argument its method does not take: a bad declaration."""
 
 
 BUGGY_HARDWARE = HardwareType(
@@ -98,6 +108,33 @@ def test_an_unexpected_error_in_a_deploy_step_fails_the_deploy(buggy_stack: Stac
     failed = wait_for_state(client, node["uuid"], "deploy failed")
     assert failed["deploy_step"] == {}
     assert "Unexpected ZeroDivisionError" in failed["last_error"]
+    assert failed["reservation"] is None
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        # Raised inside the step: the step's own failure, reported as the bug it is.
+        ({"step": "mistyped"}, "Unexpected TypeError during provision: object of type"),
+        # The call does not fit the method: refused before the step runs.
+        (
+            {"step": "promises_more", "args": {"level": 1}},
+            "clean step deploy.promises_more failed: rejected its arguments:",
+        ),
+    ],
+    ids=["inside-the-step", "the-call"],
+)
+def test_a_type_error_inside_a_step_is_not_a_refused_call(
+    buggy_stack: Stack, step: dict[str, Any], error: str
+) -> None:
+    client = buggy_stack.client
+    node = create_node(client, driver="buggy-hardware")
+    assert provision(client, node["uuid"], "manage").status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    clean = [{"interface": "deploy", **step}]
+    assert provision(client, node["uuid"], "clean", clean_steps=clean).status_code == 202
+    failed = wait_for_state(client, node["uuid"], "clean failed")
+    assert error in failed["last_error"], failed["last_error"]
     assert failed["reservation"] is None
 
 
@@ -279,9 +316,9 @@ def test_a_node_whose_record_cannot_be_read_is_released_and_its_item_dead_letter
         with running.db.write() as session:
             node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
             session.execute(
-                FlowProgressRow.__table__.insert().values(
-                    node_id=node_id, flow="clean", planned=True, plan=[], requested=5
-                )
+                cast(Table, FlowProgressRow.__table__)
+                .insert()
+                .values(node_id=node_id, flow="clean", planned=True, plan=[], requested=5)
             )
         response = client.put(
             f"/v1/nodes/{node['uuid']}/states/power", json={"target": "power on"}, headers=LATEST

@@ -7,6 +7,8 @@ import os
 import threading
 import time
 
+from sqlalchemy.pool import QueuePool
+
 from metalforge.db.clock import RESYNC_SECONDS, DatabaseClock
 from metalforge.db.engine import Database
 from tests.support.postgres import PostgresCluster
@@ -74,7 +76,9 @@ def test_the_clock_needs_no_connection_of_the_full_pool(postgres: PostgresCluste
         holders = [db.write_engine.connect() for _ in range(3)]  # the pool: 1 + 2 overflow
         try:
             db.clock._synced_at = time.monotonic() - RESYNC_SECONDS - 1
-            db.write_engine.pool._timeout = 1  # a wait for the pool would fail at once
+            pool = db.write_engine.pool
+            assert isinstance(pool, QueuePool)
+            pool._timeout = 1  # a wait for the pool would fail at once
             before = time.monotonic()
             db.now()  # measured on a connection of its own
             # (A failed measurement would leave it due again a few seconds from now.)

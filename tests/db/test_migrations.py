@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import Table, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,6 +31,7 @@ def _add_each(session: Session, *nodes: Node) -> None:
     name every column of today's model, and the schema these tests start from lacks the
     newest (``health``). The objects stay outside the session, their ``id`` set."""
     table = Node.__table__
+    assert isinstance(table, Table)
     for node in nodes:
         values = {c.key: v for c in table.columns if (v := node.__dict__.get(c.key)) is not None}
         node.id = session.execute(insert(table).values(**values).returning(table.c.id)).scalar_one()
@@ -124,7 +125,9 @@ def test_flow_progress_leaves_driver_internal_info_with_the_node_in_its_place(
         _add_each(session, cleaning, deploying, idle)
     db.upgrade()
     with db.read() as session:
-        info = dict(session.execute(select(Node.uuid, Node.driver_internal_info)).all())
+        info: dict[str, dict[str, Any]] = dict(
+            session.execute(select(Node.uuid, Node.driver_internal_info)).all()
+        )
         ids = dict(session.execute(select(Node.uuid, Node.id)).all())
         found = flow_progress.load_many(session.connection(), ids.values())
     # The drivers' keys stay; the flow's moved.

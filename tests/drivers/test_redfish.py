@@ -27,6 +27,7 @@ from metalforge.drivers.base import (
     SOFT_POWER_OFF,
     SOFT_REBOOT,
     DriverError,
+    ReadOnlyTask,
     StepFailed,
 )
 from metalforge.drivers.redfish import (
@@ -68,7 +69,7 @@ INSPECT = RedfishInspect()
 BIOS = RedfishBios()
 
 
-class Task:
+class Task(ReadOnlyTask):
     """A ``DriverTask`` with a real sleep and a node that is never saved.
 
     Its clock moves only with its sleeps (``slept``), so how long a driver waited
@@ -76,13 +77,15 @@ class Task:
     """
 
     def __init__(self, info: dict[str, Any]) -> None:
-        self.node = Node(
-            uuid="00000000-0000-4000-8000-000000000001",
-            driver="redfish",
-            driver_info=info,
-            driver_internal_info={},
-            properties={},
-            boot_mode=None,
+        super().__init__(
+            Node(
+                uuid="00000000-0000-4000-8000-000000000001",
+                driver="redfish",
+                driver_info=info,
+                driver_internal_info={},
+                properties={},
+                boot_mode=None,
+            )
         )
         self.records: list[tuple[str, str, str]] = []
         self.slept = 0.0

@@ -154,9 +154,10 @@ def _start_burnin(env: Environment, vnode: VirtualNode, seconds: int) -> None:
 
     def burning() -> bool:
         node = get_node(env.stack.client, vnode.name)
-        return node["provision_state"] == CLEAN_WAIT and node["clean_step"].get("step") == (
-            "burnin_disks"
+        running: bool = node["provision_state"] == CLEAN_WAIT and (
+            node["clean_step"].get("step") == "burnin_disks"
         )
+        return running
 
     env.lab.wait_for(burning, 60, "the burn-in step running on the agent")
 
@@ -171,7 +172,7 @@ def _start_conductor(env: Environment, hostname: str) -> None:
     env.stack.conductor = conductor  # the fixture stops whichever conductor runs last
 
 
-def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:
+def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:  # noqa: PLR0915 - one linear clean, deploy, undeploy, clean scenario
     vnode = env.lab.nodes[0]
     _enroll(env, vnode)
     catalogue = env.stack.client.get(f"/v1/nodes/{vnode.name}/cleaning/steps", headers=LATEST)

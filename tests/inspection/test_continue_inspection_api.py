@@ -152,7 +152,12 @@ def test_versions_between_11_and_184_are_refused(stack: Stack) -> None:
 
 
 def test_malformed_reports_are_400(stack: Stack) -> None:
-    for body in ([], {"inventory": {}}, {"inventory": {"interfaces": [{"name": "x"}]}}):
+    malformed: tuple[Any, ...] = (
+        [],
+        {"inventory": {}},
+        {"inventory": {"interfaces": [{"name": "x"}]}},
+    )
+    for body in malformed:
         response = stack.client.post("/v1/continue_inspection", json=body)
         assert response.status_code == 400, (body, response.text)
         assert "Invalid inspection data" in error_text(response)

@@ -13,7 +13,7 @@ from metalforge.conductor import inspection_sweeps
 from metalforge.conductor.flows import inspection_events
 from metalforge.db import introspections, queue
 from metalforge.db.introspections import Record
-from metalforge.db.models import Node, Port
+from metalforge.db.models import Node, Port, WorkItem
 from tests.support.api import (
     LATEST,
     create_node,
@@ -142,8 +142,8 @@ def _pending(stack: Stack) -> bool:
         return bool(
             session.scalar(
                 select(func.count())
-                .select_from(queue.WorkItem)
-                .where(queue.WorkItem.state.in_([queue.PENDING, queue.CLAIMED]))
+                .select_from(WorkItem)
+                .where(WorkItem.state.in_([queue.PENDING, queue.CLAIMED]))
             )
         )
 
@@ -199,19 +199,19 @@ def test_an_event_for_a_deleted_node_is_retried_then_dropped(stack: Stack) -> No
         queue.enqueue(
             session, inspection_events.WORK_KIND, node_id, {"event": ins.TIMEOUT, "generation": 1}
         )
-        item_id = session.scalar(select(func.max(queue.WorkItem.id)))
+        item_id = session.scalar(select(func.max(WorkItem.id)))
 
-    def dropped() -> queue.WorkItem | None:
+    def dropped() -> WorkItem | None:
         with stack.db.write() as session:
             # Due at once: skip the growing pause between the tries.
             session.execute(
-                update(queue.WorkItem)
-                .where(queue.WorkItem.id == item_id, queue.WorkItem.state == queue.PENDING)
-                .values(not_before=queue.WorkItem.created_at)
+                update(WorkItem)
+                .where(WorkItem.id == item_id, WorkItem.state == queue.PENDING)
+                .values(not_before=WorkItem.created_at)
             )
         stack.conductor.ctx.waker.notify()
         with stack.db.read() as session:
-            item = session.get(queue.WorkItem, item_id)
+            item = session.get(WorkItem, item_id)
         assert item is not None
         return item if item.state == queue.FAILED else None
 

@@ -168,6 +168,7 @@ def _routes() -> list[tuple[str, str, APIRoute]]:
     found = []
     for route in routes.router.routes:
         assert isinstance(route, APIRoute)
+        assert route.methods is not None
         for method in route.methods:
             found.append((method, route.path, route))
     return found

@@ -140,7 +140,7 @@ def _settled(api: str, timeout: float) -> list[dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
-def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: Path) -> None:
+def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: Path) -> None:  # noqa: C901, PLR0912, PLR0915 - one chaos scenario, then its checks, read top to bottom
     config = write_config(
         tmp_path / "metalforge.toml",
         pg_url,

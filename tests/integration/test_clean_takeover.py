@@ -27,7 +27,7 @@ CONDUCTORS = ["conductor-a", "conductor-b"]
 STEP_DELAY = 1.5
 """Seconds each fake step takes; a synchronous one holds the reservation that long."""
 HEARTBEAT_TIMEOUT = 3.0
-PLAN = [
+PLAN: list[dict[str, Any]] = [
     {"interface": "management", "step": "reset_bios"},
     {"interface": "deploy", "step": "erase_devices_metadata"},
     {"interface": "raid", "step": "delete_configuration"},
@@ -81,7 +81,7 @@ def _wait_for_holder(api: str, uuid: str, timeout: float) -> tuple[str, dict[str
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
-def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: Path) -> None:
+def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: Path) -> None:  # noqa: PLR0915 - one linear kill-and-resume scenario
     config = fleet.write_config(
         tmp_path / "metalforge.toml", pg_url, heartbeat_timeout=HEARTBEAT_TIMEOUT
     )

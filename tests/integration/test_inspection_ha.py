@@ -128,7 +128,7 @@ def _power_ons(api: str) -> list[float]:
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
-def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
+def test_inspections_survive_a_killed_worker_and_a_stopped_leader(  # noqa: PLR0915 - one linear kill-and-failover scenario
     pg_url: str, tmp_path: Path
 ) -> None:
     config = fleet.write_config(
@@ -186,8 +186,9 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(
             victim = next(host for host in WORKERS if host != leader)
             workers[victim].kill()
             workers[leader].stop(timeout=30)
-            assert workers[leader].proc is not None
-            assert workers[leader].proc.returncode == 0, "the leader did not stop cleanly"
+            leader_proc = workers[leader].proc
+            assert leader_proc is not None
+            assert leader_proc.returncode == 0, "the leader did not stop cleanly"
             output, _ = starting.communicate(timeout=300)
             assert starting.returncode == 0, output.decode(errors="replace")
 

@@ -96,7 +96,7 @@ def _wait(api: str, wanted: dict[str, str], timeout: float) -> dict[str, dict[st
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(600)
-def test_a_cluster_upgraded_while_it_works_finishes_its_flows(
+def test_a_cluster_upgraded_while_it_works_finishes_its_flows(  # noqa: PLR0915 - one linear upgrade scenario, step by step
     postgres: PostgresCluster, tmp_path: Path
 ) -> None:
     old_src, old_revision = _previous_release(tmp_path / "previous")

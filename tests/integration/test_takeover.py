@@ -112,7 +112,7 @@ def _wait_for_holder(api: str, uuid: str, timeout: float) -> str:
 @pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
-def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:
+def test_killed_conductor_is_taken_over(pg_url: str, tmp_path: Path) -> None:  # noqa: PLR0915 - one linear kill-and-takeover scenario
     config = fleet.write_config(
         tmp_path / "metalforge.toml",
         pg_url,

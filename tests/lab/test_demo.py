@@ -195,7 +195,7 @@ def assert_nothing_left(state_dir: Path, api_port: int) -> None:
     assert not demo.port_in_use("127.0.0.1", api_port)
 
 
-def test_a_newcomer_follows_the_printed_steps_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+def test_a_newcomer_follows_the_printed_steps_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:  # noqa: PLR0915 - follows the demo's printed steps in order
     state_dir = tmp_path / "state"
     port = free_port()
     started = time.monotonic()

@@ -176,7 +176,7 @@ def _wait(condition: Any, timeout: float, what: str) -> Any:
 
 
 # -- tests --------------------------------------------------------------------
-def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(
+def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps(  # noqa: PLR0915 - one linear boot, heartbeat and steps scenario
     env: Environment, tmp_path: Path
 ) -> None:
     node = env.lab.nodes[0]

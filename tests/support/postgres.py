@@ -44,11 +44,11 @@ class PostgresCluster:
             entry = pwd.getpwnam("postgres")
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
 
-    def _run(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+    def _run(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         cmd = list(args)
         if self._user:
             cmd = ["runuser", "-u", self._user, "--", *cmd]
-        return subprocess.run(cmd, check=True, capture_output=True, **kwargs)  # type: ignore[call-overload]
+        return subprocess.run(cmd, check=True, capture_output=True)
 
     def start(self) -> None:
         self._run(
@@ -95,7 +95,7 @@ class PostgresCluster:
         with psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
         ) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def stop(self) -> None:
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -108,8 +108,10 @@ def test_pxe_mode_creates_only_the_booting_port() -> None:
         ("disabled", ()),
     ],
 )
-def test_add_ports_modes(mode: str, expected: tuple[tuple[str, bool], ...]) -> None:
-    settings = InspectionSettings(add_ports=mode)  # type: ignore[arg-type]
+def test_add_ports_modes(
+    mode: Literal["all", "active", "disabled"], expected: tuple[tuple[str, bool], ...]
+) -> None:
+    settings = InspectionSettings(add_ports=mode)
     assert process(report(), {}, [], settings).create_ports == expected
 
 

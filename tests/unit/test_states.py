@@ -56,7 +56,7 @@ def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
 
 def _walk_from_enroll() -> set[tuple[str, str | None]]:
     """Every (provision_state, target_provision_state) a node can reach through ``resolve``."""
-    start = (states.ENROLL, None)
+    start: tuple[str, str | None] = (states.ENROLL, None)
     seen = {start}
     todo = deque([start])
     while todo:

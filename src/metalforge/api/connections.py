@@ -21,48 +21,66 @@ front server: the same bounds then hold on every socket the process serves.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
-def bounded_protocol(header_timeout: float) -> type[HttpToolsProtocol]:
-    """uvicorn's HTTP protocol with a deadline on each request head."""
+class HeadBoundedProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol with a deadline of ``header_timeout`` on each request head.
 
-    class HeadBoundedProtocol(HttpToolsProtocol):
-        _head_timer: asyncio.TimerHandle | None = None
+    A module-level class, not one written inside ``bounded_protocol``, so each
+    method stands alone; ``bounded_protocol`` only supplies the deadline.
+    """
 
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._arm()
+    header_timeout: ClassVar[float]
+    """Seconds a client has to finish a request's head (see the module doc)."""
 
-        def data_received(self, data: bytes) -> None:
-            if self._between_requests():
-                self._arm()  # the next request's head begins: it has until the deadline
-            super().data_received(data)
-            if not self._between_requests():
-                self._disarm()
+    _head_timer: asyncio.TimerHandle | None = None
 
-        def connection_lost(self, exc: Exception | None) -> None:
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._between_requests():
+            self._arm()  # the next request's head begins: it has until the deadline
+        super().data_received(data)
+        if not self._between_requests():
             self._disarm()
-            super().connection_lost(exc)
 
-        def _between_requests(self) -> bool:
-            cycle = self.cycle
-            return cycle is None or cycle.response_complete
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def _arm(self) -> None:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(header_timeout, self._head_overdue)
+    def _between_requests(self) -> bool:
+        cycle = self.cycle
+        return cycle is None or cycle.response_complete
 
-        def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+    def _arm(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_overdue)
 
-        def _head_overdue(self) -> None:
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
             self._head_timer = None
-            if self._between_requests() and not self.transport.is_closing():
-                self.transport.close()
 
-    return HeadBoundedProtocol
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self._between_requests() and not self.transport.is_closing():
+            self.transport.close()
+
+
+def bounded_protocol(header_timeout: float) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol with a deadline on each request head.
+
+    uvicorn builds the protocol from a class, without arguments: the deadline
+    travels as an attribute of a subclass made for it.
+    """
+    deadline = header_timeout
+
+    class Bounded(HeadBoundedProtocol):
+        header_timeout = deadline
+
+    return Bounded

@@ -48,7 +48,6 @@ def run_item(
     if reason is not None:
         _give_up(ctx, item, locked, reason)
         return
-    host = ctx.hostname
     detached = catalog.DETACHED.get(item.kind)
     if detached is not None:
         _run_detached(ctx, detached, item)
@@ -62,29 +61,17 @@ def run_item(
     except PayloadError as exc:
         _give_up(ctx, item, locked, f"its request could not be read ({exc})")
         return
-    overdue: Overdue | None = None
     try:
-        with acquire(ctx, item.node_id, item.kind, locked=locked) as task:
-            task.on_release(lambda session: queue.finish(session, item.id, host))
-            try:
-                overdue = run_with_deadline(ctx.settings, ctx.abandoned, work, task, payload)
-            except (Interrupted, LockLost, NodeGone):
-                raise
-            except Exception as exc:  # a step's bug fails its node, not the worker
-                if lost_connection(exc):
-                    raise  # not the request's fault: it runs again once the database is back
-                _handle_bug(ctx, task, work, item, exc)
-        if overdue is not None:
-            _fail_overdue(ctx, work, item, item.node_id, task.epoch, overdue)
+        _run_on_node(ctx, item, item.node_id, work, payload, locked)
     except NodeLocked:
         with ctx.db.write() as session:
-            queue.retry(session, item.id, host, LOCKED_RETRY_DELAY, count=False)
+            queue.retry(session, item.id, ctx.hostname, LOCKED_RETRY_DELAY, count=False)
     except NodeGone:
         with ctx.db.write() as session:
             node_gone(ctx, session, item)
     except Interrupted:
         with ctx.db.write() as session:
-            queue.retry(session, item.id, host, 0, count=False)
+            queue.retry(session, item.id, ctx.hostname, 0, count=False)
     except LockLost as exc:
         LOG.warning("item %s: %s", item.id, exc)
         _finish(ctx, item, f"lock lost: {exc}")
@@ -92,6 +79,35 @@ def run_item(
         if not lost_connection(exc):
             raise
         _wait_for_database(ctx, item, exc)
+
+
+def _run_on_node(
+    ctx: ConductorContext,
+    item: queue.ClaimedItem,
+    node_id: int,
+    work: NodeWork[Any],
+    payload: Any,
+    locked: dict[str, Any] | None,
+) -> None:
+    """Take the node, run the work within its deadline, and fail what overran it.
+
+    A bug in the work fails the node's flow; what says the node or the lock
+    went away, or the database did, is raised for ``run_item`` to route.
+    """
+    host = ctx.hostname
+    overdue: Overdue | None = None
+    with acquire(ctx, node_id, item.kind, locked=locked) as task:
+        task.on_release(lambda session: queue.finish(session, item.id, host))
+        try:
+            overdue = run_with_deadline(ctx.settings, ctx.abandoned, work, task, payload)
+        except (Interrupted, LockLost, NodeGone):
+            raise
+        except Exception as exc:  # a step's bug fails its node, not the worker
+            if lost_connection(exc):
+                raise  # not the request's fault: it runs again once the database is back
+            _handle_bug(ctx, task, work, item, exc)
+    if overdue is not None:
+        _fail_overdue(ctx, work, item, node_id, task.epoch, overdue)
 
 
 def _wait_for_database(ctx: ConductorContext, item: queue.ClaimedItem, exc: Exception) -> None:

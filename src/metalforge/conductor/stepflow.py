@@ -229,9 +229,6 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
         except DriverError as exc:
             fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
             return
-        except TypeError as exc:
-            fail(task, kind, f"{kind.name} step {step.name} rejected its arguments: {exc}")
-            return
         if outcome == "wait":
             schedule_poll(task, task.ctx.settings.async_poll_interval)
             task.transition(states.WAIT, note=f"waiting for {step.name}")

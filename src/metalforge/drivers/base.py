@@ -12,6 +12,7 @@ reported with its type so it can be found.
 
 from __future__ import annotations
 
+import inspect
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -53,6 +54,11 @@ class VendorNotFound(DriverError):
 
 class StepFailed(DriverError):
     """A step failed; the message says why."""
+
+
+class StepRefused(StepFailed):
+    """The step was not started: it is not declared, or its arguments do not fit its
+    signature (a declaration that promises what the method does not take)."""
 
 
 class StepsChanged(StepFailed):
@@ -233,8 +239,20 @@ class Interface(ABC):
         return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
 
     def run_step(self, task: DriverTask, method: str, args: dict[str, Any]) -> StepOutcome:
-        """Run the step ``method`` with ``args``; the engine checked the arguments."""
-        outcome = getattr(self, method)(task, **args)
+        """Run the declared step ``method`` with ``args``.
+
+        The call is bound before the step runs, so arguments that do not fit
+        are a refused step (``StepRefused``) while a ``TypeError`` raised
+        inside the step stays what it is: the step's own failure.
+        """
+        if not any(decl.method == method for decl in self.steps()):
+            raise StepRefused(f"{self.interface_type}.{method} is not a declared step")
+        step = getattr(self, method)
+        try:
+            inspect.signature(step).bind(task, **args)
+        except TypeError as exc:
+            raise StepRefused(f"rejected its arguments: {exc}") from None
+        outcome = step(task, **args)
         return "wait" if outcome == "wait" else "done"
 
     def check_step(self, task: DriverTask, method: str) -> StepOutcome:

@@ -10,7 +10,7 @@ refusal names the logical disk and the field at fault.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 RAID_LEVELS = ("JBOD", "0", "1", "2", "5", "6", "1+0", "5+0", "6+0")
@@ -76,6 +76,32 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[Any], bool]:
+    return lambda value: value in allowed
+
+
+_OPTIONAL_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("volume_name", _is_str, "must be a string"),
+    ("controller", _is_str, "must be a string"),
+    ("is_root_volume", _is_bool, "must be true or false"),
+    ("share_physical_disks", _is_bool, "must be true or false"),
+    ("disk_type", _one_of(DISK_TYPES), f"must be one of {', '.join(DISK_TYPES)}"),
+    ("interface_type", _one_of(INTERFACE_TYPES), f"must be one of {', '.join(INTERFACE_TYPES)}"),
+    ("number_of_physical_disks", _positive_int, "must be a positive integer"),
+)
+"""The optional fields of a logical disk that stand alone: each with the test
+its value must pass and what the refusal says, checked in this order (the first
+failure is the one reported)."""
+
+
 def _check_disk(where: str, disk: Any) -> None:
     if not isinstance(disk, dict):
         raise InvalidRaidConfig(f"{where} must be an object")
@@ -92,23 +118,20 @@ def _check_disk(where: str, disk: Any) -> None:
     size = disk["size_gb"]
     if size != "MAX" and not _positive_int(size):
         raise InvalidRaidConfig(f"{where}: size_gb must be a positive integer or 'MAX'")
-    for key in ("volume_name", "controller"):
-        if key in disk and not isinstance(disk[key], str):
-            raise InvalidRaidConfig(f"{where}: {key} must be a string")
-    for key in ("is_root_volume", "share_physical_disks"):
-        if key in disk and not isinstance(disk[key], bool):
-            raise InvalidRaidConfig(f"{where}: {key} must be true or false")
-    for key, allowed in (("disk_type", DISK_TYPES), ("interface_type", INTERFACE_TYPES)):
-        if key in disk and disk[key] not in allowed:
-            raise InvalidRaidConfig(f"{where}: {key} must be one of {', '.join(allowed)}")
-    if "number_of_physical_disks" in disk and not _positive_int(disk["number_of_physical_disks"]):
-        raise InvalidRaidConfig(f"{where}: number_of_physical_disks must be a positive integer")
+    for key, valid, refusal in _OPTIONAL_FIELDS:
+        if key in disk and not valid(disk[key]):
+            raise InvalidRaidConfig(f"{where}: {key} {refusal}")
     if "physical_disks" in disk:
-        physical = disk["physical_disks"]
-        if not isinstance(physical, list) or not all(isinstance(p, str) for p in physical):
-            raise InvalidRaidConfig(f"{where}: physical_disks must be a list of strings")
-        if "controller" not in disk:
-            raise InvalidRaidConfig(f"{where}: physical_disks needs controller to be set")
+        _check_physical_disks(where, disk)
+
+
+def _check_physical_disks(where: str, disk: dict[str, Any]) -> None:
+    """``physical_disks`` apart from the other fields: it depends on another (controller)."""
+    physical = disk["physical_disks"]
+    if not isinstance(physical, list) or not all(isinstance(p, str) for p in physical):
+        raise InvalidRaidConfig(f"{where}: physical_disks must be a list of strings")
+    if "controller" not in disk:
+        raise InvalidRaidConfig(f"{where}: physical_disks needs controller to be set")
 
 
 def check_target_raid_config(config: Mapping[str, Any]) -> None:

@@ -11,7 +11,7 @@ port carrying a VIF (a bond that forbids standalone ports) ask here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import select, update
@@ -134,42 +134,68 @@ def _groups(session: Session, node: Node) -> list[Portgroup]:
     )
 
 
-def _free_holder(
-    ports: list[Port], groups: list[Portgroup], request: VifRequest
-) -> Port | Portgroup | None:
-    """Ironic's choice of where a VIF goes, among what is free (see ``attach_vif``)."""
-    free_ports: list[Port] = []
-    members: dict[int, list[Port]] = {}
-    busy_groups: set[int] = set()
+@dataclass
+class _PortScan:
+    """The node's ports (those the request allows) sorted by what they leave free."""
+
+    free: list[Port] = field(default_factory=list)
+    """Ports in no group, without a VIF: each may take one."""
+    members: dict[int, list[Port]] = field(default_factory=dict)
+    """Free ports by group id: taken one at a time once the group is busy."""
+    busy_groups: set[int] = field(default_factory=set)
+    """Groups one of whose ports already holds a VIF."""
+
+
+def _scan_ports(ports: list[Port], request: VifRequest) -> _PortScan:
+    """Sort the ports once, so the group pass can ask which groups are free or busy."""
+    scan = _PortScan()
     for port in ports:
         if request.port_uuid is not None and port.uuid != request.port_uuid:
             continue
         if vif_of(port) is not None:
             if port.portgroup_id is not None:
-                busy_groups.add(port.portgroup_id)
+                scan.busy_groups.add(port.portgroup_id)
             continue
         if port.portgroup_id is None and request.portgroup_uuid is None:
-            free_ports.append(port)
+            scan.free.append(port)
         elif port.portgroup_id is not None:
-            members.setdefault(port.portgroup_id, []).append(port)
-    candidates: list[Port | Portgroup] = list(free_ports)
+            scan.members.setdefault(port.portgroup_id, []).append(port)
+    return scan
+
+
+def _group_candidates(
+    groups: list[Portgroup], scan: _PortScan, request: VifRequest
+) -> list[Port | Portgroup]:
+    """What the node's groups offer: a free group itself, or a busy group's free ports."""
+    candidates: list[Port | Portgroup] = []
+    for group in groups:
+        if request.portgroup_uuid is not None and group.uuid != request.portgroup_uuid:
+            continue
+        if vif_of(group) is not None:
+            continue
+        if group.id in scan.busy_groups:
+            if request.portgroup_uuid is None:
+                candidates.extend(scan.members.get(group.id, []))
+        elif scan.members.get(group.id):
+            candidates.append(group)
+    return candidates
+
+
+def _preference(holder: Port | Portgroup) -> tuple[bool, bool]:
+    """A group before a port, a port that boots from the network before one that does not."""
+    if isinstance(holder, Portgroup):
+        return (True, True)
+    return (False, bool(holder.pxe_enabled))
+
+
+def _free_holder(
+    ports: list[Port], groups: list[Portgroup], request: VifRequest
+) -> Port | Portgroup | None:
+    """Ironic's choice of where a VIF goes, among what is free (see ``attach_vif``)."""
+    scan = _scan_ports(ports, request)
+    candidates: list[Port | Portgroup] = list(scan.free)
     if request.port_uuid is None:
-        for group in groups:
-            if request.portgroup_uuid is not None and group.uuid != request.portgroup_uuid:
-                continue
-            if vif_of(group) is not None:
-                continue
-            if group.id in busy_groups:
-                if request.portgroup_uuid is None:
-                    candidates.extend(members.get(group.id, []))
-            elif members.get(group.id):
-                candidates.append(group)
+        candidates.extend(_group_candidates(groups, scan, request))
     if not candidates:
         return None
-
-    def preference(holder: Port | Portgroup) -> tuple[bool, bool]:
-        if isinstance(holder, Portgroup):
-            return (True, True)
-        return (False, bool(holder.pxe_enabled))
-
-    return max(candidates, key=preference)
+    return max(candidates, key=_preference)

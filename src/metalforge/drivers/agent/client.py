@@ -185,22 +185,40 @@ def scrub(text: str) -> str:
     return _TOKEN_IN_TEXT.sub("agent_token=***", text)
 
 
+_REASONS: tuple[tuple[type[requests.RequestException], str], ...] = (
+    (
+        requests.exceptions.SSLError,
+        "its TLS certificate does not match the one it sent in its heartbeat",
+    ),
+    (requests.exceptions.ConnectTimeout, "connection timed out"),
+    (requests.exceptions.ReadTimeout, "no answer within the timeout"),
+)
+"""Failures whose kind says why, first match wins: an ``SSLError`` and a
+``ConnectTimeout`` are also ``ConnectionError``s, which ``_connection_failure`` reads."""
+
+_CONNECTION_FAILURES = (
+    ("Connection refused", "connection refused"),
+    ("No route to host", "no route to host"),
+)
+"""What the OS said, found in the text requests wraps it in, and how to put it."""
+
+
 def _reason(exc: requests.RequestException) -> str:
     """Why a request failed, in words an operator can act on, never with the token."""
-    if isinstance(exc, requests.exceptions.SSLError):
-        return "its TLS certificate does not match the one it sent in its heartbeat"
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return "connection timed out"
-    if isinstance(exc, requests.exceptions.ReadTimeout):
-        return "no answer within the timeout"
+    for kind, reason in _REASONS:
+        if isinstance(exc, kind):
+            return reason
     if isinstance(exc, requests.exceptions.ConnectionError):
-        text = str(exc)
-        if "Connection refused" in text:
-            return "connection refused"
-        if "No route to host" in text:
-            return "no route to host"
-        return "connection failed"
+        return _connection_failure(str(exc))
     return scrub(type(exc).__name__)
+
+
+def _connection_failure(text: str) -> str:
+    """Why a connection failed: requests names only its own error, the cause is in the text."""
+    for marker, reason in _CONNECTION_FAILURES:
+        if marker in text:
+            return reason
+    return "connection failed"
 
 
 def _fault(response: requests.Response) -> str:

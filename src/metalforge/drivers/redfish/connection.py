@@ -272,18 +272,8 @@ def translate(info: RedfishInfo, exc: Exception, doing: str) -> DriverError:
     bmc = f"Redfish BMC at {info.address}"
     if isinstance(exc, sushy_errors.ConnectionError):
         return DriverError(f"{bmc} is unreachable ({_reason(exc)}) while trying to {doing}")
-    if isinstance(exc, sushy_errors.AccessError):
-        if exc.status_code == 401:
-            return DriverError(f"{bmc} refused the credentials for user {info.who}")
-        return DriverError(
-            f"{bmc} denied user {info.who} permission to {doing}: {_http_detail(exc)}"
-        )
-    if isinstance(exc, sushy_errors.ResourceNotFoundError):
-        return DriverError(f"{bmc} has no such resource while trying to {doing}: {exc}")
     if isinstance(exc, sushy_errors.HTTPError):
-        return DriverError(
-            f"{bmc} answered HTTP {exc.status_code} while trying to {doing}: {_http_detail(exc)}"
-        )
+        return DriverError(_http_failure(bmc, info, exc, doing))
     if isinstance(exc, sushy_errors.InvalidParameterValueError):
         return DriverError(f"{bmc} does not accept what was asked while trying to {doing}: {exc}")
     if isinstance(exc, sushy_errors.MissingAttributeError | sushy_errors.MissingActionError):
@@ -291,6 +281,21 @@ def translate(info: RedfishInfo, exc: Exception, doing: str) -> DriverError:
     if isinstance(exc, sushy_errors.SushyError):
         return DriverError(f"{bmc} failed while trying to {doing}: {exc}")
     return DriverError(f"{bmc}: unexpected {type(exc).__name__} while trying to {doing}: {exc}")
+
+
+def _http_failure(bmc: str, info: RedfishInfo, exc: sushy_errors.HTTPError, doing: str) -> str:
+    """What an HTTP error answer means: the BMC was reached, and said no.
+
+    ``AccessError`` and ``ResourceNotFoundError`` are the ``HTTPError``s an
+    operator can act on; any other status is reported with the BMC's detail.
+    """
+    if isinstance(exc, sushy_errors.AccessError):
+        if exc.status_code == 401:
+            return f"{bmc} refused the credentials for user {info.who}"
+        return f"{bmc} denied user {info.who} permission to {doing}: {_http_detail(exc)}"
+    if isinstance(exc, sushy_errors.ResourceNotFoundError):
+        return f"{bmc} has no such resource while trying to {doing}: {exc}"
+    return f"{bmc} answered HTTP {exc.status_code} while trying to {doing}: {_http_detail(exc)}"
 
 
 _EXPECTED = (sushy_errors.SushyError,)
