@@ -26,12 +26,11 @@ from metalforge.api.auth.policy import Policy
 from metalforge.api.connections import bounded_protocol
 from metalforge.api.inspector.app import InspectorSocketDispatcher, create_inspector_app
 from metalforge.api.metrics_port import MetricsPort
-from metalforge.api.services import ApiServices
+from metalforge.api.wiring import ApiServices
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.registration import HostnameInUse
-from metalforge.conductor.steps import parse_overrides
 from metalforge.config import Settings, load_settings
 from metalforge.db import queue
 from metalforge.db.engine import Database, RetryPolicy
@@ -63,8 +62,8 @@ def build_registry(settings: Settings) -> DriverRegistry:
         )
     conductor = settings.conductor
     overrides = {
-        "clean": parse_overrides(conductor.clean_step_priority_override),
-        "deploy": parse_overrides(conductor.deploy_step_priority_override),
+        "clean": conductor.clean_step_priority_override,
+        "deploy": conductor.deploy_step_priority_override,
     }
     try:
         return DriverRegistry(

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -331,6 +338,27 @@ class WorkDeadlines(BaseModel):
     """A vendor passthru call."""
 
 
+def _step_priorities(value: object) -> object:
+    """``["deploy.erase_devices:0"]`` (the configuration's form) -> ``{"deploy.erase_devices": 0}``.
+
+    Parsed once, when the settings load: everything that plans steps reads
+    the mapping, and a malformed entry stops the service before it starts.
+    """
+    if not isinstance(value, list | tuple):
+        return value  # a mapping already, or a type pydantic refuses with its own message
+    parsed: dict[str, int] = {}
+    for entry in value:
+        name, sep, priority = str(entry).rpartition(":")
+        if not sep or "." not in name or not priority.isdigit():
+            raise ValueError(f"{entry!r} is not of the form interface.step:priority")
+        parsed[name] = int(priority)
+    return parsed
+
+
+StepPriorities = Annotated[dict[str, NonNegativeInt], BeforeValidator(_step_priorities)]
+"""Step priorities by ``interface.step``, from ``interface.step:priority`` entries."""
+
+
 class ConductorSettings(BaseModel):
     """The conductor role: claims work, holds node reservations, runs periodic tasks."""
 
@@ -403,25 +431,17 @@ class ConductorSettings(BaseModel):
     """Seconds to wait for the agent's HTTP API to answer one request."""
     agent_power_off_timeout: float = 30.0
     """Seconds the agent's own power-off (end of a deployment) may take before the BMC's."""
-    clean_step_priority_override: list[str] = Field(default_factory=list)
-    """``interface.step:priority`` entries that replace a clean step's default priority."""
-    deploy_step_priority_override: list[str] = Field(default_factory=list)
-    """``interface.step:priority`` entries that replace a deploy step's default priority."""
+    clean_step_priority_override: StepPriorities = Field(default_factory=dict)
+    """Clean steps' priorities instead of their defaults, written as ``interface.step:priority``
+    entries (``["deploy.erase_devices:0"]``) and held as ``{"deploy.erase_devices": 0}``."""
+    deploy_step_priority_override: StepPriorities = Field(default_factory=dict)
+    """The same, for deploy steps."""
     default_resource_class: str | None = None
     """Resource class given to nodes created without one."""
     default_portgroup_mode: str = "active-backup"
     """Bonding mode given to port groups created without one (Ironic's default)."""
     inspection: InspectionSettings = Field(default_factory=InspectionSettings)
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
-
-    @field_validator("clean_step_priority_override", "deploy_step_priority_override")
-    @classmethod
-    def _check_overrides(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            name, sep, prio = entry.rpartition(":")
-            if not sep or "." not in name or not prio.isdigit():
-                raise ValueError(f"{entry!r} is not of the form interface.step:priority")
-        return value
 
 
 class Settings(BaseSettings):

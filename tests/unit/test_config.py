@@ -61,3 +61,20 @@ def test_unknown_keys_and_bad_overrides_are_refused(tmp_path: Path) -> None:
         load_settings(config)
     with pytest.raises(ValidationError, match=r"interface\.step:priority"):
         load_settings(conductor={"clean_step_priority_override": ["erase_devices=0"]})
+    with pytest.raises(ValidationError, match=r"interface\.step:priority"):
+        load_settings(conductor={"deploy_step_priority_override": ["deploy.deploy:-1"]})
+
+
+def test_step_priority_overrides_are_parsed_once_when_the_settings_load(tmp_path: Path) -> None:
+    config = tmp_path / "metalforge.toml"
+    config.write_text(
+        "[conductor]\n"
+        "clean_step_priority_override = "
+        '["deploy.erase_devices:0", "raid.create_configuration:20"]\n'
+    )
+    conductor = load_settings(config).conductor
+    assert conductor.clean_step_priority_override == {
+        "deploy.erase_devices": 0,
+        "raid.create_configuration": 20,
+    }
+    assert conductor.deploy_step_priority_override == {}

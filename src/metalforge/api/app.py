@@ -37,8 +37,8 @@ from metalforge.api.routes import (
     vendor_passthru,
     volume,
 )
-from metalforge.api.services import ApiServices
 from metalforge.api.versions import VersionMiddleware
+from metalforge.api.wiring import ApiServices
 
 RESOURCE_ROUTERS = (
     nodes.router,

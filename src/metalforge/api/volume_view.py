@@ -21,8 +21,8 @@ from metalforge.api import listing
 from metalforge.api.auth.access import allows, project_scope, visible_node
 from metalforge.api.links import links
 from metalforge.api.params import Page, Query, fields, page
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node, VolumeConnector, VolumeTarget
 from metalforge.errors import bad_request
 from metalforge.redaction import mask_secrets

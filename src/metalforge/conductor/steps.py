@@ -9,7 +9,7 @@ keeps a step out of automated plans, while manual requests may still name it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,15 +63,6 @@ def sort_key(step: Step) -> tuple[int, int]:
     except ValueError:
         rank = len(INTERFACE_ORDER)
     return (-step.priority, rank)
-
-
-def parse_overrides(entries: Iterable[str]) -> dict[str, int]:
-    """``["deploy.erase_devices:0"]`` -> ``{"deploy.erase_devices": 0}``."""
-    result: dict[str, int] = {}
-    for entry in entries:
-        name, _, prio = entry.rpartition(":")
-        result[name] = int(prio)
-    return result
 
 
 def _declared(

@@ -44,7 +44,7 @@ class Validation:
 
 def validate_node(svc: Services, ident: str, version: Version) -> Validation:
     """Ask every interface family; ``deploy`` also plans the deployment the traits select."""
-    overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
+    overrides = svc.settings.conductor.deploy_step_priority_override
     outcomes: dict[str, Outcome] = {}
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)

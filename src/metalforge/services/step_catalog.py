@@ -37,7 +37,7 @@ class DeployPreview:
 
 
 def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
-    overrides = steps.parse_overrides(svc.settings.conductor.clean_step_priority_override)
+    overrides = svc.settings.conductor.clean_step_priority_override
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
         try:
@@ -53,7 +53,7 @@ def deploy_steps(
     svc: Services, ident: str, version: Version, traits: list[str] | None
 ) -> DeployPreview:
     """The node's deploy steps; with ``traits``, the plan those traits would select."""
-    overrides = steps.parse_overrides(svc.settings.conductor.deploy_step_priority_override)
+    overrides = svc.settings.conductor.deploy_step_priority_override
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
         try:

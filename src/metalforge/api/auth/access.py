@@ -26,8 +26,8 @@ from metalforge.api.auth.identity import Caller
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.node_view import REDACTED, NodeDisclosure
-from metalforge.api.services import read_only, services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import read_only, services
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
 from metalforge.services import lookup, volume

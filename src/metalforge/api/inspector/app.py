@@ -14,7 +14,7 @@ from metalforge.api.auth.middleware import AuthMiddleware, build_authenticator
 from metalforge.api.guards import RequestGuardMiddleware
 from metalforge.api.inspector import errors, routes
 from metalforge.api.inspector.versions import InspectorVersionMiddleware
-from metalforge.api.services import ApiServices
+from metalforge.api.wiring import ApiServices
 
 PUBLIC_PATHS = frozenset({"/", "/v1", "/v1/", "/v1/continue"})
 

@@ -19,7 +19,7 @@ from metalforge import inspection_states as ins
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import storable_report
-from metalforge.api.services import services
+from metalforge.api.wiring import services
 from metalforge.db.introspections import Record
 from metalforge.errors import bad_request
 from metalforge.services import inspection, lookup

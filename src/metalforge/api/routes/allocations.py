@@ -33,8 +33,8 @@ from metalforge.api.params import Query, fields, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import AllocationCreate, PatchOperation
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Allocation, Node
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services import allocations

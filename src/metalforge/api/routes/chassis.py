@@ -22,8 +22,8 @@ from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import ChassisCreate, PatchOperation
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Chassis
 from metalforge.errors import bad_request
 from metalforge.services import chassis as chassis_service

@@ -13,8 +13,8 @@ from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Conductor
 from metalforge.errors import not_found
 

@@ -26,8 +26,8 @@ from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import DeployTemplate, DeployTemplateStep
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services import templates

@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query
-from metalforge.api.services import ApiServices, base_url, services
 from metalforge.api.versions import Version
+from metalforge.api.wiring import ApiServices, base_url, services
 from metalforge.db.models import INTERFACES
 from metalforge.drivers.hardware import HardwareType
 from metalforge.errors import bad_request, not_found

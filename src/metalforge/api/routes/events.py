@@ -31,8 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from metalforge.api.auth.access import allows, guard, node_disclosure
 from metalforge.api.auth.policy import node_target
 from metalforge.api.node_view import REDACTED
-from metalforge.api.services import read_only, services
 from metalforge.api.versions import request_version
+from metalforge.api.wiring import read_only, services
 from metalforge.errors import RequestError
 from metalforge.services import lookup
 from metalforge.services.events import (

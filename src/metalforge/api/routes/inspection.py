@@ -20,8 +20,8 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import guard
 from metalforge.api.routes.agent import lookup_body
 from metalforge.api.schemas import storable_report
-from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import services
 from metalforge.errors import bad_request, not_found
 from metalforge.services import inspection
 

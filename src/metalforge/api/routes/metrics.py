@@ -7,7 +7,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from metalforge.api.auth.access import guard
 from metalforge.api.metrics_text import CONTENT_TYPE, render
-from metalforge.api.services import services
+from metalforge.api.wiring import services
 from metalforge.services.metrics import cluster_figures
 
 router = APIRouter(tags=["metrics"])

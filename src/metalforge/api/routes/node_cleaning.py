@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 
 from metalforge.api.auth.access import guard
 from metalforge.api.params import Query
-from metalforge.api.services import services
+from metalforge.api.wiring import services
 from metalforge.services import step_catalog
 from metalforge.services.step_catalog import Step
 

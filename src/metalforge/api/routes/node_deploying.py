@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import guard, require
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
-from metalforge.api.services import services
+from metalforge.api.wiring import services
 from metalforge.redaction import mask_secrets
 from metalforge.services import step_catalog
 from metalforge.services.step_catalog import Step

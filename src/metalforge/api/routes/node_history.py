@@ -11,8 +11,8 @@ from sqlalchemy import select
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, page_limit
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import NodeHistory
 from metalforge.errors import not_found
 from metalforge.services import lookup

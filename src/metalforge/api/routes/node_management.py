@@ -15,8 +15,8 @@ from metalforge.api.auth.access import actor, guard
 from metalforge.api.links import sub_links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import Body, IndicatorStateRequest
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.services import indicators, lookup, management
 
 router = APIRouter(tags=["node management"])

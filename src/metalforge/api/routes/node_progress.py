@@ -13,8 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from metalforge.api.auth.access import guard
-from metalforge.api.services import read_only, services
 from metalforge.api.versions import request_version
+from metalforge.api.wiring import read_only, services
 from metalforge.services.progress import node_progress
 
 router = APIRouter(tags=["nodes"])

@@ -14,8 +14,8 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import BootModeRequest, ConsoleRequest, SecureBootRequest
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.errors import not_found
 from metalforge.services import node_settings
 

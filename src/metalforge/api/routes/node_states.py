@@ -22,8 +22,8 @@ from metalforge.api.schemas import (
     ProvisionRequest,
     RaidConfigRequest,
 )
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node
 from metalforge.drivers import base as drivers_base
 from metalforge.errors import bad_request, not_acceptable

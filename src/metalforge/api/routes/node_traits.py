@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import TraitsReplace
-from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import services
 from metalforge.errors import RequestError, bad_request, not_acceptable, not_found
 from metalforge.services import traits
 from metalforge.services.values import check_trait

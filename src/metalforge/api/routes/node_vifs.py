@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import VifAttach
-from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import services
 from metalforge.errors import RequestError, bad_request, not_acceptable
 from metalforge.services import lookup, vifs
 

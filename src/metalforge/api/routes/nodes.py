@@ -36,8 +36,8 @@ from metalforge.api.params import Page, Query, fields, page, parse_bool
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
-from metalforge.api.services import ApiServices, base_url, read_only, services
 from metalforge.api.versions import Version, fmt, request_version
+from metalforge.api.wiring import ApiServices, base_url, read_only, services
 from metalforge.db.models import INTERFACES, Node
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes

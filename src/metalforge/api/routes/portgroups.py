@@ -26,8 +26,8 @@ from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Page, Query, fields, page, parse_bool
 from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import PatchOperation, PortgroupCreate
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import Version, fmt, request_version
+from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup

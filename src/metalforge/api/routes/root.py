@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api.services import base_url
 from metalforge.api.versions import MAX_VERSION, MIN_VERSION, Version, fmt
+from metalforge.api.wiring import base_url
 
 router = APIRouter(tags=["discovery"])
 

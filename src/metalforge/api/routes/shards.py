@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 
 from metalforge.api.auth.access import guard
 from metalforge.api.params import Query
-from metalforge.api.services import services
 from metalforge.api.versions import Version, request_version
+from metalforge.api.wiring import services
 from metalforge.db.models import Node
 from metalforge.errors import not_found
 

@@ -19,8 +19,8 @@ from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query
 from metalforge.api.schemas import PassthruArgs
-from metalforge.api.services import services
 from metalforge.api.versions import request_version
+from metalforge.api.wiring import services
 from metalforge.drivers.vendor import HTTP_METHODS
 from metalforge.services import vendor
 from metalforge.services.vendor import PassthruAnswer

@@ -21,7 +21,6 @@ from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields
 from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import PatchOperation, VolumeConnectorCreate, VolumeTargetCreate
-from metalforge.api.services import base_url, services
 from metalforge.api.versions import request_version
 from metalforge.api.volume_view import (
     CONNECTORS,
@@ -33,6 +32,7 @@ from metalforge.api.volume_view import (
     shows_properties,
     volume_links,
 )
+from metalforge.api.wiring import base_url, services
 from metalforge.errors import bad_request, not_found
 from metalforge.services import lookup
 from metalforge.services import volume as volume_service

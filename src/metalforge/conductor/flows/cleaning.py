@@ -103,7 +103,7 @@ def _finish(task: NodeTask) -> None:
 
 def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
     """The steps this flow runs, or ``None`` once the flow was failed."""
-    overrides = steps.parse_overrides(task.ctx.settings.clean_step_priority_override)
+    overrides = task.ctx.settings.clean_step_priority_override
     try:
         supported = steps.supported_steps(
             task.ctx.drivers, task.node, stepflow.CLEAN.catalogue, overrides
@@ -178,7 +178,7 @@ def _check_requested_steps(admission: Admission) -> None:
             admission.drivers,
             admission.node,
             stepflow.CLEAN.catalogue,
-            steps.parse_overrides(settings.clean_step_priority_override),
+            settings.clean_step_priority_override,
         )
         steps.requested_plan(supported, list(admission.request.clean_steps))
     except (steps.StepRequestError, UnknownDriver) as exc:

@@ -23,7 +23,7 @@ def deploy(task: NodeTask) -> None:
     """deploying: build the plan once, then run it."""
     if not stepflow.has_plan(task, stepflow.DEPLOY):
         requested = stepflow.take_requested(task, stepflow.DEPLOY)
-        overrides = steps.parse_overrides(task.ctx.settings.deploy_step_priority_override)
+        overrides = task.ctx.settings.deploy_step_priority_override
         try:
             with task.ctx.db.read() as session:
                 plan = deploy_plan.plan_for_node(
@@ -56,7 +56,7 @@ def _check_plan(admission: Admission) -> None:
     ``deploy failed`` after the node left ``available``.
     """
     node = admission.node
-    overrides = steps.parse_overrides(admission.settings.deploy_step_priority_override)
+    overrides = admission.settings.deploy_step_priority_override
     requested = list(admission.request.deploy_steps)
     try:
         deploy_plan.plan_for_node(admission.session, admission.drivers, node, overrides, requested)

@@ -1,4 +1,4 @@
-"""What the API needs, built once by the entry point and stored on the app."""
+"""What the API needs, built once by the entry point and stored on the app (its wiring)."""
 
 from __future__ import annotations
 
