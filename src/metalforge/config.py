@@ -387,6 +387,13 @@ class ConductorSettings(BaseModel):
     """Failed attempts (the worker died holding the item, or an unexpected error outside
     any step) after which a work item is dead-lettered and its node's flow failed."""
     work_deadlines: WorkDeadlines = Field(default_factory=WorkDeadlines)
+    bmc_retry_budget: float = Field(default=60.0, ge=0, le=600.0)
+    """Seconds an idempotent BMC action (a power change, booting a flow's ramdisk) keeps
+    trying a BMC that does not answer before its flow fails; a BMC that answers "no"
+    (refused credentials, an unsupported request) fails it at once. The item's work
+    deadline still bounds it: a retry never outlives its item."""
+    bmc_retry_interval: float = Field(default=2.0, gt=0, le=60.0)
+    """Seconds before the first retry of a BMC that did not answer; doubled each time."""
     max_abandoned_calls: int = Field(default=64, ge=1)
     """Abandoned calls (past their item's deadline) still running after which this
     conductor claims no more work until some end: their threads stay bounded."""

@@ -37,6 +37,9 @@ FAST_CONDUCTOR = {
     "takeover_interval": 1.0,
     "affinity_grace": 0.5,
     "workers": 8,
+    # A BMC that does not answer is retried as in production, on a shorter budget.
+    "bmc_retry_budget": 1.0,
+    "bmc_retry_interval": 0.2,
     # The tests' nodes are fake unless a test enables a real protocol itself.
     "enabled_hardware_types": ["fake-hardware"],
 }

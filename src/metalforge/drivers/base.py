@@ -48,6 +48,12 @@ class DriverError(Exception):
     """A driver could not do what was asked; the message is for the operator."""
 
 
+class BmcUnavailable(DriverError):
+    """The BMC did not answer (unreachable, timed out, busy): the same request may succeed
+    later. Every other ``DriverError`` is an answer (refused credentials, an unsupported
+    request) that asking again cannot change."""
+
+
 class VendorNotFound(DriverError):
     """What a vendor method was asked to act on does not exist (a 404, as from Ironic)."""
 

@@ -86,6 +86,7 @@ from metalforge.drivers.base import (
     SOFT_REBOOT,
     STORAGE_INTERFACES,
     BiosInterface,
+    BmcUnavailable,
     BootInterface,
     ConsoleInterface,
     DeployInterface,
@@ -163,6 +164,23 @@ def _names(task: DriverTask, key: str) -> set[str]:
     return {part.strip() for part in str(raw).split(",") if part.strip()}
 
 
+def _unanswered(task: DriverTask, action: str) -> None:
+    """``driver_info.fake_bmc_unanswered = N``: the first N power changes get no answer.
+
+    Stands in for a BMC that is busy or rebooting (``BmcUnavailable``); the
+    count of actions left unanswered so far is kept with the node, so retries
+    within one task and across tasks see the BMC come back after N.
+    """
+    raw = task.node.driver_info.get("fake_bmc_unanswered", 0)
+    wanted = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+    info = task.node.driver_internal_info
+    seen = info.get("fake_bmc_unanswered_seen", 0)
+    seen = seen if isinstance(seen, int) else 0
+    if seen < wanted:
+        task.node.driver_internal_info = {**info, "fake_bmc_unanswered_seen": seen + 1}
+        raise BmcUnavailable(f"fake BMC did not answer {action} (driver_info.fake_bmc_unanswered)")
+
+
 def _refuse_if_told(task: DriverTask, name: str) -> None:
     """Fail an action that is no step when ``fake_fail_steps`` names it."""
     if name in _failing(task):
@@ -215,6 +233,7 @@ class FakePower(FakeMixin, PowerInterface):
         return task.node.power_state or POWER_OFF
 
     def set_power_state(self, task: DriverTask, target: str, timeout: int | None = None) -> None:
+        _unanswered(task, f"power {target}")
         if "power.set_power_state" in _failing(task):
             raise DriverError("fake-hardware was told to fail power.set_power_state")
         if target in (POWER_ON, REBOOT, SOFT_REBOOT):

@@ -12,6 +12,7 @@ import datetime as dt
 
 from metalforge import states
 from metalforge.conductor import history, stepflow, steps
+from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
@@ -38,7 +39,8 @@ def _prepare(task: NodeTask) -> bool:
     if progress.ramdisk_prepared or progress.without_ramdisk:
         return True
     try:
-        outcome = deploy_interface(task).prepare_cleaning(task)
+        iface = deploy_interface(task)
+        outcome = retried(task, "boot for cleaning", lambda: iface.prepare_cleaning(task))
     except DriverError as exc:
         stepflow.fail(task, stepflow.CLEAN, f"Failed to prepare the node for cleaning: {exc}")
         return False

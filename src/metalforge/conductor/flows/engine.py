@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from metalforge import states
 from metalforge.conductor import history, stepflow
+from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.common import fail, power
 from metalforge.conductor.task import NodeTask
@@ -88,8 +89,10 @@ def set_power(task: NodeTask, target: str, timeout: int | None) -> None:
     """Change the power state and record what the hardware reports afterwards."""
     iface = power(task)
     try:
-        iface.set_power_state(task, target, timeout)
-        task.node.power_state = iface.get_power_state(task)
+        retried(task, f"power {target}", lambda: iface.set_power_state(task, target, timeout))
+        task.node.power_state = retried(
+            task, "read the power state", lambda: iface.get_power_state(task)
+        )
         task.node.last_error = None
         task.record("power", f"power state set to {task.node.power_state} ({target})")
     except DriverError as exc:

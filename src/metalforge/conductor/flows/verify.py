@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
+from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows.common import fail, forget_progress, power
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
@@ -14,7 +15,9 @@ def verify(task: NodeTask) -> None:
     try:
         iface = power(task)
         iface.validate(task)
-        task.node.power_state = iface.get_power_state(task)
+        task.node.power_state = retried(
+            task, "read the power state", lambda: iface.get_power_state(task)
+        )
     except DriverError as exc:
         fail(task, f"Failed to verify node: {exc}", str(exc))
         return

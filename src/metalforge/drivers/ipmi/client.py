@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from pyghmi import exceptions as pyghmi_exceptions
 
-from metalforge.drivers.base import DriverError
+from metalforge.drivers.base import BmcUnavailable, DriverError
 from metalforge.drivers.failures import bmc_failed
 from metalforge.drivers.ipmi import sessions
 
@@ -41,7 +41,7 @@ _NO_ANSWER = ("timeout", "session no longer connected")
 _BAD_CREDENTIALS = ("incorrect password", "unauthorized name", "wrong kg")
 
 
-class NoAnswer(DriverError):
+class NoAnswer(BmcUnavailable):
     """The BMC did not answer in time (unreachable, wrong address or port, overloaded)."""
 
 

@@ -33,13 +33,14 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
 import sushy
 from sushy import exceptions as sushy_errors
 
-from metalforge.drivers.base import DriverError, DriverTask
+from metalforge.drivers.base import BmcUnavailable, DriverError, DriverTask
 from metalforge.drivers.failures import bmc_failed
 
 SYSTEMS_PREFIX = "/redfish/v1/Systems/"
@@ -271,9 +272,11 @@ def translate(info: RedfishInfo, exc: Exception, doing: str) -> DriverError:
     """A sushy failure while ``doing`` something, as a message for ``last_error``."""
     bmc = f"Redfish BMC at {info.address}"
     if isinstance(exc, sushy_errors.ConnectionError):
-        return DriverError(f"{bmc} is unreachable ({_reason(exc)}) while trying to {doing}")
+        return BmcUnavailable(f"{bmc} is unreachable ({_reason(exc)}) while trying to {doing}")
     if isinstance(exc, sushy_errors.HTTPError):
-        return DriverError(_http_failure(bmc, info, exc, doing))
+        # 503: the BMC is up but busy (a firmware update, a reboot of its own).
+        busy = exc.status_code == HTTPStatus.SERVICE_UNAVAILABLE
+        return (BmcUnavailable if busy else DriverError)(_http_failure(bmc, info, exc, doing))
     if isinstance(exc, sushy_errors.InvalidParameterValueError):
         return DriverError(f"{bmc} does not accept what was asked while trying to {doing}: {exc}")
     if isinstance(exc, sushy_errors.MissingAttributeError | sushy_errors.MissingActionError):
