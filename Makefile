@@ -64,9 +64,10 @@ lint: $(STAMP)
 
 # The suite runs in parallel (pytest-xdist, one test file per worker at a time, so a
 # module's servers start once): it waits on servers and peers far more than it computes.
+# Modules with a slow test are collected first (tests/conftest.py); xdist keeps that order.
 # TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 3
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)

@@ -65,6 +65,7 @@ def keystone_settings(keystone: Keystone, db_url: str, **authtoken: Any) -> Sett
     return load_settings(
         database={"url": db_url},
         conductor={**FAST_CONDUCTOR, "hostname": "test-conductor"},
+        inspector={"port": free_port()},
         api={"auth_strategy": "keystone"},
         keystone_authtoken={
             "www_authenticate_uri": keystone.url,

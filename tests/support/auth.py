@@ -15,6 +15,7 @@ from typing import Any
 import bcrypt
 
 from metalforge.config import Settings, load_settings
+from tests.support.postgres import free_port
 from tests.support.stack import FAST_CONDUCTOR
 
 
@@ -84,6 +85,8 @@ def basic_auth_settings(
     return load_settings(
         database={"url": db_url},
         conductor={**FAST_CONDUCTOR, "hostname": "test-conductor"},
+        # Each served stack's inspector API on a port of its own (as ``test_settings``).
+        inspector={"port": free_port()},
         api={
             "auth_strategy": "http_basic",
             "http_basic_auth_user_file": write_htpasswd(tmp_path / "htpasswd", personas),

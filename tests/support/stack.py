@@ -22,7 +22,7 @@ from metalforge.cli import (
     tls_options,
 )
 from metalforge.conductor.process import ConductorProcess
-from metalforge.config import Settings, load_settings
+from metalforge.config import InspectorSettings, Settings, load_settings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
@@ -123,6 +123,9 @@ def start_stack(
     return Stack(settings, db, conductor, app, client)
 
 
+DEFAULT_INSPECTOR_PORT = InspectorSettings().port
+
+
 class LiveServer:
     """The all-in-one service on a real port, for real clients (CLI, openstacksdk).
 
@@ -133,6 +136,11 @@ class LiveServer:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
+        inspector = stack.settings.inspector
+        # Parallel workers would fight over the default port: each served stack needs its own.
+        assert not inspector.enabled or inspector.port != DEFAULT_INSPECTOR_PORT, (
+            "a served stack needs an inspector port of its own: inspector={'port': free_port()}"
+        )
         api = stack.settings.api
         # With an agents' endpoint the app knows its operator port (see
         # AgentEndpointFilter): serve there; the test picked a free one.
