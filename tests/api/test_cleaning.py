@@ -20,7 +20,7 @@ from metalforge.db.engine import Database
 from metalforge.drivers.base import DriverTask, StepsNotKnown
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
-from metalforge.drivers.steps import StepDecl
+from metalforge.drivers.step_declarations import StepDecl
 from tests.support.api import (
     LATEST,
     create_node,

@@ -24,7 +24,7 @@ from metalforge.drivers.base import DriverTask, StepOutcome
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
-from metalforge.drivers.steps import clean_step
+from metalforge.drivers.step_declarations import clean_step
 from tests.support.api import (
     LATEST,
     create_node,

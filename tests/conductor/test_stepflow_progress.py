@@ -6,7 +6,7 @@ from metalforge import states
 from metalforge.conductor import stepflow
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.reservations import acquire
-from metalforge.conductor.steps import Step
+from metalforge.conductor.step_plans import Step
 from metalforge.config import ConductorSettings
 from metalforge.db import flow_progress
 from metalforge.db.engine import Database

@@ -10,7 +10,7 @@ from metalforge.db.models import Node
 from metalforge.drivers.base import ReadOnlyTask, StepFailed
 from metalforge.drivers.fake import FakeBios, FakeDeploy, FakeRaid
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
-from metalforge.drivers.steps import clean_step
+from metalforge.drivers.step_declarations import clean_step
 
 
 def _node(**fields: Any) -> Node:

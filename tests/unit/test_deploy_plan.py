@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from metalforge.conductor import steps
+from metalforge.conductor import step_plans
 from metalforge.conductor.deploy_plan import PlanError, Source, check_traits, merge
 from metalforge.db.models import Node
 from metalforge.drivers.catalog import HARDWARE_TYPES
@@ -22,9 +22,9 @@ CORE = [
 RAID1 = {"logical_disks": [{"raid_level": "1", "size_gb": "MAX", "is_root_volume": True}]}
 
 
-def _supported(overrides: dict[str, int] | None = None) -> list[steps.Step]:
+def _supported(overrides: dict[str, int] | None = None) -> list[step_plans.Step]:
     node = Node(uuid="u", driver="fake-hardware", driver_info={}, provision_state="deploying")
-    return steps.supported_steps(
+    return step_plans.supported_steps(
         DriverRegistry(HARDWARE_TYPES.values()), node, "deploy", overrides or {}
     )
 
@@ -38,7 +38,7 @@ def _template(name: str, *entries: dict[str, Any]) -> Source:
     return Source(f"deploy template {name}", list(entries))
 
 
-def _names(plan: list[steps.Step]) -> list[tuple[str, int]]:
+def _names(plan: list[step_plans.Step]) -> list[tuple[str, int]]:
     return [(s.name, s.priority) for s in plan]
 
 

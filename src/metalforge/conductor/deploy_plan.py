@@ -35,13 +35,13 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from metalforge.conductor import steps
-from metalforge.conductor.steps import Step
+from metalforge.conductor import step_plans
+from metalforge.conductor.step_plans import Step
 from metalforge.db.models import DeployTemplate, Node, NodeTrait
 from metalforge.drivers.hardware import DriverRegistry
 
 
-class PlanError(steps.StepRequestError):
+class PlanError(step_plans.StepRequestError):
     """The deployment cannot be planned; the message names the template or step at fault."""
 
 
@@ -74,7 +74,9 @@ def _priority(label: str, name: str, raw: Any) -> int:
     raise PlanError(f"{label}: invalid priority {raw!r} for {name}; it must be an integer >= 0")
 
 
-def merge(supported: Sequence[steps.Step], layers: Sequence[Sequence[Source]]) -> list[steps.Step]:
+def merge(
+    supported: Sequence[step_plans.Step], layers: Sequence[Sequence[Source]]
+) -> list[step_plans.Step]:
     """The ordered plan: enabled ``supported`` steps overridden layer by layer.
 
     Raises ``PlanError`` for a step the node does not support, arguments the
@@ -83,9 +85,9 @@ def merge(supported: Sequence[steps.Step], layers: Sequence[Sequence[Source]]) -
     """
     by_name = {s.name: s for s in supported}
     core = {s.name: s.priority for s in supported if s.interface == "deploy" and s.priority > 0}
-    chosen: dict[str, list[steps.Step]] = {s.name: [s] for s in supported if s.priority > 0}
+    chosen: dict[str, list[step_plans.Step]] = {s.name: [s] for s in supported if s.priority > 0}
     for layer in layers:
-        mentioned: dict[str, list[steps.Step]] = {}
+        mentioned: dict[str, list[step_plans.Step]] = {}
         for source in layer:
             for entry in source.steps:
                 name = f"{entry['interface']}.{entry['step']}"
@@ -105,8 +107,8 @@ def merge(supported: Sequence[steps.Step], layers: Sequence[Sequence[Source]]) -
                 if priority == 0:
                     continue
                 try:
-                    steps.check_args(base, args)
-                except steps.StepRequestError as exc:
+                    step_plans.check_args(base, args)
+                except step_plans.StepRequestError as exc:
                     raise PlanError(f"{source.label}: {exc}") from None
                 if name in core and group:
                     raise PlanError(
@@ -115,7 +117,7 @@ def merge(supported: Sequence[steps.Step], layers: Sequence[Sequence[Source]]) -
                 group.append(dataclasses.replace(base, priority=priority, args=args))
         chosen.update(mentioned)
     merged = [s for group in chosen.values() for s in group]
-    return sorted(merged, key=steps.sort_key)  # stable: ties keep layer order
+    return sorted(merged, key=step_plans.sort_key)  # stable: ties keep layer order
 
 
 def requested_traits(instance_info: Mapping[str, Any]) -> list[str]:
@@ -185,7 +187,7 @@ def plan_for_node(
     wanted = requested_traits(node.instance_info) if traits is None else list(traits)
     check_traits(wanted, node_traits(session, node))
     templates = template_sources(session, wanted)
-    supported = steps.supported_steps(drivers, node, "deploy", overrides)
+    supported = step_plans.supported_steps(drivers, node, "deploy", overrides)
     layers: list[list[Source]] = [templates]
     if requested:
         layers.append([Source("deploy_steps", requested)])
@@ -206,6 +208,6 @@ def check_node_templates(
     templates = template_sources(session, sorted(node_traits(session, node)))
     if not templates:
         return
-    supported = steps.supported_steps(drivers, node, "deploy", overrides)
+    supported = step_plans.supported_steps(drivers, node, "deploy", overrides)
     for template in templates:
         merge(supported, [[template]])

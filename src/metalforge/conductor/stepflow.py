@@ -28,23 +28,23 @@ from typing import Any
 from sqlalchemy.orm import InstrumentedAttribute
 
 from metalforge import states
-from metalforge.conductor import history, steps
+from metalforge.conductor import history, step_plans
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.base import DriverError, Interface, StepOutcome, StepsChanged
-from metalforge.drivers.steps import StepKind
+from metalforge.drivers.step_declarations import StepKind
 
-StartStep = Callable[[Interface, NodeTask, steps.Step], StepOutcome]
+StartStep = Callable[[Interface, NodeTask, step_plans.Step], StepOutcome]
 """Start one step of the plan on its interface (the driver call differs by kind)."""
 
 
-def _start_deploy_step(interface: Interface, task: NodeTask, step: steps.Step) -> StepOutcome:
+def _start_deploy_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
     return interface.run_step(task, step.step, dict(step.args))
 
 
-def _start_clean_step(interface: Interface, task: NodeTask, step: steps.Step) -> StepOutcome:
+def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
     return interface.execute_clean_step(task, step.to_record())
 
 
@@ -126,7 +126,7 @@ def has_plan(task: NodeTask, kind: StepFlow) -> bool:
     return task.progress.has_plan(kind.name)
 
 
-def store_plan(task: NodeTask, kind: StepFlow, plan: Sequence[steps.Step]) -> None:
+def store_plan(task: NodeTask, kind: StepFlow, plan: Sequence[step_plans.Step]) -> None:
     """Record the plan (and index 0) before any step runs."""
     claim(task, kind)
     task.progress = dataclasses.replace(
@@ -182,18 +182,18 @@ def fail(task: NodeTask, kind: StepFlow, message: str) -> None:
     task.transition(states.FAIL, note=message, severity=history.ERROR, **changes)
 
 
-def _current(task: NodeTask, kind: StepFlow) -> tuple[list[steps.Step], int]:
+def _current(task: NodeTask, kind: StepFlow) -> tuple[list[step_plans.Step], int]:
     progress = task.progress
     if not progress.has_plan(kind.name):
         return [], 0
-    return [steps.from_record(r) for r in progress.plan or ()], progress.step_index
+    return [step_plans.from_record(r) for r in progress.plan or ()], progress.step_index
 
 
 def _set_index(task: NodeTask, index: int) -> None:
     task.progress = dataclasses.replace(task.progress, step_index=index)
 
 
-def _step_done(task: NodeTask, kind: StepFlow, step: steps.Step) -> None:
+def _step_done(task: NodeTask, kind: StepFlow, step: step_plans.Step) -> None:
     started = task.progress.step_started_at
     if started is None:
         started = task.now()
@@ -289,7 +289,9 @@ def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None =
     run(task, kind, finish)
 
 
-def _steps_changed(task: NodeTask, kind: StepFlow, step: steps.Step, exc: StepsChanged) -> None:
+def _steps_changed(
+    task: NodeTask, kind: StepFlow, step: step_plans.Step, exc: StepsChanged
+) -> None:
     """The node offers other steps than the plan was made from: plan again from the
     start (the flow's hook builds the new plan), or fail where the flow may not."""
     if not kind.replans(task):
@@ -307,7 +309,9 @@ def _steps_changed(task: NodeTask, kind: StepFlow, step: steps.Step, exc: StepsC
         schedule_poll(task, 0.0)
 
 
-def abort(task: NodeTask, kind: StepFlow, step: steps.Step | None, *, after: bool = False) -> None:
+def abort(
+    task: NodeTask, kind: StepFlow, step: step_plans.Step | None, *, after: bool = False
+) -> None:
     """Stop the flow at the operator's request."""
     if step is not None and not after:
         task.ctx.drivers.interface(task.node, step.interface).abort_step(task, step.step)
@@ -320,6 +324,6 @@ def abort(task: NodeTask, kind: StepFlow, step: steps.Step | None, *, after: boo
     task.transition(states.ABORT, note=message, **changes)
 
 
-def current_step(task: NodeTask, kind: StepFlow) -> steps.Step | None:
+def current_step(task: NodeTask, kind: StepFlow) -> step_plans.Step | None:
     plan, index = _current(task, kind)
     return plan[index] if index < len(plan) else None

@@ -28,7 +28,7 @@ from metalforge.drivers.raid import (
     InvalidRaidConfig,
     check_target_raid_config,
 )
-from metalforge.drivers.steps import StepDecl, declared_steps
+from metalforge.drivers.step_declarations import StepDecl, declared_steps
 from metalforge.drivers.vendor import PassthruDecl, declared_passthru
 
 POWER_ON = "power on"

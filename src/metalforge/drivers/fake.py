@@ -110,7 +110,7 @@ from metalforge.drivers.base import (
 )
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
-from metalforge.drivers.steps import clean_step, deploy_step
+from metalforge.drivers.step_declarations import clean_step, deploy_step
 from metalforge.drivers.vendor import passthru
 
 LOG = logging.getLogger(__name__)

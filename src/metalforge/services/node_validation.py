@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metalforge.conductor import deploy_plan, steps
+from metalforge.conductor import deploy_plan, step_plans
 from metalforge.db.models import Node
 from metalforge.drivers.base import DriverError, ReadOnlyTask
 from metalforge.drivers.hardware import UnknownDriver
@@ -66,7 +66,7 @@ def validate_node(svc: Services, ident: str, version: Version) -> Validation:
                     deploy_plan.plan_for_node(session, svc.drivers, node, overrides)
                     deploy_plan.check_node_templates(session, svc.drivers, node, overrides)
                 outcomes[family] = Outcome(True)
-            except (DriverError, steps.StepRequestError, UnknownDriver) as exc:
+            except (DriverError, step_plans.StepRequestError, UnknownDriver) as exc:
                 # UnknownDriver: planning the deployment resolves every interface,
                 # and another family's may be one the hardware type lacks.
                 outcomes[family] = Outcome(False, str(exc))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metalforge.conductor import deploy_plan, steps
-from metalforge.conductor.steps import Step as Step
+from metalforge.conductor import deploy_plan, step_plans
+from metalforge.conductor.step_plans import Step as Step
 from metalforge.db import flow_progress
 from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
@@ -42,7 +42,7 @@ def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
         node = lookup.find_node(session, ident, version)
         try:
             progress = flow_progress.load(session.connection(), node.id)
-            found = steps.supported_steps(svc.drivers, node, "clean", overrides, progress)
+            found = step_plans.supported_steps(svc.drivers, node, "clean", overrides, progress)
         except StepsNotKnown as exc:
             retry = exc.retry_after if exc.retry_after > 0 else -1
             return CleanSteps(node.uuid, [], str(exc), retry)
@@ -57,10 +57,10 @@ def deploy_steps(
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
         try:
-            found = steps.supported_steps(svc.drivers, node, "deploy", overrides)
+            found = step_plans.supported_steps(svc.drivers, node, "deploy", overrides)
             if traits is None:
                 return DeployPreview(found, [], None)
             plan = deploy_plan.plan_for_node(session, svc.drivers, node, overrides, traits=traits)
-        except (UnknownDriver, steps.StepRequestError) as exc:
+        except (UnknownDriver, step_plans.StepRequestError) as exc:
             raise bad_request(str(exc)) from None
     return DeployPreview(found, list(plan.templates), list(plan.steps))

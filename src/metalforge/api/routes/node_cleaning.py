@@ -3,7 +3,7 @@
 A metalforge addition: no Ironic release has it, and operators otherwise
 learn step names and arguments from driver documentation before writing a
 manual ``clean`` request. It answers from the same code the conductor plans
-with (``conductor.steps.supported_steps``, operator overrides applied), so
+with (``conductor.step_plans.supported_steps``, operator overrides applied), so
 what it lists is what ``clean`` accepts and, from priority 1 up, exactly
 the automated plan in its order.
 

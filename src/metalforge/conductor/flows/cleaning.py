@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 
 from metalforge import states
-from metalforge.conductor import history, stepflow, steps
+from metalforge.conductor import history, step_plans, stepflow
 from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
@@ -103,11 +103,11 @@ def _finish(task: NodeTask) -> None:
     _tear_down_ramdisk(task)
 
 
-def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
+def _plan(task: NodeTask, manual: bool) -> list[step_plans.Step] | None:
     """The steps this flow runs, or ``None`` once the flow was failed."""
     overrides = task.ctx.settings.clean_step_priority_override
     try:
-        supported = steps.supported_steps(
+        supported = step_plans.supported_steps(
             task.ctx.drivers, task.node, stepflow.CLEAN.catalogue, overrides
         )
     except StepsNotKnown as exc:
@@ -118,12 +118,12 @@ def _plan(task: NodeTask, manual: bool) -> list[steps.Step] | None:
     warn_unknown_overrides(task, stepflow.CLEAN.name, overrides, supported)
     requested = stepflow.take_requested(task, stepflow.CLEAN)
     if not manual:
-        return steps.automated_plan(supported)
+        return step_plans.automated_plan(supported)
     try:
-        plan = steps.requested_plan(supported, requested)
+        plan = step_plans.requested_plan(supported, requested)
         if task.progress.without_ramdisk:
-            steps.check_without_ramdisk(plan)
-    except steps.StepRequestError as exc:
+            step_plans.check_without_ramdisk(plan)
+    except step_plans.StepRequestError as exc:
         stepflow.fail(task, stepflow.CLEAN, f"Manual cleaning refused: {exc}")
         return None
     return plan
@@ -176,14 +176,14 @@ def _check_requested_steps(admission: Admission) -> None:
     """Refuse now the steps the node does not offer, when its steps are known yet."""
     settings = admission.settings
     try:
-        supported = steps.supported_steps(
+        supported = step_plans.supported_steps(
             admission.drivers,
             admission.node,
             stepflow.CLEAN.catalogue,
             settings.clean_step_priority_override,
         )
-        steps.requested_plan(supported, list(admission.request.clean_steps))
-    except (steps.StepRequestError, UnknownDriver) as exc:
+        step_plans.requested_plan(supported, list(admission.request.clean_steps))
+    except (step_plans.StepRequestError, UnknownDriver) as exc:
         raise bad_request(f"Manual cleaning refused: {exc}") from None
     except StepsNotKnown:
         pass  # the conductor checks the steps again once the interface knows them

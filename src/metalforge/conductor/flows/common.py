@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import history, steps
+from metalforge.conductor import history, step_plans
 from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import NO_FLOW
@@ -24,7 +24,7 @@ def fail(task: NodeTask, message: str, note: str | None = None) -> None:
 
 
 def warn_unknown_overrides(
-    task: NodeTask, kind: str, overrides: dict[str, int], supported: list[steps.Step]
+    task: NodeTask, kind: str, overrides: dict[str, int], supported: list[step_plans.Step]
 ) -> None:
     """Say in the node's history when a priority override names a step the node lacks.
 

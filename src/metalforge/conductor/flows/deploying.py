@@ -8,7 +8,7 @@ resumes it.
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import deploy_plan, stepflow, steps
+from metalforge.conductor import deploy_plan, step_plans, stepflow
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import warn_unknown_overrides
 from metalforge.conductor.flows.guards import not_in_maintenance, not_protected
@@ -29,7 +29,7 @@ def deploy(task: NodeTask) -> None:
                 plan = deploy_plan.plan_for_node(
                     session, task.ctx.drivers, task.node, overrides, requested
                 )
-        except steps.StepRequestError as exc:
+        except step_plans.StepRequestError as exc:
             stepflow.fail(task, stepflow.DEPLOY, f"Deploy refused: {exc}")
             return
         warn_unknown_overrides(task, stepflow.DEPLOY.name, overrides, plan.supported)
@@ -60,7 +60,7 @@ def _check_plan(admission: Admission) -> None:
     requested = list(admission.request.deploy_steps)
     try:
         deploy_plan.plan_for_node(admission.session, admission.drivers, node, overrides, requested)
-    except (steps.StepRequestError, UnknownDriver) as exc:
+    except (step_plans.StepRequestError, UnknownDriver) as exc:
         raise bad_request(f"Cannot deploy node {node.uuid}: {exc}") from None
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
-from metalforge.conductor import stepflow, steps
+from metalforge.conductor import step_plans, stepflow
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import deploy_interface
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
@@ -17,14 +17,14 @@ def service(task: NodeTask) -> None:
     if not stepflow.has_plan(task, stepflow.SERVICE):
         requested = stepflow.take_requested(task, stepflow.SERVICE)
         try:
-            supported = steps.supported_steps(
+            supported = step_plans.supported_steps(
                 task.ctx.drivers, task.node, stepflow.SERVICE.catalogue, {}
             )
-            plan = steps.requested_plan(supported, requested)
+            plan = step_plans.requested_plan(supported, requested)
             if deploy_interface(task).boots_ramdisk:
                 # Servicing does not boot the agent yet: only out-of-band steps can run.
-                steps.check_without_ramdisk(plan)
-        except (steps.StepRequestError, DriverError) as exc:
+                step_plans.check_without_ramdisk(plan)
+        except (step_plans.StepRequestError, DriverError) as exc:
             stepflow.fail(task, stepflow.SERVICE, f"Servicing refused: {exc}")
             return
         stepflow.store_plan(task, stepflow.SERVICE, plan)

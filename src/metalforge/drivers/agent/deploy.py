@@ -64,7 +64,7 @@ from metalforge.drivers.base import (
     StepsChanged,
     StepsNotKnown,
 )
-from metalforge.drivers.steps import StepDecl, deploy_step, parse_argsinfo
+from metalforge.drivers.step_declarations import StepDecl, deploy_step, parse_argsinfo
 
 ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 """Clean steps whose results are erasure records."""

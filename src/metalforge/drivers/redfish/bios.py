@@ -23,7 +23,7 @@ from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import BiosInterface, DriverTask, StepFailed
 from metalforge.drivers.redfish import connection
-from metalforge.drivers.steps import clean_step, deploy_step
+from metalforge.drivers.step_declarations import clean_step, deploy_step
 
 _SETTINGS_ARGS = {
     "settings": {

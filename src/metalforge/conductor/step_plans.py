@@ -17,7 +17,7 @@ from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
 from metalforge.drivers.base import Interface, ReadOnlyTask
 from metalforge.drivers.hardware import DriverRegistry
-from metalforge.drivers.steps import ArgInfo, StepDecl, StepKind
+from metalforge.drivers.step_declarations import ArgInfo, StepDecl, StepKind
 
 INTERFACE_ORDER = ("power", "management", "deploy", "bios", "raid", "firmware", "vendor")
 """Tie-break between interfaces for steps of equal priority (earlier runs first)."""

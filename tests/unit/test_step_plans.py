@@ -8,29 +8,29 @@ import pytest
 
 from metalforge.cli import StartupError, build_registry
 from metalforge.cli import main as cli_main
-from metalforge.conductor import steps
+from metalforge.conductor import step_plans
 from metalforge.config import load_settings
 from metalforge.db.models import Node
 from metalforge.drivers.base import DeployInterface, DriverTask
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import ConflictingSteps, DriverRegistry, HardwareType
-from metalforge.drivers.steps import clean_step
+from metalforge.drivers.step_declarations import clean_step
 
 
 def _node() -> Node:
     return Node(uuid="u", driver="fake-hardware", driver_info={}, provision_state="cleaning")
 
 
-def _supported(kind: str, overrides: dict[str, int] | None = None) -> list[steps.Step]:
+def _supported(kind: str, overrides: dict[str, int] | None = None) -> list[step_plans.Step]:
     registry = DriverRegistry(HARDWARE_TYPES.values())
-    return steps.supported_steps(registry, _node(), kind, overrides or {})  # type: ignore[arg-type]
+    return step_plans.supported_steps(registry, _node(), kind, overrides or {})  # type: ignore[arg-type]
 
 
 def test_clean_steps_are_ordered_by_priority_and_overrides_apply() -> None:
-    plan = steps.automated_plan(_supported("clean"))
+    plan = step_plans.automated_plan(_supported("clean"))
     assert [s.name for s in plan] == ["deploy.erase_devices_metadata", "deploy.erase_devices"]
-    overridden = steps.automated_plan(
+    overridden = step_plans.automated_plan(
         _supported("clean", {"deploy.erase_devices": 0, "raid.create_configuration": 50})
     )
     assert [s.name for s in overridden] == [
@@ -59,7 +59,7 @@ def test_ties_between_interfaces_follow_interface_order() -> None:
 
 def test_requested_plan_keeps_order_and_checks_arguments() -> None:
     supported = _supported("clean")
-    plan = steps.requested_plan(
+    plan = step_plans.requested_plan(
         supported,
         [
             {"interface": "raid", "step": "delete_configuration"},
@@ -74,15 +74,17 @@ def test_requested_plan_keeps_order_and_checks_arguments() -> None:
         ("raid.delete_configuration", {}),
         ("raid.create_configuration", {"create_nonroot_volumes": False}),
     ]
-    with pytest.raises(steps.StepRequestError, match=r"does not support the step deploy\.nope"):
-        steps.requested_plan(supported, [{"interface": "deploy", "step": "nope"}])
-    with pytest.raises(steps.StepRequestError, match=r"does not accept argument.*colour"):
-        steps.requested_plan(
+    with pytest.raises(
+        step_plans.StepRequestError, match=r"does not support the step deploy\.nope"
+    ):
+        step_plans.requested_plan(supported, [{"interface": "deploy", "step": "nope"}])
+    with pytest.raises(step_plans.StepRequestError, match=r"does not accept argument.*colour"):
+        step_plans.requested_plan(
             supported,
             [{"interface": "raid", "step": "delete_configuration", "args": {"colour": 1}}],
         )
-    with pytest.raises(steps.StepRequestError, match=r"requires argument.*settings"):
-        steps.requested_plan(supported, [{"interface": "bios", "step": "apply_configuration"}])
+    with pytest.raises(step_plans.StepRequestError, match=r"requires argument.*settings"):
+        step_plans.requested_plan(supported, [{"interface": "bios", "step": "apply_configuration"}])
 
 
 class _Clashing(DeployInterface):
