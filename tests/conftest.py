@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from metalforge.db.engine import Database
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.migrated import prepare
-from tests.support.postgres import PostgresCluster
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 IN_CI = bool(os.environ.get("CI"))

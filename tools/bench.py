@@ -385,8 +385,7 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
         workdir = Path(tmp)
         cluster = None
         if args.postgres:
-            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-            from tests.support.postgres import PostgresCluster
+            from metalforge_lab.postgres import PostgresCluster
 
             cluster = PostgresCluster()
             cluster.start()

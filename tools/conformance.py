@@ -40,12 +40,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.support has the Keystone harness
+from metalforge_lab.keystone import Keystone, missing_keystone, running_keystone
+from metalforge_lab.ports import free_port
 
-from tests.support.keystone import Keystone, missing_keystone, running_keystone  # noqa: E402
-from tests.support.postgres import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PLUGIN = "ironic_tempest_plugin.tests.api."
 SUITES = ("admin", "rbac_defaults")
@@ -505,7 +503,7 @@ def _terminate(signum: int, _frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace, state: Path) -> int:
     known = read_known_failures(KNOWN_FAILURES)
-    os.environ["KEYSTONE_VENV"] = str(args.keystone_venv)  # what tests.support.keystone runs
+    os.environ["KEYSTONE_VENV"] = str(args.keystone_venv)  # what metalforge_lab.keystone runs
     reason = missing_keystone()
     if reason is not None:
         raise Broken(reason)

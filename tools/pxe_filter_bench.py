@@ -213,8 +213,7 @@ def failover(workdir: Path, samples: int = 3) -> str:  # noqa: PLR0915 - a linea
     default election settings, on a throwaway PostgreSQL cluster (root only)."""
     if os.geteuid() != 0 or shutil.which("nft") is None:
         return "not measured (needs root and nft)"
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.support.postgres import PostgresCluster
+    from metalforge_lab.postgres import PostgresCluster
 
     cluster = PostgresCluster()
     cluster.start()

@@ -32,7 +32,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -45,6 +44,7 @@ from typing import Any
 
 from metalforge_lab import loopdev, namespaces
 from metalforge_lab.agent_runner import AgentProcess, AgentSettings, default_ipa_python
+from metalforge_lab.ports import free_port
 from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
 from metalforge_lab.running import StartStop
 
@@ -131,13 +131,6 @@ class VirtualNode:
             "agent_pid": self.agent.agent_pid() if self.agent is not None else None,
             "agent_log": str(self.agent.log_path) if self.agent is not None else None,
         }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class _Receiver(ThreadingHTTPServer):
@@ -228,7 +221,7 @@ class Lab(StartStop):
         if config.nodes < 1 or config.nodes > self.bridge.network.num_addresses - 3:
             raise ValueError(f"{config.nodes} nodes do not fit in {self.bridge.network}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        port = config.emulator_port or _free_port()
+        port = config.emulator_port or free_port()
         emulator_address = f"http://127.0.0.1:{port}"
         self.bridge.create()
         self._bridge_created = True

@@ -28,9 +28,10 @@ from fastapi.testclient import TestClient
 
 from metalforge.api.auth.keystone import KeystoneVerifier
 from metalforge.config import Settings, load_settings
+from metalforge_lab.keystone import Keystone, Project, User
+from metalforge_lab.ports import free_port
 from tests.support.api import error_text
-from tests.support.keystone import Keystone, Project, User, running_keystone
-from tests.support.postgres import free_port
+from tests.support.keystone import running_keystone
 from tests.support.stack import FAST_CONDUCTOR, LiveServer, Stack, start_stack
 
 pytestmark = pytest.mark.slow

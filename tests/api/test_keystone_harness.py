@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from metalforge_lab.http_errors import HttpError
 from tests.support.keystone import running_keystone
-from tests.support.processes import HttpError
 
 
 @pytest.mark.slow

@@ -27,9 +27,9 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from metalforge.config import Settings
+from metalforge_lab.ports import free_port
 from tests.support.api import wait_until
 from tests.support.auth import ADMIN, Persona, basic_auth_settings
-from tests.support.postgres import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

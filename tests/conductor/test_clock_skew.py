@@ -17,8 +17,8 @@ from metalforge.conductor.reservations import acquire
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
 from metalforge.errors import NodeLocked
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.conductors import registered_conductor
-from tests.support.postgres import PostgresCluster
 
 SKEW = dt.timedelta(minutes=10)
 _numbers = itertools.count()

@@ -17,6 +17,7 @@ from metalforge.config import ConductorSettings, CoordinationSettings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.api import (
     LATEST,
     error_text,
@@ -25,7 +26,6 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
-from tests.support.postgres import PostgresCluster
 from tests.support.proxy import CuttableProxy
 from tests.support.stack import start_stack, test_settings
 

@@ -11,7 +11,7 @@ from sqlalchemy.pool import QueuePool
 
 from metalforge.db.clock import RESYNC_SECONDS, DatabaseClock
 from metalforge.db.engine import Database
-from tests.support.postgres import PostgresCluster
+from metalforge_lab.postgres import PostgresCluster
 
 LOCAL = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -38,6 +38,7 @@ from metalforge.drivers.redfish import (
     RedfishVirtualMediaBoot,
 )
 from metalforge.drivers.redfish.connection import CONNECTIONS, parse_driver_info
+from metalforge_lab.ports import free_port
 from metalforge_lab.redfish_emulator import FakeSystem
 from tests.support.api import (
     LATEST,
@@ -48,7 +49,6 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
-from tests.support.postgres import free_port
 from tests.support.redfish import (
     PASSWORD,
     USER,

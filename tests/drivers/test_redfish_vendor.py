@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from metalforge.config import load_settings
+from metalforge_lab.ports import free_port
 from tests.support.api import LATEST, create_node, error_text, get_node
-from tests.support.postgres import free_port
 from tests.support.redfish import Bmc, start_bmc, start_redfish_stack
 from tests.support.stack import FAST_CONDUCTOR, Stack
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.postgres import PostgresCluster
-from tests.support.processes import HttpError, ProcessGroup, ServiceProcess, http
+from metalforge_lab.http_errors import HttpError
+from metalforge_lab.postgres import PostgresCluster
+from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["alloc-a", "alloc-b", "alloc-c"]
 NODES = 200

@@ -26,8 +26,8 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from metalforge.db.models import WorkItem
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.fleet import history, pg_database, provision, put, step_counts, write_config
-from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["chaos-a", "chaos-b", "chaos-c"]

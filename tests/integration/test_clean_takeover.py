@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from metalforge_lab.postgres import PostgresCluster
 from tests.support import fleet
-from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["conductor-a", "conductor-b"]

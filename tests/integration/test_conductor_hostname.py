@@ -16,7 +16,7 @@ from metalforge.db.engine import Database
 from metalforge.db.models import Conductor
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
-from tests.support.postgres import PostgresCluster
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup
 
 

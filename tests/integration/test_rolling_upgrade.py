@@ -23,8 +23,8 @@ import pytest
 from sqlalchemy import create_engine, select, text
 
 from metalforge.db.models import WorkItem
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.fleet import pg_database, provision, write_config
-from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 ROOT = Path(__file__).resolve().parents[2]

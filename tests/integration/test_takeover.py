@@ -27,8 +27,8 @@ from metalforge.db import queue
 from metalforge.db.engine import Database
 from metalforge.db.models import WorkItem
 from metalforge.db.notify import Listener, Notifier
+from metalforge_lab.postgres import PostgresCluster
 from tests.support import fleet
-from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 CONDUCTORS = ["conductor-a", "conductor-b", "conductor-c"]

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from metalforge_lab import demo, namespaces
+from metalforge_lab.ports import free_port
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.lab import require_lab
-from tests.support.postgres import free_port
 
 pytestmark = pytest.mark.slow
 

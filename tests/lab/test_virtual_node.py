@@ -29,6 +29,7 @@ from metalforge.db import agent_sessions
 from metalforge.states import CLEAN_WAIT
 from metalforge_lab import loopdev, namespaces
 from metalforge_lab.lab import AGENT, INSTANCE, NO_BOOT_DEVICE, OFF, Lab, VirtualNode
+from metalforge_lab.ports import free_port
 from tests.support.api import LATEST, create_node
 from tests.support.lab import (
     MIB,
@@ -38,7 +39,6 @@ from tests.support.lab import (
     partition_table,
     require_lab,
 )
-from tests.support.postgres import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from metalforge.config import PxeFilterSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import PxeFilterHost
 from metalforge.pxe_filter.service import STATUS_EVERY
+from metalforge_lab.ports import free_port
 from tests.pxe_filter.conftest import add_node
 from tests.support.api import wait_until
-from tests.support.postgres import free_port
 from tests.support.processes import ProcessGroup
 
 MAC = "52:54:00:cc:00:01"

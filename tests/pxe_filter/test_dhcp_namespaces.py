@@ -20,10 +20,10 @@ from metalforge.db.engine import Database
 from metalforge.db.models import Introspection, Node, Port
 from metalforge.pxe_filter.service import PASSING, host_statuses
 from metalforge.pxe_filter.setup import build_filter_host
+from metalforge_lab.postgres import PostgresCluster
 from tests.support.api import LATEST, create_node, provision, wait_for_state, wait_until
 from tests.support.dhcp_network import DhcpNetwork, require_namespaces
 from tests.support.fleet import pg_database, write_config
-from tests.support.postgres import PostgresCluster
 from tests.support.processes import ProcessGroup
 from tests.support.stack import start_stack, test_settings
 

@@ -15,7 +15,7 @@ from typing import Any
 import bcrypt
 
 from metalforge.config import Settings, load_settings
-from tests.support.postgres import free_port
+from metalforge_lab.ports import free_port
 from tests.support.stack import FAST_CONDUCTOR
 
 

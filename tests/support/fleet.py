@@ -8,8 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.support.postgres import PostgresCluster
-from tests.support.processes import HttpError, http
+from metalforge_lab.http_errors import HttpError
+from metalforge_lab.postgres import PostgresCluster
+from tests.support.processes import http
 
 
 def node(api: str, uuid: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.postgres import free_port
+from metalforge_lab.ports import free_port
 from tests.support.processes import terminate
 
 

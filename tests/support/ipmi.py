@@ -19,7 +19,7 @@ import pytest
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.ipmi.client import SESSIONS
 from metalforge_lab.ipmi_bmc import BmcProcess
-from tests.support.ports import free_udp_ports as free_udp_ports
+from metalforge_lab.ports import free_udp_ports as free_udp_ports
 from tests.support.stack import Stack, start_stack, test_settings
 
 USER = "admin"

@@ -24,7 +24,7 @@ import pytest
 from metalforge_lab import namespaces
 from metalforge_lab.agent_runner import default_ipa_python
 from metalforge_lab.lab import Lab, LabConfig, VirtualNode
-from tests.support.postgres import free_port
+from metalforge_lab.ports import free_port
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 IN_CI = bool(os.environ.get("CI"))

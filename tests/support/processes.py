@@ -23,7 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.support.postgres import free_port
+from metalforge_lab.http_errors import HttpError
+from metalforge_lab.ports import free_port
 
 LATEST = {"X-OpenStack-Ironic-API-Version": "latest"}
 STARTUP_TIMEOUT = 30.0
@@ -40,15 +41,6 @@ def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> No
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-class HttpError(AssertionError):
-    """The API answered with an unexpected status."""
-
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {body}")
-        self.status = status
-        self.body = body
 
 
 def http(

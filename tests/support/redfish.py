@@ -20,8 +20,8 @@ from typing import Any
 
 from metalforge.config import Settings
 from metalforge.drivers.redfish.connection import CONNECTIONS
+from metalforge_lab.ports import free_port
 from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
-from tests.support.postgres import free_port
 from tests.support.stack import Stack, start_stack
 
 USER = "admin"

@@ -26,8 +26,8 @@ from metalforge.config import InspectorSettings, Settings, load_settings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge_lab.ports import free_port
 from tests.support.migrated import prepare
-from tests.support.postgres import free_port
 
 FAST_CONDUCTOR = {
     "heartbeat_interval": 0.5,

@@ -1,4 +1,4 @@
-"""Loopback ports for the servers tests start, safe when tests run in parallel.
+"""Loopback ports for the servers the lab, the tests and the tools start, safe in parallel.
 
 With pytest-xdist each worker hands out ports from a range of its own, below
 the kernel's ephemeral range (where ``bind(0)`` and outgoing connections take

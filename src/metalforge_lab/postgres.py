@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.ports import free_port as free_port
+from metalforge_lab.ports import free_port
 
 
 def _bindir() -> Path | None:
