@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
 from metalforge import states
+from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows.inspection_events import WORK_KIND, event_payload
 from metalforge.conductor.flows.inspection_record import (
     db_now,
@@ -129,7 +130,7 @@ def inspect(task: NodeTask) -> None:
         else:
             if iface.boots_ramdisk:
                 _take_power_on_turn(task)
-            outcome = iface.inspect_hardware(task)
+            outcome = retried(task, "inspect", lambda: iface.inspect_hardware(task))
     except DriverError as exc:
         end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}")
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
+from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
@@ -18,7 +19,8 @@ def _rescue_interface(task: NodeTask) -> RescueInterface:
 def rescue(task: NodeTask) -> None:
     """rescuing: boot the rescue system (the request check made sure the interface can)."""
     try:
-        outcome = _rescue_interface(task).rescue(task)
+        iface = _rescue_interface(task)
+        outcome = retried(task, "boot the rescue system", lambda: iface.rescue(task))
     except DriverError as exc:
         fail(task, f"Failed to rescue the node: {exc}")
         return
@@ -32,7 +34,8 @@ def rescue(task: NodeTask) -> None:
 def unrescue(task: NodeTask) -> None:
     """unrescuing: back to the instance."""
     try:
-        _rescue_interface(task).unrescue(task)
+        iface = _rescue_interface(task)
+        retried(task, "boot the instance again", lambda: iface.unrescue(task))
     except DriverError as exc:
         fail(task, f"Failed to unrescue the node: {exc}")
         return
