@@ -442,7 +442,7 @@ def running_keystone(
         )
         keystone = Keystone(url, admin_password)
         yield keystone
-    except BaseException:
+    except BaseException:  # any failure, a Ctrl-C included: show what Keystone logged, re-raise
         print(f"----- keystone log ({log_path}) -----")
         print(log_path.read_text(errors="replace"))
         raise
