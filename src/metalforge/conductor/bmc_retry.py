@@ -5,8 +5,9 @@ answers a little later; one that answers "no" (refused credentials, an
 unsupported request) will answer the same way every time. Drivers tell the
 two apart (``BmcUnavailable`` versus any other ``DriverError``), and the
 conductor repeats only what is idempotent (switching power, booting a flow's
-ramdisk, starting an inspection, rescue and unrescue), within ``conductor.bmc_retry_budget``, on the task's clock.
-Steps are never repeated here: one may have started before its BMC stopped
+ramdisk, starting an inspection, rescue and unrescue), within
+``conductor.bmc_retry_budget``, on the task's clock. Steps are never
+repeated here: one may have started before its BMC stopped
 answering, and running it twice could do harm.
 """
 
