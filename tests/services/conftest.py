@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -16,8 +18,25 @@ from metalforge.db.engine import Database
 from metalforge.db.models import Node, NodeHistory, NodeTrait
 from metalforge.errors import RequestError
 from metalforge.services import lookup
+from metalforge.services.caller import Caller, Target
 from metalforge.services.context import Services
 from tests.support.stack import test_settings
+
+
+def _anything(rule: str, target: Target) -> bool:
+    return True
+
+
+@dataclass
+class FakeCaller(Caller):
+    """A caller whose every question ``allow`` answers (by default: yes), each one kept."""
+
+    allow: Callable[[str, Target], bool] = _anything
+    asked: list[tuple[str, Target]] = field(default_factory=list)
+
+    def may(self, rule: str, target: Target) -> bool:
+        self.asked.append((rule, target))
+        return self.allow(rule, target)
 
 
 def services_on(db: Database, db_url: str, wakes: list[str], **settings: Any) -> Services:

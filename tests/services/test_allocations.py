@@ -18,14 +18,17 @@ from sqlalchemy import select
 from metalforge import states
 from metalforge.conductor import allocation_work
 from metalforge.db.models import Allocation, Node, NodeHistory, WorkItem
-from metalforge.errors import NodeLocked, RequestError, forbidden
+from metalforge.errors import NodeLocked, RequestError
 from metalforge.services import allocations
 from metalforge.services.allocations import Grant, NewAllocation
+from metalforge.services.caller import NODE_GET, AllocationTarget, Target
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, refused, stored_node
+from tests.services.conftest import FakeCaller, add_node, refused, stored_node
 
 LATEST = (1, 99)
-ANYONE = Grant(owner=None, project=None, sees_node=lambda node: True)
+ANYONE = Grant(owner=None, project=None)
+ADMIN = FakeCaller()
+"""Sees every node and may do anything (shared: nothing reads what it was asked)."""
 ALICE = "alice (project p1)"
 
 
@@ -63,7 +66,7 @@ def _backfilled(svc: Services, **node_fields: Any) -> tuple[Node, allocations.Al
     """A deployed node backfilled into a new allocation."""
     node = _add_node(svc, provision_state=states.ACTIVE, **node_fields)
     new = NewAllocation(node=node.uuid, name="held")
-    return node, allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
+    return node, allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=ALICE)
 
 
 # -- create ---------------------------------------------------------------------
@@ -81,7 +84,7 @@ def test_creating_an_allocation_queues_its_processing_and_wakes_the_conductors(
         name="web-1",
         extra={"k": "v"},
     )
-    record = allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
+    record = allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=ALICE)
 
     assert record.state == allocation_work.ALLOCATING
     assert record.node_uuid is None
@@ -109,7 +112,12 @@ def test_an_allocation_whose_work_cannot_be_queued_is_not_created(
     monkeypatch.setattr(allocation_work, "enqueue", broken)
     with pytest.raises(RuntimeError, match="queue unavailable"):
         allocations.create_allocation(
-            svc, NewAllocation(resource_class="baremetal"), LATEST, ANYONE, actor=ALICE
+            svc,
+            NewAllocation(resource_class="baremetal"),
+            LATEST,
+            ANYONE,
+            caller=ADMIN,
+            actor=ALICE,
         )
     assert _allocations(svc) == []
     assert wakes == []
@@ -131,7 +139,7 @@ def test_a_request_that_cannot_be_met_as_asked_is_refused_and_writes_nothing(
     svc: Services, wakes: list[str], new: NewAllocation, status: int, message: str
 ) -> None:
     with pytest.raises(RequestError) as excinfo:
-        allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
+        allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=ALICE)
     assert message in refused(status, excinfo)
     assert _allocations(svc) == []
     assert _work(svc) == []
@@ -141,11 +149,18 @@ def test_a_request_that_cannot_be_met_as_asked_is_refused_and_writes_nothing(
 def test_fields_newer_than_the_version_are_refused(svc: Services) -> None:
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(
-            svc, NewAllocation(resource_class="rc", owner="p1"), (1, 59), ANYONE, actor=None
+            svc,
+            NewAllocation(resource_class="rc", owner="p1"),
+            (1, 59),
+            ANYONE,
+            caller=ADMIN,
+            actor=None,
         )
     assert "owner is not available" in refused(406, excinfo)
     with pytest.raises(RequestError) as excinfo:
-        allocations.create_allocation(svc, NewAllocation(node="n1"), (1, 57), ANYONE, actor=None)
+        allocations.create_allocation(
+            svc, NewAllocation(node="n1"), (1, 57), ANYONE, caller=ADMIN, actor=None
+        )
     assert "needs API version 1.58" in refused(400, excinfo)
 
 
@@ -153,28 +168,33 @@ def test_the_grant_decides_the_owner_and_which_nodes_may_be_candidates(svc: Serv
     mine = _add_node(svc, owner="p1")
     leased = _add_node(svc, lessee="p1")
     other = _add_node(svc, owner="p2")
-    grant = Grant(owner="p1", project="p1", sees_node=lambda node: True)
+    grant = Grant(owner="p1", project="p1")
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[other.uuid])
     with pytest.raises(RequestError) as excinfo:
-        allocations.create_allocation(svc, new, LATEST, grant, actor=ALICE)
+        allocations.create_allocation(svc, new, LATEST, grant, caller=ADMIN, actor=ALICE)
     assert refused(400, excinfo) == f"Candidate node {other.uuid} could not be found."
 
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[mine.uuid, leased.uuid])
-    record = allocations.create_allocation(svc, new, LATEST, grant, actor=ALICE)
+    record = allocations.create_allocation(svc, new, LATEST, grant, caller=ADMIN, actor=ALICE)
     assert record.owner == "p1"
     assert record.candidate_nodes == (mine.uuid, leased.uuid)
 
 
 def test_a_taken_name_or_uuid_is_a_conflict(svc: Services) -> None:
     first = allocations.create_allocation(
-        svc, NewAllocation(resource_class="rc", name="one"), LATEST, ANYONE, actor=None
+        svc,
+        NewAllocation(resource_class="rc", name="one"),
+        LATEST,
+        ANYONE,
+        caller=ADMIN,
+        actor=None,
     )
     for new in (
         NewAllocation(resource_class="rc", name="one"),
         NewAllocation(resource_class="rc", uuid=first.uuid),
     ):
         with pytest.raises(RequestError) as excinfo:
-            allocations.create_allocation(svc, new, LATEST, ANYONE, actor=None)
+            allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=None)
         assert "already exists" in refused(409, excinfo)
     assert len(_allocations(svc)) == 1
 
@@ -206,7 +226,7 @@ def test_backfilling_a_reserved_node_is_refused_as_locked(svc: Services) -> None
     node = _add_node(svc, provision_state=states.ACTIVE, reservation="conductor-1")
     new = NewAllocation(node=node.uuid)
     with pytest.raises(NodeLocked) as excinfo:
-        allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
+        allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=ALICE)
     assert excinfo.value.holder == "conductor-1"
     assert _allocations(svc) == []
     assert _node(svc, node.id).allocation_id is None
@@ -226,7 +246,7 @@ def test_backfilling_a_node_that_does_not_fit_is_refused(
     node = _add_node(svc, **{"provision_state": states.ACTIVE, **node_fields})
     new = NewAllocation(node=node.uuid, resource_class="baremetal", uuid=str(uuidlib.uuid4()))
     with pytest.raises(RequestError) as excinfo:
-        allocations.create_allocation(svc, new, LATEST, ANYONE, actor=ALICE)
+        allocations.create_allocation(svc, new, LATEST, ANYONE, caller=ADMIN, actor=ALICE)
     assert message in refused(status, excinfo)
     assert _allocations(svc) == []
     assert _node(svc, node.id).epoch == node.epoch
@@ -234,9 +254,15 @@ def test_backfilling_a_node_that_does_not_fit_is_refused(
 
 def test_a_node_the_caller_cannot_see_is_answered_as_missing(svc: Services) -> None:
     node = _add_node(svc, provision_state=states.ACTIVE, owner="p2")
-    blind = Grant(owner=None, project=None, sees_node=lambda seen: seen.owner != "p2")
+
+    def allow(rule: str, target: Target) -> bool:
+        return rule != NODE_GET or target.owner != "p2"
+
+    new = NewAllocation(node=node.uuid)
     with pytest.raises(RequestError) as excinfo:
-        allocations.create_allocation(svc, NewAllocation(node=node.uuid), LATEST, blind, actor=None)
+        allocations.create_allocation(
+            svc, new, LATEST, ANYONE, caller=FakeCaller(allow), actor=None
+        )
     assert refused(400, excinfo) == f"Node {node.uuid} could not be found."
 
 
@@ -245,10 +271,20 @@ def test_a_node_the_caller_cannot_see_is_answered_as_missing(svc: Services) -> N
 
 def test_an_edit_renames_and_is_checked_like_a_new_allocation(svc: Services) -> None:
     allocations.create_allocation(
-        svc, NewAllocation(resource_class="rc", name="taken"), LATEST, ANYONE, actor=None
+        svc,
+        NewAllocation(resource_class="rc", name="taken"),
+        LATEST,
+        ANYONE,
+        caller=ADMIN,
+        actor=None,
     )
     record = allocations.create_allocation(
-        svc, NewAllocation(resource_class="rc", name="old"), LATEST, ANYONE, actor=None
+        svc,
+        NewAllocation(resource_class="rc", name="old"),
+        LATEST,
+        ANYONE,
+        caller=ADMIN,
+        actor=None,
     )
     renamed = allocations.update_allocation(svc, "old", _setting(name="new", extra={"a": 1}))
     assert (renamed.uuid, renamed.name, renamed.extra) == (record.uuid, "new", {"a": 1})
@@ -300,21 +336,29 @@ def test_deleting_the_allocation_of_a_reserved_node_is_refused_as_locked(svc: Se
     assert len(_allocations(svc)) == 1
 
 
-def test_a_node_side_delete_asks_the_callers_check_first(svc: Services) -> None:
+def test_a_node_side_delete_asks_the_caller_on_the_allocations_owner_first(
+    svc: Services,
+) -> None:
     node, record = _backfilled(svc, maintenance=True)
-    seen: list[tuple[str, str]] = []
-
-    def refuse(checked: Node, allocation: Allocation) -> None:
-        seen.append((checked.uuid, allocation.uuid))
-        raise forbidden("no")
-
+    reader = FakeCaller(lambda rule, target: rule != allocations.DELETE)
     with pytest.raises(RequestError) as excinfo:
-        allocations.delete_node_allocation(svc, node.uuid, LATEST, refuse, actor=ALICE)
-    refused(403, excinfo)
-    assert seen == [(node.uuid, record.uuid)]
+        allocations.delete_node_allocation(svc, node.uuid, LATEST, caller=reader, actor=ALICE)
+    assert refused(403, excinfo) == (
+        "Access was denied to the following resource: baremetal:allocation:delete"
+    )
+    assert reader.asked == [
+        (allocations.GET, AllocationTarget(record.owner)),
+        (allocations.DELETE, AllocationTarget(record.owner)),
+    ]
     assert len(_allocations(svc)) == 1
 
-    allocations.delete_node_allocation(svc, node.uuid, LATEST, lambda n, a: None, actor=ALICE)
+    blind = FakeCaller(lambda *_: False)
+    with pytest.raises(RequestError) as excinfo:
+        allocations.delete_node_allocation(svc, node.uuid, LATEST, caller=blind, actor=ALICE)
+    assert refused(404, excinfo) == f"Node {node.uuid} is not associated with any allocation."
+    assert len(_allocations(svc)) == 1
+
+    allocations.delete_node_allocation(svc, node.uuid, LATEST, caller=ADMIN, actor=ALICE)
     assert _allocations(svc) == []
 
 
@@ -322,10 +366,10 @@ def test_a_node_without_an_allocation_answers_why(svc: Services) -> None:
     free = _add_node(svc)
     by_hand = _add_node(svc, instance_uuid=str(uuidlib.uuid4()))
     with pytest.raises(RequestError) as excinfo:
-        allocations.show_node_allocation(svc, free.uuid, LATEST, lambda n, a: None)
+        allocations.show_node_allocation(svc, free.uuid, LATEST, caller=ADMIN)
     assert refused(404, excinfo) == f"Node {free.uuid} is not associated with any allocation."
     with pytest.raises(RequestError) as excinfo:
-        allocations.show_node_allocation(svc, by_hand.uuid, LATEST, lambda n, a: None)
+        allocations.show_node_allocation(svc, by_hand.uuid, LATEST, caller=ADMIN)
     assert "does not belong to any allocation" in refused(400, excinfo)
 
 

@@ -21,12 +21,13 @@ from metalforge.cli import build_registry
 from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, Port
-from metalforge.errors import NodeLocked, RequestError, bad_request, forbidden
+from metalforge.errors import NodeLocked, RequestError, bad_request
 from metalforge.services import lookup
 from metalforge.services import ports as port_service
+from metalforge.services.caller import NODE_GET, NodeTarget, Target
 from metalforge.services.context import Services
 from metalforge.services.ports import NewPort, PortChanges
-from tests.services.conftest import bump_after_find
+from tests.services.conftest import FakeCaller, bump_after_find
 from tests.support.stack import test_settings
 
 ONE = "00000000-0000-0000-0000-0000000000b1"
@@ -35,14 +36,6 @@ OTHERS = "00000000-0000-0000-0000-0000000000b3"
 MISSING = "00000000-0000-0000-0000-0000000000ff"
 LATEST = (1, 101)
 MAC = "52:54:00:AA:00:01"
-
-
-def _everyone(owner: str | None, lessee: str | None) -> bool:
-    return True
-
-
-def _allowed(owner: str | None, lessee: str | None) -> None:
-    return None
 
 
 @pytest.fixture
@@ -65,7 +58,7 @@ def svc(db: Database, db_url: str) -> Services:
 
 def _create(svc: Services, node: str = ONE, address: str = MAC, **fields: Any) -> Port:
     new = NewPort(node=node, address=address, **fields)
-    return port_service.create_port(svc, new, LATEST, sees=_everyone, authorize=_allowed)
+    return port_service.create_port(svc, new, LATEST, caller=FakeCaller())
 
 
 def _epoch(svc: Services, uuid: str) -> int:
@@ -127,31 +120,31 @@ def test_create_on_a_node_changed_since_it_was_read_is_409(
 def test_a_missing_or_hidden_node_is_a_bad_request_after_the_rule(
     svc: Services, hidden: bool
 ) -> None:
-    asked: list[tuple[str | None, str | None]] = []
-
-    def authorize(owner: str | None, lessee: str | None) -> None:
-        asked.append((owner, lessee))
-
+    blind = FakeCaller(lambda rule, target: rule != NODE_GET)
     node = ONE if hidden else MISSING
     new = NewPort(node=node, address=MAC)
     with pytest.raises(RequestError) as refused:
-        port_service.create_port(
-            svc, new, LATEST, sees=lambda owner, lessee: False, authorize=authorize
-        )
+        port_service.create_port(svc, new, LATEST, caller=blind)
     assert _refusal(refused) == (400, f"Node {node} could not be found.")
-    assert asked == [(None, None)]
+    create = [target for rule, target in blind.asked if rule == port_service.CREATE]
+    assert create == [NodeTarget(None, None)]
 
 
 def test_the_create_rule_is_asked_on_the_nodes_owner_before_anything_is_written(
     svc: Services,
 ) -> None:
-    def authorize(owner: str | None, lessee: str | None) -> None:
-        raise forbidden(f"not on {owner}'s nodes")
+    def allow(rule: str, target: Target) -> bool:
+        return rule != port_service.CREATE or target.owner != "ops"
 
+    caller = FakeCaller(allow)
     new = NewPort(node=ONE, address=MAC)
     with pytest.raises(RequestError) as refused:
-        port_service.create_port(svc, new, LATEST, sees=_everyone, authorize=authorize)
-    assert _refusal(refused) == (403, "not on ops's nodes")
+        port_service.create_port(svc, new, LATEST, caller=caller)
+    assert _refusal(refused) == (
+        403,
+        "Access was denied to the following resource: baremetal:port:create",
+    )
+    assert caller.asked[-1] == (port_service.CREATE, NodeTarget("ops", None))
     assert _ports(svc) == []
 
 
@@ -185,7 +178,7 @@ def test_an_address_that_is_no_mac_is_refused(svc: Services) -> None:
 
 def test_patch_moves_the_port_and_bumps_both_nodes(svc: Services) -> None:
     port = _create(svc)
-    moved = port_service.patch_port(svc, port.uuid, LATEST, _moved_to(TWO), sees=_everyone)
+    moved = port_service.patch_port(svc, port.uuid, LATEST, _moved_to(TWO), caller=FakeCaller())
     assert moved.node.uuid == TWO
     assert _ports(svc) == [("52:54:00:aa:00:01", TWO)]
     assert (_epoch(svc, ONE), _epoch(svc, TWO)) == (2, 1)
@@ -193,7 +186,7 @@ def test_patch_moves_the_port_and_bumps_both_nodes(svc: Services) -> None:
 
 def test_patch_naming_the_same_node_by_name_does_not_move_it(svc: Services) -> None:
     port = _create(svc)
-    port_service.patch_port(svc, port.uuid, LATEST, _moved_to("one"), sees=_everyone)
+    port_service.patch_port(svc, port.uuid, LATEST, _moved_to("one"), caller=FakeCaller())
     assert _ports(svc) == [("52:54:00:aa:00:01", ONE)]
     assert _epoch(svc, ONE) == 2
 
@@ -206,7 +199,7 @@ def test_patch_changes_the_ports_values(svc: Services) -> None:
             PortChanges(**doc), address="52:54:00:aa:00:02", pxe_enabled=False
         )
 
-    changed = port_service.patch_port(svc, port.uuid, LATEST, revise, sees=_everyone)
+    changed = port_service.patch_port(svc, port.uuid, LATEST, revise, caller=FakeCaller())
     assert (changed.address, changed.pxe_enabled, changed.updated_at is not None) == (
         "52:54:00:aa:00:02",
         False,
@@ -218,7 +211,7 @@ def test_patch_onto_a_held_node_is_refused(svc: Services) -> None:
     port = _create(svc)
     _reserve(svc, TWO)
     with pytest.raises(NodeLocked):
-        port_service.patch_port(svc, port.uuid, LATEST, _moved_to(TWO), sees=_everyone)
+        port_service.patch_port(svc, port.uuid, LATEST, _moved_to(TWO), caller=FakeCaller())
     assert _ports(svc) == [("52:54:00:aa:00:01", ONE)]
     assert (_epoch(svc, ONE), _epoch(svc, TWO)) == (1, 0)
 
@@ -226,7 +219,7 @@ def test_patch_onto_a_held_node_is_refused(svc: Services) -> None:
 def test_patch_onto_another_owners_node_is_refused(svc: Services) -> None:
     port = _create(svc)
     with pytest.raises(RequestError) as refused:
-        port_service.patch_port(svc, port.uuid, LATEST, _moved_to(OTHERS), sees=_everyone)
+        port_service.patch_port(svc, port.uuid, LATEST, _moved_to(OTHERS), caller=FakeCaller())
     assert refused.value.status == 400
     assert f"Unable to apply the requested node_uuid '{OTHERS}'" in refused.value.message
     assert _ports(svc) == [("52:54:00:aa:00:01", ONE)]
@@ -236,7 +229,7 @@ def test_patch_onto_a_hidden_node_reads_as_missing(svc: Services) -> None:
     port = _create(svc)
     with pytest.raises(RequestError) as refused:
         port_service.patch_port(
-            svc, port.uuid, LATEST, _moved_to(TWO), sees=lambda owner, lessee: False
+            svc, port.uuid, LATEST, _moved_to(TWO), caller=FakeCaller(lambda *_: False)
         )
     assert _refusal(refused) == (400, f"Node {TWO} could not be found.")
 
@@ -281,7 +274,7 @@ def test_ports_moved_both_ways_at_once_take_turns(svc: Services) -> None:
             return moved(doc)
 
         try:
-            port_service.patch_port(svc, port.uuid, LATEST, revise, sees=_everyone)
+            port_service.patch_port(svc, port.uuid, LATEST, revise, caller=FakeCaller())
         except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
             failures.append(exc)
 

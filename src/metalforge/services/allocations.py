@@ -9,10 +9,10 @@ to search for. An allocation and its node's ``instance_uuid`` are one fact
 seen from two sides, so whatever removes one removes the other in the same
 transaction, and the node is written fenced like every API write.
 
-Callers hand in parsed values and the answers of their authorization (a
-``Grant``, checks called back with what was found); the API owns bodies,
-JSON patch syntax, policy and views, and renders the ``AllocationRecord``
-these functions return.
+Callers hand in parsed values, what their authorization decided (a
+``Grant``) and the request's ``Caller``, asked here once the node and its
+allocation are found; the API owns bodies, JSON patch syntax, policy and
+views, and renders the ``AllocationRecord`` these functions return.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from metalforge.db.batches import in_batches
 from metalforge.db.models import Allocation, AllocationTrait, Node, NodeTrait, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable, not_found
 from metalforge.services import fencing, lookup
+from metalforge.services.caller import AllocationTarget, Caller
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 from metalforge.services.values import check_resource_class, check_trait
@@ -44,6 +45,9 @@ STATES = tuple(allocation_flow.SPEC.states)
 """Every state an allocation can be in (a list filter naming another is a 400)."""
 PATCHABLE = ("name", "extra")
 """What a client may change: the rest is the request a conductor acted on."""
+GET = "baremetal:allocation:get"
+"""Without it on an allocation's owner, a node's allocation reads as none."""
+DELETE = "baremetal:allocation:delete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +111,8 @@ class Grant:
     """The owner the allocation gets: the one asked for, or the caller's project."""
     project: str | None
     """When set, only nodes this project owns or leases may be candidates (else: unknown)."""
-    sees_node: Callable[[Node], bool]
-    """Whether the caller may see a node: a hidden one is answered as a missing one."""
 
 
-NodeAllocationCheck = Callable[[Node, Allocation], None]
-"""Raises when the caller may not act on the node's allocation (the API's policy)."""
 Edit = Callable[[dict[str, Any]], dict[str, Any]]
 """The client's change to ``{"name", "extra"}``: the document as it should become."""
 
@@ -172,9 +172,9 @@ def show_allocation(svc: Services, ident: str) -> AllocationRecord:
 
 
 def show_node_allocation(
-    svc: Services, node_ident: str, version: Version, check: NodeAllocationCheck
+    svc: Services, node_ident: str, version: Version, *, caller: Caller
 ) -> AllocationRecord:
-    """The allocation of the node named ``node_ident``, once ``check`` let the caller see it.
+    """The allocation of the node named ``node_ident``, if the caller may read it.
 
     A node that does not exist is a bad request here (400), as Ironic answers it.
     """
@@ -183,15 +183,27 @@ def show_node_allocation(
         if node is None:
             raise bad_request(f"Node {node_ident} could not be found.")
         allocation = allocation_of(session, node)
-        check(node, allocation)
+        _check_readable(caller, node, allocation)
         return AllocationRecord.of(allocation, node.uuid)
+
+
+def _check_readable(caller: Caller, node: Node, allocation: Allocation) -> None:
+    """A node's allocation the caller may not read is answered as none."""
+    if not caller.may(GET, AllocationTarget(allocation.owner)):
+        raise no_allocation(node)
 
 
 # -- create ---------------------------------------------------------------------
 
 
 def create_allocation(
-    svc: Services, new: NewAllocation, version: Version, grant: Grant, *, actor: str | None
+    svc: Services,
+    new: NewAllocation,
+    version: Version,
+    grant: Grant,
+    *,
+    caller: Caller,
+    actor: str | None,
 ) -> AllocationRecord:
     """Record an allocation and queue its processing, or backfill ``new.node`` into it.
 
@@ -205,7 +217,7 @@ def create_allocation(
             if new.node is None:
                 record = _queue_new(session, allocation)
             else:
-                record = _backfill(session, allocation, new.node, version, grant, actor)
+                record = _backfill(session, allocation, new.node, version, caller, actor)
     except IntegrityError:  # a concurrent request won the race for the name or UUID
         raise conflict("An allocation with this name or UUID already exists.") from None
     if new.node is None:
@@ -302,11 +314,11 @@ def _backfill(
     allocation: Allocation,
     node_ident: str,
     version: Version,
-    grant: Grant,
+    caller: Caller,
     actor: str | None,
 ) -> AllocationRecord:
     """Add the allocation ``active`` with the deployed node, which is written fenced."""
-    node = _backfill_node(session, allocation, node_ident, version, grant)
+    node = _backfill_node(session, allocation, node_ident, version, caller)
     _adopt_node(allocation, node)
     if allocation.uuid != node.instance_uuid:
         _check_uuid_free(session, allocation.uuid)
@@ -322,10 +334,10 @@ def _backfill(
 
 
 def _backfill_node(
-    session: Session, allocation: Allocation, ident: str, version: Version, grant: Grant
+    session: Session, allocation: Allocation, ident: str, version: Version, caller: Caller
 ) -> Node:
     """The node to backfill: seen by the caller, unlocked, deployed, free, matching."""
-    node = _visible_node(session, ident, version, grant.sees_node)
+    node = _visible_node(session, ident, version, caller)
     if node is None:  # missing or hidden: the request cannot be met as asked
         raise bad_request(f"Node {ident} could not be found.")
     fencing.check_unlocked(session, node)
@@ -346,11 +358,10 @@ def _backfill_node(
     return node
 
 
-def _visible_node(
-    session: Session, ident: str, version: Version, sees_node: Callable[[Node], bool]
-) -> Node | None:
+def _visible_node(session: Session, ident: str, version: Version, caller: Caller) -> Node | None:
+    """The node named ``ident``, or None when it is missing or the caller may not see it."""
     node = lookup.find_node_or_none(session, ident, version)
-    return node if node is not None and sees_node(node) else None
+    return node if node is not None and caller.sees(node.owner, node.lessee) else None
 
 
 def _adopt_node(allocation: Allocation, node: Node) -> None:
@@ -432,15 +443,17 @@ def delete_node_allocation(
     svc: Services,
     node_ident: str,
     version: Version,
-    check: NodeAllocationCheck,
     *,
+    caller: Caller,
     actor: str | None,
 ) -> None:
-    """Delete the allocation of the node named ``node_ident``, once ``check`` allowed it."""
+    """Delete the allocation of the node named ``node_ident``: none for a caller that may
+    not read it (404), 403 for one that may read but not delete it."""
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version)
         allocation = allocation_of(session, node)
-        check(node, allocation)
+        _check_readable(caller, node, allocation)
+        caller.require(DELETE, AllocationTarget(allocation.owner))
         _deallocate(session, allocation, actor)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
@@ -21,14 +21,6 @@ _NAME = re.compile(r"^[A-Za-z0-9\-._~]{1,255}$")
 RESERVED_NODE_NAMES = frozenset(
     {"maintenance", "management", "states", "vendor_passthru", "detail", "validate"}
 )
-
-
-Sees = Callable[[str | None, str | None], bool]
-"""Whether the caller may see a node of this owner and lessee (``baremetal:node:get``);
-the API's policy, handed to services that must ask it where Ironic does."""
-
-Authorize = Callable[[str | None, str | None], None]
-"""Refuses (403) a caller a create rule does not allow on a node of this owner and lessee."""
 
 
 def node_for_update(session: Session, node_id: int) -> Node:

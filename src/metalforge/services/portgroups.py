@@ -14,7 +14,8 @@ node's epoch. The rules are Ironic's:
   network (``pxe_enabled``) or carries a VIF;
 * a group with member ports is not deleted.
 
-Which nodes a caller may see is the API's policy, handed in as ``Sees``.
+Which nodes a caller may see and use is the API's policy, asked of the
+request's ``Caller``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from metalforge import states
 from metalforge.db.models import Node, Port, Portgroup, utcnow
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup, vifs
+from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
-from metalforge.services.lookup import Authorize, Sees
 from metalforge.services.microversion import Version
 from metalforge.services.ports import normalise_mac
 
@@ -42,6 +43,9 @@ CONNECTIVITY_STATES = frozenset(
     {states.ENROLL, states.INSPECTING, states.INSPECT_WAIT, states.MANAGEABLE}
 )
 """Where a node's ports and groups may change how it connects (or in maintenance)."""
+
+CREATE = "baremetal:portgroup:create"
+"""The rule a caller needs on the node a new group names."""
 
 
 @dataclass(frozen=True)
@@ -100,24 +104,24 @@ def _checked(spec: PortgroupSpec) -> PortgroupSpec:
     return replace(spec, address=address)
 
 
-def _node_for(session: Session, ident: str, version: Version, sees: Sees) -> Node | None:
+def _node_for(session: Session, ident: str, version: Version, caller: Caller) -> Node | None:
     """The node named in a body under its row lock, or None if missing or hidden."""
     node = lookup.find_node_or_none(session, ident, version, for_update=True)
-    if node is None or not sees(node.owner, node.lessee):
+    if node is None or not caller.sees(node.owner, node.lessee):
         return None
     return node
 
 
 def create_portgroup(
-    svc: Services, spec: PortgroupSpec, version: Version, *, sees: Sees, authorize: Authorize
+    svc: Services, spec: PortgroupSpec, version: Version, *, caller: Caller
 ) -> Portgroup:
     """Create the group on its node: 403 before 400 for a node the caller may not see."""
     spec = _checked(spec)
     group_uuid = lookup.check_uuid(spec.uuid) if spec.uuid else str(uuidlib.uuid4())
     try:
         with svc.db.write() as session:
-            node = _node_for(session, spec.node, version, sees)
-            authorize(*((node.owner, node.lessee) if node else (None, None)))
+            node = _node_for(session, spec.node, version, caller)
+            caller.require(CREATE, NodeTarget.of(node))
             if node is None:
                 raise bad_request(f"Node {spec.node} could not be found.")
             fencing.check_unlocked(session, node)
@@ -144,7 +148,7 @@ def create_portgroup(
 
 
 def patch_portgroup(
-    svc: Services, ident: str, version: Version, edit: Edit, *, sees: Sees
+    svc: Services, ident: str, version: Version, edit: Edit, *, caller: Caller
 ) -> Portgroup:
     """Apply ``edit`` under the node's row lock (both nodes', when the group moves)."""
     try:
@@ -154,7 +158,7 @@ def patch_portgroup(
             after = _checked(edit(spec_of(group)))
             if after.uuid != before.uuid:
                 raise bad_request("The uuid of a portgroup cannot be changed.")
-            node, target = _lock_nodes(session, group, after.node, version, sees)
+            node, target = _lock_nodes(session, group, after.node, version, caller)
             if target is not None:
                 _check_move(session, group, target)
             _check_standalone(session, group, after)
@@ -203,13 +207,13 @@ _locked_node = lookup.node_for_update
 
 
 def _lock_nodes(
-    session: Session, group: Portgroup, wanted: str, version: Version, sees: Sees
+    session: Session, group: Portgroup, wanted: str, version: Version, caller: Caller
 ) -> tuple[Node, Node | None]:
     """The group's node and the node a patch moves it to (None: it stays), locked in id order."""
     target_id: int | None = None
     if wanted != group.node.uuid:
         target = lookup.find_node_or_none(session, wanted, version)
-        if target is None or not sees(target.owner, target.lessee):
+        if target is None or not caller.sees(target.owner, target.lessee):
             raise bad_request(f"Node {wanted} could not be found.")
         target_id = None if target.id == group.node_id else target.id
     ids = sorted({group.node_id, *([target_id] if target_id is not None else [])})

@@ -9,8 +9,8 @@ a port moves), so a conductor that took the node in between makes the
 request give up rather than change the ports under it.
 
 Which nodes a caller may see and use is the API's policy; the route hands
-its answers in (``Sees``, ``Authorize``) and the rules here ask them at the
-point Ironic does.
+in the request's ``Caller`` and the rules here ask it at the point Ironic
+does.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from metalforge import states
 from metalforge.db.models import Node, Port, Portgroup, utcnow
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup, vifs
+from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 
@@ -59,8 +60,8 @@ CONNECTIVITY_STATES = frozenset(
 
 _MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
-Sees = lookup.Sees
-Authorize = lookup.Authorize
+CREATE = "baremetal:port:create"
+"""The rule a caller needs on the node a new port names."""
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,7 @@ def find_port(session: Session, ident: str, version: Version) -> Port:
     return port
 
 
-def create_port(
-    svc: Services, new: NewPort, version: Version, *, sees: Sees, authorize: Authorize
-) -> Port:
+def create_port(svc: Services, new: NewPort, version: Version, *, caller: Caller) -> Port:
     """Create ``new`` on its node: 403 before 400 for a node the caller may not see.
 
     As Ironic, the create rule is checked on the node (on none when it is
@@ -144,8 +143,8 @@ def create_port(
     port_uuid = lookup.check_uuid(new.uuid) if new.uuid else str(uuidlib.uuid4())
     try:
         with svc.db.write() as session:
-            node = _visible_node(session, new.node, version, sees)
-            authorize(*((node.owner, node.lessee) if node else (None, None)))
+            node = _visible_node(session, new.node, version, caller)
+            caller.require(CREATE, NodeTarget.of(node))
             if node is None:
                 raise bad_request(f"Node {new.node} could not be found.")
             _fence(session, node)
@@ -163,13 +162,15 @@ def create_port(
     return port
 
 
-def patch_port(svc: Services, ident: str, version: Version, revise: Revise, *, sees: Sees) -> Port:
+def patch_port(
+    svc: Services, ident: str, version: Version, revise: Revise, *, caller: Caller
+) -> Port:
     """Apply ``revise`` to the port; move it when it names another node of the same owner."""
     try:
         with svc.db.write() as session:
             port = find_port(session, ident, version)
             changes = revise(_document(port))
-            node, target = _lock_nodes(session, port, changes.node_uuid, version, sees)
+            node, target = _lock_nodes(session, port, changes.node_uuid, version, caller)
             _fence(session, node, *([target] if target is not None else []))
             group_id = _membership(session, port, changes, target or node)
             _rewrite(session, port, changes, target, group_id)
@@ -186,13 +187,13 @@ def delete_port(svc: Services, ident: str, version: Version) -> None:
         session.execute(delete(Port).where(Port.id == port.id))
 
 
-def _visible_node(session: Session, ident: str, version: Version, sees: Sees) -> Node | None:
+def _visible_node(session: Session, ident: str, version: Version, caller: Caller) -> Node | None:
     """The node named in a body, or None when it is missing or the caller may not see it.
 
     Missing and hidden read alike, so nothing is said of a hidden node's existence.
     """
     node = lookup.find_node_or_none(session, ident, version, for_update=True)
-    if node is None or not sees(node.owner, node.lessee):
+    if node is None or not caller.sees(node.owner, node.lessee):
         return None
     return node
 
@@ -208,7 +209,7 @@ def _port_and_node(session: Session, ident: str, version: Version) -> tuple[Port
 
 
 def _lock_nodes(
-    session: Session, port: Port, wanted: str, version: Version, sees: Sees
+    session: Session, port: Port, wanted: str, version: Version, caller: Caller
 ) -> tuple[Node, Node | None]:
     """The port's node and the node a patch moves it to (None: it stays), under row locks.
 
@@ -221,7 +222,7 @@ def _lock_nodes(
     target_id: int | None = None
     if wanted != port.node.uuid:
         target = lookup.find_node_or_none(session, wanted, version)
-        if target is None or not sees(target.owner, target.lessee):
+        if target is None or not caller.sees(target.owner, target.lessee):
             raise bad_request(f"Node {wanted} could not be found.")
         target_id = None if target.id == port.node_id else target.id
     ids = sorted({port.node_id, *([target_id] if target_id is not None else [])})

@@ -14,9 +14,9 @@ nothing (``enroll``, ``manageable``, ``adopt failed``); a creation needs
 neither. Refusals are 400s naming the action, as Ironic words them.
 
 Which nodes a caller may see and use is the API's policy; the route hands
-its answers in (``Sees``, ``Authorize``) and the rules here ask them at the
-point Ironic does. Callers hand in parsed values and render the detached
-records these functions return.
+in the request's ``Caller`` and the rules here ask it at the point Ironic
+does. Callers hand in parsed values and render the detached records these
+functions return.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from metalforge.db.models import Node, VolumeConnector, VolumeTarget, utcnow
 from metalforge.drivers.base import POWER_OFF
 from metalforge.errors import NodeLocked, RequestError, bad_request, conflict, not_found
 from metalforge.services import fencing, lookup
+from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
 
 CONNECTOR_TYPES = ("iqn", "ip", "mac", "wwnn", "wwpn", "port", "portgroup")
@@ -49,9 +50,10 @@ LIMITS = {"type": 32, "connector_id": 255, "volume_type": 64, "volume_id": 36}
 
 _INT32 = 2**31
 
+CREATE = "baremetal:volume:create"
+"""The rule a caller needs on the node a new connector or target names."""
+
 Record = VolumeConnector | VolumeTarget
-Sees = lookup.Sees
-Authorize = lookup.Authorize
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ def _duplicate(exc: IntegrityError, spec: Spec, record_uuid: str) -> RequestErro
 _node_for_update = lookup.node_for_update
 
 
-def create(svc: Services, spec: Spec, *, sees: Sees, authorize: Authorize) -> Record:
+def create(svc: Services, spec: Spec, *, caller: Caller) -> Record:
     """Create the record on its node: 403 before 400 for a node the caller may not see.
 
     As Ironic, the create rule is checked on the node (on none when it is
@@ -203,9 +205,9 @@ def create(svc: Services, spec: Spec, *, sees: Sees, authorize: Authorize) -> Re
     try:
         with svc.db.write() as session:
             node = session.scalar(select(Node).where(Node.uuid == spec.node_uuid).with_for_update())
-            if node is not None and not sees(node.owner, node.lessee):
+            if node is not None and not caller.sees(node.owner, node.lessee):
                 node = None
-            authorize(*((node.owner, node.lessee) if node else (None, None)))
+            caller.require(CREATE, NodeTarget.of(node))
             if node is None:
                 raise bad_request(
                     f"Invalid input for field/attribute node_uuid. Value: '{spec.node_uuid}'. "
@@ -221,7 +223,7 @@ def create(svc: Services, spec: Spec, *, sees: Sees, authorize: Authorize) -> Re
     return record
 
 
-def patch(svc: Services, kind: Kind, ident: str, revise: Revise, *, sees: Sees) -> Record:
+def patch(svc: Services, kind: Kind, ident: str, revise: Revise, *, caller: Caller) -> Record:
     """Apply ``revise``; the node the record ends on must be powered off (as Ironic).
 
     A record moves only to a node the caller may see with the same owner;
@@ -233,7 +235,7 @@ def patch(svc: Services, kind: Kind, ident: str, revise: Revise, *, sees: Sees) 
             record = find(session, kind, ident)
             spec = revise(document(record))
             _check(spec)
-            node, target = _lock_nodes(session, record, spec.node_uuid, sees)
+            node, target = _lock_nodes(session, record, spec.node_uuid, caller)
             moved = [target] if target is not None else []
             for each in (node, *moved):
                 _check_settled(session, each)
@@ -299,7 +301,7 @@ def _refused(action: str, node: Node) -> RequestError:
 
 
 def _lock_nodes(
-    session: Session, record: Record, wanted: str, sees: Sees
+    session: Session, record: Record, wanted: str, caller: Caller
 ) -> tuple[Node, Node | None]:
     """The record's node and the node a patch moves it to (None: it stays), under row locks.
 
@@ -312,7 +314,7 @@ def _lock_nodes(
     target_id: int | None = None
     if wanted != record.node.uuid:
         found = lookup.find_node_or_none(session, wanted, (1, 1))
-        if found is None or not sees(found.owner, found.lessee):
+        if found is None or not caller.sees(found.owner, found.lessee):
             raise invalid
         target_id = found.id
     ids = sorted({record.node_id, *([target_id] if target_id is not None else [])})

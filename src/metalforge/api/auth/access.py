@@ -31,6 +31,8 @@ from metalforge.api.wiring import read_only, services
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
 from metalforge.services import lookup, volume
+from metalforge.services.caller import Caller as ServiceCaller
+from metalforge.services.caller import NodeTarget, Target, denied
 
 GuardKind = Literal[
     "system",
@@ -45,11 +47,6 @@ GuardKind = Literal[
     "list",
     "body",
 ]
-
-
-def denied(rule: str) -> RequestError:
-    """The policy refused ``rule``: a 403 naming the rule, as Ironic words it."""
-    return RequestError(403, f"Access was denied to the following resource: {rule}")
 
 
 def caller_of(request: Request) -> Caller:
@@ -75,6 +72,28 @@ def require(request: Request, rule: str, target: Mapping[str, str] | None = None
     """403 unless the caller passes ``rule`` on ``target``."""
     if not allows(request, rule, target):
         raise denied(rule)
+
+
+@dataclass(frozen=True)
+class PolicyCaller(ServiceCaller):
+    """The services' ``Caller``: the request's identity, judged by the policy."""
+
+    policy: Policy
+    identity: Caller
+
+    def may(self, rule: str, target: Target) -> bool:
+        return self.policy.allows(rule, self.identity, _policy_target(target))
+
+
+def _policy_target(target: Target) -> dict[str, str]:
+    if isinstance(target, NodeTarget):
+        return node_target(target.owner, target.lessee)
+    return allocation_target(target.owner)
+
+
+def policy_caller(request: Request) -> PolicyCaller:
+    """The caller services ask (``may``, ``sees``, ``require``), as the guards ask it."""
+    return PolicyCaller(policy_of(request), caller_of(request))
 
 
 @dataclass(frozen=True)

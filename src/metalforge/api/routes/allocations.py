@@ -20,13 +20,13 @@ from metalforge.api.auth.access import (
     actor,
     allows,
     caller_of,
-    denied,
     guard,
+    policy_caller,
     project_scope,
     require,
     visible_node,
 )
-from metalforge.api.auth.policy import allocation_target, node_target
+from metalforge.api.auth.policy import allocation_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields, page
@@ -39,6 +39,7 @@ from metalforge.db.models import Allocation, Node
 from metalforge.errors import RequestError, bad_request, not_found
 from metalforge.services import allocations
 from metalforge.services.allocations import AllocationRecord
+from metalforge.services.caller import denied
 from metalforge.services.values import check_resource_class
 
 router = APIRouter(tags=["allocations"])
@@ -114,27 +115,6 @@ def allocation_view(
             body[name] = getattr(allocation, name)
     body["links"] = links(base, "allocations", allocation.uuid)
     return body
-
-
-def _readable(request: Request) -> allocations.NodeAllocationCheck:
-    """A node's allocation the caller may not read is answered as none."""
-
-    def check(node: Node, allocation: Allocation) -> None:
-        if not allows(request, "baremetal:allocation:get", allocation_target(allocation.owner)):
-            raise allocations.no_allocation(node)
-
-    return check
-
-
-def _deletable(request: Request) -> allocations.NodeAllocationCheck:
-    """Readable (else none), then ``allocation:delete`` on its owner (else 403)."""
-    readable = _readable(request)
-
-    def check(node: Node, allocation: Allocation) -> None:
-        readable(node, allocation)
-        require(request, "baremetal:allocation:delete", allocation_target(allocation.owner))
-
-    return check
 
 
 # -- list / show ----------------------------------------------------------------
@@ -244,7 +224,7 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     query = Query(request, ("fields",))
     wanted = fields(query, ALLOCATION_FIELDS)
     record = allocations.show_node_allocation(
-        services(request), node_ident, query.version, _readable(request)
+        services(request), node_ident, query.version, caller=policy_caller(request)
     )
     return JSONResponse(allocation_view(record, query.version, base_url(request), wanted))
 
@@ -273,7 +253,7 @@ def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
         node=body.node,
     )
     record = allocations.create_allocation(
-        services(request), new, version, grant, actor=actor(request)
+        services(request), new, version, grant, caller=policy_caller(request), actor=actor(request)
     )
     base = base_url(request)
     return JSONResponse(
@@ -312,14 +292,10 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
 
 
 def _grant(request: Request, owner: str | None) -> allocations.Grant:
-    """The owner to create with, and which nodes the caller may name."""
-
-    def sees_node(node: Node) -> bool:
-        return allows(request, "baremetal:node:get", node_target(node.owner, node.lessee))
-
+    """The owner to create with, and which nodes the caller may name as candidates."""
     # Without create_restricted a caller may only name its project's nodes.
     project = None if allows(request, CREATE_RESTRICTED) else caller_of(request).project_id
-    return allocations.Grant(owner=owner, project=project, sees_node=sees_node)
+    return allocations.Grant(owner=owner, project=project)
 
 
 # -- patch ----------------------------------------------------------------------
@@ -377,7 +353,7 @@ def delete_node_allocation(node_ident: str, request: Request) -> Response:
         services(request),
         node_ident,
         request_version(request),
-        _deletable(request),
+        caller=policy_caller(request),
         actor=actor(request),
     )
     return Response(status_code=204)

@@ -16,7 +16,6 @@ from metalforge.api.auth.access import (
     actor,
     allows,
     caller_of,
-    denied,
     guard,
     node_disclosure,
     project_scope,
@@ -41,6 +40,7 @@ from metalforge.api.wiring import ApiServices, base_url, read_only, services
 from metalforge.db.models import INTERFACES, Node
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
+from metalforge.services.caller import denied
 
 router = APIRouter(tags=["nodes"])
 

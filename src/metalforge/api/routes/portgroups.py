@@ -19,8 +19,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from metalforge.api import listing
-from metalforge.api.auth.access import allows, guard, project_scope, require, visible_node
-from metalforge.api.auth.policy import node_target
+from metalforge.api.auth.access import guard, policy_caller, project_scope, visible_node
 from metalforge.api.links import links, sub_links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Page, Query, fields, page, parse_bool
@@ -32,7 +31,6 @@ from metalforge.db.models import Node, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import portgroups as portgroup_service
-from metalforge.services.lookup import Authorize, Sees
 from metalforge.services.portgroups import PortgroupSpec
 
 router = APIRouter(tags=["portgroups"])
@@ -244,20 +242,6 @@ def _spec(body: PortgroupCreate, uuid: str | None) -> PortgroupSpec:
     )
 
 
-def _sees(request: Request) -> Sees:
-    def sees(owner: str | None, lessee: str | None) -> bool:
-        return allows(request, "baremetal:node:get", node_target(owner, lessee))
-
-    return sees
-
-
-def _may_create(request: Request) -> Authorize:
-    def authorize(owner: str | None, lessee: str | None) -> None:
-        require(request, "baremetal:portgroup:create", node_target(owner, lessee))
-
-    return authorize
-
-
 @router.post(
     "/portgroups",
     status_code=201,
@@ -273,8 +257,7 @@ def create_portgroup(request: Request, body: PortgroupCreate) -> JSONResponse:
         services(request),
         _spec(body, body.uuid),
         version,
-        sees=_sees(request),
-        authorize=_may_create(request),
+        caller=policy_caller(request),
     )
     base = base_url(request)
     return JSONResponse(
@@ -334,7 +317,7 @@ def patch_portgroup(
         portgroup_ident,
         version,
         functools.partial(_patched, patch),
-        sees=_sees(request),
+        caller=policy_caller(request),
     )
     return JSONResponse(portgroup_view(group, version, base_url(request)))
 

@@ -15,7 +15,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from metalforge.api import listing
-from metalforge.api.auth.access import allows, guard, project_scope, require, visible_node
+from metalforge.api.auth.access import allows, guard, policy_caller, project_scope, visible_node
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
@@ -252,24 +252,6 @@ def _gate(names: set[str], version: Version) -> None:
             raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
 
 
-def _sees(request: Request) -> port_service.Sees:
-    """The caller's ``baremetal:node:get`` on a node, for the service's node checks."""
-
-    def sees(owner: str | None, lessee: str | None) -> bool:
-        return allows(request, "baremetal:node:get", node_target(owner, lessee))
-
-    return sees
-
-
-def _may_create(request: Request) -> port_service.Authorize:
-    """The caller's ``baremetal:port:create`` on a node (403 when refused)."""
-
-    def authorize(owner: str | None, lessee: str | None) -> None:
-        require(request, "baremetal:port:create", node_target(owner, lessee))
-
-    return authorize
-
-
 def _new_port(body: PortCreate, version: Version) -> NewPort:
     """The port the body asks for, checked for what this version and service accept."""
     _gate(set(body.model_dump(exclude_unset=True)), version)
@@ -303,9 +285,7 @@ def _new_port(body: PortCreate, version: Version) -> NewPort:
 def create_port(request: Request, body: PortCreate) -> JSONResponse:
     version = request_version(request)
     new = _new_port(body, version)
-    port = port_service.create_port(
-        services(request), new, version, sees=_sees(request), authorize=_may_create(request)
-    )
+    port = port_service.create_port(services(request), new, version, caller=policy_caller(request))
     base = base_url(request)
     return JSONResponse(
         port_view(port, version, base),
@@ -424,7 +404,7 @@ def patch_port(
     version = request_version(request)
     _check_paths(patch, version)
     port = port_service.patch_port(
-        services(request), port_ident, version, _reviser(patch), sees=_sees(request)
+        services(request), port_ident, version, _reviser(patch), caller=policy_caller(request)
     )
     return JSONResponse(port_view(port, version, base_url(request)))
 

@@ -15,8 +15,7 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from metalforge.api.auth.access import allows, guard, node_access, require
-from metalforge.api.auth.policy import node_target
+from metalforge.api.auth.access import guard, node_access, policy_caller
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields
 from metalforge.api.patching import apply_patch, checked_as
@@ -171,22 +170,6 @@ def show_target(target_uuid: str, request: Request) -> JSONResponse:
 # -- create -------------------------------------------------------------------
 
 
-def _sees(request: Request) -> volume_service.Sees:
-    """The caller's ``baremetal:node:get`` on a node, for the service's node checks."""
-
-    def sees(owner: str | None, lessee: str | None) -> bool:
-        return allows(request, "baremetal:node:get", node_target(owner, lessee))
-
-    return sees
-
-
-def _may_create(request: Request) -> volume_service.Authorize:
-    def authorize(owner: str | None, lessee: str | None) -> None:
-        require(request, "baremetal:volume:create", node_target(owner, lessee))
-
-    return authorize
-
-
 def _node_uuid(value: Any) -> str:
     """A record names its node by UUID only (Ironic's validator, before anything is read)."""
     if not isinstance(value, str) or not lookup.is_uuid(value):
@@ -217,9 +200,7 @@ def _target_spec(body: VolumeTargetCreate) -> TargetSpec:
 
 
 def _created(request: Request, spec: Spec) -> JSONResponse:
-    record = volume_service.create(
-        services(request), spec, sees=_sees(request), authorize=_may_create(request)
-    )
+    record = volume_service.create(services(request), spec, caller=policy_caller(request))
     base = base_url(request)
     view = record_view(record, base)
     return JSONResponse(view, status_code=201, headers={"Location": view["links"][0]["href"]})
@@ -290,7 +271,7 @@ def _patched(
 ) -> JSONResponse:
     _check_paths(coll, patch)
     record: Record = volume_service.patch(
-        services(request), coll.kind, ident, _reviser(coll, patch), sees=_sees(request)
+        services(request), coll.kind, ident, _reviser(coll, patch), caller=policy_caller(request)
     )
     view = record_view(record, base_url(request), properties=shows_properties(request))
     return JSONResponse(view)
