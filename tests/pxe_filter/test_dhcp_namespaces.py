@@ -18,7 +18,7 @@ from metalforge import inspection_states as ins
 from metalforge.config import Settings
 from metalforge.db.engine import Database
 from metalforge.db.models import Introspection, Node, Port
-from metalforge.pxe_filter.service import PASSING, host_statuses
+from metalforge.pxe_filter.service import BLOCKING, PASSING, host_statuses
 from metalforge.pxe_filter.setup import build_filter_host
 from metalforge_lab.postgres import PostgresCluster
 from tests.support.api import LATEST, create_node, provision, wait_for_state, wait_until
@@ -185,13 +185,20 @@ def test_two_hosts_with_nftables_only_the_leader_answers_and_another_takes_over(
         leader = wait_until("a leader", lambda: _leader(db), timeout=30)
         leading_server = servers[int(leader.rsplit("-", 1)[1]) - 1]
         standby = next(s for s in servers if s is not leading_server)
+        standby_name = f"filter-{servers.index(standby) + 1}"
+        # A leader can be chosen before the other host's process has started
+        # (dnsmasq answers everyone until a filter blocks it): wait for its block.
+        wait_until(
+            "the standby to block",
+            lambda: {s.hostname: s.mode for s in host_statuses(db)}.get(standby_name) == BLOCKING,
+            timeout=30,
+        )
         assert network.lease(INSPECTED, attempts=3) == leading_server.address
         assert network.lease(OTHER) is None
 
         # The leader's process dies (SIGKILL: nothing of its own runs). Its host's timed
         # entries expire in the kernel; the other host takes over when the lease runs out.
         hosts[leading_server.address].kill()
-        standby_name = f"filter-{servers.index(standby) + 1}"
         wait_until(
             "the standby to lead",
             lambda: {s.hostname: s.mode for s in host_statuses(db)}[standby_name] == PASSING,
