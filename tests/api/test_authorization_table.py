@@ -26,7 +26,7 @@ from fastapi.routing import APIRoute
 from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.node_fields import rules_for
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.schemas import PatchOperation
@@ -660,11 +660,13 @@ def _kind_for(method: str, path: str, rule: str) -> str:  # noqa: PLR0911 - a de
     return "system"
 
 
-def _caller(persona: Persona) -> Caller:
-    return Caller(user=persona.name, roles=frozenset(persona.roles), project_id=persona.project_id)
+def _caller(persona: Persona) -> Identity:
+    return Identity(
+        user=persona.name, roles=frozenset(persona.roles), project_id=persona.project_id
+    )
 
 
-def _node_rule(caller: Caller, guard: Guard, body: Any) -> tuple[bool, int]:
+def _node_rule(caller: Identity, guard: Guard, body: Any) -> tuple[bool, int]:
     target = node_target(OWNER, LESSEE)
     if not POLICY.allows("baremetal:node:get", caller, target):
         return False, 404
@@ -675,7 +677,7 @@ def _node_rule(caller: Caller, guard: Guard, body: Any) -> tuple[bool, int]:
     return any(POLICY.allows(r, caller, target) for r in rules), 403
 
 
-def _body_rule(caller: Caller, guard: Guard) -> bool:
+def _body_rule(caller: Identity, guard: Guard) -> bool:
     if guard.rule == "baremetal:node:create":
         return POLICY.allows(guard.rule, caller) or (
             caller.project_id is not None

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import update
 
 from metalforge.api.auth.basic import HtpasswdVerifier, UserFileError, parse_user_file
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.policy import Policy, node_target
 from metalforge.api.node_view import REDACTED
 from metalforge.cli import _banner
@@ -364,8 +364,8 @@ def test_a_guard_skips_the_owner_only_when_no_owner_could_change_the_answer(
     tmp_path: Path,
 ) -> None:
     keys = ("node.owner", "node.lessee")
-    admin = Caller("alice", frozenset({"admin"}))
-    member = Caller("carol", frozenset({"member"}), project_id="p-owner")
+    admin = Identity("alice", frozenset({"admin"}))
+    member = Identity("carol", frozenset({"member"}), project_id="p-owner")
     defaults = Policy()
     assert defaults.allows_any_target("baremetal:node:get", admin, keys)
     assert not defaults.allows_any_target("baremetal:node:get", member, keys)
@@ -384,7 +384,7 @@ def test_the_policy_file_is_followed_as_it_changes(
     path.write_text('"baremetal:runbook:get": "role:admin"\n')  # Ironic's, unused here
     policy = Policy(path, clock=lambda: now[0])
     assert "baremetal:runbook:get" in caplog.text
-    admin = Caller("alice", frozenset({"admin"}))
+    admin = Identity("alice", frozenset({"admin"}))
     assert not policy.allows("show_password", admin)
 
     path.write_text('"show_password": "role:admin"\n')

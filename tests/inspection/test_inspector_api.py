@@ -16,7 +16,7 @@ from sqlalchemy import update
 
 from metalforge import inspection_states as ins
 from metalforge.api.auth.access import Guard
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.policy import Policy
 from metalforge.api.inspector import routes
 from metalforge.api.inspector.app import PUBLIC_PATHS, create_inspector_app
@@ -212,7 +212,7 @@ def test_each_persona_gets_what_the_policy_says(
     url = path.replace("{node_id}", node)
     failures = []
     for persona in PERSONAS:
-        caller = Caller(
+        caller = Identity(
             user=persona.name, roles=frozenset(persona.roles), project_id=persona.project_id
         )
         allowed = POLICY.allows(guard.rule, caller)

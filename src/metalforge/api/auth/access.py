@@ -22,7 +22,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.middleware import CALLER_KEY
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.node_view import REDACTED, NodeDisclosure
@@ -31,8 +31,7 @@ from metalforge.api.wiring import read_only, services
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
 from metalforge.services import lookup, volume
-from metalforge.services.caller import Caller as ServiceCaller
-from metalforge.services.caller import NodeTarget, Target, denied
+from metalforge.services.caller import Caller, NodeTarget, Target, denied
 
 GuardKind = Literal[
     "system",
@@ -49,15 +48,15 @@ GuardKind = Literal[
 ]
 
 
-def caller_of(request: Request) -> Caller:
-    """The authenticated caller (set by the authentication middleware)."""
-    caller: Caller = request.scope["state"][CALLER_KEY]
+def identity_of(request: Request) -> Identity:
+    """Who the request is from (set by the authentication middleware)."""
+    caller: Identity = request.scope["state"][CALLER_KEY]
     return caller
 
 
 def actor(request: Request) -> str | None:
     """Who asked, as history records it (none under ``noauth``)."""
-    return caller_of(request).describe()
+    return identity_of(request).describe()
 
 
 def policy_of(request: Request) -> Policy:
@@ -65,7 +64,7 @@ def policy_of(request: Request) -> Policy:
 
 
 def allows(request: Request, rule: str, target: Mapping[str, str] | None = None) -> bool:
-    return policy_of(request).allows(rule, caller_of(request), target)
+    return policy_of(request).allows(rule, identity_of(request), target)
 
 
 def require(request: Request, rule: str, target: Mapping[str, str] | None = None) -> None:
@@ -75,11 +74,11 @@ def require(request: Request, rule: str, target: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
-class PolicyCaller(ServiceCaller):
+class PolicyCaller(Caller):
     """The services' ``Caller``: the request's identity, judged by the policy."""
 
     policy: Policy
-    identity: Caller
+    identity: Identity
 
     def may(self, rule: str, target: Target) -> bool:
         return self.policy.allows(rule, self.identity, _policy_target(target))
@@ -93,7 +92,7 @@ def _policy_target(target: Target) -> dict[str, str]:
 
 def policy_caller(request: Request) -> PolicyCaller:
     """The caller services ask (``may``, ``sees``, ``require``), as the guards ask it."""
-    return PolicyCaller(policy_of(request), caller_of(request))
+    return PolicyCaller(policy_of(request), identity_of(request))
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class Guard:
             await read_only(services(request), self._check_resource, request, ident)
 
     def _granted_whatever_the_node(self, request: Request) -> bool:
-        policy, caller = policy_of(request), caller_of(request)
+        policy, caller = policy_of(request), identity_of(request)
         keys = ("node.owner", "node.lessee")
         return policy.allows_any_target("baremetal:node:get", caller, keys) and any(
             policy.allows_any_target(rule, caller, keys) for rule in (self.rule, *self.also)
@@ -231,7 +230,7 @@ def list_scope(request: Request, list_all_rule: str) -> str | None:
     """
     if allows(request, list_all_rule):
         return None
-    caller = caller_of(request)
+    caller = identity_of(request)
     list_rule = list_all_rule.removesuffix("_all")
     if caller.project_id is None:
         raise denied(list_all_rule)

@@ -23,7 +23,7 @@ def expand_roles(roles: frozenset[str] | set[str] | list[str]) -> frozenset[str]
 
 
 @dataclass(frozen=True)
-class Caller:
+class Identity:
     """An authenticated caller, whatever proved it (noauth, htpasswd, a Keystone token).
 
     ``project_id`` set means the caller acts for that project only (a
@@ -68,5 +68,5 @@ class Caller:
         )
 
 
-NOAUTH_ADMIN = Caller(user="noauth", roles=frozenset({"admin", "member", "reader"}), named=False)
+NOAUTH_ADMIN = Identity(user="noauth", roles=frozenset({"admin", "member", "reader"}), named=False)
 """Every caller with ``noauth``: a system administrator, as in Ironic."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 
 _WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -34,7 +34,7 @@ class KeystoneUnavailable(Exception):
 
 
 class KeystoneVerifier:
-    """Turns an ``X-Auth-Token`` into a ``Caller`` (or none when Keystone refuses it)."""
+    """Turns an ``X-Auth-Token`` into a ``Identity`` (or none when Keystone refuses it)."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         if not options.get("www_authenticate_uri") and not options.get("auth_url"):
@@ -62,7 +62,7 @@ class KeystoneVerifier:
         start_response("204 No Content", [])
         return []
 
-    def verify(self, token: str) -> Caller | None:
+    def verify(self, token: str) -> Identity | None:
         """The caller the token stands for; blocks on Keystone at a cache miss.
 
         Raises ``KeystoneUnavailable`` when Keystone cannot be reached.
@@ -96,7 +96,7 @@ def _environ(token: str) -> dict[str, Any]:
     }
 
 
-def _caller(seen: dict[str, Any]) -> Caller | None:
+def _caller(seen: dict[str, Any]) -> Identity | None:
     """Who keystonemiddleware's headers say the caller is; ``None`` for no usable scope."""
     if seen.get("HTTP_X_IDENTITY_STATUS", "Confirmed") != "Confirmed":
         return None
@@ -106,7 +106,7 @@ def _caller(seen: dict[str, Any]) -> Caller | None:
     domain = None if project or system else seen.get("HTTP_X_DOMAIN_ID") or None
     if not (project or system or domain):
         return None  # an unscoped token carries no roles to act with
-    return Caller(
+    return Identity(
         user=seen.get("HTTP_X_USER_NAME") or seen.get("HTTP_X_USER_ID") or "unknown",
         user_id=seen.get("HTTP_X_USER_ID"),
         roles=roles,

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.auth.basic import HtpasswdVerifier, parse_basic_header
-from metalforge.api.auth.identity import NOAUTH_ADMIN, Caller
+from metalforge.api.auth.identity import NOAUTH_ADMIN, Identity
 from metalforge.api.auth.keystone import KeystoneUnavailable, KeystoneVerifier
 from metalforge.api.errors import error_body, send_json_error
 from metalforge.config import ApiSettings, UserSettings
@@ -59,13 +59,13 @@ def header(headers: Headers, name: bytes) -> str | None:
 class Authenticator(Protocol):
     """One authentication strategy: the caller a request's headers prove, or ``Refused``."""
 
-    async def authenticate(self, headers: Headers) -> Caller: ...
+    async def authenticate(self, headers: Headers) -> Identity: ...
 
 
 class NoAuth:
     """``noauth``: everybody is an administrator."""
 
-    async def authenticate(self, headers: Headers) -> Caller:
+    async def authenticate(self, headers: Headers) -> Identity:
         return NOAUTH_ADMIN
 
 
@@ -78,7 +78,7 @@ class HttpBasic:
         self.verifier = verifier
         self.users = users
 
-    async def authenticate(self, headers: Headers) -> Caller:
+    async def authenticate(self, headers: Headers) -> Identity:
         value = header(headers, b"authorization")
         if value is None:
             raise Refused("Authorization required", self.CHALLENGE)
@@ -90,7 +90,7 @@ class HttpBasic:
             LOG.warning("http_basic: refused credentials for user %r", user[:64])
             raise Refused("Incorrect username or password", self.CHALLENGE)
         grant = self.users.get(user, UserSettings())
-        return Caller(user=user, roles=frozenset(grant.roles), project_id=grant.project_id)
+        return Identity(user=user, roles=frozenset(grant.roles), project_id=grant.project_id)
 
 
 class Keystone:
@@ -100,7 +100,7 @@ class Keystone:
         self.verifier = verifier
         self.challenge = f'Keystone uri="{verifier.www_authenticate_uri}"'
 
-    async def authenticate(self, headers: Headers) -> Caller:
+    async def authenticate(self, headers: Headers) -> Identity:
         token = header(headers, b"x-auth-token")
         if not token:
             raise Refused("The request you have made requires authentication.", self.challenge)

@@ -27,7 +27,7 @@ from oslo_config import cfg
 from oslo_policy import _checks
 from oslo_policy import policy as oslo_policy
 
-from metalforge.api.auth.identity import Caller
+from metalforge.api.auth.identity import Identity
 
 LOG = logging.getLogger(__name__)
 
@@ -368,7 +368,7 @@ class Policy:
         self._enforcer.use_conf = False
         self._next_look = clock() + 1.0
         self._reload_lock = threading.Lock()
-        self._decisions: dict[tuple[str, Caller, tuple[tuple[str, str], ...]], bool] = {}
+        self._decisions: dict[tuple[str, Identity, tuple[tuple[str, str], ...]], bool] = {}
         self._monotone: dict[str, bool] = {}
         _warn_unused_rules(self._enforcer, policy_file)
 
@@ -401,7 +401,7 @@ class Policy:
         finally:
             self._reload_lock.release()
 
-    def allows(self, rule: str, caller: Caller, target: Mapping[str, str] | None = None) -> bool:
+    def allows(self, rule: str, caller: Identity, target: Mapping[str, str] | None = None) -> bool:
         """Whether ``caller`` passes ``rule`` on ``target`` (``node.owner``, ``node.lessee``...).
 
         A token of the wrong scope for the rule is a refusal, not an error.
@@ -425,7 +425,7 @@ class Policy:
             self._decisions[key] = decision
         return decision
 
-    def allows_any_target(self, rule: str, caller: Caller, target_keys: tuple[str, ...]) -> bool:
+    def allows_any_target(self, rule: str, caller: Identity, target_keys: tuple[str, ...]) -> bool:
         """True only if ``caller`` passes ``rule`` whatever the target's values.
 
         Lets a guard skip reading a resource's owner when the answer cannot

@@ -19,8 +19,8 @@ from metalforge.api import listing
 from metalforge.api.auth.access import (
     actor,
     allows,
-    caller_of,
     guard,
+    identity_of,
     policy_caller,
     project_scope,
     require,
@@ -271,7 +271,7 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
     own project: a different ``owner`` needs ``create_restricted``, none
     given means its project.
     """
-    caller = caller_of(request)
+    caller = identity_of(request)
     project = caller.project_id
     if not allows(request, CREATE):
         if project and owner and owner != project:
@@ -294,7 +294,7 @@ def _authorize_create(request: Request, owner: str | None) -> str | None:
 def _grant(request: Request, owner: str | None) -> allocations.Grant:
     """The owner to create with, and which nodes the caller may name as candidates."""
     # Without create_restricted a caller may only name its project's nodes.
-    project = None if allows(request, CREATE_RESTRICTED) else caller_of(request).project_id
+    project = None if allows(request, CREATE_RESTRICTED) else identity_of(request).project_id
     return allocations.Grant(owner=owner, project=project)
 
 

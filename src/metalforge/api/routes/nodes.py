@@ -15,8 +15,8 @@ from metalforge.api.auth import node_fields
 from metalforge.api.auth.access import (
     actor,
     allows,
-    caller_of,
     guard,
+    identity_of,
     node_disclosure,
     project_scope,
     require,
@@ -375,7 +375,7 @@ def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
     owner = given.get("owner")
     if allows(request, "baremetal:node:create"):
         return owner
-    caller = caller_of(request)
+    caller = identity_of(request)
     if caller.project_id is None or not allows(request, "baremetal:node:create:self_owned_node"):
         raise denied("baremetal:node:create")
     if owner not in (None, caller.project_id):
