@@ -86,7 +86,7 @@ bench: $(STAMP)
 
 # The dashboard's pictures in docs/images/, taken by headless Chromium from a throwaway stack.
 screenshots: $(STAMP) system-packages
-	$(BIN)/python tools/screenshots.py $(SCREENSHOTS_ARGS)
+	$(BIN)/python -m tests.browser.screenshots $(SCREENSHOTS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(IPA_VENV) $(KEYSTONE_VENV) $(TEMPEST_VENV) var .pytest_cache .mypy_cache .ruff_cache

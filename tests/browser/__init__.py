@@ -1,6 +1,6 @@
 """The dashboard in a real browser: headless Chromium against an authenticated stack.
 
-Shared by the browser tests and ``tools/screenshots.py``. Chromium and its
+Shared by the browser tests and ``make screenshots`` (``screenshots.py`` here). Chromium and its
 driver come from Debian packages (``tools/ensure-system-packages.sh test``);
 Selenium Manager is never used, so nothing is downloaded.
 """

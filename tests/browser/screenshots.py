@@ -18,13 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.browser holds the browser harness
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from tests.browser import (  # noqa: E402
+from tests.browser import (
     WINDOW,
     Api,
     browser,
@@ -35,10 +32,12 @@ from tests.browser import (  # noqa: E402
     signed_in,
     visible,
 )
-from tests.support.api import wait_until  # noqa: E402
-from tests.support.auth import ADMIN, READER  # noqa: E402
-from tests.support.stack import serving  # noqa: E402
+from tests.support.api import wait_until
+from tests.support.auth import ADMIN, READER
+from tests.support.stack import serving
 
+ROOT = Path(__file__).resolve().parents[2]
+"""The project's root: the pictures go under its ``docs/images/``."""
 SHORT_STEP = 2.0
 """Seconds each fake asynchronous step takes while the fleet is prepared."""
 LONG_STEP = 900.0
