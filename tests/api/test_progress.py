@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from sqlalchemy import func, select, update
 
@@ -9,11 +11,23 @@ from metalforge.db import flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node, StepRun
 from tests.support.api import LATEST, create_node, make_available
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack, test_settings
 
 ERASE_METADATA = {"interface": "deploy", "step": "erase_devices_metadata", "priority": 99}
 ERASE = {"interface": "deploy", "step": "erase_devices", "priority": 10}
 BIOS = {"interface": "management", "step": "reset_bios", "priority": 5}
+
+
+@pytest.fixture
+def idle_stack(sqlite_url: str) -> Iterator[Stack]:
+    """The API on SQLite with its conductor registered but not running: a node parked in
+    ``clean wait`` stays at the step the test put it on (a running conductor would poll
+    the fake step and move on)."""
+    running = start_stack(test_settings(sqlite_url), start_conductor=False)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def _park_in_cleaning(stack: Stack, uuid: str, step_index: int, started_ago: float) -> None:
@@ -54,9 +68,9 @@ def test_a_node_at_rest_has_no_flow(sqlite_stack: Stack) -> None:
     assert body["estimated_seconds_left"] is None
 
 
-def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -> None:
-    node = create_node(sqlite_stack.client)
-    with sqlite_stack.db.write() as session:
+def test_estimates_come_from_recent_runs_of_the_same_step(idle_stack: Stack) -> None:
+    node = create_node(idle_stack.client)
+    with idle_stack.db.write() as session:
         step_runs.record(
             session.connection(),
             "fake-hardware",
@@ -67,8 +81,8 @@ def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -
         )
         # Another hardware type's runs say nothing about this one.
         step_runs.record(session.connection(), "redfish", [("management", "reset_bios", 400.0)])
-    _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=5.0)
-    body = _progress(sqlite_stack, node["uuid"])
+    _park_in_cleaning(idle_stack, node["uuid"], step_index=1, started_ago=5.0)
+    body = _progress(idle_stack, node["uuid"])
     assert body["flow"] == "clean"
     assert (body["step_index"], body["step_count"]) == (1, 3)
     steps = body["steps"]
@@ -88,12 +102,12 @@ def test_estimates_come_from_recent_runs_of_the_same_step(sqlite_stack: Stack) -
     assert body["estimated_finish_at"] is not None
 
 
-def test_no_estimate_while_a_step_to_come_never_ran_here(sqlite_stack: Stack) -> None:
-    node = create_node(sqlite_stack.client)
-    with sqlite_stack.db.write() as session:
+def test_no_estimate_while_a_step_to_come_never_ran_here(idle_stack: Stack) -> None:
+    node = create_node(idle_stack.client)
+    with idle_stack.db.write() as session:
         step_runs.record(session.connection(), "fake-hardware", [("deploy", "erase_devices", 10.0)])
-    _park_in_cleaning(sqlite_stack, node["uuid"], step_index=1, started_ago=1.0)
-    body = _progress(sqlite_stack, node["uuid"])
+    _park_in_cleaning(idle_stack, node["uuid"], step_index=1, started_ago=1.0)
+    body = _progress(idle_stack, node["uuid"])
     assert body["estimated_seconds_left"] is None  # reset_bios has no recorded run
     steps = body["steps"]
     assert isinstance(steps, list)
