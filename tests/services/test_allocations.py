@@ -23,6 +23,7 @@ from metalforge.services import allocations
 from metalforge.services.allocations import Grant, NewAllocation
 from metalforge.services.caller import NODE_GET, AllocationTarget, Target
 from metalforge.services.context import Services
+from metalforge.services.patching import Operation
 from tests.services.conftest import FakeCaller, add_node, refused, stored_node
 
 LATEST = (1, 99)
@@ -57,9 +58,9 @@ def _history(svc: Services, node_id: int) -> list[NodeHistory]:
         return list(session.scalars(query.order_by(NodeHistory.id)))
 
 
-def _setting(**values: Any) -> allocations.Edit:
-    """An edit that sets ``values`` on the document, as a client's patch would."""
-    return lambda doc: {**doc, **values}
+def _setting(**values: Any) -> list[Operation]:
+    """A patch that sets ``values``."""
+    return [Operation("replace", f"/{name}", value, given=True) for name, value in values.items()]
 
 
 def _backfilled(svc: Services, **node_fields: Any) -> tuple[Node, allocations.AllocationRecord]:
@@ -286,17 +287,24 @@ def test_an_edit_renames_and_is_checked_like_a_new_allocation(svc: Services) -> 
         caller=ADMIN,
         actor=None,
     )
-    renamed = allocations.update_allocation(svc, "old", _setting(name="new", extra={"a": 1}))
+    renamed = allocations.update_allocation(
+        svc, "old", LATEST, _setting(name="new", extra={"a": 1})
+    )
     assert (renamed.uuid, renamed.name, renamed.extra) == (record.uuid, "new", {"a": 1})
     assert renamed.updated_at is not None
 
-    for edit, status, message in (
+    for patch, status, message in (
         (_setting(name="taken"), 409, "An allocation with name taken already exists."),
         (_setting(name=5), 400, "Invalid value for name: must be a string"),
         (_setting(extra=[1]), 400, "Invalid value for extra: must be a JSON object"),
+        (
+            _setting(state="active"),
+            400,
+            "Cannot patch /state. Only the following can be updated: name, extra",
+        ),
     ):
         with pytest.raises(RequestError) as excinfo:
-            allocations.update_allocation(svc, record.uuid, edit)
+            allocations.update_allocation(svc, record.uuid, LATEST, patch)
         assert refused(status, excinfo) == message
     assert allocations.show_allocation(svc, record.uuid).name == "new"
 

@@ -9,7 +9,6 @@ node that does not exist reads as "could not be found".
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any
 
@@ -22,11 +21,12 @@ from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, Port
 from metalforge.errors import NodeLocked, RequestError, bad_request
-from metalforge.services import lookup
+from metalforge.services import lookup, patching
 from metalforge.services import ports as port_service
 from metalforge.services.caller import NODE_GET, NodeTarget, Target
 from metalforge.services.context import Services
-from metalforge.services.ports import NewPort, PortChanges
+from metalforge.services.patching import Operation
+from metalforge.services.ports import NewPort
 from tests.services.conftest import FakeCaller, bump_after_find
 from tests.support.stack import test_settings
 
@@ -77,13 +77,9 @@ def _reserve(svc: Services, uuid: str, holder: str | None = "conductor-1") -> No
         session.execute(update(Node).where(Node.uuid == uuid).values(reservation=holder))
 
 
-def _moved_to(node_uuid: str) -> port_service.Revise:
+def _moved_to(node_uuid: str) -> list[Operation]:
     """A patch that only moves the port to ``node_uuid``."""
-
-    def revise(doc: dict[str, Any]) -> PortChanges:
-        return PortChanges(**{**doc, "node_uuid": node_uuid})
-
-    return revise
+    return [Operation("replace", "/node_uuid", node_uuid, given=True)]
 
 
 def _refusal(excinfo: pytest.ExceptionInfo[RequestError]) -> tuple[int, str]:
@@ -194,12 +190,11 @@ def test_patch_naming_the_same_node_by_name_does_not_move_it(svc: Services) -> N
 def test_patch_changes_the_ports_values(svc: Services) -> None:
     port = _create(svc)
 
-    def revise(doc: dict[str, Any]) -> PortChanges:
-        return dataclasses.replace(
-            PortChanges(**doc), address="52:54:00:aa:00:02", pxe_enabled=False
-        )
-
-    changed = port_service.patch_port(svc, port.uuid, LATEST, revise, caller=FakeCaller())
+    patch = [
+        Operation("replace", "/address", "52:54:00:AA:00:02", given=True),
+        Operation("replace", "/pxe_enabled", "False", given=True),
+    ]
+    changed = port_service.patch_port(svc, port.uuid, LATEST, patch, caller=FakeCaller())
     assert (changed.address, changed.pxe_enabled, changed.updated_at is not None) == (
         "52:54:00:aa:00:02",
         False,
@@ -252,7 +247,9 @@ def test_a_missing_port_is_404(svc: Services) -> None:
     assert _refusal(refused) == (404, f"Port {MISSING} could not be found.")
 
 
-def test_ports_moved_both_ways_at_once_take_turns(svc: Services) -> None:
+def test_ports_moved_both_ways_at_once_take_turns(
+    svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two patches moving ports in opposite directions lock the two nodes in one order.
 
     Each patch used to lock its port's node, read the patch, then lock the
@@ -265,16 +262,16 @@ def test_ports_moved_both_ways_at_once_take_turns(svc: Services) -> None:
     meet = None if svc.db.is_sqlite else threading.Barrier(2, timeout=30)
     failures: list[BaseException] = []
 
+    def apply_when_both_read(document: dict[str, Any], ops: list[Operation]) -> dict[str, Any]:
+        if meet is not None:
+            meet.wait()
+        return patching.apply(document, ops)
+
+    monkeypatch.setattr(port_service, "apply", apply_when_both_read)
+
     def shuttle(port: Port, target: str) -> None:
-        moved = _moved_to(target)
-
-        def revise(doc: dict[str, Any]) -> PortChanges:
-            if meet is not None:
-                meet.wait()
-            return moved(doc)
-
         try:
-            port_service.patch_port(svc, port.uuid, LATEST, revise, caller=FakeCaller())
+            port_service.patch_port(svc, port.uuid, LATEST, _moved_to(target), caller=FakeCaller())
         except BaseException as exc:  # noqa: BLE001 - the test asserts there were none
             failures.append(exc)
 
@@ -288,3 +285,27 @@ def test_ports_moved_both_ways_at_once_take_turns(svc: Services) -> None:
         thread.join()
     assert failures == []
     assert sorted(_ports(svc)) == sorted([(first.address, TWO), (second.address, ONE)])
+
+
+@pytest.mark.parametrize(
+    ("path", "version", "status", "message"),
+    [
+        (
+            "/internal_info",
+            LATEST,
+            400,
+            "Cannot patch /internal_info. Only the following can be updated: address, "
+            "available_for_dynamic_portgroup, category, description, extra, is_smartnic, "
+            "local_link_connection, name, node_uuid, physical_network, portgroup_uuid, "
+            "pxe_enabled, vendor",
+        ),
+        ("/name", (1, 87), 406, "Field name is not available at API version 1.87"),
+    ],
+)
+def test_a_patch_outside_the_policy_is_refused_before_the_port_is_read(
+    svc: Services, path: str, version: tuple[int, int], status: int, message: str
+) -> None:
+    patch = [Operation("replace", path, "x", given=True)]
+    with pytest.raises(RequestError) as refused:
+        port_service.patch_port(svc, MISSING, version, patch, caller=FakeCaller())
+    assert _refusal(refused) == (status, message)

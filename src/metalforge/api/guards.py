@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, send_json_error
-from metalforge.api.schemas import BODY_LIMITS, BodyLimits
+from metalforge.services.documents import BODY_LIMITS, BodyLimits
 
 
 class BodyTooSlow(HTTPException):

@@ -16,18 +16,7 @@ from sqlalchemy import Select, and_, literal, or_
 
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.errors import bad_request, not_acceptable
-
-_TRUE = {"1", "t", "true", "on", "y", "yes"}
-_FALSE = {"0", "f", "false", "off", "n", "no"}
-
-
-def parse_bool(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise bad_request(f"Invalid value for {name}: {value!r} is not a valid boolean")
+from metalforge.services.values import parse_bool
 
 
 class Query:

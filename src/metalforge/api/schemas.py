@@ -6,9 +6,6 @@ need a newer microversion are checked by the routes, which know the version.
 
 from __future__ import annotations
 
-import math
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import MaxLen
@@ -24,28 +21,15 @@ from pydantic import (
 )
 
 from metalforge.errors import bad_request
+from metalforge.services.documents import check_storable
+from metalforge.services.patching import Operation
+from metalforge.services.ports import TEXT_LIMITS as PORT_TEXT
 from metalforge.services.traits import MAX_TRAITS
 
-
-@dataclass(frozen=True)
-class BodyLimits:
-    """What a request body, or a document a patch leaves, may be (``api.*`` settings)."""
-
-    max_depth: int = 25
-    """Deepest nesting of objects and lists (``api.max_json_depth``)."""
-    max_document: int = 1024 * 1024
-    """Largest document a patch may leave, in bytes (``api.max_request_body_size``)."""
-
-
-BODY_LIMITS: ContextVar[BodyLimits] = ContextVar("body_limits", default=BodyLimits())  # noqa: B039 - frozen
-"""The serving app's limits, set for each request by its guard: validators reach them
-without a global the settings would have to write."""
 MAX_CANDIDATES = 10_000
 """Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""
 MAX_POWER_TIMEOUT = 24 * 3600
 """Longest power-change wait a request may ask for, in seconds."""
-INT_RANGE = (-(2**63), 2**64 - 1)
-"""Integers a body may hold: what a 64-bit column, orjson and PostgreSQL's JSONB all read back."""
 
 
 def storable_report(report: Any) -> Any:
@@ -57,48 +41,6 @@ def storable_report(report: Any) -> Any:
     except ValueError as exc:
         raise bad_request(f"Invalid inspection data: {exc}") from None
     return report
-
-
-def check_storable(data: Any, *, where: str = "body", depth: int = 0) -> None:
-    """Refuse JSON that parses but cannot be stored, read back or answered.
-
-    ``json.loads`` accepts ``NaN``/``Infinity`` (which the responses cannot
-    encode), integers of any size (which orjson, reading the stored value
-    back, refuses past 64 bits: one such value in a queued request used to
-    stop every conductor's claims), lone surrogates (which cannot be encoded
-    as UTF-8) and NUL characters (which PostgreSQL refuses in text and
-    JSONB). Free-form dictionaries (``extra``, ``properties``...) are not
-    typed, so they are checked here, once, for every request body, with a
-    nesting limit. Iterative, so that deeply nested documents cannot exhaust
-    the stack.
-    """
-    max_depth = BODY_LIMITS.get().max_depth
-    pending: list[tuple[str, Any, int]] = [(where, data, depth)]
-    while pending:
-        where, value, depth = pending.pop()
-        where = where if len(where) <= 120 else f"{where[:117]}..."
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{where}: {value} is not a valid JSON number")
-        out_of_range = isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]
-        if out_of_range:
-            raise ValueError(f"{where}: the integer is out of the 64-bit range")
-        if isinstance(value, dict | list) and depth >= max_depth:
-            raise ValueError(f"{where}: nested deeper than {max_depth} levels")
-        if isinstance(value, str):
-            if "\x00" in value:
-                raise ValueError(f"{where}: NUL characters are not allowed")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"{where}: the text is not valid Unicode") from None
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                pending.append((where, key, depth + 1))
-                pending.append((f"{where}/{key}", item, depth + 1))
-        elif isinstance(value, list):
-            pending.extend(
-                (f"{where}/{index}", item, depth + 1) for index, item in enumerate(value)
-            )
 
 
 class Body(BaseModel):
@@ -183,12 +125,14 @@ class PatchOperation(Body):
             raise ValueError(f"'{self.op}' operations need a value")
         return self
 
-    def as_json_patch(self) -> dict[str, Any]:
-        """The RFC 6902 operation, with only the members the client gave."""
-        operation: dict[str, Any] = {"op": self.op, "path": self.path}
-        if "value" in self.model_fields_set:
-            operation["value"] = self.value
-        return operation
+    def operation(self) -> Operation:
+        """The operation as the services apply it."""
+        return Operation(self.op, self.path, self.value, "value" in self.model_fields_set)
+
+
+def operations(patch: list[PatchOperation]) -> list[Operation]:
+    """A patch body as the services apply it."""
+    return [op.operation() for op in patch]
 
 
 StepInterface = Literal["vendor", "power", "management", "firmware", "deploy", "bios", "raid"]
@@ -309,20 +253,22 @@ class TraitsReplace(Body):
 
 
 class PortCreate(Body):
+    """``POST /v1/ports``; text fields held to the limits a PATCH is (``ports.TEXT_LIMITS``)."""
+
     address: str = Field(min_length=1, max_length=64)
     node_uuid: str | None = None
     node_ident: str | None = None
     uuid: str | None = None
-    name: str | None = Field(default=None, max_length=255)
+    name: str | None = Field(default=None, max_length=PORT_TEXT["name"])
     extra: dict[str, Any] | None = None
     pxe_enabled: bool | None = None
     local_link_connection: dict[str, Any] | None = None
-    physical_network: str | None = Field(default=None, max_length=64)
+    physical_network: str | None = Field(default=None, max_length=PORT_TEXT["physical_network"])
     portgroup_uuid: str | None = None
     is_smartnic: bool | None = None
-    description: str | None = Field(default=None, max_length=255)
-    vendor: str | None = Field(default=None, max_length=255)
-    category: str | None = Field(default=None, max_length=80)
+    description: str | None = Field(default=None, max_length=PORT_TEXT["description"])
+    vendor: str | None = Field(default=None, max_length=PORT_TEXT["vendor"])
+    category: str | None = Field(default=None, max_length=PORT_TEXT["category"])
     available_for_dynamic_portgroup: bool | None = None
 
 

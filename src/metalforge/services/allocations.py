@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,13 +37,14 @@ from metalforge.services import fencing, lookup
 from metalforge.services.caller import AllocationTarget, Caller
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
 from metalforge.services.values import check_resource_class, check_trait
 
 BACKFILL_SINCE: Version = (1, 58)
 OWNER_SINCE: Version = (1, 60)
 STATES = tuple(allocation_flow.SPEC.states)
 """Every state an allocation can be in (a list filter naming another is a 400)."""
-PATCHABLE = ("name", "extra")
+PATCH = PatchPolicy({"name": Patchable(), "extra": Patchable()})
 """What a client may change: the rest is the request a conductor acted on."""
 GET = "baremetal:allocation:get"
 """Without it on an allocation's owner, a node's allocation reads as none."""
@@ -111,10 +112,6 @@ class Grant:
     """The owner the allocation gets: the one asked for, or the caller's project."""
     project: str | None
     """When set, only nodes this project owns or leases may be candidates (else: unknown)."""
-
-
-Edit = Callable[[dict[str, Any]], dict[str, Any]]
-"""The client's change to ``{"name", "extra"}``: the document as it should become."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,12 +396,16 @@ def _check_name_free(session: Session, name: str | None) -> None:
 # -- update ---------------------------------------------------------------------
 
 
-def update_allocation(svc: Services, ident: str, edit: Edit) -> AllocationRecord:
-    """Apply ``edit`` to the allocation's name and extra, checked like a new allocation's."""
+def update_allocation(
+    svc: Services, ident: str, version: Version, ops: Sequence[Operation]
+) -> AllocationRecord:
+    """Apply the JSON patch ``ops`` to the allocation's name and extra (``PATCH``, checked
+    before the allocation is read), the result checked like a new allocation's."""
+    PATCH.check(ops, version)
     try:
         with svc.db.write() as session:
             allocation = find_allocation(session, ident)
-            after = edit({"name": allocation.name, "extra": allocation.extra})
+            after = apply({"name": allocation.name, "extra": allocation.extra}, ops)
             name, extra = _edited(session, allocation, after)
             allocation.name, allocation.extra, allocation.updated_at = name, extra, utcnow()
             session.flush()

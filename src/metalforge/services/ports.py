@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,25 +33,44 @@ from metalforge.services import fencing, lookup, vifs
 from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
+from metalforge.services.values import parse_bool
 
-PATCHABLE = frozenset(
+PATCH = PatchPolicy(
     {
-        "address",
-        "node_uuid",
-        "extra",
-        "pxe_enabled",
-        "local_link_connection",
-        "physical_network",
-        "is_smartnic",
-        "name",
-        "description",
-        "vendor",
-        "category",
-        "portgroup_uuid",
-        "available_for_dynamic_portgroup",
+        "address": Patchable(),
+        "available_for_dynamic_portgroup": Patchable(since=(1, 111)),
+        "category": Patchable(since=(1, 101)),
+        "description": Patchable(since=(1, 97)),
+        "extra": Patchable(),
+        "is_smartnic": Patchable(since=(1, 53)),
+        "local_link_connection": Patchable(since=(1, 19)),
+        "name": Patchable(since=(1, 88)),
+        "node_uuid": Patchable(),
+        "physical_network": Patchable(since=(1, 34)),
+        "portgroup_uuid": Patchable(since=(1, 24)),
+        "pxe_enabled": Patchable(since=(1, 19)),
+        "vendor": Patchable(since=(1, 100)),
     }
 )
-"""The fields a JSON patch may change (as Ironic)."""
+"""The fields a JSON patch may change (as Ironic), from the version each appeared in."""
+
+TEXT_LIMITS = {
+    "physical_network": 64,
+    "name": 255,
+    "description": 255,
+    "vendor": 255,
+    "category": 80,
+}
+"""The longest value of each text field, on create and after a patch (the columns' widths)."""
+_FLAGS = (
+    ("pxe_enabled", True),
+    ("is_smartnic", False),
+    ("available_for_dynamic_portgroup", True),
+)
+"""The boolean fields, with the value create gives them (and a patch that removes one)."""
+_NODE_AND_GROUP = {"node_uuid", "portgroup_uuid"}
+"""Named by UUID in a patch, stored as ids."""
 
 CONNECTIVITY_STATES = frozenset(
     {states.ENROLL, states.INSPECTING, states.INSPECT_WAIT, states.MANAGEABLE}
@@ -110,10 +129,6 @@ class PortChanges:
     """The group (UUID or name) the port is a member of after the patch, or none."""
 
 
-Revise = Callable[[dict[str, Any]], PortChanges]
-"""The client's patch: from the port's patchable document to its checked new values."""
-
-
 def normalise_mac(address: str) -> str:
     """``address`` as stored: lower case, colon separated; 400 for anything but a MAC."""
     mac = address.strip().lower()
@@ -163,13 +178,16 @@ def create_port(svc: Services, new: NewPort, version: Version, *, caller: Caller
 
 
 def patch_port(
-    svc: Services, ident: str, version: Version, revise: Revise, *, caller: Caller
+    svc: Services, ident: str, version: Version, ops: Sequence[Operation], *, caller: Caller
 ) -> Port:
-    """Apply ``revise`` to the port; move it when it names another node of the same owner."""
+    """Apply the JSON patch ``ops`` (checked against ``PATCH`` before the port is read);
+    move the port when it names another node of the same owner."""
+    PATCH.check(ops, version)
     try:
         with svc.db.write() as session:
             port = find_port(session, ident, version)
-            changes = revise(_document(port))
+            before = _document(port)
+            changes = _changes(apply(before, ops), before)
             node, target = _lock_nodes(session, port, changes.node_uuid, version, caller)
             _fence(session, node, *([target] if target is not None else []))
             group_id = _membership(session, port, changes, target or node)
@@ -348,10 +366,89 @@ def _rewrite(
 
 def _document(port: Port) -> dict[str, Any]:
     """The port's patchable fields, as a patch sees them."""
-    doc = {name: getattr(port, name) for name in PATCHABLE - {"node_uuid", "portgroup_uuid"}}
+    doc = {name: getattr(port, name) for name in PATCH.fields.keys() - _NODE_AND_GROUP}
     doc["node_uuid"] = port.node.uuid
     doc["portgroup_uuid"] = port.portgroup.uuid if port.portgroup is not None else None
     return doc
+
+
+def _changes(after: dict[str, Any], before: dict[str, Any]) -> PortChanges:
+    """The patched document's values, each checked for its type.
+
+    The checks run in the order they always have, so a patch with several
+    faults is answered with the same first one.
+    """
+    extra, connection = (_object(after, n) for n in ("extra", "local_link_connection"))
+    address = normalise_mac(str(after.get("address") or ""))
+    network, name, description, vendor, category = (_text(after, n) for n in TEXT_LIMITS)
+    if name is not None:
+        lookup.check_name(name)
+    pxe_enabled, is_smartnic, dynamic = (_flag(after, *f) for f in _FLAGS)
+    return PortChanges(
+        node_uuid=_node_uuid(after, before),
+        address=address,
+        extra=extra,
+        local_link_connection=connection,
+        physical_network=network,
+        name=name,
+        description=description,
+        vendor=vendor,
+        category=category,
+        pxe_enabled=pxe_enabled,
+        is_smartnic=is_smartnic,
+        available_for_dynamic_portgroup=dynamic,
+        portgroup_uuid=_portgroup(after),
+    )
+
+
+def _object(after: dict[str, Any], name: str) -> dict[str, Any]:
+    """A JSON-object field after the patch (a removed one is empty, as on create)."""
+    value = after.get(name) or {}
+    if not isinstance(value, dict):
+        raise bad_request(f"Invalid value for {name}: must be a JSON object")
+    return value
+
+
+def _text(after: dict[str, Any], name: str) -> str | None:
+    """A string field after the patch, held to create's length limit (and the column's)."""
+    value = after.get(name)
+    if value is not None and not isinstance(value, str):
+        raise bad_request(f"Invalid value for {name}: must be a string")
+    if value is not None and len(value) > TEXT_LIMITS[name]:
+        raise bad_request(
+            f"Invalid value for {name}: at most {TEXT_LIMITS[name]} characters are allowed"
+        )
+    return value
+
+
+def _flag(after: dict[str, Any], name: str, default: bool) -> bool:
+    """A boolean field after the patch; a removed one takes create's default."""
+    value = after.get(name, default)
+    if isinstance(value, str):
+        # ironicclient sends "True"/"False" (`port set --pxe-enabled`).
+        value = parse_bool(name, value)
+    if value is None:
+        value = default
+    if not isinstance(value, bool):
+        raise bad_request(f"Invalid value for {name}: must be a boolean")
+    return value
+
+
+def _node_uuid(after: dict[str, Any], before: dict[str, Any]) -> str:
+    """The node the port is to belong to; ``_lock_nodes`` checks that it exists and may
+    be used. As on create, a port must belong to a node, so removing it is a bad
+    request, not a missing port."""
+    value = after.get("node_uuid")
+    if value != before["node_uuid"] and not isinstance(value, str):
+        raise bad_request("Invalid value for node_uuid: a port needs a node")
+    return str(value)
+
+
+def _portgroup(after: dict[str, Any]) -> str | None:
+    value = after.get("portgroup_uuid")
+    if value is not None and not isinstance(value, str):
+        raise bad_request("Invalid value for portgroup_uuid: must be a string")
+    return value
 
 
 def _new_row(new: NewPort, port_uuid: str, address: str, node: Node) -> Port:

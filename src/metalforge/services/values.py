@@ -1,4 +1,4 @@
-"""Value rules shared by several resources (trait names, resource classes).
+"""Value rules shared by several resources (trait names, resource classes, booleans).
 
 Here rather than in the API because service functions check the values they
 are handed: any caller, not only the HTTP API, gets the same 400 for a value
@@ -15,6 +15,18 @@ import os_traits
 from metalforge.errors import bad_request
 
 _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_TRUE = {"1", "t", "true", "on", "y", "yes"}
+_FALSE = {"0", "f", "false", "off", "n", "no"}
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """A boolean as clients spell it (``True``, ``false``, ``1``, ``yes``...); 400 otherwise."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise bad_request(f"Invalid value for {name}: {value!r} is not a valid boolean")
 
 
 @functools.cache

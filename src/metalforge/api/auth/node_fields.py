@@ -20,10 +20,10 @@ from typing import Any
 from fastapi import Request
 
 from metalforge.api.auth.access import allows, node_access, require
-from metalforge.api.params import parse_bool
 from metalforge.api.schemas import PatchOperation
 from metalforge.errors import RequestError
 from metalforge.redaction import is_secret_key
+from metalforge.services.values import parse_bool
 
 FIELD_RULES: dict[str, str] = {
     "instance_info": "baremetal:node:update_instance_info",

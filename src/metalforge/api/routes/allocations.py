@@ -30,9 +30,8 @@ from metalforge.api.auth.policy import allocation_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields, page
-from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
-from metalforge.api.schemas import AllocationCreate, PatchOperation
+from metalforge.api.schemas import AllocationCreate, PatchOperation, operations
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Allocation, Node
@@ -313,17 +312,11 @@ def _grant(request: Request, owner: str | None) -> allocations.Grant:
 def patch_allocation(
     allocation_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
-    for op in patch:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in allocations.PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: "
-                f"{', '.join(allocations.PATCHABLE)}"
-            )
+    version = request_version(request)
     record = allocations.update_allocation(
-        services(request), allocation_ident, lambda doc: apply_patch(doc, patch)
+        services(request), allocation_ident, version, operations(patch)
     )
-    return JSONResponse(allocation_view(record, request_version(request), base_url(request)))
+    return JSONResponse(allocation_view(record, version, base_url(request)))
 
 
 # -- delete ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ from metalforge.api.node_view import (
     render,
     view_plan,
 )
-from metalforge.api.params import Page, Query, fields, page, parse_bool
+from metalforge.api.params import Page, Query, fields, page
 from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
 from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
@@ -41,6 +41,7 @@ from metalforge.db.models import INTERFACES, Node
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
 from metalforge.services.caller import denied
+from metalforge.services.values import parse_bool
 
 router = APIRouter(tags=["nodes"])
 

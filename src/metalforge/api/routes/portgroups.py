@@ -22,7 +22,7 @@ from metalforge.api import listing
 from metalforge.api.auth.access import guard, policy_caller, project_scope, visible_node
 from metalforge.api.links import links, sub_links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.params import Page, Query, fields, page, parse_bool
+from metalforge.api.params import Page, Query, fields, page
 from metalforge.api.patching import apply_patch, checked_as
 from metalforge.api.schemas import PatchOperation, PortgroupCreate
 from metalforge.api.versions import Version, fmt, request_version
@@ -32,6 +32,7 @@ from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import portgroups as portgroup_service
 from metalforge.services.portgroups import PortgroupSpec
+from metalforge.services.values import parse_bool
 
 router = APIRouter(tags=["portgroups"])
 

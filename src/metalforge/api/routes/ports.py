@@ -19,16 +19,15 @@ from metalforge.api.auth.access import allows, guard, policy_caller, project_sco
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.params import Page, Query, fields, page, parse_bool
-from metalforge.api.patching import apply_patch
-from metalforge.api.schemas import PatchOperation, PortCreate, max_lengths
+from metalforge.api.params import Page, Query, fields, page
+from metalforge.api.schemas import PatchOperation, PortCreate, operations
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node, Port, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import ports as port_service
-from metalforge.services.ports import PATCHABLE, NewPort, PortChanges, normalise_mac
+from metalforge.services.ports import NewPort
 
 router = APIRouter(tags=["ports"])
 
@@ -53,14 +52,6 @@ PORT_FIELDS: dict[str, Version] = {
     "available_for_dynamic_portgroup": (1, 111),
 }
 LIST_DEFAULT = ("uuid", "address")
-MAX_LENGTHS = max_lengths(PortCreate)
-"""PATCH holds strings to the limits create does (and the columns need)."""
-_TEXTS = ("physical_network", "name", "description", "vendor", "category")
-_FLAGS = (
-    ("pxe_enabled", True),
-    ("is_smartnic", False),
-    ("available_for_dynamic_portgroup", True),
-)
 
 
 def port_view(
@@ -294,104 +285,6 @@ def create_port(request: Request, body: PortCreate) -> JSONResponse:
     )
 
 
-def _check_paths(patch: list[PatchOperation], version: Version) -> None:
-    """Refuse a patch of a field no port has, or one this version does not know, before any read."""
-    for op in patch:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: "
-                f"{', '.join(sorted(PATCHABLE))}"
-            )
-        _gate({root}, version)
-
-
-def _object(after: dict[str, Any], name: str) -> dict[str, Any]:
-    """A JSON-object field after the patch (a removed one is empty, as on create)."""
-    value = after.get(name) or {}
-    if not isinstance(value, dict):
-        raise bad_request(f"Invalid value for {name}: must be a JSON object")
-    return value
-
-
-def _text(after: dict[str, Any], name: str) -> str | None:
-    """A string field after the patch, held to create's length limit (and the column's)."""
-    value = after.get(name)
-    if value is not None and not isinstance(value, str):
-        raise bad_request(f"Invalid value for {name}: must be a string")
-    if value is not None and len(value) > MAX_LENGTHS[name]:
-        raise bad_request(
-            f"Invalid value for {name}: at most {MAX_LENGTHS[name]} characters are allowed"
-        )
-    return value
-
-
-def _flag(after: dict[str, Any], name: str, default: bool) -> bool:
-    """A boolean field after the patch; a removed one takes create's default."""
-    value = after.get(name, default)
-    if isinstance(value, str):
-        # ironicclient sends "True"/"False" (`port set --pxe-enabled`).
-        value = parse_bool(name, value)
-    if value is None:
-        value = default
-    if not isinstance(value, bool):
-        raise bad_request(f"Invalid value for {name}: must be a boolean")
-    return value
-
-
-def _node_uuid(after: dict[str, Any], before: dict[str, Any]) -> str:
-    """The node the port is to belong to; the service checks that it exists and may be used.
-
-    As on create: a port must belong to a node, so removing it is a bad
-    request, not a missing port.
-    """
-    value = after.get("node_uuid")
-    if value != before["node_uuid"] and not isinstance(value, str):
-        raise bad_request("Invalid value for node_uuid: a port needs a node")
-    return str(value)
-
-
-def _portgroup(after: dict[str, Any]) -> str | None:
-    value = after.get("portgroup_uuid")
-    if value is not None and not isinstance(value, str):
-        raise bad_request("Invalid value for portgroup_uuid: must be a string")
-    return value
-
-
-def _reviser(patch: list[PatchOperation]) -> port_service.Revise:
-    """The patch applied to a port's document, each value checked for its type.
-
-    The checks run in the order they always have, so a patch with several
-    faults is answered with the same first one.
-    """
-
-    def revise(doc: dict[str, Any]) -> PortChanges:
-        after = apply_patch(doc, patch)
-        extra, connection = (_object(after, n) for n in ("extra", "local_link_connection"))
-        address = normalise_mac(str(after.get("address") or ""))
-        network, name, description, vendor, category = (_text(after, n) for n in _TEXTS)
-        if name is not None:
-            lookup.check_name(name)
-        pxe_enabled, is_smartnic, dynamic = (_flag(after, *f) for f in _FLAGS)
-        return PortChanges(
-            node_uuid=_node_uuid(after, doc),
-            address=address,
-            extra=extra,
-            local_link_connection=connection,
-            physical_network=network,
-            name=name,
-            description=description,
-            vendor=vendor,
-            category=category,
-            pxe_enabled=pxe_enabled,
-            is_smartnic=is_smartnic,
-            available_for_dynamic_portgroup=dynamic,
-            portgroup_uuid=_portgroup(after),
-        )
-
-    return revise
-
-
 @router.patch(
     "/ports/{port_ident}",
     summary="Update a port with a JSON patch",
@@ -402,9 +295,8 @@ def patch_port(
     port_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
     version = request_version(request)
-    _check_paths(patch, version)
     port = port_service.patch_port(
-        services(request), port_ident, version, _reviser(patch), caller=policy_caller(request)
+        services(request), port_ident, version, operations(patch), caller=policy_caller(request)
     )
     return JSONResponse(port_view(port, version, base_url(request)))
 
