@@ -2,6 +2,9 @@
 
 Unknown keys are refused, as Ironic's JSON schemas refuse them. Fields that
 need a newer microversion are checked by the routes, which know the version.
+The bodies a PATCH result is held to as well (a chassis', a port group's...),
+and their ``Body`` base, live in ``services.bodies``: the services check
+patched documents against them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from typing import Annotated, Any, Literal, get_args
 from annotated_types import MaxLen
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     RootModel,
     StrictInt,
@@ -21,6 +23,7 @@ from pydantic import (
 )
 
 from metalforge.errors import bad_request
+from metalforge.services.bodies import Body
 from metalforge.services.documents import check_storable
 from metalforge.services.patching import Operation
 from metalforge.services.ports import TEXT_LIMITS as PORT_TEXT
@@ -41,16 +44,6 @@ def storable_report(report: Any) -> Any:
     except ValueError as exc:
         raise bad_request(f"Invalid inspection data: {exc}") from None
     return report
-
-
-class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _check_storable(cls, data: Any) -> Any:
-        check_storable(data)
-        return data
 
 
 def max_lengths(model: type[BaseModel]) -> dict[str, int]:
@@ -305,12 +298,6 @@ class PassthruArgs(RootModel[dict[str, Any]]):
     def _check_storable(cls, data: Any) -> Any:
         check_storable(data)
         return data
-
-
-class ChassisCreate(Body):
-    uuid: str | None = None
-    description: str | None = Field(default=None, max_length=255)
-    extra: dict[str, Any] | None = None
 
 
 class VolumeConnectorCreate(Body):

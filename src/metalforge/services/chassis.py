@@ -8,15 +8,18 @@ the chassis' nodes. On PostgreSQL the two therefore take turns, and the
 deletion, reading after the lock, sees a node committed meanwhile; on SQLite
 writes take turns anyway.
 
-Callers hand in parsed values; the API owns bodies, JSON patch syntax and
-views, and renders the detached ``Chassis`` these functions return.
+Callers hand in parsed values, and a PATCH as its operations: the service
+checks them against ``PATCH``, applies them and checks the result as a
+create's body (``bodies.ChassisCreate``). The API owns the request bodies'
+syntax and the views, and renders the detached ``Chassis`` these functions
+return.
 """
 
 from __future__ import annotations
 
 import copy
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +30,15 @@ from sqlalchemy.orm import Session
 from metalforge.db.models import Chassis, Node, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import lookup
+from metalforge.services.bodies import ChassisCreate, checked
 from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
 
 MAX_DESCRIPTION = 255
 """Ironic's limit on a chassis' description (and the column's)."""
+PATCH = PatchPolicy({"description": Patchable(), "extra": Patchable()})
+"""What a JSON patch may change: the UUID names the chassis."""
 
 
 @dataclass(frozen=True)
@@ -41,10 +49,6 @@ class ChassisSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     uuid: str | None = None
     """Only for a create: the UUID the client asked for; a new one otherwise."""
-
-
-Edit = Callable[[ChassisSpec], ChassisSpec]
-"""A change to a stored chassis (the API applies a client's JSON patch)."""
 
 
 def not_found_error(ident: str) -> RequestError:
@@ -85,7 +89,7 @@ def _check(spec: ChassisSpec) -> None:
 
 
 def spec_of(chassis: Chassis) -> ChassisSpec:
-    """``chassis`` as stored, for an ``Edit`` to change (a deep copy: edits may mutate)."""
+    """``chassis`` as stored (a deep copy: what a patch changes is not the loaded row)."""
     return copy.deepcopy(ChassisSpec(chassis.description, chassis.extra, chassis.uuid))
 
 
@@ -103,15 +107,16 @@ def create_chassis(svc: Services, spec: ChassisSpec) -> Chassis:
     return chassis
 
 
-def patch_chassis(svc: Services, ident: str, edit: Edit) -> Chassis:
-    """Apply ``edit`` to the chassis under its row lock; the UUID never changes."""
+def patch_chassis(svc: Services, ident: str, version: Version, ops: Sequence[Operation]) -> Chassis:
+    """Apply the JSON patch ``ops`` (checked against ``PATCH`` before the chassis is read)
+    under the chassis' row lock, the result checked as a create's body; the UUID never
+    changes."""
+    PATCH.check(ops, version)
     with svc.db.write() as session:
         chassis = find_chassis(session, ident, for_update=True)
         before = spec_of(chassis)
-        after = edit(spec_of(chassis))
+        after = _patched(before, ops)
         _check(after)
-        if after.uuid != before.uuid:
-            raise bad_request("The uuid of a chassis cannot be changed.")
         if (after.description, after.extra) != (before.description, before.extra):
             session.execute(
                 update(Chassis)
@@ -121,6 +126,13 @@ def patch_chassis(svc: Services, ident: str, edit: Edit) -> Chassis:
             session.flush()
             session.refresh(chassis)
     return chassis
+
+
+def _patched(before: ChassisSpec, ops: Sequence[Operation]) -> ChassisSpec:
+    """``before`` with ``ops`` applied, parsed as a create's body would be."""
+    document = apply({"description": before.description, "extra": before.extra}, ops)
+    body = checked(ChassisCreate, document, "chassis")
+    return ChassisSpec(body.description, body.extra or {}, before.uuid)
 
 
 def delete_chassis(svc: Services, ident: str) -> None:

@@ -20,13 +20,13 @@ from pydantic import Field
 
 from metalforge.api.links import links
 from metalforge.api.node_view import masked_instance_info
-from metalforge.api.schemas import Body
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, not_found
 from metalforge.redaction import mask_secrets
 from metalforge.services import agent
+from metalforge.services.bodies import Body
 
 router = APIRouter(tags=["ramdisk agent"])
 

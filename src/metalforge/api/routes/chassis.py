@@ -9,7 +9,6 @@ node's chassis must exist, a chassis with nodes cannot be deleted -- are
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
@@ -20,13 +19,12 @@ from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links, sub_links
 from metalforge.api.params import Query, fields, page
-from metalforge.api.patching import apply_patch, checked_as
-from metalforge.api.schemas import ChassisCreate, PatchOperation
-from metalforge.api.versions import Version
+from metalforge.api.schemas import PatchOperation, operations
+from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Chassis
-from metalforge.errors import bad_request
 from metalforge.services import chassis as chassis_service
+from metalforge.services.bodies import ChassisCreate
 from metalforge.services.chassis import ChassisSpec
 
 router = APIRouter(tags=["chassis"])
@@ -35,7 +33,6 @@ CHASSIS_FIELDS: dict[str, Version] = dict.fromkeys(
     ("uuid", "description", "extra", "created_at", "updated_at", "links", "nodes"), (1, 1)
 )
 LIST_DEFAULT = ("uuid", "description")
-PATCHABLE = ("description", "extra")
 SORTABLE = {"id", "uuid", "description", "created_at", "updated_at"}
 
 
@@ -123,23 +120,6 @@ def create_chassis(request: Request, body: ChassisCreate) -> JSONResponse:
     )
 
 
-def _check_paths(patch: list[PatchOperation]) -> None:
-    """Refused before the chassis is looked up: only these fields can be patched."""
-    for op in patch:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(PATCHABLE)}"
-            )
-
-
-def _patched(patch: list[PatchOperation], current: ChassisSpec) -> ChassisSpec:
-    """``current`` with ``patch`` applied, checked as a create's body is."""
-    after = apply_patch({"description": current.description, "extra": current.extra}, patch)
-    checked = checked_as(ChassisCreate, after, "chassis")
-    return ChassisSpec(checked.description, checked.extra or {}, current.uuid)
-
-
 @router.patch(
     "/chassis/{chassis_uuid}",
     summary="Update a chassis with a JSON patch",
@@ -148,9 +128,9 @@ def _patched(patch: list[PatchOperation], current: ChassisSpec) -> ChassisSpec:
 def patch_chassis(
     chassis_uuid: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
-    _check_paths(patch)
-    edit = functools.partial(_patched, patch)
-    chassis = chassis_service.patch_chassis(services(request), chassis_uuid, edit)
+    chassis = chassis_service.patch_chassis(
+        services(request), chassis_uuid, request_version(request), operations(patch)
+    )
     return JSONResponse(chassis_view(chassis, base_url(request)))
 
 

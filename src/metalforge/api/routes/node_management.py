@@ -14,10 +14,11 @@ from pydantic import Field
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.links import sub_links
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.schemas import Body, IndicatorStateRequest
+from metalforge.api.schemas import IndicatorStateRequest
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.services import indicators, lookup, management
+from metalforge.services.bodies import Body
 
 router = APIRouter(tags=["node management"])
 
