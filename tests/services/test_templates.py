@@ -20,6 +20,7 @@ from metalforge.db.models import DeployTemplate, DeployTemplateStep
 from metalforge.errors import RequestError
 from metalforge.services import templates
 from metalforge.services.context import Services
+from metalforge.services.patching import Operation
 from metalforge.services.templates import StepSpec, TemplateSpec
 from tests.services.conftest import refused
 from tests.support.stack import test_settings
@@ -28,6 +29,7 @@ RAID1 = {"logical_disks": [{"raid_level": "1", "size_gb": "MAX", "is_root_volume
 RAID0 = {"logical_disks": [{"raid_level": "0", "size_gb": "MAX", "is_root_volume": True}]}
 RAID1_STEP = StepSpec("raid", "apply_configuration", {"raid_config": RAID1}, 90)
 RAID0_STEP = StepSpec("raid", "apply_configuration", {"raid_config": RAID0}, 80)
+LATEST = (1, 99)
 VMX_ON = StepSpec("bios", "apply_configuration", {"settings": [{"name": "VMX", "value": "on"}]}, 95)
 
 
@@ -141,50 +143,53 @@ def test_steps_are_not_checked_against_the_drivers(svc: Services) -> None:
     assert _stored(svc, created.uuid).steps == (unknown,)
 
 
-def _replace(**changes: Any) -> templates.Edit:
-    def edit(current: TemplateSpec) -> TemplateSpec:
-        return dataclasses.replace(current, **changes)
-
-    return edit
+def _replace(**changes: Any) -> list[Operation]:
+    """A JSON patch replacing each of ``changes`` (steps given as ``StepSpec``)."""
+    return [
+        Operation(
+            "replace",
+            f"/{name}",
+            [dataclasses.asdict(s) for s in value] if name == "steps" else value,
+            given=True,
+        )
+        for name, value in changes.items()
+    ]
 
 
 def test_a_patch_of_the_steps_is_stored(svc: Services) -> None:
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
-    patched = templates.patch_template(svc, "CUSTOM_RAID1", _replace(steps=(VMX_ON, RAID0_STEP)))
+    patched = templates.patch_template(
+        svc, "CUSTOM_RAID1", LATEST, _replace(steps=(VMX_ON, RAID0_STEP))
+    )
     assert [s.step for s in patched.steps] == ["apply_configuration", "apply_configuration"]
     assert patched.updated_at is not None
     assert _stored(svc, created.uuid).steps == (VMX_ON, RAID0_STEP)
 
 
-def test_a_patch_sees_the_stored_template(svc: Services) -> None:
+def test_a_patch_applies_to_the_stored_template(svc: Services) -> None:
     created = templates.create_template(
         svc, _spec("CUSTOM_RAID1", RAID1_STEP, extra={"team": "ops"})
     )
-    seen: list[TemplateSpec] = []
-
-    def edit(current: TemplateSpec) -> TemplateSpec:
-        seen.append(current)
-        return current
-
-    templates.patch_template(svc, created.uuid, edit)
-    assert seen == [TemplateSpec("CUSTOM_RAID1", (RAID1_STEP,), {"team": "ops"}, created.uuid)]
+    append = Operation("add", "/steps/-", dataclasses.asdict(VMX_ON), given=True)
+    templates.patch_template(svc, created.uuid, LATEST, [append])
+    assert _stored(svc, created.uuid) == TemplateSpec(
+        "CUSTOM_RAID1", (RAID1_STEP, VMX_ON), {"team": "ops"}, created.uuid
+    )
 
 
-def test_a_patch_may_change_what_it_is_given_in_place(svc: Services) -> None:
-    """The edit gets a copy: a change made in place is still seen as a change and stored."""
+def test_a_patch_below_a_field_is_seen_as_a_change_and_stored(svc: Services) -> None:
+    """The patch changes a copy of what is stored: a key added inside ``extra`` is still
+    seen as a change (the loaded row is not changed behind the session's back)."""
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP, extra={"a": 1}))
-
-    def edit(current: TemplateSpec) -> TemplateSpec:
-        current.extra["b"] = 2
-        return current
-
-    templates.patch_template(svc, created.uuid, edit)
+    templates.patch_template(
+        svc, created.uuid, LATEST, [Operation("add", "/extra/b", 2, given=True)]
+    )
     assert _stored(svc, created.uuid).extra == {"a": 1, "b": 2}
 
 
 def test_a_rename_is_stored(svc: Services) -> None:
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
-    templates.patch_template(svc, created.uuid, _replace(name="CUSTOM_MIRROR"))
+    templates.patch_template(svc, created.uuid, LATEST, _replace(name="CUSTOM_MIRROR"))
     assert _stored(svc, created.uuid).name == "CUSTOM_MIRROR"
     with pytest.raises(RequestError) as excinfo:
         _stored(svc, "CUSTOM_RAID1")
@@ -195,7 +200,9 @@ def test_a_rename_to_a_name_in_use_is_a_conflict(svc: Services) -> None:
     templates.create_template(svc, _spec("CUSTOM_RAID0", RAID0_STEP))
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
     with pytest.raises(RequestError) as excinfo:
-        templates.patch_template(svc, created.uuid, _replace(name="CUSTOM_RAID0", extra={"x": 1}))
+        templates.patch_template(
+            svc, created.uuid, LATEST, _replace(name="CUSTOM_RAID0", extra={"x": 1})
+        )
     assert refused(409, excinfo) == "A deploy template with name CUSTOM_RAID0 already exists."
     assert _stored(svc, created.uuid) == TemplateSpec(
         "CUSTOM_RAID1", (RAID1_STEP,), {}, created.uuid
@@ -206,11 +213,11 @@ def test_a_patch_that_breaks_a_rule_changes_nothing(svc: Services) -> None:
     created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
     with pytest.raises(RequestError) as excinfo:
         templates.patch_template(
-            svc, created.uuid, _replace(steps=(RAID1_STEP, RAID1_STEP), extra={"x": 1})
+            svc, created.uuid, LATEST, _replace(steps=(RAID1_STEP, RAID1_STEP), extra={"x": 1})
         )
     assert "Duplicate deploy steps" in refused(400, excinfo)
     with pytest.raises(RequestError) as excinfo:
-        templates.patch_template(svc, created.uuid, _replace(name="not a trait"))
+        templates.patch_template(svc, created.uuid, LATEST, _replace(name="not a trait"))
     assert "it must be a valid trait name" in refused(400, excinfo)
     with svc.db.read() as session:
         template = templates.find_template(session, created.uuid)
@@ -219,11 +226,8 @@ def test_a_patch_that_breaks_a_rule_changes_nothing(svc: Services) -> None:
 
 
 def test_a_patch_of_an_unknown_template_is_not_found(svc: Services) -> None:
-    def edit(current: TemplateSpec) -> TemplateSpec:
-        raise AssertionError("no template to edit")
-
     with pytest.raises(RequestError) as excinfo:
-        templates.patch_template(svc, "CUSTOM_NONE", edit)
+        templates.patch_template(svc, "CUSTOM_NONE", LATEST, _replace(name="CUSTOM_OTHER"))
     assert refused(404, excinfo) == "Deploy template CUSTOM_NONE could not be found."
 
 
@@ -239,3 +243,44 @@ def test_delete_removes_the_template_and_its_steps(svc: Services) -> None:
     with pytest.raises(RequestError) as excinfo:
         templates.delete_template(svc, created.uuid)
     assert refused(404, excinfo) == f"Deploy template {created.uuid} could not be found."
+
+
+def test_a_path_outside_the_policy_is_refused_before_the_template_is_read(
+    svc: Services,
+) -> None:
+    with pytest.raises(RequestError) as excinfo:
+        templates.patch_template(svc, "CUSTOM_NONE", LATEST, _replace(uuid="x"))
+    assert refused(400, excinfo) == (
+        "Cannot patch /uuid. Only the following can be updated: extra, name, steps"
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            _replace(steps=()),
+            "Invalid deploy template: steps: List should have at least 1 item after "
+            "validation, not 0",
+        ),
+        (
+            [Operation("replace", "/steps/0/priority", -1, given=True)],
+            "Invalid deploy template: steps/0/priority: Value error, -1 is not an integer "
+            f"from 0 to {2**31 - 1} or a string of digits",
+        ),
+        (
+            [Operation("add", "/steps/0/colour", "blue", given=True)],
+            "Invalid deploy template: steps/0/colour: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_a_value_create_refuses_is_refused_and_nothing_changes(
+    svc: Services, patch: list[Operation], message: str
+) -> None:
+    created = templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP))
+    with pytest.raises(RequestError) as excinfo:
+        templates.patch_template(svc, created.uuid, LATEST, patch)
+    assert refused(400, excinfo) == message
+    assert _stored(svc, created.uuid) == TemplateSpec(
+        "CUSTOM_RAID1", (RAID1_STEP,), {}, created.uuid
+    )

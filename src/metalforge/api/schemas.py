@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from metalforge.errors import bad_request
-from metalforge.services.bodies import Body
+from metalforge.services.bodies import Body, DeployStepRequest, StepInterface
 from metalforge.services.documents import check_storable
 from metalforge.services.patching import Operation
 from metalforge.services.ports import TEXT_LIMITS as PORT_TEXT
@@ -128,9 +128,6 @@ def operations(patch: list[PatchOperation]) -> list[Operation]:
     return [op.operation() for op in patch]
 
 
-StepInterface = Literal["vendor", "power", "management", "firmware", "deploy", "bios", "raid"]
-
-
 class CleanStepRequest(Body):
     interface: StepInterface
     step: str = Field(min_length=1, max_length=255)
@@ -147,47 +144,6 @@ class CleanStepRequest(Body):
         if isinstance(value, str) and value not in allowed:
             raise ValueError(f"{value!r} is not a step interface (one of {', '.join(allowed)})")
         return value
-
-
-class DeployStepRequest(Body):
-    interface: StepInterface
-    step: str = Field(min_length=1, max_length=255)
-    args: dict[str, Any]
-    priority: int | str
-
-
-MAX_PRIORITY = 2**31 - 1
-"""The largest step priority: a template's priorities are stored as 32-bit integers."""
-
-
-class DeployTemplateStep(DeployStepRequest):
-    """A deploy template's step: the four keys of a deploy step, priority checked here.
-
-    The priority may be a digit string (Ironic accepts ``"10"``); a boolean
-    is refused although JSON parsers would let it pass as an integer.
-    """
-
-    @field_validator("priority", mode="before")
-    @classmethod
-    def _check_priority(cls, value: Any) -> Any:
-        number = value
-        if isinstance(value, str) and value.isascii() and value.isdigit():
-            number = int(value)
-        valid = isinstance(number, int) and not isinstance(number, bool)
-        if not valid or not 0 <= number <= MAX_PRIORITY:
-            raise ValueError(
-                f"{value!r} is not an integer from 0 to {MAX_PRIORITY} or a string of digits"
-            )
-        return value
-
-
-class DeployTemplateCreate(Body):
-    name: str = Field(min_length=1, max_length=255)
-    steps: list[DeployTemplateStep] = Field(min_length=1)
-    uuid: str | None = None
-    extra: dict[str, Any] | None = None
-    description: str | None = Field(default=None, max_length=255)
-    """Accepted and ignored, as Ironic does."""
 
 
 class ProvisionRequest(Body):

@@ -7,16 +7,19 @@ that is checked when a deployment is requested, validated or previewed
 (``conductor.deploy_plan``). A template with a step no driver has yet is
 therefore accepted, as Ironic accepts it.
 
-Callers hand in parsed values (``TemplateSpec``); the API owns the request
-bodies, JSON patch syntax and views, and renders the ``DeployTemplate``
-these functions return (detached, with its steps loaded).
+Callers hand in parsed values (``TemplateSpec``), and a PATCH as its
+operations: the service checks them against ``PATCH``, applies them and
+parses the result as a create's body (``bodies.DeployTemplateCreate``). The
+API owns the request bodies' syntax and the views, and renders the
+``DeployTemplate`` these functions return (detached, with its steps loaded).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +31,13 @@ from sqlalchemy.orm import Session
 from metalforge.db.models import DeployTemplate, DeployTemplateStep, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import lookup, values
+from metalforge.services.bodies import DeployTemplateCreate, checked
 from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
+
+PATCH = PatchPolicy({"extra": Patchable(), "name": Patchable(), "steps": Patchable()})
+"""What a JSON patch may change (``/steps/-`` appends a step); the result is checked whole."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +61,10 @@ class TemplateSpec:
     """Only for a create: the UUID the client asked for; a new one otherwise."""
 
 
-Edit = Callable[[TemplateSpec], TemplateSpec]
-"""A change to a stored template (the API applies a client's JSON patch)."""
+def spec_from(body: DeployTemplateCreate) -> TemplateSpec:
+    """A parsed body as the service takes it: priorities as integers, no extra as ``{}``."""
+    steps = tuple(StepSpec(s.interface, s.step, s.args, int(s.priority)) for s in body.steps)
+    return TemplateSpec(body.name, steps, body.extra or {}, body.uuid)
 
 
 def step_spec(step: DeployTemplateStep) -> StepSpec:
@@ -61,9 +72,9 @@ def step_spec(step: DeployTemplateStep) -> StepSpec:
 
 
 def spec_of(template: DeployTemplate) -> TemplateSpec:
-    """``template`` as stored, for an ``Edit`` to change.
+    """``template`` as stored, for a patch to change.
 
-    A deep copy: an edit that changes the dictionaries it is given must not
+    A deep copy: a patch that changes the dictionaries it is given must not
     change the loaded rows behind the session's back.
     """
     steps = tuple(step_spec(s) for s in template.steps)
@@ -157,19 +168,23 @@ def create_template(svc: Services, spec: TemplateSpec) -> DeployTemplate:
     return template
 
 
-def patch_template(svc: Services, ident: str, edit: Edit) -> DeployTemplate:
-    """Apply ``edit`` to the stored template and store the result, checked whole.
+def patch_template(
+    svc: Services, ident: str, version: Version, ops: Sequence[Operation]
+) -> DeployTemplate:
+    """Apply the JSON patch ``ops`` (checked against ``PATCH`` before the template is
+    read) to the stored template and store the result, checked whole.
 
-    ``edit`` runs inside the write transaction, on what is stored then, so a
-    concurrent change is never overwritten with a stale copy. Steps are
-    replaced only when the edit changed them; the template is marked updated
+    The patch is applied inside the write transaction, on what is stored then,
+    so a concurrent change is never overwritten with a stale copy. Steps are
+    replaced only when the patch changed them; the template is marked updated
     either way.
     """
+    PATCH.check(ops, version)
     try:
         with svc.db.write() as session:
             template = find_template(session, ident)
             before = spec_of(template)
-            after = edit(before)
+            after = _patched(before, ops)
             check_spec(after)
             if after.name != template.name:
                 _refuse_taken(session, after.name)
@@ -183,6 +198,20 @@ def patch_template(svc: Services, ident: str, edit: Edit) -> DeployTemplate:
     except IntegrityError:
         raise conflict("A deploy template with that name already exists.") from None
     return template
+
+
+def _patched(before: TemplateSpec, ops: Sequence[Operation]) -> TemplateSpec:
+    """``before`` with ``ops`` applied, parsed as a create's body would be (a removed or
+    null ``extra`` is empty)."""
+    document = {
+        "name": before.name,
+        "steps": [dataclasses.asdict(s) for s in before.steps],
+        "extra": before.extra,
+    }
+    after = apply(document, ops)
+    if after.get("extra") is None:
+        after["extra"] = {}
+    return spec_from(checked(DeployTemplateCreate, after, "deploy template"))
 
 
 def delete_template(svc: Services, ident: str) -> None:

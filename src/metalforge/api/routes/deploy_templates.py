@@ -12,8 +12,6 @@ deployment is requested, validated or previewed.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
@@ -24,13 +22,13 @@ from metalforge.api import listing
 from metalforge.api.auth.access import guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
-from metalforge.api.patching import apply_patch, checked_as
-from metalforge.api.schemas import DeployTemplateCreate, PatchOperation
+from metalforge.api.schemas import PatchOperation, operations
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import DeployTemplate, DeployTemplateStep
-from metalforge.errors import RequestError, bad_request, not_found
+from metalforge.errors import RequestError, not_found
 from metalforge.services import templates
+from metalforge.services.bodies import DeployTemplateCreate
 
 router = APIRouter(tags=["deploy templates"])
 
@@ -39,7 +37,6 @@ TEMPLATE_FIELDS: dict[str, Version] = dict.fromkeys(
     ("uuid", "name", "steps", "extra", "created_at", "updated_at", "links"), SINCE
 )
 LIST_DEFAULT = ("uuid", "name")
-PATCHABLE = ("extra", "name", "steps")
 SORTABLE = {"id", "uuid", "name", "created_at", "updated_at"}
 _TOO_OLD = "The API version does not allow deploy templates"
 
@@ -82,14 +79,6 @@ def template_view(
             body[name] = getattr(template, name)
     body["links"] = links(base, "deploy_templates", template.uuid)
     return body
-
-
-def _spec(body: DeployTemplateCreate) -> templates.TemplateSpec:
-    """The parsed body as the service takes it: priorities as integers, no extra as ``{}``."""
-    steps = tuple(
-        templates.StepSpec(s.interface, s.step, s.args, int(s.priority)) for s in body.steps
-    )
-    return templates.TemplateSpec(body.name, steps, body.extra or {}, body.uuid)
 
 
 @router.get(
@@ -143,7 +132,7 @@ def show_template(template_ident: str, request: Request) -> JSONResponse:
     dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:create")],
 )
 def create_template(request: Request, body: DeployTemplateCreate) -> JSONResponse:
-    template = templates.create_template(services(request), _spec(body))
+    template = templates.create_template(services(request), templates.spec_from(body))
     base = base_url(request)
     view = template_view(template, base)
     for shown, given in zip(view["steps"], body.steps, strict=True):
@@ -162,39 +151,10 @@ def patch_template(
     template_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
 ) -> JSONResponse:
     """``name``, ``steps`` (``/steps/-`` appends), ``extra``; the result is checked whole."""
-    _check_paths(patch)
-    edit = functools.partial(_patched, patch)
-    template = templates.patch_template(services(request), template_ident, edit)
+    template = templates.patch_template(
+        services(request), template_ident, request_version(request), operations(patch)
+    )
     return JSONResponse(template_view(template, base_url(request)))
-
-
-def _check_paths(patch: list[PatchOperation]) -> None:
-    """Refused before the template is looked up: only these fields can be patched."""
-    for op in patch:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(PATCHABLE)}"
-            )
-
-
-def _patched(
-    patch: list[PatchOperation], current: templates.TemplateSpec
-) -> templates.TemplateSpec:
-    """``current`` with ``patch`` applied, parsed as a create's body would be.
-
-    Run by the service inside its transaction, on the template as stored then.
-    """
-    doc = {
-        "name": current.name,
-        "steps": [dataclasses.asdict(s) for s in current.steps],
-        "extra": current.extra,
-    }
-    after = apply_patch(doc, patch)
-    if after.get("extra") is None:
-        after["extra"] = {}
-    checked = checked_as(DeployTemplateCreate, after, "deploy template")
-    return _spec(checked)
 
 
 @router.delete(
