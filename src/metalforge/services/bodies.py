@@ -101,3 +101,16 @@ class DeployTemplateCreate(Body):
     extra: dict[str, Any] | None = None
     description: str | None = Field(default=None, max_length=255)
     """Accepted and ignored, as Ironic does."""
+
+
+class PortgroupCreate(Body):
+    node_uuid: str = Field(min_length=1, max_length=255)
+    uuid: str | None = None
+    address: str | None = Field(default=None, max_length=64)
+    name: str | None = Field(default=None, max_length=255)
+    mode: str | None = Field(default=None, max_length=255)
+    standalone_ports_supported: bool | str | None = None
+    properties: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None
+    physical_network: str | None = Field(default=None, max_length=64)
+    category: str | None = Field(default=None, max_length=80)

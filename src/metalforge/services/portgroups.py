@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,10 +34,13 @@ from metalforge import states
 from metalforge.db.models import Node, Port, Portgroup, utcnow
 from metalforge.errors import RequestError, bad_request, conflict
 from metalforge.services import fencing, lookup, vifs
+from metalforge.services.bodies import PortgroupCreate, checked
 from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
 from metalforge.services.ports import normalise_mac
+from metalforge.services.values import parse_bool
 
 CONNECTIVITY_STATES = frozenset(
     {states.ENROLL, states.INSPECTING, states.INSPECT_WAIT, states.MANAGEABLE}
@@ -46,6 +49,24 @@ CONNECTIVITY_STATES = frozenset(
 
 CREATE = "baremetal:portgroup:create"
 """The rule a caller needs on the node a new group names."""
+
+SINCE: Version = (1, 23)
+"""The microversion port groups appeared in."""
+PATCH = PatchPolicy(
+    {
+        "address": Patchable(since=SINCE),
+        "extra": Patchable(since=SINCE),
+        "mode": Patchable(since=(1, 26)),
+        "name": Patchable(since=SINCE),
+        "node_uuid": Patchable(since=SINCE),
+        "properties": Patchable(since=(1, 26)),
+        "standalone_ports_supported": Patchable(since=SINCE),
+        "physical_network": Patchable(since=(1, 102)),
+        "category": Patchable(since=(1, 103)),
+    }
+)
+"""What a JSON patch may change (Ironic's list, in its order), from the version each
+field appeared in."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +89,31 @@ class PortgroupSpec:
     uuid: str | None = None
 
 
-Edit = Callable[[PortgroupSpec], PortgroupSpec]
-"""A client's patch: from the group as stored to what it should be."""
+def standalone_flag(value: Any) -> bool:
+    """``standalone_ports_supported``: a boolean, or the strings clients send for one."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return parse_bool("standalone_ports_supported", value)
+    if not isinstance(value, bool):
+        raise bad_request("Invalid value for standalone_ports_supported: must be a boolean")
+    return value
+
+
+def spec_from(body: PortgroupCreate, uuid: str | None) -> PortgroupSpec:
+    """A parsed body (a create's, or a patched group's) as the service takes it."""
+    return PortgroupSpec(
+        node=body.node_uuid,
+        address=body.address,
+        name=body.name,
+        mode=body.mode,
+        standalone_ports_supported=standalone_flag(body.standalone_ports_supported),
+        properties=body.properties or {},
+        extra=body.extra or {},
+        physical_network=body.physical_network,
+        category=body.category,
+        uuid=uuid,
+    )
 
 
 def find_portgroup(session: Session, ident: str) -> Portgroup:
@@ -80,7 +124,7 @@ def find_portgroup(session: Session, ident: str) -> Portgroup:
 
 
 def spec_of(group: Portgroup) -> PortgroupSpec:
-    """``group`` as stored, for an ``Edit`` (a deep copy: edits may change what they get)."""
+    """``group`` as stored (a deep copy: what a patch changes is not the loaded row)."""
     return copy.deepcopy(
         PortgroupSpec(
             node=group.node.uuid,
@@ -148,16 +192,16 @@ def create_portgroup(
 
 
 def patch_portgroup(
-    svc: Services, ident: str, version: Version, edit: Edit, *, caller: Caller
+    svc: Services, ident: str, version: Version, ops: Sequence[Operation], *, caller: Caller
 ) -> Portgroup:
-    """Apply ``edit`` under the node's row lock (both nodes', when the group moves)."""
+    """Apply the JSON patch ``ops`` (checked against ``PATCH`` before the group is read)
+    under the node's row lock (both nodes', when the group moves), each value checked
+    as on create."""
+    PATCH.check(ops, version)
     try:
         with svc.db.write() as session:
             group = find_portgroup(session, ident)
-            before = spec_of(group)
-            after = _checked(edit(spec_of(group)))
-            if after.uuid != before.uuid:
-                raise bad_request("The uuid of a portgroup cannot be changed.")
+            after = _checked(_patched(spec_of(group), ops))
             node, target = _lock_nodes(session, group, after.node, version, caller)
             if target is not None:
                 _check_move(session, group, target)
@@ -186,6 +230,29 @@ def patch_portgroup(
     except IntegrityError as exc:
         raise _duplicate(exc, spec_of(group), group.uuid) from None
     return group
+
+
+def _patched(before: PortgroupSpec, ops: Sequence[Operation]) -> PortgroupSpec:
+    """``before`` with ``ops`` applied, parsed as a create's body would be: a group keeps
+    a mode, and a removed ``properties`` or ``extra`` is empty."""
+    document = {
+        "node_uuid": before.node,
+        "address": before.address,
+        "name": before.name,
+        "mode": before.mode,
+        "standalone_ports_supported": before.standalone_ports_supported,
+        "properties": before.properties,
+        "extra": before.extra,
+        "physical_network": before.physical_network,
+        "category": before.category,
+    }
+    after = apply(document, ops)
+    if after.get("mode") is None:
+        raise bad_request("'mode' is a mandatory attribute and can not be removed")
+    for name in ("properties", "extra"):
+        if after.get(name) is None:
+            after[name] = {}
+    return spec_from(checked(PortgroupCreate, after, "portgroup"), before.uuid)
 
 
 def delete_portgroup(svc: Services, ident: str) -> None:

@@ -10,7 +10,6 @@ lists one node's groups (>=1.24); a group's member ports are listed by
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
@@ -23,20 +22,18 @@ from metalforge.api.auth.access import guard, policy_caller, project_scope, visi
 from metalforge.api.links import links, sub_links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Page, Query, fields, page
-from metalforge.api.patching import apply_patch, checked_as
-from metalforge.api.schemas import PatchOperation, PortgroupCreate
+from metalforge.api.schemas import PatchOperation, operations
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node, Portgroup
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup
 from metalforge.services import portgroups as portgroup_service
-from metalforge.services.portgroups import PortgroupSpec
-from metalforge.services.values import parse_bool
+from metalforge.services.bodies import PortgroupCreate
 
 router = APIRouter(tags=["portgroups"])
 
-SINCE: Version = (1, 23)
+SINCE = portgroup_service.SINCE
 PORTGROUP_FIELDS: dict[str, Version] = {
     **dict.fromkeys(
         (
@@ -61,17 +58,6 @@ PORTGROUP_FIELDS: dict[str, Version] = {
     "dynamic_portgroup": (1, 111),
 }
 LIST_DEFAULT = ("uuid", "address", "name")
-PATCHABLE = (
-    "address",
-    "extra",
-    "mode",
-    "name",
-    "node_uuid",
-    "properties",
-    "standalone_ports_supported",
-    "physical_network",
-    "category",
-)
 SORTABLE = {"id", "uuid", "name", "address", "created_at", "updated_at", "mode"}
 
 
@@ -217,32 +203,6 @@ def _check_fields(names: set[str], version: Version) -> None:
             raise not_acceptable(f"Field {name} is not available at API version {fmt(version)}")
 
 
-def _flag(value: Any) -> bool:
-    """``standalone_ports_supported``: a boolean, or the strings clients send for one."""
-    if value is None:
-        return True
-    if isinstance(value, str):
-        return parse_bool("standalone_ports_supported", value)
-    if not isinstance(value, bool):
-        raise bad_request("Invalid value for standalone_ports_supported: must be a boolean")
-    return value
-
-
-def _spec(body: PortgroupCreate, uuid: str | None) -> PortgroupSpec:
-    return PortgroupSpec(
-        node=body.node_uuid,
-        address=body.address,
-        name=body.name,
-        mode=body.mode,
-        standalone_ports_supported=_flag(body.standalone_ports_supported),
-        properties=body.properties or {},
-        extra=body.extra or {},
-        physical_network=body.physical_network,
-        category=body.category,
-        uuid=uuid,
-    )
-
-
 @router.post(
     "/portgroups",
     status_code=201,
@@ -256,7 +216,7 @@ def create_portgroup(request: Request, body: PortgroupCreate) -> JSONResponse:
     _check_fields(set(body.model_dump(exclude_unset=True)), version)
     group = portgroup_service.create_portgroup(
         services(request),
-        _spec(body, body.uuid),
+        portgroup_service.spec_from(body, body.uuid),
         version,
         caller=policy_caller(request),
     )
@@ -266,39 +226,6 @@ def create_portgroup(request: Request, body: PortgroupCreate) -> JSONResponse:
         status_code=201,
         headers={"Location": f"{base}/v1/portgroups/{group.uuid}"},
     )
-
-
-def _check_paths(patch: list[PatchOperation], version: Version) -> None:
-    for op in patch:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root not in PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(PATCHABLE)}"
-            )
-        _check_fields({root}, version)
-
-
-def _patched(patch: list[PatchOperation], current: PortgroupSpec) -> PortgroupSpec:
-    """``current`` with ``patch`` applied, each value checked as on create."""
-    doc = {
-        "node_uuid": current.node,
-        "address": current.address,
-        "name": current.name,
-        "mode": current.mode,
-        "standalone_ports_supported": current.standalone_ports_supported,
-        "properties": current.properties,
-        "extra": current.extra,
-        "physical_network": current.physical_network,
-        "category": current.category,
-    }
-    after = apply_patch(doc, patch)
-    if after.get("mode") is None:
-        raise bad_request("'mode' is a mandatory attribute and can not be removed")
-    for name in ("properties", "extra"):
-        if after.get(name) is None:
-            after[name] = {}
-    checked = checked_as(PortgroupCreate, after, "portgroup")
-    return _spec(checked, current.uuid)
 
 
 @router.patch(
@@ -312,12 +239,11 @@ def patch_portgroup(
 ) -> JSONResponse:
     _gate(request)
     version = request_version(request)
-    _check_paths(patch, version)
     group = portgroup_service.patch_portgroup(
         services(request),
         portgroup_ident,
         version,
-        functools.partial(_patched, patch),
+        operations(patch),
         caller=policy_caller(request),
     )
     return JSONResponse(portgroup_view(group, version, base_url(request)))
