@@ -16,8 +16,6 @@ from pydantic import (
     BaseModel,
     Field,
     RootModel,
-    StrictInt,
-    StrictStr,
     field_validator,
     model_validator,
 )
@@ -241,28 +239,6 @@ class PassthruArgs(RootModel[dict[str, Any]]):
     def _check_storable(cls, data: Any) -> Any:
         check_storable(data)
         return data
-
-
-class VolumeConnectorCreate(Body):
-    """``POST /v1/volume/connectors``; types as strict as Ironic's JSON schema."""
-
-    node_uuid: StrictStr
-    type: StrictStr
-    connector_id: StrictStr
-    uuid: StrictStr | None = None
-    extra: dict[str, Any] | None = None
-
-
-class VolumeTargetCreate(Body):
-    """``POST /v1/volume/targets``; types strict as Ironic's JSON schema."""
-
-    node_uuid: StrictStr
-    volume_type: StrictStr
-    volume_id: StrictStr
-    boot_index: StrictInt
-    uuid: StrictStr | None = None
-    properties: dict[str, Any] | None = None
-    extra: dict[str, Any] | None = None
 
 
 class AllocationCreate(Body):

@@ -17,6 +17,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
+    StrictStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -114,3 +116,25 @@ class PortgroupCreate(Body):
     extra: dict[str, Any] | None = None
     physical_network: str | None = Field(default=None, max_length=64)
     category: str | None = Field(default=None, max_length=80)
+
+
+class VolumeConnectorCreate(Body):
+    """``POST /v1/volume/connectors``; types as strict as Ironic's JSON schema."""
+
+    node_uuid: StrictStr
+    type: StrictStr
+    connector_id: StrictStr
+    uuid: StrictStr | None = None
+    extra: dict[str, Any] | None = None
+
+
+class VolumeTargetCreate(Body):
+    """``POST /v1/volume/targets``; types strict as Ironic's JSON schema."""
+
+    node_uuid: StrictStr
+    volume_type: StrictStr
+    volume_id: StrictStr
+    boot_index: StrictInt
+    uuid: StrictStr | None = None
+    properties: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None

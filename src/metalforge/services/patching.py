@@ -24,7 +24,7 @@ import jsonpatch
 import jsonpointer
 import orjson
 
-from metalforge.errors import bad_request, not_acceptable
+from metalforge.errors import RequestError, bad_request, not_acceptable
 from metalforge.redaction import MASK, is_secret_key, mask_document
 from metalforge.services.documents import BODY_LIMITS, check_storable
 from metalforge.services.microversion import Version, fmt
@@ -85,12 +85,15 @@ class PatchPolicy:
                 raise bad_request(self.refusals[root])
             allowed = self.fields.get(root)
             if allowed is None or op.op not in allowed.ops:
-                raise bad_request(
-                    f"Cannot patch {op.path}. Only the following can be updated: "
-                    f"{', '.join(self.fields)}"
-                )
+                raise self.refusal(op)
             if version < allowed.since:
                 raise not_acceptable(f"Field {root} is not available at API version {fmt(version)}")
+
+    def refusal(self, op: Operation) -> RequestError:
+        """The 400 for an operation this policy does not allow, listing what it does."""
+        return bad_request(
+            f"Cannot patch {op.path}. Only the following can be updated: {', '.join(self.fields)}"
+        )
 
 
 def shown_operation(op: Operation) -> dict[str, Any]:

@@ -15,14 +15,15 @@ neither. Refusals are 400s naming the action, as Ironic words them.
 
 Which nodes a caller may see and use is the API's policy; the route hands
 in the request's ``Caller`` and the rules here ask it at the point Ironic
-does. Callers hand in parsed values and render the detached records these
-functions return.
+does. Callers hand in parsed values, and a PATCH as its operations (checked
+against the kind's policy, applied here, the result parsed as a create's
+body), and render the detached records these functions return.
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,11 @@ from metalforge.db.models import Node, VolumeConnector, VolumeTarget, utcnow
 from metalforge.drivers.base import POWER_OFF
 from metalforge.errors import NodeLocked, RequestError, bad_request, conflict, not_found
 from metalforge.services import fencing, lookup
+from metalforge.services.bodies import VolumeConnectorCreate, VolumeTargetCreate, checked
 from metalforge.services.caller import Caller, NodeTarget
 from metalforge.services.context import Services
+from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
 
 CONNECTOR_TYPES = ("iqn", "ip", "mac", "wwnn", "wwpn", "port", "portgroup")
 """The kinds of initiator identity Ironic documents for a connector's ``type``."""
@@ -81,8 +85,6 @@ class TargetSpec:
 
 
 Spec = ConnectorSpec | TargetSpec
-Revise = Callable[[dict[str, Any]], Spec]
-"""The client's patch: from a record's patchable document to its checked new values."""
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,62 @@ class Kind:
     """``volume connector``: in messages, and Ironic's action names."""
     param: str
     """The path parameter naming one (Ironic's, for its 400 on a non-UUID)."""
+    body: type[VolumeConnectorCreate] | type[VolumeTargetCreate]
+    """A create's body, which a patched record is parsed as too."""
+    patch: PatchPolicy
+    """What a JSON patch may change (Ironic's list, in its order)."""
 
 
-CONNECTORS = Kind(VolumeConnector, "volume connector", "connector_uuid")
-TARGETS = Kind(VolumeTarget, "volume target", "target_uuid")
+def _policy(*names: str) -> PatchPolicy:
+    return PatchPolicy(dict.fromkeys(names, Patchable()))
+
+
+CONNECTORS = Kind(
+    VolumeConnector,
+    "volume connector",
+    "connector_uuid",
+    VolumeConnectorCreate,
+    _policy("connector_id", "extra", "node_uuid", "type"),
+)
+TARGETS = Kind(
+    VolumeTarget,
+    "volume target",
+    "target_uuid",
+    VolumeTargetCreate,
+    _policy("boot_index", "extra", "node_uuid", "properties", "volume_id", "volume_type"),
+)
 
 
 def kind_of(spec: Spec) -> Kind:
     return CONNECTORS if isinstance(spec, ConnectorSpec) else TARGETS
+
+
+def node_uuid_of(value: Any) -> str:
+    """A record names its node by UUID only (Ironic's validator, before anything is read)."""
+    if not isinstance(value, str) or not lookup.is_uuid(value):
+        raise bad_request(f"Expected UUID for node_uuid: {value}")
+    return lookup.check_uuid(value)
+
+
+def spec_from(body: VolumeConnectorCreate | VolumeTargetCreate) -> Spec:
+    """A parsed body (a create's, or a patched record's) as the service takes it."""
+    if isinstance(body, VolumeConnectorCreate):
+        return ConnectorSpec(
+            node_uuid=node_uuid_of(body.node_uuid),
+            type=body.type,
+            connector_id=body.connector_id,
+            extra=body.extra or {},
+            uuid=body.uuid,
+        )
+    return TargetSpec(
+        node_uuid=node_uuid_of(body.node_uuid),
+        volume_type=body.volume_type,
+        volume_id=body.volume_id,
+        boot_index=body.boot_index,
+        properties=body.properties or {},
+        extra=body.extra or {},
+        uuid=body.uuid,
+    )
 
 
 def not_found_error(kind: Kind, ident: str) -> RequestError:
@@ -223,17 +273,27 @@ def create(svc: Services, spec: Spec, *, caller: Caller) -> Record:
     return record
 
 
-def patch(svc: Services, kind: Kind, ident: str, revise: Revise, *, caller: Caller) -> Record:
-    """Apply ``revise``; the node the record ends on must be powered off (as Ironic).
+def patch(
+    svc: Services,
+    kind: Kind,
+    ident: str,
+    version: Version,
+    ops: Sequence[Operation],
+    *,
+    caller: Caller,
+) -> Record:
+    """Apply the JSON patch ``ops`` (checked against the kind's policy before the record
+    is read); the node the record ends on must be powered off (as Ironic).
 
     A record moves only to a node the caller may see with the same owner;
     anything else reads as an invalid value, whether or not the node exists.
     """
+    _check_patch(kind, ops, version)
     spec: Spec | None = None
     try:
         with svc.db.write() as session:
             record = find(session, kind, ident)
-            spec = revise(document(record))
+            spec = _patched(kind, document(record), ops)
             _check(spec)
             node, target = _lock_nodes(session, record, spec.node_uuid, caller)
             moved = [target] if target is not None else []
@@ -257,6 +317,34 @@ def patch(svc: Services, kind: Kind, ident: str, revise: Revise, *, caller: Call
         assert spec is not None  # only a write can break a uniqueness rule
         raise _duplicate(exc, spec, ident) from None
     return record
+
+
+def _check_patch(kind: Kind, ops: Sequence[Operation], version: Version) -> None:
+    """The kind's policy, operation by operation, and a node named by UUID.
+
+    As Ironic, the field is the path's first segment after its leading ``/``
+    exactly (``extra`` or ``//extra`` name none), and a node UUID is checked
+    with its operation, so the first faulty operation decides.
+    """
+    for op in ops:
+        segments = op.path.split("/")
+        if (segments[1] if len(segments) > 1 else "") != op.root:
+            raise kind.patch.refusal(op)
+        kind.patch.check([op], version)
+        if op.path == "/node_uuid" and op.op != "remove" and not lookup.is_uuid(str(op.value)):
+            raise bad_request(f"Expected a UUID for node_uuid, but received {op.value}.")
+
+
+def _patched(kind: Kind, before: dict[str, Any], ops: Sequence[Operation]) -> Spec:
+    """``before`` with ``ops`` applied, parsed as a create's body would be.
+
+    As Ironic: removing ``node_uuid`` leaves the record where it is, and a
+    removed or null ``extra``/``properties`` is empty.
+    """
+    after = apply(before, ops)
+    moved = [op.value for op in ops if op.path == "/node_uuid" and op.op != "remove"]
+    after["node_uuid"] = lookup.check_uuid(str(moved[-1])) if moved else before["node_uuid"]
+    return spec_from(checked(kind.body, after, kind.label))
 
 
 def remove(svc: Services, kind: Kind, ident: str) -> None:

@@ -2,9 +2,10 @@
 
 The root and the two collections, and the same lists under a node
 (``/v1/nodes/{node}/volume/...``). Below 1.32 none of it exists: 404 for
-every method, as Ironic. Bodies and patches are checked for shape here;
-``services.volume`` applies the rules (the node's power state, uniqueness)
-and fences the node write; ``api.volume_view`` renders and lists.
+every method, as Ironic. Bodies are checked for shape here;
+``services.volume`` applies patches against its policy and the rules (the
+node's power state, uniqueness) and fences the node write;
+``api.volume_view`` renders and lists.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from metalforge.api.auth.access import guard, node_access, policy_caller
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields
-from metalforge.api.patching import apply_patch, checked_as
-from metalforge.api.schemas import PatchOperation, VolumeConnectorCreate, VolumeTargetCreate
+from metalforge.api.schemas import PatchOperation, operations
 from metalforge.api.versions import request_version
 from metalforge.api.volume_view import (
     CONNECTORS,
@@ -32,10 +31,10 @@ from metalforge.api.volume_view import (
     volume_links,
 )
 from metalforge.api.wiring import base_url, services
-from metalforge.errors import bad_request, not_found
-from metalforge.services import lookup
+from metalforge.errors import not_found
 from metalforge.services import volume as volume_service
-from metalforge.services.volume import ConnectorSpec, Record, Spec, TargetSpec
+from metalforge.services.bodies import VolumeConnectorCreate, VolumeTargetCreate
+from metalforge.services.volume import Record, Spec
 
 
 def _gate(request: Request) -> None:
@@ -45,13 +44,6 @@ def _gate(request: Request) -> None:
 
 
 router = APIRouter(tags=["volume"], dependencies=[Depends(_gate)])
-
-PATCHABLE: dict[str, tuple[str, ...]] = {
-    "connectors": ("connector_id", "extra", "node_uuid", "type"),
-    "targets": ("boot_index", "extra", "node_uuid", "properties", "volume_id", "volume_type"),
-}
-"""What a JSON patch may change, per collection (Ironic's lists, in its order)."""
-
 
 # -- the root ---------------------------------------------------------------
 
@@ -170,35 +162,6 @@ def show_target(target_uuid: str, request: Request) -> JSONResponse:
 # -- create -------------------------------------------------------------------
 
 
-def _node_uuid(value: Any) -> str:
-    """A record names its node by UUID only (Ironic's validator, before anything is read)."""
-    if not isinstance(value, str) or not lookup.is_uuid(value):
-        raise bad_request(f"Expected UUID for node_uuid: {value}")
-    return lookup.check_uuid(value)
-
-
-def _connector_spec(body: VolumeConnectorCreate) -> ConnectorSpec:
-    return ConnectorSpec(
-        node_uuid=_node_uuid(body.node_uuid),
-        type=body.type,
-        connector_id=body.connector_id,
-        extra=body.extra or {},
-        uuid=body.uuid,
-    )
-
-
-def _target_spec(body: VolumeTargetCreate) -> TargetSpec:
-    return TargetSpec(
-        node_uuid=_node_uuid(body.node_uuid),
-        volume_type=body.volume_type,
-        volume_id=body.volume_id,
-        boot_index=body.boot_index,
-        properties=body.properties or {},
-        extra=body.extra or {},
-        uuid=body.uuid,
-    )
-
-
 def _created(request: Request, spec: Spec) -> JSONResponse:
     record = volume_service.create(services(request), spec, caller=policy_caller(request))
     base = base_url(request)
@@ -214,7 +177,7 @@ def _created(request: Request, spec: Spec) -> JSONResponse:
 )
 @wait_for_lock
 def create_connector(request: Request, body: VolumeConnectorCreate) -> JSONResponse:
-    return _created(request, _connector_spec(body))
+    return _created(request, volume_service.spec_from(body))
 
 
 @router.post(
@@ -225,53 +188,22 @@ def create_connector(request: Request, body: VolumeConnectorCreate) -> JSONRespo
 )
 @wait_for_lock
 def create_target(request: Request, body: VolumeTargetCreate) -> JSONResponse:
-    return _created(request, _target_spec(body))
+    return _created(request, volume_service.spec_from(body))
 
 
 # -- update -------------------------------------------------------------------
 
 
-def _check_paths(coll: Collection, patch: list[PatchOperation]) -> None:
-    """Only the patchable fields, and a node named by UUID: refused before the record is read."""
-    allowed = PATCHABLE[coll.name]
-    for op in patch:
-        parts = op.path.split("/")
-        root = parts[1] if len(parts) > 1 else ""
-        if root not in allowed:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: {', '.join(allowed)}"
-            )
-        if op.path == "/node_uuid" and op.op != "remove" and not lookup.is_uuid(str(op.value)):
-            raise bad_request(f"Expected a UUID for node_uuid, but received {op.value}.")
-
-
-def _reviser(coll: Collection, patch: list[PatchOperation]) -> volume_service.Revise:
-    """The patch applied to a record's document, checked as a create's body is.
-
-    As Ironic: removing ``node_uuid`` leaves the record where it is, and a
-    removed or null ``extra``/``properties`` is empty.
-    """
-    model: type[BaseModel] = VolumeConnectorCreate if coll is CONNECTORS else VolumeTargetCreate
-
-    def revise(doc: dict[str, Any]) -> Spec:
-        after = apply_patch(doc, patch)
-        moved = [op.value for op in patch if op.path == "/node_uuid" and op.op != "remove"]
-        after["node_uuid"] = lookup.check_uuid(str(moved[-1])) if moved else doc["node_uuid"]
-        checked = checked_as(model, after, coll.kind.label)
-        if isinstance(checked, VolumeConnectorCreate):
-            return _connector_spec(checked)
-        assert isinstance(checked, VolumeTargetCreate)
-        return _target_spec(checked)
-
-    return revise
-
-
 def _patched(
     request: Request, coll: Collection, ident: str, patch: list[PatchOperation]
 ) -> JSONResponse:
-    _check_paths(coll, patch)
     record: Record = volume_service.patch(
-        services(request), coll.kind, ident, _reviser(coll, patch), caller=policy_caller(request)
+        services(request),
+        coll.kind,
+        ident,
+        request_version(request),
+        operations(patch),
+        caller=policy_caller(request),
     )
     view = record_view(record, base_url(request), properties=shows_properties(request))
     return JSONResponse(view)
