@@ -27,9 +27,9 @@ from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Identity
-from metalforge.api.auth.node_fields import rules_for
 from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.schemas import PatchOperation
+from metalforge.services.node_patch import rules_for
 from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
 from tests.support.stack import Stack, start_stack
 
@@ -672,7 +672,7 @@ def _node_rule(caller: Identity, guard: Guard, body: Any) -> tuple[bool, int]:
         return False, 404
     rules = (guard.rule, *guard.also)
     if guard.kind == "node_fields":
-        needed = rules_for([PatchOperation.model_validate(op) for op in body])
+        needed = rules_for([PatchOperation.model_validate(op).operation() for op in body])
         return all(POLICY.allows(r, caller, target) for r in needed), 403
     return any(POLICY.allows(r, caller, target) for r in rules), 403
 

@@ -19,7 +19,15 @@ from metalforge.db.models import INTERFACES, Node, NodeHistory, NodeTrait, Port
 from metalforge.errors import NodeLocked, RequestError
 from metalforge.services import nodes
 from metalforge.services.context import Services
-from tests.services.conftest import add_node, bump_after_find, history_by_user, refused, services_on
+from metalforge.services.patching import Operation
+from tests.services.conftest import (
+    FakeCaller,
+    add_node,
+    bump_after_find,
+    history_by_user,
+    refused,
+    services_on,
+)
 
 LATEST = (1, 115)
 COLUMNS = ("uuid", "name", "provision_state", "resource_class")
@@ -56,19 +64,19 @@ def _count(svc: Services, model: type[Node | Port | NodeTrait | NodeHistory]) ->
         return session.scalar(select(func.count()).select_from(model)) or 0
 
 
-def _setting(**values: Any) -> nodes.Edit:
-    """An edit setting ``values`` whatever the node holds, as a parsed patch would."""
-    return lambda node: dict(values)
+def _setting(**values: Any) -> list[Operation]:
+    """A JSON patch replacing each of ``values``."""
+    return [Operation("replace", f"/{name}", value, given=True) for name, value in values.items()]
 
 
-def _update(svc: Services, ident: str, edit: nodes.Edit, **kwargs: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"reset_interfaces": None, "patches_driver": False, "actor": "bob"}
+def _update(svc: Services, ident: str, ops: list[Operation], **kwargs: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"reset_interfaces": None, "caller": FakeCaller(), "actor": "bob"}
     options.update(kwargs)
     return nodes.update(
         svc,
         ident,
         LATEST,
-        edit,
+        ops,
         lambda node, _steps: {"description": node.description, "epoch": node.epoch},
         **options,
     )
@@ -168,16 +176,13 @@ def test_enroll_refuses_bad_values_and_stores_nothing(
 # -- update -------------------------------------------------------------------------
 
 
-def test_update_applies_the_edit_fenced_and_recorded(svc: Services) -> None:
+def test_update_applies_the_patch_fenced_and_recorded(svc: Services) -> None:
     node = _add_node(svc, name="rack1-n1")
-    seen: list[str | None] = []
-
-    def edit(current: Node) -> dict[str, Any]:
-        seen.append(current.name)
-        return {"description": "rack 1, slot 1", "extra": {"team": "ops"}}
-
-    rendered = _update(svc, "rack1-n1", edit)
-    assert seen == ["rack1-n1"], "the edit sees the node as stored"
+    patch = [
+        *_setting(description="rack 1, slot 1"),
+        Operation("add", "/extra/team", "ops", given=True),
+    ]
+    rendered = _update(svc, "rack1-n1", patch)
     assert rendered == {"description": "rack 1, slot 1", "epoch": node.epoch + 1}
     stored = _node(svc, node.uuid)
     assert (stored.description, stored.extra, stored.epoch) == (
@@ -188,7 +193,7 @@ def test_update_applies_the_edit_fenced_and_recorded(svc: Services) -> None:
     assert history_by_user(svc, node.id) == [("update", "updated description, extra", "bob")]
 
 
-def test_an_edit_that_changes_nothing_writes_nothing(svc: Services) -> None:
+def test_a_patch_that_changes_nothing_writes_nothing(svc: Services) -> None:
     node = _add_node(svc, reservation="conductor-1")
     _update(svc, node.uuid, _setting())
     assert _node(svc, node.uuid).epoch == node.epoch

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
+from annotated_types import MaxLen
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -138,3 +139,55 @@ class VolumeTargetCreate(Body):
     uuid: StrictStr | None = None
     properties: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
+
+
+def max_lengths(model: type[BaseModel]) -> dict[str, int]:
+    """Each string field's ``max_length``, so PATCH enforces what create enforces."""
+    return {
+        name: meta.max_length
+        for name, info in model.model_fields.items()
+        for meta in info.metadata
+        if isinstance(meta, MaxLen)
+    }
+
+
+class NodeCreate(Body):
+    driver: str = Field(min_length=1, max_length=255)
+    name: str | None = Field(default=None, max_length=255)
+    uuid: str | None = None
+    chassis_uuid: str | None = None
+    driver_info: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None
+    instance_info: dict[str, Any] | None = None
+    instance_uuid: str | None = None
+    properties: dict[str, Any] | None = None
+    resource_class: str | None = Field(default=None, max_length=80)
+    conductor_group: str | None = Field(default=None, max_length=255)
+    owner: str | None = Field(default=None, max_length=255)
+    lessee: str | None = Field(default=None, max_length=255)
+    description: str | None = Field(default=None, max_length=4096)
+    maintenance: bool | None = None
+    console_enabled: bool | None = None
+    automated_clean: bool | None = None
+    retired: bool | None = None
+    retired_reason: str | None = Field(default=None, max_length=4096)
+    network_data: dict[str, Any] | None = None
+    boot_mode: str | None = Field(default=None, max_length=16)
+    secure_boot: bool | None = None
+    shard: str | None = Field(default=None, max_length=255)
+    parent_node: str | None = None
+    disable_power_off: bool | None = None
+    instance_name: str | None = Field(default=None, max_length=255)
+    bios_interface: str | None = None
+    boot_interface: str | None = None
+    console_interface: str | None = None
+    deploy_interface: str | None = None
+    firmware_interface: str | None = None
+    inspect_interface: str | None = None
+    management_interface: str | None = None
+    network_interface: str | None = None
+    power_interface: str | None = None
+    raid_interface: str | None = None
+    rescue_interface: str | None = None
+    storage_interface: str | None = None
+    vendor_interface: str | None = None

@@ -1,15 +1,16 @@
 """Enrolling, updating and deleting nodes.
 
-The API parses and authorizes (which fields the caller may set, the owner a
-project administrator's node gets); these functions hold the rules a node's
-values must follow, the fencing of every write and its history.
+The API parses and authorizes the route (the owner a project administrator's
+node gets); these functions hold the rules a node's values must follow, the
+fencing of every write and its history. A PATCH comes as its operations:
+which fields it may touch and who may touch them are ``node_patch``'s.
 """
 
 from __future__ import annotations
 
 import functools
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import Insert, Row, Table, delete, insert
@@ -23,17 +24,16 @@ from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, u
 from metalforge.drivers.base import DriverError
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
-from metalforge.services import allocations, chassis, fencing, lookup, volume
+from metalforge.services import allocations, chassis, fencing, lookup, node_patch, volume
+from metalforge.services.caller import Caller
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
+from metalforge.services.patching import Operation
 
 INTERFACE_FIELDS = frozenset(f"{f}_interface" for f in INTERFACES)
 DICT_DEFAULTS = ("driver_info", "extra", "instance_info", "properties", "network_data")
 
 R = TypeVar("R")
-
-Edit = Callable[[Node], dict[str, Any]]
-"""Turns the node as stored into the changed fields (a parsed, authorized JSON patch)."""
 
 
 # -- values --------------------------------------------------------------------
@@ -246,22 +246,27 @@ def update(
     svc: Services,
     ident: str,
     version: Version,
-    edit: Edit,
+    ops: Sequence[Operation],
     render: Callable[[Node, dict[str, Any]], R],
     *,
+    caller: Caller,
     reset_interfaces: bool | None,
-    patches_driver: bool,
     actor: str | None,
 ) -> R:
-    """Apply ``edit`` to the node under its row lock, fenced; ``render`` the node as written
-    (with the step keys its ``driver_internal_info`` shows: ``lookup.step_keys``).
+    """Apply the JSON patch ``ops`` to the node under its row lock, fenced; ``render`` the
+    node as written (with the step keys its ``driver_internal_info`` shows:
+    ``lookup.step_keys``).
 
+    The patch is checked against ``node_patch.PATCH`` before the node is read;
+    the caller's rules for the fields it touches are asked on the node as read.
     Two PATCHes of one node apply one after the other, each to what the
     other wrote; a conductor taking the node meanwhile makes this one a 409.
     """
+    node_patch.PATCH.check(ops, version)
+    patches_driver = any(op.path == "/driver" for op in ops)
     with svc.db.write() as session:
         node = lookup.find_node(session, ident, version, for_update=True)
-        changes = edit(node)
+        changes = node_patch.changes(node, ops, caller)
         _check_update_allowed(session, node, changes)
         check_values(changes)
         _check_chassis(session, node, changes, version)

@@ -116,7 +116,7 @@ class Guard:
     and ``volume_target``: the node of the record named in the path (a
     record the caller may not see the node of is missing). ``node_fields``:
     the node in the path must be visible; which rules apply depends on the
-    fields the body changes, so the route checks them. ``list``: the
+    fields the body changes, so the service asks them (``services.node_patch``). ``list``: the
     ``<resource>:list_all`` rule, else ``<resource>:list`` limited to the
     caller's project; ``node_list``: the same, of a node in the path the
     caller must see (404 otherwise). ``body``: the target is in the request body, so the

@@ -11,13 +11,13 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import listing
-from metalforge.api.auth import node_fields
 from metalforge.api.auth.access import (
     actor,
     allows,
     guard,
     identity_of,
     node_disclosure,
+    policy_caller,
     project_scope,
     require,
 )
@@ -32,16 +32,16 @@ from metalforge.api.node_view import (
     view_plan,
 )
 from metalforge.api.params import Page, Query, fields, page
-from metalforge.api.patching import apply_patch
 from metalforge.api.responses import JSONResponse
-from metalforge.api.schemas import NodeCreate, PatchOperation, max_lengths
+from metalforge.api.schemas import PatchOperation, operations
 from metalforge.api.versions import Version, fmt, request_version
 from metalforge.api.wiring import ApiServices, base_url, read_only, services
-from metalforge.db.models import INTERFACES, Node
+from metalforge.db.models import Node
 from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
+from metalforge.services.bodies import NodeCreate
 from metalforge.services.caller import denied
-from metalforge.services.values import parse_bool
+from metalforge.services.node_patch import rules_for_values
 
 router = APIRouter(tags=["nodes"])
 
@@ -84,40 +84,6 @@ UNSORTABLE = {
 }
 SORTABLE = {c.key for c in Node.__table__.columns} - UNSORTABLE - {"epoch"}
 FAULTS = {"power failure", "clean failure", "rescue abort failure", "service failure"}
-
-PATCHABLE = {
-    "automated_clean",
-    "chassis_uuid",
-    "conductor_group",
-    "description",
-    "disable_power_off",
-    "driver",
-    "driver_info",
-    "extra",
-    "instance_info",
-    "instance_name",
-    "instance_uuid",
-    "lessee",
-    "maintenance",
-    "name",
-    "network_data",
-    "owner",
-    "properties",
-    "protected",
-    "protected_reason",
-    "resource_class",
-    "retired",
-    "retired_reason",
-    "shard",
-    "parent_node",
-    *(f"{family}_interface" for family in INTERFACES),
-}
-DICT_FIELDS = {"driver_info", "extra", "instance_info", "network_data", "properties"}
-BOOL_FIELDS = {"automated_clean", "disable_power_off", "maintenance", "protected", "retired"}
-NULLABLE_BOOL = {"automated_clean"}
-MAX_LENGTHS = max_lengths(NodeCreate)
-"""PATCH holds strings to the limits create does (and the columns need)."""
-
 
 # -- listing ------------------------------------------------------------------
 
@@ -385,7 +351,7 @@ def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
             "your own project."
         )
     target = node_target(caller.project_id, given.get("lessee"))
-    for rule in node_fields.rules_for_values({k: v for k, v in given.items() if k != "owner"}):
+    for rule in rules_for_values({k: v for k, v in given.items() if k != "owner"}):
         require(request, rule, target)
     return caller.project_id
 
@@ -420,58 +386,6 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
 # -- patch --------------------------------------------------------------------
 
 
-def _patch_document(node: Node) -> dict[str, Any]:
-    return {name: getattr(node, name) for name in PATCHABLE}
-
-
-def _check_patch_paths(ops: list[PatchOperation], version: Version) -> None:
-    for op in ops:
-        root = op.path.lstrip("/").split("/", 1)[0]
-        if root == "traits":
-            raise bad_request(
-                "Cannot update node traits via node patch. Node traits should "
-                "be updated via the node traits API."
-            )
-        if root not in PATCHABLE:
-            raise bad_request(
-                f"Cannot patch {op.path}. Only the following can be updated: "
-                f"{', '.join(sorted(PATCHABLE))}"
-            )
-        since = NODE_FIELDS.get(root)
-        if since is not None and version < since:
-            raise not_acceptable(f"Field {root} is not available at API version {fmt(version)}")
-
-
-def _normalise(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Changed values, with removed fields reset and types checked."""
-    changed: dict[str, Any] = {}
-    for name in PATCHABLE:
-        value = after.get(name)
-        if name in DICT_FIELDS:
-            value = {} if value is None else value
-            if not isinstance(value, dict):
-                raise bad_request(f"Invalid value for {name}: must be a JSON object")
-        elif name in BOOL_FIELDS:
-            if value is None and name not in NULLABLE_BOOL:
-                value = False
-            if isinstance(value, str):
-                # `baremetal node set --protected` sends "True": Ironic accepts strings here.
-                value = parse_bool(name, value)
-            if value is not None and not isinstance(value, bool):
-                raise bad_request(f"Invalid value for {name}: must be a boolean")
-        elif value is not None and not isinstance(value, str):
-            raise bad_request(f"Invalid value for {name}: must be a string")
-        elif value is not None and len(value) > MAX_LENGTHS.get(name, len(value)):
-            raise bad_request(
-                f"Invalid value for {name}: at most {MAX_LENGTHS[name]} characters are allowed"
-            )
-        if name == "conductor_group" and value is None:
-            value = ""
-        if value != before.get(name):
-            changed[name] = value
-    return changed
-
-
 @router.patch(
     "/nodes/{node_ident}",
     summary="Update a node with a JSON patch",
@@ -485,17 +399,6 @@ def patch_node(
     query = Query(request, ["reset_interfaces"])
     version = query.version
     reset_interfaces = query.bool("reset_interfaces", (1, 45))
-    _check_patch_paths(patch, version)
-    node_fields.authorize_patch(request, patch)
-
-    def edit(node: Node) -> dict[str, Any]:
-        before = _patch_document(node)
-        after = apply_patch(before, patch)
-        if isinstance(after.get("driver_info"), dict):
-            node_fields.check_bmc_redirect(
-                request, patch, before["driver_info"], after["driver_info"]
-            )
-        return _normalise(before, after)
 
     def view(node: Node, step_keys: dict[str, Any]) -> dict[str, Any]:
         return node_view(
@@ -511,10 +414,10 @@ def patch_node(
         svc,
         node_ident,
         version,
-        edit,
+        operations(patch),
         view,
+        caller=policy_caller(request),
         reset_interfaces=reset_interfaces,
-        patches_driver=any(op.path == "/driver" for op in patch),
         actor=actor(request),
     )
     return JSONResponse(body)
