@@ -47,7 +47,9 @@ class Candidate:
             stdout=self.out.open("wb"),
             stderr=subprocess.STDOUT,
             cwd=root,
-            env={**os.environ, "PYTHONPATH": str(root)},
+            # The tree's own source before any installed copy: the candidate runs the
+            # code under test even when another checkout is installed in the venv.
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])},
         )
 
     def standings(self) -> list[str]:
