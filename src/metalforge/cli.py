@@ -28,10 +28,10 @@ from metalforge.api.inspector.app import InspectorSocketDispatcher, create_inspe
 from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.wiring import ApiServices
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.registration import HostnameInUse
 from metalforge.config import Settings, load_settings
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db import queue
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import PxeFilterHost

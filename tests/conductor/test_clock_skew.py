@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from metalforge import states
-from metalforge.conductor.hashring import ConductorDirectory
 from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.reservations import acquire
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, utcnow
 from metalforge.errors import NodeLocked

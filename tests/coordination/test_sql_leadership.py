@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from metalforge.conductor.election import LeaseLost, SqlElector
 from metalforge.conductor.leadership import Leadership, LeaderTerm, SingletonTask
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import CoordinationSettings
+from metalforge.coordination.election import LeaseLost, SqlElector
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import LeaderLease
 from tests.support.conductors import registered_conductor
@@ -37,7 +37,9 @@ def _member(db: Database, host: str) -> ConductorProcess:
 
 
 def _elector(service: ConductorProcess) -> SqlElector:
-    return SqlElector.for_conductors(service.ctx, SETTINGS.leader_lease)
+    return SqlElector.for_conductors(
+        service.ctx.db, service.ctx.hostname, service.ctx.dead_after, SETTINGS.leader_lease
+    )
 
 
 def test_one_member_leads_a_role_and_keeps_it_while_it_renews(db: Database) -> None:
@@ -161,7 +163,9 @@ def test_a_member_that_cannot_reach_the_backend_stops(db: Database) -> None:
         "sqlite:////nonexistent/dir/metalforge.sqlite",
         retry=RetryPolicy(SETTINGS.retry_count, SETTINGS.retry_interval),
     )
-    leadership.elector = SqlElector.for_conductors(a.ctx, SETTINGS.leader_lease)
+    leadership.elector = SqlElector.for_conductors(
+        a.ctx.db, a.ctx.hostname, a.ctx.dead_after, SETTINGS.leader_lease
+    )
     for _ in range(SETTINGS.retry_count):
         leadership.round()
         assert not leadership.leads(ROLE)

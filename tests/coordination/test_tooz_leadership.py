@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.conductor.election import (
+from metalforge.coordination.election import (
     EpochLedger,
     LeadershipUnavailable,
     LeaseLost,

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import update
 
 from metalforge import inspection_states as ins
-from metalforge.conductor.election import SqlElector
 from metalforge.config import PxeFilterSettings
+from metalforge.coordination.election import SqlElector
 from metalforge.db.engine import Database
 from metalforge.db.models import LeaderLease
 from metalforge.pxe_filter.desired import FilterState

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.cli import build_registry
-from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, NodeHistory, NodeTrait
 from metalforge.errors import RequestError

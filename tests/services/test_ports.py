@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 
 from metalforge import states
 from metalforge.cli import build_registry
-from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, Port
 from metalforge.errors import NodeLocked, RequestError, bad_request

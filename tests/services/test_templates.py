@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from metalforge.cli import build_registry
-from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import DeployTemplate, DeployTemplateStep
 from metalforge.errors import RequestError

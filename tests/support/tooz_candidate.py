@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from metalforge.conductor.election import EpochLedger, ToozElector
+from metalforge.coordination.election import EpochLedger, ToozElector
 from metalforge.db.engine import Database
 
 ROLE = "inspection-timeouts"

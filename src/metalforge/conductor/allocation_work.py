@@ -36,8 +36,9 @@ from metalforge.conductor.allocation_candidates import (
     request_of,
 )
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.reservations import acquire, dead_conductors
+from metalforge.conductor.reservations import acquire
 from metalforge.conductor.task import LockLost, NodeGone
+from metalforge.coordination.membership import dead_conductors
 from metalforge.db import queue
 from metalforge.db.models import Allocation, AllocationTrait, NodeTrait, WorkItem, utcnow
 from metalforge.db.tallies import count_on_commit, counted, observed
@@ -98,7 +99,7 @@ def _claim(ctx: ConductorContext, allocation_id: int, attempts: int) -> Request 
             return None
         holder = allocation.conductor_affinity
         if holder != ctx.hostname:
-            dead = set(session.scalars(dead_conductors(ctx)))
+            dead = set(session.scalars(dead_conductors(ctx.db, ctx.dead_after)))
             if holder is not None and holder not in dead and attempts <= STEAL_AFTER:
                 return False
             where = (
@@ -287,7 +288,7 @@ def adopt_orphans(ctx: ConductorContext) -> int:
         rows = session.execute(
             select(Allocation.id, Allocation.conductor_affinity).where(
                 Allocation.state == ALLOCATING,
-                Allocation.conductor_affinity.in_(dead_conductors(ctx)),
+                Allocation.conductor_affinity.in_(dead_conductors(ctx.db, ctx.dead_after)),
             )
         ).all()
         for allocation_id, holder in rows:

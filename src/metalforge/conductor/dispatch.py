@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work, running
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.reservations import LIVE_CONDUCTORS, live_cutoff, lock
+from metalforge.conductor.reservations import lock
 from metalforge.conductor.task import NodeGone
+from metalforge.coordination.membership import LIVE_CONDUCTORS, live_cutoff
 from metalforge.db import queue
 from metalforge.errors import NodeLocked
 
@@ -89,7 +90,7 @@ class Dispatcher:
             with self.ctx.db.write() as session:
                 live = list(
                     session.connection().scalars(
-                        LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(self.ctx)}
+                        LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(self.ctx.db, self.ctx.dead_after)}
                     )
                 )
                 items = queue.claim(

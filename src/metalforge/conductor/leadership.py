@@ -1,7 +1,7 @@
 """Singleton periodic tasks: each runs on exactly one live conductor at a time.
 
 Every conductor campaigns for every role (one per task) each
-``election_interval`` through its ``Elector`` (``election``). A task runs
+``election_interval`` through its ``Elector`` (``metalforge.coordination.election``). A task runs
 under the ``LeaderTerm`` it was elected with, and every write it makes
 checks the term's epoch in the same transaction, so a leader that was paused
 past its lease, or replaced while a round ran long, cannot write next to its
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.election import Elector, LeaseLost, check_lease
 from metalforge.config import CoordinationSettings
+from metalforge.coordination.election import Elector, LeaseLost, check_lease
 
 LOG = logging.getLogger(__name__)
 

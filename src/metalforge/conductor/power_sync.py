@@ -37,9 +37,9 @@ from sqlalchemy import Table, select
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.hashring import ConductorDirectory, HashRing
 from metalforge.conductor.reservations import acquire
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
+from metalforge.coordination.hashring import ConductorDirectory, HashRing
 from metalforge.db.models import Node, node_from_row
 from metalforge.drivers.base import DriverError, ManagementInterface, PowerInterface, ReadOnlyTask
 from metalforge.errors import NodeLocked

@@ -30,10 +30,10 @@ from metalforge.conductor import (
 )
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.dispatch import Dispatcher
-from metalforge.conductor.election import build_elector
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.conductor.leadership import Leadership
+from metalforge.coordination.election import build_elector
 from metalforge.db import queue
 from metalforge.drivers import failures
 
@@ -54,7 +54,7 @@ class ConductorProcess:
         its hostname, the coordination backend is out of reach): the CLI ends it."""
         self.leadership = Leadership(
             ctx,
-            build_elector(ctx, ctx.settings.coordination),
+            build_elector(ctx.db, ctx.hostname, ctx.dead_after, ctx.settings.coordination),
             (*inspection_sweeps.TASKS, *housekeeping.TASKS),
             ctx.settings.coordination,
             on_fatal=self._lost_coordination,

@@ -8,11 +8,13 @@ that is no live conductor) may be taken at once. Any failure gives the
 reservation back: a release that cannot write what the work changed gives
 the node back bare, and one the database refuses is owed
 (``ctx.leaked_reservations``) until the heartbeat manages it.
+
+Who counts as a live conductor is ``metalforge.coordination.membership``'s
+answer, the same the hash ring and the election read.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,8 +28,9 @@ from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.node_writes import HELD_BY_TASK
 from metalforge.conductor.task import LockLost, NodeGone, NodeTask
+from metalforge.coordination.membership import LIVE_CONDUCTORS, live_cutoff
 from metalforge.db import flow_progress
-from metalforge.db.models import Conductor, FlowProgressRow, Node, node_from_row
+from metalforge.db.models import FlowProgressRow, Node, node_from_row
 from metalforge.db.tallies import count_on_commit, counted
 from metalforge.errors import NodeLocked
 from metalforge.tallies import TAKEOVERS
@@ -36,14 +39,6 @@ LOG = logging.getLogger(__name__)
 
 _NODES = cast(Table, Node.__table__)
 
-LIVE_CONDUCTORS = select(Conductor.hostname).where(
-    Conductor.heartbeat_at >= bindparam("b_cutoff"), Conductor.online.is_(True)
-)
-"""Hostnames of live conductors; ``b_cutoff`` is ``live_cutoff(ctx)``.
-
-Holders whose reservations stand. Any other holder's is free to take: a dead
-conductor's, and a holder that is no conductor at all (the API's short
-boot-device reservation, if the API process died during the BMC call)."""
 _PROGRESS = cast(Table, FlowProgressRow.__table__)
 _READ = (
     select(_NODES, *flow_progress.JOINED_COLUMNS)
@@ -58,7 +53,7 @@ _TAKE = (
         _NODES.c.id == bindparam("b_id"),
         or_(
             _NODES.c.reservation.is_(None),
-            _NODES.c.reservation.not_in(LIVE_CONDUCTORS),
+            _NODES.c.reservation.not_in(LIVE_CONDUCTORS),  # a dead holder's is free
         ),
     )
     .values(
@@ -67,18 +62,6 @@ _TAKE = (
         conductor_affinity=bindparam("b_host"),
     )
 )
-
-
-def live_cutoff(ctx: ConductorContext) -> dt.datetime:
-    """A heartbeat older than this (on the database's clock) is a dead conductor's."""
-    return ctx.db.now() - ctx.dead_after
-
-
-def dead_conductors(ctx: ConductorContext) -> Any:
-    """Subquery: hostnames of conductors that stopped heartbeating or went offline."""
-    return select(Conductor.hostname).where(
-        or_(Conductor.heartbeat_at < live_cutoff(ctx), Conductor.online.is_(False))
-    )
 
 
 def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any]:
@@ -96,7 +79,8 @@ def lock(ctx: ConductorContext, session: Session, node_id: int) -> dict[str, Any
     if row is None:
         raise NodeGone(str(node_id))
     result = connection.execute(
-        _TAKE, {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": live_cutoff(ctx)}
+        _TAKE,
+        {"b_id": node_id, "b_host": ctx.hostname, "b_cutoff": live_cutoff(ctx.db, ctx.dead_after)},
     )
     if result.rowcount != 1:
         raise NodeLocked(row.uuid, row.reservation)

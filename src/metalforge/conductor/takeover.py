@@ -16,7 +16,7 @@ from sqlalchemy import String, cast, exists, literal, select
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.reservations import dead_conductors
+from metalforge.coordination.membership import dead_conductors
 from metalforge.db import queue
 from metalforge.db.models import Node, WorkItem
 
@@ -36,7 +36,8 @@ def take_over(ctx: ConductorContext) -> int:
             select(Node.id, Node.provision_state, Node.target_provision_state)
             .where(
                 Node.provision_state.in_(busy),
-                (Node.reservation.is_(None)) | Node.reservation.in_(dead_conductors(ctx)),
+                (Node.reservation.is_(None))
+                | Node.reservation.in_(dead_conductors(ctx.db, ctx.dead_after)),
                 ~pending,
             )
             .with_for_update(skip_locked=True, of=Node)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from metalforge.conductor.election import Elector
 from metalforge.config import PxeFilterSettings
+from metalforge.coordination.election import Elector
 from metalforge.db.engine import Database, now_for
 from metalforge.db.models import PxeFilterHost
 from metalforge.pxe_filter.desired import FilterState, desired_state, for_host

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from metalforge.conductor.election import SqlElector
 from metalforge.config import Settings
+from metalforge.coordination.election import SqlElector
 from metalforge.db.changes import ChangeFeed
 from metalforge.db.engine import Database
 from metalforge.pxe_filter.dnsmasq import DnsmasqHostsdir

@@ -8,10 +8,10 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
-from metalforge.conductor.hashring import ConductorDirectory
-from metalforge.conductor.hashring import HashRing as HashRing
 from metalforge.conductor.work import NodeWork, P
 from metalforge.config import Settings
+from metalforge.coordination.hashring import ConductorDirectory
+from metalforge.coordination.hashring import HashRing as HashRing
 from metalforge.db import queue
 from metalforge.db.engine import Database
 from metalforge.drivers.hardware import DriverRegistry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from metalforge.conductor.hashring import HashRing
+from metalforge.coordination.hashring import HashRing
 
 
 def test_empty_ring_has_no_owner() -> None:

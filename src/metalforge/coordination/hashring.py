@@ -3,6 +3,10 @@
 Each conductor owns many points on a ring; a node belongs to the first point
 after the hash of its UUID. When a conductor joins or leaves only its share
 of nodes moves, so the others keep their warm state.
+
+Part of coordination rather than of the conductor because the services read
+it too (to queue a node's work for its conductor); it needs only
+the database and the dead-after timeout.
 """
 
 from __future__ import annotations
@@ -14,10 +18,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from sqlalchemy import select
-
+from metalforge.coordination.membership import LIVE_CONDUCTOR_ROWS, live_cutoff
 from metalforge.db.engine import Database
-from metalforge.db.models import Conductor
 
 POINTS_PER_HOST = 64
 
@@ -64,13 +66,9 @@ class ConductorDirectory:
         now = time.monotonic()
         if self._read_at is not None and now - self._read_at < self._ttl:
             return
-        cutoff = self._db.now() - dt.timedelta(seconds=self._dead_after)
+        cutoff = live_cutoff(self._db, dt.timedelta(seconds=self._dead_after))
         with self._db.read() as session:
-            rows = session.execute(
-                select(Conductor.hostname, Conductor.conductor_group, Conductor.drivers).where(
-                    Conductor.online.is_(True), Conductor.heartbeat_at >= cutoff
-                )
-            ).all()
+            rows = session.execute(LIVE_CONDUCTOR_ROWS, {"b_cutoff": cutoff}).all()
         self._live = [(h, g, list(d)) for h, g, d in rows]
         self._rings = {}
         self._read_at = now
@@ -99,5 +97,6 @@ class ConductorDirectory:
             return ring
 
     def invalidate(self) -> None:
+        """Make the next use read the database again, whatever the ``ttl`` says."""
         with self._lock:
             self._read_at = None

@@ -21,6 +21,11 @@ its own transaction, that the row still names the member, the epoch and an
 unexpired lease (``LeaseLost`` otherwise). Each backend says how long its
 rounds may fail (``Elector.retry``): the database's ``retry_*`` settings for
 the database backend, ``coordination.retry_*`` for tooz.
+
+Nothing here needs a conductor: the backends take a database, a member name,
+the dead-after timeout and the coordination settings, so the PXE filter
+elects its leader with the same code the conductors use for their singleton
+tasks (``metalforge.conductor.leadership``).
 """
 
 from __future__ import annotations
@@ -34,9 +39,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.reservations import LIVE_CONDUCTORS, live_cutoff
 from metalforge.config import CoordinationSettings
+from metalforge.coordination.membership import LIVE_CONDUCTORS, live_cutoff
 from metalforge.db.engine import Database, RetryPolicy, now_for
 from metalforge.db.models import LeaderLease
 
@@ -165,14 +169,22 @@ class SqlElector(Elector):
         self._live_members = live
 
     @classmethod
-    def for_conductors(cls, ctx: ConductorContext, lease_seconds: float) -> SqlElector:
-        """The conductors' election: members are the conductors alive by their heartbeats."""
+    def for_conductors(
+        cls, db: Database, hostname: str, dead_after: dt.timedelta, lease_seconds: float
+    ) -> SqlElector:
+        """The conductors' election: members are the conductors alive by their heartbeats.
+
+        ``hostname`` is this conductor's, and ``dead_after`` the heartbeat age
+        past which another is dead (``conductor.heartbeat_timeout``), so a
+        dead leader's role is taken at once rather than when its lease ends.
+        """
 
         def live(session: Session) -> frozenset[str]:
-            rows = session.connection().scalars(LIVE_CONDUCTORS, {"b_cutoff": live_cutoff(ctx)})
+            cutoff = live_cutoff(db, dead_after)
+            rows = session.connection().scalars(LIVE_CONDUCTORS, {"b_cutoff": cutoff})
             return frozenset(rows)
 
-        return cls(ctx.db, ctx.hostname, lease_seconds, live)
+        return cls(db, hostname, lease_seconds, live)
 
     def start(self) -> None:
         """Nothing to join: the membership is in the database."""
@@ -321,15 +333,22 @@ class ToozElector(Elector):
             LOG.warning("leaving the coordination backend failed", exc_info=True)
 
 
-def build_elector(ctx: ConductorContext, settings: CoordinationSettings) -> Elector:
-    """The configured backend: the database unless ``backend_url`` names a tooz one."""
+def build_elector(
+    db: Database, hostname: str, dead_after: dt.timedelta, settings: CoordinationSettings
+) -> Elector:
+    """The configured backend for conductor ``hostname``: the database unless
+    ``backend_url`` names a tooz one.
+
+    ``dead_after`` is only read by the database backend, whose members are
+    the conductors alive by their heartbeats; tooz keeps its own membership.
+    """
     if not settings.backend_url:
-        return SqlElector.for_conductors(ctx, settings.leader_lease)
+        return SqlElector.for_conductors(db, hostname, dead_after, settings.leader_lease)
     return ToozElector(
         settings.backend_url,
-        f"metalforge.conductor.{ctx.hostname}",
+        f"metalforge.conductor.{hostname}",
         settings.group,
         settings.leader_lease,
-        EpochLedger(ctx.db, settings.leader_lease),
+        EpochLedger(db, settings.leader_lease),
         RetryPolicy(settings.retry_count, settings.retry_interval),
     )

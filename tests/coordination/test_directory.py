@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metalforge.conductor.hashring import ConductorDirectory
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor, utcnow
 
