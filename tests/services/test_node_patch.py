@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from metalforge.api.node_view import NODE_FIELDS
 from metalforge.db.models import Node
 from metalforge.errors import RequestError
 from metalforge.services import node_patch, nodes
@@ -56,12 +55,6 @@ def _refusal(svc: Services, ident: str, ops: list[Operation], version: tuple[int
             actor=None,
         )
     return excinfo
-
-
-def test_each_field_is_patchable_from_the_version_the_view_shows_it() -> None:
-    assert {name: p.since for name, p in node_patch.PATCH.fields.items()} == {
-        name: NODE_FIELDS[name] for name in node_patch.PATCH.fields
-    }
 
 
 @pytest.mark.parametrize(

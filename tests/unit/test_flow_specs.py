@@ -26,7 +26,7 @@ from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
 from metalforge.redaction import mask_document
-from metalforge.services import provisioning
+from metalforge.services import node_fields, provisioning
 
 # state: (agent may look up, agent heartbeat continues the flow, power requests refused)
 EXPECTED: dict[str, tuple[bool, bool, bool]] = {
@@ -157,7 +157,7 @@ def test_a_step_flow_shows_its_step_masked_and_announced(
     arguments masked) and a change the node's event trigger reports."""
     column = kind.column.key
     assert column in Node.__table__.columns
-    assert column in node_view.NODE_FIELDS
+    assert column in node_fields.NODE_FIELDS
     assert node_view._COMPUTED[column] is mask_document
     assert kind.catalogue in ("clean", "deploy")
     with sqlite_db.read() as session:

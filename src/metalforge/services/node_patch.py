@@ -29,52 +29,53 @@ from metalforge.errors import RequestError, bad_request
 from metalforge.redaction import is_secret_key
 from metalforge.services.bodies import NodeCreate, max_lengths
 from metalforge.services.caller import Caller, NodeTarget
-from metalforge.services.microversion import Version
+from metalforge.services.node_fields import NODE_FIELDS
 from metalforge.services.patching import Operation, Patchable, PatchPolicy, apply
 from metalforge.services.values import parse_bool
 
-_SINCE: dict[str, Version] = {
-    "automated_clean": (1, 47),
-    "chassis_uuid": (1, 1),
-    "conductor_group": (1, 46),
-    "description": (1, 51),
-    "disable_power_off": (1, 95),
-    "driver": (1, 1),
-    "driver_info": (1, 1),
-    "extra": (1, 1),
-    "instance_info": (1, 1),
-    "instance_name": (1, 104),
-    "instance_uuid": (1, 1),
-    "lessee": (1, 65),
-    "maintenance": (1, 1),
-    "name": (1, 5),
-    "network_data": (1, 66),
-    "owner": (1, 50),
-    "properties": (1, 1),
-    "protected": (1, 48),
-    "protected_reason": (1, 48),
-    "resource_class": (1, 21),
-    "retired": (1, 61),
-    "retired_reason": (1, 61),
-    "shard": (1, 82),
-    "parent_node": (1, 83),
-    "bios_interface": (1, 40),
-    "boot_interface": (1, 31),
-    "console_interface": (1, 31),
-    "deploy_interface": (1, 31),
-    "firmware_interface": (1, 86),
-    "inspect_interface": (1, 31),
-    "management_interface": (1, 31),
-    "network_interface": (1, 20),
-    "power_interface": (1, 31),
-    "raid_interface": (1, 31),
-    "rescue_interface": (1, 38),
-    "storage_interface": (1, 33),
-    "vendor_interface": (1, 31),
-}
+_PATCHABLE = (
+    "automated_clean",
+    "bios_interface",
+    "boot_interface",
+    "chassis_uuid",
+    "conductor_group",
+    "console_interface",
+    "deploy_interface",
+    "description",
+    "disable_power_off",
+    "driver",
+    "driver_info",
+    "extra",
+    "firmware_interface",
+    "inspect_interface",
+    "instance_info",
+    "instance_name",
+    "instance_uuid",
+    "lessee",
+    "maintenance",
+    "management_interface",
+    "name",
+    "network_data",
+    "network_interface",
+    "owner",
+    "parent_node",
+    "power_interface",
+    "properties",
+    "protected",
+    "protected_reason",
+    "raid_interface",
+    "rescue_interface",
+    "resource_class",
+    "retired",
+    "retired_reason",
+    "shard",
+    "storage_interface",
+    "vendor_interface",
+)
+"""The node fields a PATCH may change, each from the version ``NODE_FIELDS`` gives it."""
 
 PATCH = PatchPolicy(
-    {name: Patchable(since=_SINCE[name]) for name in sorted(_SINCE)},
+    {name: Patchable(since=NODE_FIELDS[name]) for name in _PATCHABLE},
     refusals={
         "traits": "Cannot update node traits via node patch. Node traits should "
         "be updated via the node traits API."

@@ -24,7 +24,6 @@ from metalforge.api.auth.access import (
 from metalforge.api.auth.policy import node_target
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import (
-    NODE_FIELDS,
     SELECTABLE_FIELDS,
     ViewPlan,
     node_view,
@@ -41,6 +40,7 @@ from metalforge.errors import bad_request, not_acceptable
 from metalforge.services import lookup, nodes
 from metalforge.services.bodies import NodeCreate
 from metalforge.services.caller import denied
+from metalforge.services.node_fields import NODE_FIELDS
 from metalforge.services.node_patch import rules_for_values
 
 router = APIRouter(tags=["nodes"])

@@ -1,0 +1,78 @@
+"""Every field of a node on the wire, and the microversion that introduced it.
+
+Declared once, below the API: the node's view shows a field from its
+version on, and a PATCH (``services.node_patch``) may change a patchable one
+from the same version, never earlier.
+"""
+
+from __future__ import annotations
+
+from metalforge.services.microversion import Version
+
+NODE_FIELDS: dict[str, Version] = {
+    "uuid": (1, 1),
+    "chassis_uuid": (1, 1),
+    "console_enabled": (1, 1),
+    "created_at": (1, 1),
+    "updated_at": (1, 1),
+    "driver": (1, 1),
+    "driver_info": (1, 1),
+    "extra": (1, 1),
+    "instance_info": (1, 1),
+    "instance_uuid": (1, 1),
+    "last_error": (1, 1),
+    "maintenance": (1, 1),
+    "maintenance_reason": (1, 1),
+    "power_state": (1, 1),
+    "target_power_state": (1, 1),
+    "provision_state": (1, 1),
+    "target_provision_state": (1, 1),
+    "provision_updated_at": (1, 1),
+    "properties": (1, 1),
+    "reservation": (1, 1),
+    "driver_internal_info": (1, 3),
+    "name": (1, 5),
+    "inspection_started_at": (1, 6),
+    "inspection_finished_at": (1, 6),
+    "clean_step": (1, 7),
+    "raid_config": (1, 12),
+    "target_raid_config": (1, 12),
+    "network_interface": (1, 20),
+    "resource_class": (1, 21),
+    "boot_interface": (1, 31),
+    "console_interface": (1, 31),
+    "deploy_interface": (1, 31),
+    "inspect_interface": (1, 31),
+    "management_interface": (1, 31),
+    "power_interface": (1, 31),
+    "raid_interface": (1, 31),
+    "vendor_interface": (1, 31),
+    "storage_interface": (1, 33),
+    "traits": (1, 37),
+    "rescue_interface": (1, 38),
+    "bios_interface": (1, 40),
+    "fault": (1, 42),
+    "deploy_step": (1, 44),
+    "conductor_group": (1, 46),
+    "automated_clean": (1, 47),
+    "protected": (1, 48),
+    "protected_reason": (1, 48),
+    "conductor": (1, 49),
+    "owner": (1, 50),
+    "description": (1, 51),
+    "allocation_uuid": (1, 52),
+    "retired": (1, 61),
+    "retired_reason": (1, 61),
+    "lessee": (1, 65),
+    "network_data": (1, 66),
+    "boot_mode": (1, 75),
+    "secure_boot": (1, 75),
+    "shard": (1, 82),
+    "parent_node": (1, 83),
+    "firmware_interface": (1, 86),
+    "service_step": (1, 87),
+    "disable_power_off": (1, 95),
+    "instance_name": (1, 104),
+    "health": (1, 109),
+}
+"""Every node field and the microversion that introduced it."""
