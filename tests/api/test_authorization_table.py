@@ -31,6 +31,7 @@ from metalforge.api.auth.policy import Policy, allocation_target, node_target
 from metalforge.api.schemas import PatchOperation
 from metalforge.services.node_patch import rules_for
 from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
+from tests.support.snapshots import Snapshot, restore, snapshot
 from tests.support.stack import Stack, start_stack
 
 OWNER, LESSEE = "p-owner", "p-lessee"
@@ -40,7 +41,7 @@ _macs = itertools.count(1)
 
 @dataclass
 class World:
-    """Resources made fresh (by the admin) for one request."""
+    """The resources a request names, made by the admin."""
 
     node: str
     port: str
@@ -578,12 +579,24 @@ def _guards(route: APIRoute) -> list[Guard]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The API with its conductor registered but not running: what a request queues stays
+    queued, so a restored world is exactly the world the next persona finds."""
     tmp: Path = tmp_path_factory.mktemp("authz")
-    running = start_stack(basic_auth_settings(f"sqlite:///{tmp}/mf.sqlite", tmp))
+    running = start_stack(
+        basic_auth_settings(f"sqlite:///{tmp}/mf.sqlite", tmp), start_conductor=False
+    )
     try:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="module")
+def pristine(stack: Stack) -> tuple[World, Snapshot]:
+    """One world, made by the admin through the API, and the database as it left it: each
+    persona's request finds that world afresh (restored, not rebuilt)."""
+    world = make_world(stack)
+    return world, snapshot(stack.db)
 
 
 def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
@@ -744,17 +757,17 @@ ROUTE_KEYS = sorted(REQUESTS)
 
 @pytest.mark.parametrize(("method", "path"), ROUTE_KEYS, ids=[f"{m} {p}" for m, p in ROUTE_KEYS])
 def test_route_answers_each_persona_as_the_policy_says(
-    stack: Stack, method: str, path: str
+    stack: Stack, pristine: tuple[World, Snapshot], method: str, path: str
 ) -> None:
     route = next(r for m, p, r in _operator_routes(stack.app) if (m, p) == (method, path))
     (guard,) = _guards(route)
     # An event stream lasts until the server stops: as if it were stopping, an
     # allowed stream answers 200 and ends, and the table can read it whole.
     stack.app.state.stopping = lambda: True
-    shared = make_world(stack) if method == "GET" else None
+    world, saved = pristine
     failures = []
     for persona in PERSONAS:
-        world = shared or make_world(stack)
+        restore(stack.db, saved)  # what an earlier persona changed or deleted is back
         url, body = REQUESTS[(method, path)](world)
         response = stack.client.request(method, url, json=body, headers=persona.headers)
         allowed, refusal = expected(persona, guard, body, path)

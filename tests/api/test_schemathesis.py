@@ -36,9 +36,8 @@ from hypothesis import strategies as st
 from schemathesis import APIOperation, GenerationMode
 from schemathesis.core.errors import InvalidSchema
 from schemathesis.core.result import Err, Result
-from sqlalchemy import Table, delete, insert, select
 
-from metalforge.db.models import Base
+from tests.support.snapshots import restore, snapshot
 from tests.support.stack import Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
 
@@ -238,32 +237,6 @@ def _seed(stack: Stack) -> None:
     assert traits.status_code == 204, traits.text
 
 
-Snapshot = list[tuple[Table, list[dict[str, Any]]]]
-
-APPEND_ONLY = frozenset({"node_events"})
-"""Written by the database's own triggers as nodes come and go; left to them."""
-
-
-def _snapshot(stack: Stack) -> Snapshot:
-    """Every table's rows as they are now, parents before children."""
-    with stack.db.read() as session:
-        return [
-            (table, [dict(row._mapping) for row in session.execute(select(table))])
-            for table in Base.metadata.sorted_tables
-            if table.name not in APPEND_ONLY
-        ]
-
-
-def _restore(stack: Stack, snapshot: Snapshot) -> None:
-    """Put every table back as ``snapshot`` holds it: what one example wrote is gone."""
-    with stack.db.write() as session:
-        for table, _ in reversed(snapshot):
-            session.execute(delete(table))
-        for table, rows in snapshot:
-            if rows:
-                session.execute(insert(table), rows)
-
-
 def _strategy(operation: Any) -> st.SearchStrategy[Any]:
     # Where nothing can be negated (no parameters, no body) the negative
     # strategy generates nothing, and only the positive one contributes.
@@ -322,7 +295,7 @@ def test_no_operation_answers_5xx_or_a_foreign_error_format(fuzz_stack: Stack) -
     operations = [_loaded(result) for result in schema.get_all_operations()]
     assert len(operations) >= 30, [op.label for op in operations]
     _seed(fuzz_stack)
-    seeded = _snapshot(fuzz_stack)
+    seeded = snapshot(fuzz_stack.db)
     failures: list[str] = []
     for operation in operations:
 
@@ -337,7 +310,7 @@ def test_no_operation_answers_5xx_or_a_foreign_error_format(fuzz_stack: Stack) -
         )
         @given(case=_strategy(operation))
         def fuzz(case: Any) -> None:
-            _restore(fuzz_stack, seeded)
+            restore(fuzz_stack.db, seeded)
             request = case.as_curl_command(headers=HEADERS)
             try:
                 response = case.call(app=fuzz_stack.app, headers=HEADERS)
