@@ -43,7 +43,14 @@ class CuttableProxy:
                 continue
             server.settimeout(None)
             with self._lock:
-                self._open.update((client, server))
+                # A cut while this connected must drop this pair too.
+                dropped = self._cut or self._stopped
+                if not dropped:
+                    self._open.update((client, server))
+            if dropped:
+                client.close()
+                server.close()
+                continue
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(
                     target=self._pump, args=(source, sink), name="proxy-pump", daemon=True

@@ -3,6 +3,11 @@
 Claiming an item and reserving its node are one transaction (on SQLite the
 writes run one at a time, so each one saved is throughput). The dispatcher
 knows which items its workers run: the heartbeat renews only their leases.
+
+A claim whose commit fails may still have been committed (the connection
+dropped after the server received the COMMIT): its items and reservations
+are owed back until a later round gives them back, fenced by owner and
+epoch so that a claim that never landed is left alone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work, running
 from metalforge.conductor.context import ConductorContext
-from metalforge.conductor.reservations import lock
+from metalforge.conductor.reservations import lock, unlock
 from metalforge.conductor.task import NodeGone
 from metalforge.coordination.membership import LIVE_CONDUCTORS, live_cutoff
 from metalforge.db import queue
@@ -40,6 +45,8 @@ class Dispatcher:
         self._running: set[int] = set()
         self._running_lock = threading.Lock()
         self._idle = threading.Condition(self._running_lock)
+        self._owed: list[Claimed] = []
+        """Claims whose commit failed without saying whether it landed (dispatcher thread only)."""
 
     def running(self) -> list[int]:
         """The items this conductor's workers are running now."""
@@ -73,6 +80,8 @@ class Dispatcher:
 
     def dispatch_once(self) -> int:
         """Claim as many items as there are free workers and start them."""
+        if self._owed:
+            self._give_back_owed()
         if self._too_many_abandoned():
             return 0
         free = 0
@@ -86,6 +95,7 @@ class Dispatcher:
             for _ in range(free):
                 self._slots.release()
             return 0
+        ready: list[Claimed] = []
         try:
             with self.ctx.db.write() as session:
                 live = list(
@@ -105,6 +115,8 @@ class Dispatcher:
         except BaseException:  # re-raised: whatever ended it, the slots go back
             for _ in range(free):
                 self._slots.release()
+            # Set only once every statement ran: the commit failed, and may have landed.
+            self._owed.extend(ready)
             raise
         for _ in range(free - len(ready)):
             self._slots.release()
@@ -117,6 +129,23 @@ class Dispatcher:
                 # The pool shut down (the stop began after the claim): give it back here.
                 self._run_guarded(item, node)
         return len(items)
+
+    def _give_back_owed(self) -> None:
+        """Give back the items and reservations of claims whose commit may have landed.
+
+        No worker runs them (they were never started), and this conductor,
+        alive, renews no lease of theirs and could not take their nodes
+        again: left alone, each item would wait for its lease to run out and
+        then find its node held for ever. Raises while the database is still
+        out of reach; the next round tries again.
+        """
+        with self.ctx.db.write() as session:
+            for item, node in self._owed:
+                queue.retry(session, item.id, self.ctx.hostname, 0, count=False)
+                if node is not None and item.node_id is not None:
+                    unlock(self.ctx, session, item.node_id, int(node["epoch"]))
+        LOG.warning("gave back %d work items whose claim's commit was lost", len(self._owed))
+        self._owed.clear()
 
     def _too_many_abandoned(self) -> bool:
         """Whether so many abandoned calls still run that claiming more could pile up

@@ -142,8 +142,7 @@ def acquire(
     (the dispatcher locks nodes while claiming their work).
     """
     if locked is None:
-        with ctx.db.write() as session:
-            locked = lock(ctx, session, node_id)
+        locked = _lock_now(ctx, node_id)
     try:
         columns = dict(locked)
         progress = flow_progress.from_joined(columns)
@@ -170,6 +169,25 @@ def acquire(
         # Writing what the work changed failed: give the node back without it.
         _give_back_bare(task)
         raise
+
+
+def _lock_now(ctx: ConductorContext, node_id: int) -> dict[str, Any]:
+    """``lock`` in a transaction of its own.
+
+    A commit that fails may still have landed (the connection dropped after
+    the server received it): the reservation it may have taken is owed back,
+    fenced by its epoch, so that this live conductor does not hold the node
+    with nothing running on it.
+    """
+    taken: dict[str, Any] | None = None
+    try:
+        with ctx.db.write() as session:
+            taken = lock(ctx, session, node_id)
+    except BaseException:  # re-raised: a reservation that may have been taken is owed
+        if taken is not None:
+            ctx.leaked_reservations.add((node_id, int(taken["epoch"])))
+        raise
+    return taken
 
 
 def _release_quietly(task: NodeTask) -> None:
