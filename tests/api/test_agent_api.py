@@ -17,10 +17,11 @@ from fastapi.testclient import TestClient
 from httpx2 import Response
 from sqlalchemy import select, text
 
-from metalforge.cli import StartupError, listening_sockets
 from metalforge.config import load_settings
 from metalforge.db import agent_sessions
 from metalforge.db.models import WorkItem
+from metalforge.serving import listening_sockets
+from metalforge.startup import StartupError
 from metalforge.states import AVAILABLE, CLEAN_WAIT
 from tests.support.api import LATEST, create_node, error_text, version
 from tests.support.stack import Stack, start_stack

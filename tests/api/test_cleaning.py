@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from metalforge.cli import build_api, build_conductor
 from metalforge.db.engine import Database
 from metalforge.drivers.base import DriverTask, StepsNotKnown
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
 from metalforge.drivers.step_declarations import StepDecl
+from metalforge.serving import build_api
+from metalforge.startup import build_conductor
 from tests.support.api import (
     LATEST,
     create_node,

@@ -1,6 +1,6 @@
 """Connection bounds on a real socket: a request head that never ends, a body that stalls.
 
-The server is the service's own configuration (``cli.server_config``) with
+The server is the service's own configuration (``serving.server_config``) with
 short timeouts; each test waits for the server to act (the socket closing,
 an answer arriving) under a generous bound of its own, never timing it.
 """

@@ -16,11 +16,11 @@ from metalforge.api.auth.basic import HtpasswdVerifier, UserFileError, parse_use
 from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.policy import Policy, node_target
 from metalforge.api.node_view import REDACTED
-from metalforge.cli import _banner
 from metalforge.config import load_settings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
 from metalforge.redaction import mask_secrets, mask_url
+from metalforge.serving import banner
 from tests.support.api import error_text, make_available, provision, wait_for_state
 from tests.support.auth import (
     ADMIN,
@@ -232,7 +232,7 @@ def test_sqlite_file_and_its_directory_are_private(tmp_path: Path) -> None:
 
 
 def test_the_banner_hides_the_database_password(capsys: pytest.CaptureFixture[str]) -> None:
-    _banner(load_settings(database={"url": "postgresql+psycopg://mf:db-pass-zq@db:5432/mf"}))
+    banner(load_settings(database={"url": "postgresql+psycopg://mf:db-pass-zq@db:5432/mf"}))
     out = capsys.readouterr().out
     assert "db-pass-zq" not in out
     assert "mf:******@db:5432/mf" in out

@@ -25,6 +25,7 @@ from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
 from metalforge.drivers.step_declarations import clean_step
+from metalforge.startup import StartupError
 from tests.support.api import (
     LATEST,
     create_node,
@@ -188,7 +189,7 @@ def test_an_unreadable_request_is_dead_lettered_and_others_move(
     buggy_stack.conductor.stop()
     cli.main(["--config", str(config), "work", "replay", str(dead_id)])
     assert f"work item {dead_id} is queued again" in capsys.readouterr().out
-    with pytest.raises(cli.StartupError, match="is not dead-lettered"):
+    with pytest.raises(StartupError, match="is not dead-lettered"):
         cli.main(["--config", str(config), "work", "replay", str(dead_id)])
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from metalforge.cli import build_conductor
+from metalforge.startup import build_conductor
 from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAGEABLE
 from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
 from tests.clients.conftest import BAREMETAL, BaremetalCli

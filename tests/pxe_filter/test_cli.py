@@ -14,6 +14,7 @@ from metalforge.config import PxeFilterSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import PxeFilterHost
 from metalforge.pxe_filter.service import STATUS_EVERY
+from metalforge.startup import StartupError
 from metalforge_lab.ports import free_port
 from tests.pxe_filter.conftest import add_node
 from tests.support.api import wait_until
@@ -102,7 +103,7 @@ def test_block_denies_what_a_killed_filter_left_allowed(
 
 def test_the_role_with_the_noop_driver_refuses_to_start(tmp_path: Path) -> None:
     config = _config(tmp_path, "noop", tmp_path)
-    with pytest.raises(cli.StartupError, match="noop: there is nothing to run"):
+    with pytest.raises(StartupError, match="noop: there is nothing to run"):
         cli.main(["--config", str(config), "pxe-filter"])
 
 
@@ -126,7 +127,7 @@ def test_a_separate_filter_process_on_sqlite_is_refused(tmp_path: Path) -> None:
     """It would never hear of changes: on SQLite only the writing process is woken."""
     config = _config(tmp_path, "dnsmasq", tmp_path)
     Database(f"sqlite:///{tmp_path}/metalforge.sqlite").upgrade()
-    with pytest.raises(cli.StartupError, match="needs PostgreSQL"):
+    with pytest.raises(StartupError, match="needs PostgreSQL"):
         cli.main(["--config", str(config), "pxe-filter"])
 
 

@@ -12,7 +12,6 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.cli import build_registry
 from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, NodeHistory, NodeTrait
@@ -20,6 +19,7 @@ from metalforge.errors import RequestError
 from metalforge.services import lookup
 from metalforge.services.caller import Caller, Target
 from metalforge.services.context import Services
+from metalforge.startup import build_registry
 from tests.support.stack import test_settings
 
 

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import select, update
 
 from metalforge import states
-from metalforge.cli import build_registry
 from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, Port
@@ -27,6 +26,7 @@ from metalforge.services.caller import NODE_GET, NodeTarget, Target
 from metalforge.services.context import Services
 from metalforge.services.patching import Operation
 from metalforge.services.ports import NewPort
+from metalforge.startup import build_registry
 from tests.services.conftest import FakeCaller, bump_after_find
 from tests.support.stack import test_settings
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from metalforge.cli import build_registry
 from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import DeployTemplate, DeployTemplateStep
@@ -22,6 +21,7 @@ from metalforge.services import templates
 from metalforge.services.context import Services
 from metalforge.services.patching import Operation
 from metalforge.services.templates import StepSpec, TemplateSpec
+from metalforge.startup import build_registry
 from tests.services.conftest import refused
 from tests.support.stack import test_settings
 

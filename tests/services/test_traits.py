@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import select, update
 
 from metalforge import states
-from metalforge.cli import build_registry
 from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.models import Node, NodeHistory, NodeTrait
 from metalforge.errors import NodeLocked, RequestError
 from metalforge.services import traits
 from metalforge.services.context import Services
+from metalforge.startup import build_registry
 from tests.services.conftest import bump_after_find
 from tests.support.stack import test_settings
 

@@ -12,20 +12,19 @@ from typing import Any
 import uvicorn
 from fastapi.testclient import TestClient
 
-from metalforge.cli import (
-    build_api,
-    build_conductor,
-    build_registry,
-    end_streams_when_stopping,
-    listening_sockets,
-    server_config,
-    tls_options,
-)
 from metalforge.conductor.process import ConductorProcess
 from metalforge.config import InspectorSettings, Settings, load_settings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.db.models import utcnow
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.serving import (
+    build_api,
+    end_streams_when_stopping,
+    listening_sockets,
+    server_config,
+    tls_options,
+)
+from metalforge.startup import build_conductor, build_registry
 from metalforge_lab.ports import free_port
 from tests.support.migrated import prepare
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.cli import StartupError, build_registry
 from metalforge.cli import main as cli_main
 from metalforge.conductor import step_plans
 from metalforge.config import load_settings
@@ -16,6 +15,7 @@ from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import ConflictingSteps, DriverRegistry, HardwareType
 from metalforge.drivers.step_declarations import clean_step
+from metalforge.startup import StartupError, build_registry
 
 
 def _node() -> Node:

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -335,6 +333,10 @@ class Database:
         the upgrade (set outside the transaction, where the pragma works) and
         every reference is checked before the commit.
         """
+        # Imported here: only the processes that upgrade pay for loading Alembic.
+        from alembic import command
+        from alembic.config import Config
+
         with self.write_engine.connect() as connection:
             raw = connection.connection.driver_connection
             sqlite = connection.dialect.name == "sqlite"
