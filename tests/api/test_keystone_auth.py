@@ -28,6 +28,7 @@ from fastapi.testclient import TestClient
 
 from metalforge.api.auth.keystone import KeystoneVerifier
 from metalforge.config import Settings, load_settings
+from metalforge_lab.http_errors import HttpError
 from metalforge_lab.keystone import Keystone, Project, User
 from metalforge_lab.ports import free_port
 from tests.support.api import error_text
@@ -433,3 +434,41 @@ def test_keystone_out_of_reach_is_503_not_401(world: World, tmp_path: Path) -> N
         assert error_text(response) == "The Keystone service is temporarily unavailable."
     finally:
         down.stop()
+
+
+def test_the_harness_hands_out_tokens_of_the_scope_and_roles_asked(world: World) -> None:
+    """The Keystone harness itself: the tests above trust the tokens it sets up, and if
+    it handed out one with the wrong scope or roles they would prove nothing. Keystone's
+    own validation (``GET /v3/auth/tokens``) is the judge here."""
+    keystone = world.keystone
+    assert keystone.auth_url == f"{keystone.url}/v3"
+    assert keystone.admin.id
+    assert keystone.admin_project.id
+
+    p1 = keystone.create_project("p1")
+    u1 = keystone.create_user("u1", "u1-secret")
+    keystone.grant_project_role(u1, p1, "member")
+    sys_reader = keystone.create_user("sys-reader", "reader-secret")
+    keystone.grant_system_role(sys_reader, "reader")
+
+    project_token = keystone.validate(keystone.project_token(u1, p1))
+    assert project_token["user"]["id"] == u1.id
+    assert project_token["project"]["id"] == p1.id
+    assert "system" not in project_token
+    # member implies reader, and nothing more.
+    assert {r["name"] for r in project_token["roles"]} == {"member", "reader"}
+    assert any(entry["type"] == "identity" for entry in project_token["catalog"])
+
+    system_token = keystone.validate(keystone.system_token(sys_reader))
+    assert system_token["user"]["id"] == sys_reader.id
+    assert system_token["system"] == {"all": True}
+    assert "project" not in system_token
+    assert {r["name"] for r in system_token["roles"]} == {"reader"}
+
+    # A scope the user holds no role on is refused, not silently narrowed.
+    with pytest.raises(HttpError) as refused:
+        keystone.system_token(u1)
+    assert refused.value.status == 401
+    with pytest.raises(HttpError) as refused:
+        keystone.project_token(sys_reader, p1)
+    assert refused.value.status == 401
