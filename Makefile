@@ -16,7 +16,13 @@ KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed-stamp
 TEMPEST_VENV  ?= .tempest-venv
 TEMPEST_STAMP := $(TEMPEST_VENV)/.installed-stamp
 
-.PHONY: run test lint unit coverage conformance bench screenshots clean system-packages
+.PHONY: run test lint unit coverage conformance bench screenshots clean system-packages bytecode
+
+# The suite starts a few hundred Python processes (test workers, services, clients):
+# each would compile the project's modules again where the environment forbids
+# writing bytecode, and pytest would rewrite every test module's asserts again in
+# each worker and each pass. The suite writes bytecode, once.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	tools/ensure-system-packages.sh base
@@ -69,18 +75,22 @@ lint: $(STAMP)
 TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint
+# Compiled before the workers start, which would otherwise all compile the same modules.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 src tests tools > /dev/null
+
+test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint bytecode
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory coverage
 
-unit: $(STAMP)
+unit: $(STAMP) bytecode
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) -m "not slow and not postgres" $(PYTEST_ARGS)
 
 # The coverage gate: the in-process tests (every test not marked slow) again, under
 # coverage.py, failing below the floor in pyproject.toml ([tool.coverage.report]). A pass of
 # its own: on Python 3.11 its tracer adds about 60% to in-process tests' CPU, which the
 # suite's ten-minute budget cannot carry (docs/testing.md).
-coverage: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages
+coverage: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages bytecode
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) -m "not slow" --cov --cov-report=term \
 		$(PYTEST_ARGS)
 
