@@ -9,6 +9,7 @@ services with different settings can live in one test process.
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import (
@@ -206,6 +208,51 @@ class PxeFilterSettings(BaseModel):
     def _check_lease(self) -> PxeFilterSettings:
         _check_lease_outlasts_rounds("pxe_filter", self.leader_lease, self.election_interval)
         return self
+
+
+_SAFE_KERNEL_PARAM = re.compile(r"^[A-Za-z0-9_.,:/=@%+~\-\[\]]+$")
+
+
+class NetbootSettings(BaseModel):
+    """Booting the agent's ramdisk from the network: the iPXE scripts and deploy images
+    metalforge serves on the agents' endpoint (``ipxe`` boot interface, docs/booting.md)."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    http_url: str | None = Field(
+        default=None,
+        # Nothing an iPXE script would expand (``$``) or split on: it is written into them.
+        pattern=r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/%]*[A-Za-z0-9._~\-%])?$",
+    )
+    """The base URL nodes fetch scripts and images from, and agents call back on (their
+    ``ipa-api-url``), without a trailing slash. Unset: the agents' endpoint
+    (``api.agent_host``/``agent_port``), else the API's own address."""
+    kernel_append: str = Field(default="nofb nomodeset vga=normal", max_length=2000)
+    """More kernel parameters for the ramdisk (console, network, debugging), after the
+    ones the agent needs."""
+    image_cache_dir: Path | None = None
+    """Where fetched deploy kernels and ramdisks are kept. Unset: ``boot-images`` in
+    ``state_dir``."""
+    image_dirs: list[Path] = Field(default_factory=list)
+    """Directories a ``deploy_kernel``/``deploy_ramdisk`` given as a file may be in; none
+    by default (only http(s) URLs). Anything in them may be served to the provisioning
+    network."""
+    max_image_size: int = Field(default=4 * 1024**3, ge=1024 * 1024)
+    """Bytes a deploy kernel or ramdisk may have; a larger download is refused."""
+    image_fetch_timeout: float = Field(default=60.0, gt=0, le=3600)
+    """Seconds a deploy image's server may stay silent (connecting, or between bytes)."""
+    ipxe_retry_delay: int = Field(default=5, ge=1, le=300)
+    """Seconds a node's iPXE waits before asking again while its images are fetched."""
+
+    @field_validator("kernel_append")
+    @classmethod
+    def _check_kernel_append(cls, value: str) -> str:
+        """Each parameter goes into iPXE scripts as written: nothing iPXE would expand
+        (``$``), quote or split on."""
+        for param in value.split():
+            if not _SAFE_KERNEL_PARAM.match(param):
+                raise ValueError(f"kernel parameter {param!r} has characters iPXE would interpret")
+        return value
 
 
 class DatabaseSettings(BaseModel):
@@ -449,6 +496,7 @@ class ConductorSettings(BaseModel):
     """Bonding mode given to port groups created without one (Ironic's default)."""
     inspection: InspectionSettings = Field(default_factory=InspectionSettings)
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
+    netboot: NetbootSettings = Field(default_factory=NetbootSettings)
 
 
 class Settings(BaseSettings):
@@ -477,9 +525,19 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _database_in_state_dir(self) -> Settings:
-        """With no database URL, the embedded SQLite database lives in ``state_dir``."""
+        """With no database URL, the embedded SQLite database lives in ``state_dir``;
+        with no image cache directory, the deploy images too."""
         if not self.database.url:
             self.database.url = f"sqlite:///{self.state_dir / 'metalforge.sqlite'}"
+        netboot = self.conductor.netboot
+        if netboot.image_cache_dir is None:
+            netboot.image_cache_dir = self.state_dir / "boot-images"
+        api = self.api
+        host, port = (api.agent_host, api.agent_port) if api.agent_host else (api.host, api.port)
+        if netboot.http_url is None and host not in ("0.0.0.0", "::", ""):
+            scheme = "https" if api.tls_cert_file else "http"
+            shown = f"[{host}]" if ":" in host else host
+            netboot.http_url = f"{scheme}://{shown}:{port}"
         return self
 
     @classmethod

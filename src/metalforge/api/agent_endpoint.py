@@ -16,13 +16,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.errors import routing_error_body, send_json_error
 
-_EXACT = frozenset({"/", "/v1", "/v1/", "/v1/lookup", "/v1/heartbeat", "/v1/continue_inspection"})
-_PREFIXES = ("/v1/heartbeat/",)
+_EXACT = frozenset(
+    {"/", "/v1", "/v1/", "/v1/lookup", "/v1/heartbeat", "/v1/continue_inspection", "/boot.ipxe"}
+)
+_PREFIXES = ("/v1/heartbeat/", "/boot/")
 
 
 def is_agent_path(path: str) -> bool:
-    """The paths ironic-python-agent calls: version discovery, lookup, heartbeat and
-    the inspection report."""
+    """The paths ironic-python-agent calls (version discovery, lookup, heartbeat and
+    the inspection report), and those a network-booting machine fetches its iPXE
+    scripts and deploy images from."""
     return path in _EXACT or path.startswith(_PREFIXES)
 
 

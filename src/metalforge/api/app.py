@@ -20,6 +20,7 @@ from metalforge.api.routes import (
     events,
     inspection,
     metrics,
+    netboot,
     node_cleaning,
     node_deploying,
     node_history,
@@ -93,6 +94,7 @@ def create_app(services: ApiServices) -> FastAPI:
 def _include_routes(app: FastAPI) -> None:
     app.include_router(root.router)
     app.include_router(agent.router)
+    app.include_router(netboot.router, include_in_schema=False)
     app.include_router(inspection.agent_router)
     for router in RESOURCE_ROUTERS:
         app.include_router(router, prefix="/v1")

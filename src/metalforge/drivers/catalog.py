@@ -3,7 +3,8 @@
 A conductor enables some of them (``conductor.enabled_hardware_types``);
 the registry built from that list is what flows and the API use. Real
 hardware types deploy and clean through ironic-python-agent (``direct``),
-boot it from the network (``pxe``) or, on Redfish, from virtual media.
+boot it from the network (``pxe``, or ``ipxe`` with the scripts and images
+metalforge serves) or, on Redfish, from virtual media.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi import settings as ipmi_settings
+from metalforge.drivers.ipxe import IpxeBoot
 from metalforge.drivers.pxe import PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
@@ -46,7 +48,7 @@ REDFISH = HardwareType(
         **_COMMON,
         "power": (RedfishPower,),
         "management": (RedfishManagement,),
-        "boot": (PxeBoot, RedfishVirtualMediaBoot),
+        "boot": (PxeBoot, IpxeBoot, RedfishVirtualMediaBoot),
         "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
         "vendor": (RedfishVendor, *_none("vendor")),
@@ -59,7 +61,7 @@ IPMI = HardwareType(
         **_COMMON,
         "power": (IpmiPower,),
         "management": (IpmiManagement,),
-        "boot": (PxeBoot,),
+        "boot": (PxeBoot, IpxeBoot),
         "inspect": (AgentInspect, *_none("inspect")),
         "bios": _none("bios"),
     },

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from metalforge.conductor import node_work
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.work import NoPayload
 from metalforge.db import agent_sessions
-from metalforge.db.models import Node, node_from_row
+from metalforge.db.models import Node
 from metalforge.errors import bad_request, not_found
 from metalforge.services import lookup
 from metalforge.services.context import Services
@@ -39,16 +36,6 @@ def _not_found() -> Exception:
     return not_found("Node could not be found.")
 
 
-def _find_by_macs(session: Session, macs: list[str]) -> Node | None:
-    node_ids = lookup.port_owners(session, macs)
-    if len(node_ids) != 1:
-        # No port, or the MACs belong to several nodes: either way not this agent's node.
-        return None
-    table = Node.__table__
-    row = session.execute(select(table).where(table.c.id == node_ids.pop())).one_or_none()
-    return None if row is None else node_from_row(dict(row._mapping))
-
-
 def look_up(
     svc: Services, version: Version, macs: list[str], node_uuid: str | None, *, hand_token: bool
 ) -> Found:
@@ -61,7 +48,7 @@ def look_up(
         if node_uuid:
             node = lookup.load_node(session, lookup.check_uuid(node_uuid, "node_uuid"), version)
         else:
-            found = _find_by_macs(session, macs)
+            found = lookup.node_by_macs(session, macs)
             if found is None:
                 raise _not_found()
             node = found

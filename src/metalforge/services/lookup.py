@@ -224,3 +224,14 @@ def port_owners(session: Session, macs: Sequence[str]) -> set[int]:
     if not macs:
         return set()
     return set(session.scalars(select(Port.node_id).where(Port.address.in_(macs))))
+
+
+def node_by_macs(session: Session, macs: Sequence[str]) -> Node | None:
+    """The one node whose ports have these MACs; ``None`` when no node has them or they
+    belong to several (then they do not tell which machine is asking)."""
+    node_ids = port_owners(session, macs)
+    if len(node_ids) != 1:
+        return None
+    table = Node.__table__
+    row = session.execute(select(table).where(table.c.id == node_ids.pop())).one_or_none()
+    return None if row is None else node_from_row(dict(row._mapping))

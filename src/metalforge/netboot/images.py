@@ -1,0 +1,370 @@
+"""The deploy kernel and ramdisk nodes boot: fetched once, checked, cached, served.
+
+A node's ``driver_info.deploy_kernel`` and ``deploy_ramdisk`` name where the
+agent's kernel and initramfs come from: an http(s) URL, or a file in one of
+the directories ``netboot.image_dirs`` allows (a user who may set driver_info
+must not be able to have the host's other files served to the network).
+Each is fetched once into this host's cache, refused unless it looks like
+what it claims to be (a kernel, an initramfs: an error page saved under
+the right name would otherwise boot nothing, much later), and stored under
+its SHA-256, which is also the name it is served by.
+
+The cache is per host: the conductor fetches when it prepares a node's boot
+(so a bad image fails the flow at once, with a reason), and a separate API
+process fetches what it is asked to serve. Writes are atomic (a temporary
+file renamed into place), so processes sharing a cache never see half an
+image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+import requests
+
+from metalforge.config import NetbootSettings
+from metalforge.redaction import mask_url
+
+LOG = logging.getLogger(__name__)
+
+CHUNK = 1024 * 1024
+
+
+class ImageKind(Enum):
+    KERNEL = "kernel"
+    RAMDISK = "ramdisk"
+
+
+class ImageError(Exception):
+    """The image cannot be had: its source is refused, out of reach, or not what it claims."""
+
+
+@dataclass(frozen=True)
+class CachedImage:
+    """One image in the cache."""
+
+    digest: str
+    """SHA-256 of the content, hex: the name it is stored and served under."""
+    size: int
+    path: Path
+
+
+_RAMDISK_MAGIC = (
+    b"\x1f\x8b",  # gzip
+    b"\xfd7zXZ\x00",  # xz
+    b"\x28\xb5\x2f\xfd",  # zstd
+    b"\x02\x21\x4c\x18",  # lz4 (legacy frame, as the kernel reads it)
+    b"\x04\x22\x4d\x18",  # lz4 frame
+    b"BZh",  # bzip2
+    b"\x5d\x00\x00",  # lzma
+    b"070701",  # cpio (newc), uncompressed or after early microcode
+    b"070702",  # cpio (crc)
+)
+
+
+def looks_like(kind: ImageKind, head: bytes) -> bool:
+    """Whether the first 4 KiB of an image are those of a ``kind``.
+
+    A kernel is an x86 bzImage (``HdrS`` at 0x202), an arm64 ``Image``
+    (``ARM\\x64`` at 0x38) or an EFI executable (``MZ``); a ramdisk is a cpio
+    archive, compressed with anything the kernel unpacks.
+    """
+    if kind is ImageKind.KERNEL:
+        return head[0x202:0x206] == b"HdrS" or head[0x38:0x3C] == b"ARM\x64" or head[:2] == b"MZ"
+    return head.startswith(_RAMDISK_MAGIC)
+
+
+def _describe(head: bytes) -> str:
+    """What an image that is not one starts with, for the operator (never the whole of it)."""
+    sample = head[:16]
+    if sample and all(32 <= b < 127 or b in (9, 10, 13) for b in sample):
+        return repr(sample.decode("ascii"))
+    return sample.hex(" ")
+
+
+class ImageCache:
+    """The images this host has fetched, in ``root`` (``blobs/`` and ``sources/``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        allowed_dirs: tuple[Path, ...] = (),
+        max_size: int,
+        timeout: float,
+        retry_after: float = 30.0,
+    ) -> None:
+        """``retry_after``: seconds before a failed background fetch (``prefetch``) of a
+        source is tried again."""
+        self.root = root
+        self.allowed_dirs = tuple(d.resolve() for d in allowed_dirs)
+        self.max_size = max_size
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._fetching: set[str] = set()
+        self._failures: dict[str, tuple[float, str]] = {}
+
+    # --- reading what is there ---
+
+    def blob(self, digest: str) -> CachedImage | None:
+        """The image stored under ``digest``, if this host has it."""
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            return None
+        path = self.root / "blobs" / digest
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        return CachedImage(digest, size, path)
+
+    def cached(self, source: str) -> CachedImage | None:
+        """What ``source`` was fetched as, if it was (and its content is still here)."""
+        try:
+            entry = json.loads(self._entry_path(source).read_text())
+            digest = str(entry["digest"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return self.blob(digest)
+
+    # --- fetching ---
+
+    def check_source(self, source: str) -> None:
+        """Refuse, without fetching, a source that can never be fetched (``ImageError``)."""
+        check_source(source, self.allowed_dirs)
+
+    def fetch(self, source: str, kind: ImageKind) -> CachedImage:
+        """``source`` as a cached image: fetched now unless it already was (``ImageError``).
+
+        Concurrent callers for one source wait for one fetch.
+        """
+        found = self.cached(source)
+        if found is not None:
+            return found
+        with self._lock_for(source):
+            found = self.cached(source)
+            if found is not None:
+                return found
+            self.check_source(source)
+            image = self._store(source, kind)
+            self._remember(source, image)
+            return image
+
+    def prefetch(self, source: str, kind: ImageKind) -> str | None:
+        """Fetch ``source`` in a thread of its own unless that is under way or failed less
+        than ``retry_after`` seconds ago; the reason of that failure, if any.
+
+        For a server that must answer at once (a node's iPXE waits for its
+        script): the node asks again, and finds the image once it is here.
+        """
+        if self.cached(source) is not None:
+            return None
+        with self._locks_lock:
+            if source in self._fetching:
+                return None
+            failed = self._failures.get(source)
+            if failed is not None and time.monotonic() - failed[0] < self.retry_after:
+                return failed[1]
+            self._fetching.add(source)
+        threading.Thread(
+            target=self._fetch_for_later, args=(source, kind), name="image-fetch", daemon=True
+        ).start()
+        return None if failed is None else failed[1]
+
+    def _fetch_for_later(self, source: str, kind: ImageKind) -> None:
+        try:
+            self.fetch(source, kind)
+        except ImageError as exc:
+            LOG.warning("deploy image not fetched: %s", exc)
+            failure: tuple[float, str] | None = (time.monotonic(), str(exc))
+        except Exception as exc:  # a thread of its own: its failure is kept and logged
+            LOG.exception("fetching deploy image %s failed", _shown(source))
+            failure = (time.monotonic(), f"{type(exc).__name__} while fetching {_shown(source)}")
+        else:
+            failure = None
+        with self._locks_lock:
+            self._fetching.discard(source)
+            if failure is None:
+                self._failures.pop(source, None)
+            else:
+                self._failures[source] = failure
+
+    def _lock_for(self, source: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(source, threading.Lock())
+
+    def _entry_path(self, source: str) -> Path:
+        return self.root / "sources" / (hashlib.sha256(source.encode()).hexdigest() + ".json")
+
+    def _remember(self, source: str, image: CachedImage) -> None:
+        entry = {
+            "digest": image.digest,
+            "size": image.size,
+            "fetched_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
+        _write_atomically(self._entry_path(source), json.dumps(entry).encode())
+
+    def _file_of(self, source: str) -> Path:
+        return _allowed_file(source, self.allowed_dirs)
+
+    def _store(self, source: str, kind: ImageKind) -> CachedImage:
+        blobs = self.root / "blobs"
+        blobs.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd, temporary = tempfile.mkstemp(dir=blobs, prefix=".fetching-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                digest, size = self._copy(source, kind, out)
+            os.chmod(temporary, 0o644)
+            final = blobs / digest
+            os.replace(temporary, final)
+        except BaseException:  # re-raised: a half-fetched image never stays
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        LOG.info("fetched %s %s: %d bytes, sha256 %s", kind.value, _shown(source), size, digest)
+        return CachedImage(digest, size, final)
+
+    def _copy(self, source: str, kind: ImageKind, out: BinaryIO) -> tuple[str, int]:
+        writer = _Writer(out, kind, self.max_size, source)
+        if _is_file(source):
+            with self._file_of(source).open("rb") as src:
+                while chunk := src.read(CHUNK):
+                    writer.add(chunk)
+        else:
+            try:
+                with requests.get(source, stream=True, timeout=self.timeout) as response:
+                    if response.status_code != 200:
+                        raise ImageError(
+                            f"{kind.value} {_shown(source)}: the server answered "
+                            f"{response.status_code}"
+                        )
+                    for chunk in response.iter_content(CHUNK):
+                        writer.add(chunk)
+            except requests.RequestException as exc:
+                raise ImageError(
+                    f"{kind.value} {_shown(source)} could not be fetched: {type(exc).__name__}"
+                ) from None
+        return writer.finish()
+
+
+class _Writer:
+    """Counts, hashes and checks an image as it is written."""
+
+    def __init__(self, out: BinaryIO, kind: ImageKind, max_size: int, source: str) -> None:
+        self.out = out
+        self.kind = kind
+        self.max_size = max_size
+        self.source = source
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.head = b""
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_size:
+            raise ImageError(
+                f"{self.kind.value} {_shown(self.source)} is larger than netboot.max_image_size "
+                f"({self.max_size} bytes)"
+            )
+        if len(self.head) < 4096:
+            self.head += chunk[: 4096 - len(self.head)]
+        self.hash.update(chunk)
+        self.out.write(chunk)
+
+    def finish(self) -> tuple[str, int]:
+        if not looks_like(self.kind, self.head):
+            raise ImageError(
+                f"{self.kind.value} {_shown(self.source)} is not a {self.kind.value}: it starts "
+                f"with {_describe(self.head) or 'nothing (it is empty)'}"
+            )
+        return self.hash.hexdigest(), self.size
+
+
+def check_source(source: str, allowed_dirs: tuple[Path, ...]) -> None:
+    """Refuse a source that can never be fetched (``ImageError``): neither an http(s) URL
+    nor an existing file in ``allowed_dirs``."""
+    if _is_file(source):
+        _allowed_file(source, tuple(d.resolve() for d in allowed_dirs))
+    else:
+        _check_url(source)
+
+
+def _allowed_file(source: str, allowed_dirs: tuple[Path, ...]) -> Path:
+    """The file ``source`` names, resolved, if it is in one of ``allowed_dirs`` (resolved)."""
+    raw = urlsplit(source).path if source.startswith("file:") else source
+    path = Path(raw)
+    if not path.is_absolute():
+        raise ImageError(f"{source!r} is neither an http(s) URL nor an absolute file path")
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(allowed) for allowed in allowed_dirs):
+        allowed = ", ".join(str(d) for d in allowed_dirs) or "none"
+        raise ImageError(f"file {path} is not in a directory netboot.image_dirs allows ({allowed})")
+    if not resolved.is_file():
+        raise ImageError(f"file {path} does not exist")
+    return resolved
+
+
+def _is_file(source: str) -> bool:
+    return source.startswith(("/", "file:"))
+
+
+def _check_url(source: str) -> None:
+    parts = urlsplit(source)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImageError(f"{_shown(source)} is neither an http(s) URL nor an absolute file path")
+
+
+def _shown(source: str) -> str:
+    """A source as logs and messages show it: credentials in a URL are masked."""
+    return mask_url(source) if "://" in source else source
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+        os.replace(temporary, path)
+    except BaseException:  # re-raised: no half-written entry stays
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+_CACHES: dict[Path, ImageCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def cache_for(settings: NetbootSettings) -> ImageCache:
+    """This process's cache in ``settings.image_cache_dir``: one object per directory, so
+    that a conductor preparing a boot and the API serving it (the all-in-one) wait for
+    the same fetch instead of making two."""
+    root = settings.image_cache_dir
+    if root is None:
+        raise ImageError("conductor.netboot.image_cache_dir is not set")
+    with _CACHES_LOCK:
+        cache = _CACHES.get(root)
+        if cache is None:
+            cache = ImageCache(
+                root,
+                allowed_dirs=tuple(settings.image_dirs),
+                max_size=settings.max_image_size,
+                timeout=settings.image_fetch_timeout,
+            )
+            _CACHES[root] = cache
+        return cache

@@ -1,0 +1,178 @@
+"""The deploy image cache: fetched once, checked, stored under its digest, never half."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metalforge.netboot.images import ImageCache, ImageError, ImageKind, looks_like
+from tests.support.api import wait_until
+from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
+
+KERNEL = kernel_bytes()
+RAMDISK = ramdisk_bytes()
+
+
+@pytest.fixture
+def server() -> Iterator[ImageServer]:
+    with image_server(
+        {
+            "/vmlinuz": KERNEL,
+            "/initrd": RAMDISK,
+            "/error.html": b"<html><body>Not what you asked for</body></html>",
+            "/empty": b"",
+            "/big": KERNEL + b"\0" * (2 * 1024 * 1024),
+        }
+    ) as served:
+        yield served
+
+
+def cache(root: Path, **options: object) -> ImageCache:
+    settings: dict[str, object] = {"max_size": 1024 * 1024, "timeout": 10.0}
+    settings.update(options)
+    return ImageCache(root, **settings)  # type: ignore[arg-type]
+
+
+def test_an_image_is_fetched_once_and_stored_under_its_digest(
+    server: ImageServer, tmp_path: Path
+) -> None:
+    images = cache(tmp_path)
+    first = images.fetch(f"{server.url}/vmlinuz", ImageKind.KERNEL)
+    assert first.digest == hashlib.sha256(KERNEL).hexdigest()
+    assert first.size == len(KERNEL)
+    assert first.path.read_bytes() == KERNEL
+    again = images.fetch(f"{server.url}/vmlinuz", ImageKind.KERNEL)
+    assert again == first
+    # Another process's cache in the same directory finds it too, without fetching.
+    assert cache(tmp_path).cached(f"{server.url}/vmlinuz") == first
+    assert server.requests["/vmlinuz"] == 1
+    assert images.blob(first.digest) == first
+    assert images.blob("0" * 64) is None
+    assert images.blob("../../etc/passwd") is None
+
+
+def test_concurrent_fetches_of_one_source_download_it_once(
+    server: ImageServer, tmp_path: Path
+) -> None:
+    images = cache(tmp_path)
+    server.gate.clear()
+    results: list[str] = []
+
+    def fetch() -> None:
+        results.append(images.fetch(f"{server.url}/initrd", ImageKind.RAMDISK).digest)
+
+    threads = [threading.Thread(target=fetch) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    wait_until("the first fetch to reach the server", lambda: server.requests["/initrd"] == 1)
+    server.gate.set()
+    for thread in threads:
+        thread.join(30)
+    assert results == [hashlib.sha256(RAMDISK).hexdigest()] * 4
+    assert server.requests["/initrd"] == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "message"),
+    [
+        ("/error.html", ImageKind.KERNEL, "is not a kernel: it starts with '<html><body>Not '"),
+        ("/vmlinuz", ImageKind.RAMDISK, "is not a ramdisk: it starts with 4d 5a 00"),
+        ("/empty", ImageKind.RAMDISK, "is not a ramdisk: it starts with nothing (it is empty)"),
+        ("/missing", ImageKind.KERNEL, "the server answered 404"),
+        ("/big", ImageKind.KERNEL, "is larger than netboot.max_image_size (1048576 bytes)"),
+    ],
+)
+def test_what_is_not_the_image_it_claims_is_refused_and_leaves_nothing(
+    server: ImageServer, tmp_path: Path, path: str, kind: ImageKind, message: str
+) -> None:
+    images = cache(tmp_path)
+    with pytest.raises(ImageError) as refused:
+        images.fetch(f"{server.url}{path}", kind)
+    assert message in str(refused.value)
+    assert images.cached(f"{server.url}{path}") is None
+    assert list((tmp_path / "blobs").iterdir()) == []  # no half-written file either
+
+
+def test_a_server_out_of_reach_is_an_image_error_and_credentials_are_masked(
+    tmp_path: Path,
+) -> None:
+    images = cache(tmp_path, timeout=2.0)
+    with pytest.raises(ImageError) as refused:
+        images.fetch("http://deployer:s3cret-pw@127.0.0.1:9/vmlinuz", ImageKind.KERNEL)
+    assert "could not be fetched: ConnectionError" in str(refused.value)
+    assert "s3cret-pw" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("ftp://example.com/vmlinuz", "neither an http(s) URL nor an absolute file path"),
+        ("vmlinuz", "neither an http(s) URL nor an absolute file path"),
+        ("http:///vmlinuz", "neither an http(s) URL nor an absolute file path"),
+        ("/etc/passwd", "is not in a directory netboot.image_dirs allows"),
+        ("file:///etc/shadow", "is not in a directory netboot.image_dirs allows"),
+    ],
+)
+def test_sources_that_can_never_be_fetched_are_refused_before_any_fetch(
+    tmp_path: Path, source: str, message: str
+) -> None:
+    images = cache(tmp_path / "cache", allowed_dirs=(tmp_path / "images",))
+    with pytest.raises(ImageError) as refused:
+        images.check_source(source)
+    assert message in str(refused.value)
+
+
+def test_files_are_served_only_from_the_allowed_directories(tmp_path: Path) -> None:
+    allowed = tmp_path / "images"
+    allowed.mkdir()
+    (allowed / "vmlinuz").write_bytes(KERNEL)
+    (tmp_path / "secret.gz").write_bytes(RAMDISK)
+    (allowed / "escape").symlink_to(tmp_path / "secret.gz")
+    images = cache(tmp_path / "cache", allowed_dirs=(allowed,))
+    found = images.fetch(str(allowed / "vmlinuz"), ImageKind.KERNEL)
+    assert found.path.read_bytes() == KERNEL
+    assert images.fetch(f"file://{allowed}/vmlinuz", ImageKind.KERNEL) == found
+    outside = (str(tmp_path / "secret.gz"), str(allowed / "escape"), f"{allowed}/../secret.gz")
+    for source in outside:
+        with pytest.raises(ImageError, match=r"not in a directory netboot\.image_dirs allows"):
+            images.fetch(source, ImageKind.RAMDISK)
+    with pytest.raises(ImageError, match="does not exist"):
+        images.fetch(str(allowed / "missing"), ImageKind.KERNEL)
+
+
+def test_a_background_fetch_reports_its_failure_and_is_tried_again(
+    server: ImageServer, tmp_path: Path
+) -> None:
+    images = cache(tmp_path, retry_after=0.0)
+    source = f"{server.url}/later"
+    assert images.prefetch(source, ImageKind.KERNEL) is None
+    wait_until("the failed fetch to be recorded", lambda: server.requests["/later"] == 1)
+    failure = wait_until(
+        "the failure to be reported", lambda: images.prefetch(source, ImageKind.KERNEL)
+    )
+    assert "the server answered 404" in str(failure)
+    server.files["/later"] = KERNEL
+    wait_until("the image to arrive", lambda: images.cached(source))
+    assert images.cached(source) is not None
+    assert images.prefetch(source, ImageKind.KERNEL) is None  # nothing failed any more
+
+
+@pytest.mark.parametrize(
+    ("head", "kind", "expected"),
+    [
+        (kernel_bytes(4096), ImageKind.KERNEL, True),
+        (b"\0" * 0x38 + b"ARM\x64" + b"\0" * 100, ImageKind.KERNEL, True),
+        (b"\x7fELF" + b"\0" * 100, ImageKind.KERNEL, False),
+        (ramdisk_bytes()[:64], ImageKind.RAMDISK, True),
+        (b"\xfd7zXZ\x00rest", ImageKind.RAMDISK, True),
+        (b"\x28\xb5\x2f\xfdrest", ImageKind.RAMDISK, True),
+        (b"070701" + b"0" * 100, ImageKind.RAMDISK, True),
+        (b"<!DOCTYPE html>", ImageKind.RAMDISK, False),
+    ],
+)
+def test_kinds_are_told_by_their_first_bytes(head: bytes, kind: ImageKind, expected: bool) -> None:
+    assert looks_like(kind, head) is expected

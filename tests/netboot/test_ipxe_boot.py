@@ -1,0 +1,202 @@
+"""The ``ipxe`` boot interface through the API, a conductor and a real Redfish emulator.
+
+A node being cleaned gets a script that boots the deploy kernel and ramdisk
+metalforge fetched, served by their digest, with the parameters the agent
+needs; a machine that is not booting the ramdisk gets nothing and boots its
+disk. A bad image fails the flow at once, with the reason. The node's own
+iPXE is not in this test (the agent is not started either): the scripts are
+fetched as iPXE fetches them, over the agents' paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metalforge.config import load_settings
+from tests.support.api import LATEST, create_node, provision, wait_for_state
+from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
+from tests.support.redfish import Bmc, start_bmc, start_redfish_stack
+from tests.support.stack import FAST_CONDUCTOR, Stack
+
+pytestmark = pytest.mark.timeout(120)
+
+KERNEL = kernel_bytes()
+RAMDISK = ramdisk_bytes()
+HTTP_URL = "http://10.251.0.1:6385"
+
+
+@pytest.fixture(scope="module")
+def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=4)
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[ImageServer]:
+    with image_server(
+        {"/vmlinuz": KERNEL, "/initrd": RAMDISK, "/oops": b"<html>Gateway Timeout</html>"}
+    ) as served:
+        yield served
+
+
+@pytest.fixture
+def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
+    settings = load_settings(
+        database={"url": sqlite_url},
+        conductor={
+            **FAST_CONDUCTOR,
+            "hostname": "test-conductor",
+            "netboot": {
+                "http_url": HTTP_URL,
+                "image_cache_dir": str(tmp_path / "boot-images"),
+                "kernel_append": "console=ttyS0 ipa-debug=1",
+            },
+        },
+    )
+    running = start_redfish_stack(settings)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _ipxe_node(stack: Stack, bmc: Bmc, images: ImageServer, kernel: str) -> dict[str, Any]:
+    system = bmc.take()
+    node = create_node(
+        stack.client,
+        driver="redfish",
+        boot_interface="ipxe",
+        driver_info={
+            **bmc.driver_info(system),
+            "deploy_kernel": f"{images.url}{kernel}",
+            "deploy_ramdisk": f"{images.url}/initrd",
+        },
+    )
+    port = stack.client.post(
+        "/v1/ports", json={"address": system.macs[0], "node_uuid": node["uuid"]}, headers=LATEST
+    )
+    assert port.status_code == 201, port.text
+    node["mac"] = system.macs[0]
+    node["system"] = system
+    return node
+
+
+def _script(stack: Stack, mac: str) -> Any:
+    return stack.client.get(f"/boot/{mac.replace(':', '-')}.ipxe")
+
+
+def test_a_node_being_cleaned_boots_the_fetched_ramdisk_and_then_nothing(
+    stack: Stack, bmc: Bmc, images: ImageServer
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/vmlinuz")
+    uuid, mac = node["uuid"], node["mac"]
+    assert _script(stack, mac).status_code == 404  # enrolled: it boots its disk
+    assert provision(stack.client, uuid, "manage").status_code == 202
+    wait_for_state(stack.client, uuid, "manageable")
+    assert _script(stack, mac).status_code == 404
+    assert provision(stack.client, uuid, "provide").status_code == 202
+    waiting = wait_for_state(stack.client, uuid, "clean wait")
+    assert waiting["last_error"] is None
+    assert bmc.system(node["system"])["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert bmc.system(node["system"])["PowerState"] == "On"
+
+    chain = stack.client.get("/boot.ipxe")
+    assert chain.status_code == 200
+    assert chain.text.startswith("#!ipxe\n")
+    assert f"chain --autofree {HTTP_URL}/boot/${{net${{index}}/mac:hexhyp}}.ipxe" in chain.text
+
+    script = _script(stack, mac)
+    assert script.status_code == 200, script.text
+    assert script.headers["cache-control"] == "no-store"
+    kernel_digest = hashlib.sha256(KERNEL).hexdigest()
+    ramdisk_digest = hashlib.sha256(RAMDISK).hexdigest()
+    lines = script.text.splitlines()
+    assert lines[0] == "#!ipxe"
+    assert f"# metalforge: node {uuid} boots the agent ramdisk (clean)" in lines
+    kernel_line = next(line for line in lines if line.startswith("kernel "))
+    assert kernel_line == (
+        f"kernel --name kernel {HTTP_URL}/boot/images/{kernel_digest} initrd=ramdisk "
+        f"ipa-api-url={HTTP_URL} BOOTIF={mac} console=ttyS0 ipa-debug=1 || goto again"
+    )
+    assert f"initrd --name ramdisk {HTTP_URL}/boot/images/{ramdisk_digest} || goto again" in lines
+    # Either spelling of the MAC finds the same script.
+    assert stack.client.get(f"/boot/{mac}.ipxe").text == script.text
+
+    # The images are served by digest, byte for byte, fetched from their source once.
+    kernel = stack.client.get(f"/boot/images/{kernel_digest}")
+    assert kernel.status_code == 200
+    assert kernel.content == KERNEL
+    assert stack.client.get(f"/boot/images/{ramdisk_digest}").content == RAMDISK
+    assert images.requests["/vmlinuz"] == 1
+
+    # Cleaning aborted: the ramdisk session ends, and the node boots its disk again.
+    assert provision(stack.client, uuid, "abort").status_code == 202
+    wait_for_state(stack.client, uuid, "clean failed")
+    assert _script(stack, mac).status_code == 404
+
+
+def test_a_bad_deploy_image_fails_the_flow_at_once_with_the_reason(
+    stack: Stack, bmc: Bmc, images: ImageServer
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/oops")
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    assert provision(stack.client, node["uuid"], "provide").status_code == 202
+    failed = wait_for_state(stack.client, node["uuid"], "clean failed")
+    assert "driver_info.deploy_kernel: kernel" in failed["last_error"]
+    assert "is not a kernel: it starts with '<html>Gateway Ti'" in failed["last_error"]
+    assert _script(stack, node["mac"]).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/boot/52-54-00-zz-00-01.ipxe",
+        "/boot/not-a-mac.ipxe",
+        "/boot/52-54-00-00-00-01",
+        "/boot/images/" + "0" * 64,
+        "/boot/images/..%2F..%2Fetc%2Fpasswd",
+        "/boot/images/ABC",
+    ],
+)
+def test_what_is_not_a_boot_request_is_a_404(stack: Stack, path: str) -> None:
+    answer = stack.client.get(path)
+    assert answer.status_code == 404, answer.text
+
+
+def test_a_machine_nobody_enrolled_gets_no_script(stack: Stack) -> None:
+    assert _script(stack, "52:54:00:aa:bb:cc").status_code == 404
+
+
+def test_validate_names_what_the_boot_lacks(stack: Stack, bmc: Bmc, images: ImageServer) -> None:
+    system = bmc.take()
+    node = create_node(
+        stack.client, driver="redfish", boot_interface="ipxe", driver_info=bmc.driver_info(system)
+    )
+    path = f"/v1/nodes/{node['uuid']}/validate"
+    boot = stack.client.get(path, headers=LATEST).json()["boot"]
+    assert boot["result"] is False
+    assert "driver_info is missing deploy_kernel, deploy_ramdisk" in boot["reason"]
+    patched = stack.client.patch(
+        f"/v1/nodes/{node['uuid']}",
+        json=[
+            {"op": "add", "path": "/driver_info/deploy_kernel", "value": "/etc/passwd"},
+            {"op": "add", "path": "/driver_info/deploy_ramdisk", "value": f"{images.url}/initrd"},
+        ],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    boot = stack.client.get(path, headers=LATEST).json()["boot"]
+    assert boot["result"] is False
+    assert "driver_info.deploy_kernel: file /etc/passwd is not in a directory" in boot["reason"]
+    patched = stack.client.patch(
+        f"/v1/nodes/{node['uuid']}",
+        json=[{"op": "add", "path": "/driver_info/deploy_kernel", "value": f"{images.url}/k"}],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    assert stack.client.get(path, headers=LATEST).json()["boot"] == {"result": True}
