@@ -7,13 +7,14 @@ import uuid as uuidlib
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 
 from metalforge import inspection_states as ins
+from metalforge.db import agent_sessions
 from metalforge.db.changes import ChangeFeed, changes_filter
 from metalforge.db.engine import Database
 from metalforge.db.models import Introspection, Node, Port
-from tests.pxe_filter.conftest import add_node, mac, set_inspection
+from tests.pxe_filter.conftest import add_node, boot_ramdisk, end_ramdisk, mac, set_inspection
 
 WAIT = 10.0
 
@@ -50,6 +51,11 @@ def test_the_watched_statements() -> None:
     assert not changes_filter("UPDATE nodes SET power_state=? WHERE nodes.id = ?")
     assert not changes_filter("SELECT ports.address FROM ports")
     assert not changes_filter("UPDATE portgroups SET extra=?")
+    assert changes_filter("INSERT INTO agent_sessions (node_id, booted_at) VALUES (?, ?)")
+    assert changes_filter("UPDATE agent_sessions SET token=?, booted_at=? WHERE node_id = ?")
+    assert not changes_filter(
+        "UPDATE agent_sessions SET last_heartbeat_at=? WHERE node_id = ? AND booted_at IS NOT NULL"
+    )
 
 
 def test_inspection_and_port_changes_wake_after_commit(
@@ -89,3 +95,24 @@ def _write_then_fail(db: Database) -> None:
         session.add(Introspection(node_uuid=str(uuidlib.uuid4()), state=ins.WAITING))
         session.flush()
         raise RuntimeError("rolled back")
+
+
+def test_a_ramdisk_boot_beginning_or_ending_wakes_and_a_heartbeat_does_not(
+    db: Database, feed: tuple[ChangeFeed, Wakes]
+) -> None:
+    _feed, wakes = feed
+    uuid = add_node(db, mac(1))
+    assert wakes.seen()
+    boot_ramdisk(db, uuid, "clean wait")
+    assert wakes.seen()
+    with db.write() as session:
+        node_id = session.scalar(select(Node.id).where(Node.uuid == uuid))
+        assert node_id is not None
+        token = agent_sessions.issue_token(session, node_id)
+    assert token is not None
+    beat = agent_sessions.Heartbeat("http://10.0.0.5:9999", "10.0", None, None, None)
+    with db.write() as session:
+        agent_sessions.record_heartbeat(session, node_id, token, beat)
+    assert not wakes.seen(1.0)
+    end_ramdisk(db, uuid, "available")
+    assert wakes.seen()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 
 from metalforge import inspection_states as ins
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
 from metalforge.pxe_filter.desired import BLOCK_ALL, FilterState, desired_state, for_host
-from tests.pxe_filter.conftest import add_node, mac, set_inspection
+from tests.pxe_filter.conftest import add_node, boot_ramdisk, end_ramdisk, mac, set_inspection
 
 
 def _state(db: Database, discovery: bool = False) -> FilterState:
@@ -30,6 +30,26 @@ def test_nodes_booting_the_ramdisk_are_allowed_every_other_known_mac_denied(db: 
     assert found.unknown_allowed is False
     set_inspection(db, starting, ins.FINISHED)
     assert mac(1) in _state(db).denied
+
+
+def test_nodes_a_conductor_boots_the_agent_on_are_allowed_while_it_boots(db: Database) -> None:
+    cleaning = add_node(db, mac(1), mac(2))
+    deploying = add_node(db, mac(3))
+    finished = add_node(db, mac(4))
+    boot_ramdisk(db, cleaning, "clean wait")
+    boot_ramdisk(db, deploying, "deploying")
+    # A session left behind by a flow that moved on lets nobody through.
+    boot_ramdisk(db, finished, "clean wait")
+    with db.write() as session:
+        moved_on = update(Node).where(Node.uuid == finished).values(provision_state="available")
+        session.execute(moved_on)
+    found = _state(db)
+    assert found.allowed == {mac(1), mac(2), mac(3)}
+    assert found.denied == {mac(4)}
+    end_ramdisk(db, cleaning, "available")
+    found = _state(db)
+    assert found.allowed == {mac(3)}
+    assert found.denied == {mac(1), mac(2), mac(4)}
 
 
 def test_unknown_machines_are_allowed_only_with_discovery(db: Database) -> None:

@@ -1,4 +1,5 @@
-"""Wake-ups for the PXE filter: a port, an introspection record or a node's deletion committed.
+"""Wake-ups for the PXE filter: a port, an introspection record, a ramdisk boot's start or
+end, or a node's deletion committed.
 
 The filter's desired state is read from the database; what it needs from
 here is only "look again, now", as soon as a write that may change that
@@ -32,8 +33,11 @@ CHANNEL = "metalforge_pxe_filter"
 
 _WATCHED_WRITE = re.compile(
     r"^\s*(?:(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(?:ports|introspections)\b"
-    r"|DELETE\s+FROM\s+\"?nodes\b)",
-    re.IGNORECASE,
+    r"|DELETE\s+FROM\s+\"?nodes\b"
+    # A ramdisk boot beginning or ending; not a heartbeat, which leaves booted_at alone.
+    r"|INSERT\s+INTO\s+\"?agent_sessions\b"
+    r"|UPDATE\s+\"?agent_sessions\"?\s+SET\s+(?:(?!\bWHERE\b).)*\bbooted_at\b)",
+    re.IGNORECASE | re.DOTALL,
 )
 """The SQL statements that may change what the filter allows (the triggers' list)."""
 

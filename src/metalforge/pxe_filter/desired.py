@@ -1,12 +1,15 @@
 """What a PXE filter host should let through, computed from the database.
 
 The nodes being inspected (introspection ``starting`` or ``waiting``: they
-boot, or run, the inspection ramdisk) are allowed; every other MAC the
-service knows is denied, so a node rebooting into its tenant's system never
-boots the inspection image; a MAC nobody knows is allowed only when
-discovery is on, since then an unknown machine booting is how it enrols.
-Only the elected leader's host answers at all: every other host gets the
-fully blocking state.
+boot, or run, the inspection ramdisk) are allowed, and so are the nodes a
+conductor is booting the agent's ramdisk on for another flow (cleaning,
+deploying, servicing: a ramdisk session began and the node is in a state
+whose agent may look up), which boot it from the network and need an address
+while it runs. Every other MAC the service knows is denied, so a node
+rebooting into its tenant's system never boots a ramdisk; a MAC nobody knows
+is allowed only when discovery is on, since then an unknown machine booting
+is how it enrols. Only the elected leader's host answers at all: every other
+host gets the fully blocking state.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
-from metalforge.db.models import Introspection, Node, Port
+from metalforge.conductor.flows import catalog
+from metalforge.db.models import AgentSession, Introspection, Node, Port
 from metalforge.macs import is_stored_mac
 
 
@@ -53,6 +57,20 @@ def desired_state(session: Session, *, discovery: bool) -> FilterState:
         if not is_stored_mac(mac):
             continue  # the API stores only MACs; anything else is nothing a driver may write
         (allowed if state in ins.BOOTING_RAMDISK else denied).add(mac)
+    booting = session.scalars(
+        select(Port.address)
+        .join(Node, Port.node_id == Node.id)
+        .join(AgentSession, AgentSession.node_id == Node.id)
+        .where(
+            AgentSession.booted_at.is_not(None),
+            Node.provision_state.in_(sorted(catalog.LOOKUP_STATES)),
+        )
+    )
+    for address in booting:
+        mac = address.lower()
+        if is_stored_mac(mac):
+            allowed.add(mac)
+            denied.discard(mac)
     return FilterState(frozenset(allowed), frozenset(denied), unknown_allowed=discovery)
 
 
