@@ -77,6 +77,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metalforge.db.models import utcnow
+from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.base import (
     HEALTH_STATES,
     POWER_OFF,
@@ -109,6 +110,8 @@ from metalforge.drivers.base import (
     noop_interface,
 )
 from metalforge.drivers.hardware import HardwareType
+from metalforge.drivers.ipxe import IpxeBoot
+from metalforge.drivers.pxe import PxeBoot
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.step_declarations import clean_step, deploy_step
 from metalforge.drivers.vendor import passthru
@@ -777,8 +780,10 @@ FAKE_HARDWARE = HardwareType(
     supported={
         "power": (FakePower,),
         "management": (FakeManagement,),
-        "boot": (FakeBoot,),
-        "deploy": (FakeDeploy,),
+        # As Ironic's: a fake machine may still boot and run the real agent from the
+        # network (a virtual machine without a BMC, the network-boot tests).
+        "boot": (FakeBoot, PxeBoot, IpxeBoot),
+        "deploy": (FakeDeploy, AgentDeploy),
         "inspect": (FakeInspect, noop_interface("inspect", "no-inspect")),
         "raid": (FakeRaid, noop_interface("raid", "no-raid")),
         "bios": (FakeBios, noop_interface("bios", "no-bios")),
