@@ -3,8 +3,8 @@
 QEMU's virtio NIC carries an iPXE ROM (Debian's ``ipxe-qemu``): with ``-boot n``
 the machine's firmware (SeaBIOS) runs it, it asks the network's DHCP service
 for an address and a boot file, and boots whatever that leads to. Software
-emulation only (``-accel tcg``): KVM is not usable on the machines this runs
-on (``../shared`` lab notes). The serial console goes to a file a test reads;
+emulation only (``-accel tcg``): on the CI machines ``/dev/kvm`` exists but a
+guest dies once it runs. The serial console goes to a file a test reads;
 the machine has no disk unless given one.
 """
 
