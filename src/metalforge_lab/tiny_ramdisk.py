@@ -105,7 +105,7 @@ def build(workdir: Path) -> TinyRamdisk:
     [modules] = sorted((unpacked / "lib" / "modules").iterdir())
     files = _initramfs_files(unpacked / "bin" / "busybox", modules)
     temporary = initramfs.with_suffix(".tmp")
-    temporary.write_bytes(gzip.compress(newc_archive(files), compresslevel=6))
+    temporary.write_bytes(gzip.compress(newc_archive(files), compresslevel=6, mtime=0))
     shutil.copyfile(vmlinuz, workdir / "vmlinuz.tmp")
     (workdir / "vmlinuz.tmp").replace(kernel)
     temporary.replace(initramfs)

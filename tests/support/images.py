@@ -35,7 +35,7 @@ def ramdisk_bytes() -> bytes:
         f"{value:08x}".encode() for value in (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, len(trailer_name), 0)
     )
     archive += b"\0" * ((4 - len(archive) % 4) % 4) + trailer + trailer_name
-    return gzip.compress(archive)
+    return gzip.compress(archive, mtime=0)  # the same bytes in every process
 
 
 @dataclass
