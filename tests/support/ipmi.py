@@ -61,9 +61,10 @@ def driver_info(port: int, **extra: Any) -> dict[str, Any]:
         "ipmi_port": port,
         "ipmi_username": USER,
         "ipmi_password": PASSWORD,
-        # The simulator is Python sharing two cores with parallel test workers: a
-        # reply can take seconds. A refused password is answered at once anyway.
-        "ipmi_timeout": 5,
+        # The simulator is Python sharing two cores with parallel test workers (and,
+        # in the coverage pass, the tracer): a reply can take seconds. A refused
+        # password is answered at once anyway.
+        "ipmi_timeout": 10,
         "ipmi_retries": 2,
         "ipmi_power_timeout": 10,
         **extra,
