@@ -21,11 +21,13 @@ from metalforge.drivers.base import (
     ReadOnlyTask,
 )
 from metalforge.drivers.failures import FAILURES
-from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
+from metalforge.drivers.ipmi import IpmiManagement, IpmiPower, sessions
 from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
 from metalforge_lab.ipmi_bmc import BmcProcess
 from tests.support.api import LATEST, create_node, error_text, get_node, wait_until
 from tests.support.ipmi import (
+    PASSWORD,
+    USER,
     driver_info,
     free_udp_ports,
     ipmitool,
@@ -225,6 +227,22 @@ def test_bmc_that_comes_back_is_reached_again(tmp_path: Path) -> None:
     with BmcProcess(port=port, log_path=tmp_path / "two.log"):
         assert POWER.get_power_state(Task(**patient)) == POWER_OFF
     SESSIONS.forget()
+
+
+def test_a_login_after_a_given_up_session_is_new_and_keeps_its_answers(bmc: BmcProcess) -> None:
+    """pyghmi would hand the next login the session a given-up try is stuck in, or put it
+    on that session's socket, where the old session's logout leaves it deaf."""
+    port = bmc.ports[0]
+    given_up = sessions.login("127.0.0.1", port, USER, PASSWORD)
+    sessions.retire(given_up)
+    fresh = sessions.login("127.0.0.1", port, USER, PASSWORD)
+    try:
+        assert fresh.ipmi_session is not given_up.ipmi_session
+        assert fresh.ipmi_session.socket is not given_up.ipmi_session.socket
+        sessions.logout(given_up)  # what pyghmi does when the stuck try times out
+        assert fresh.get_power()["powerstate"] == "off"
+    finally:
+        sessions.logout(fresh)
 
 
 def test_many_threads_share_sessions_without_hanging(tmp_path: Path) -> None:

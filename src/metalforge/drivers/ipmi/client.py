@@ -158,11 +158,14 @@ class SessionPool:
             if self._slots.get(bmc) is slot:
                 del self._slots[bmc]
         sessions.forget_login(bmc.host, bmc.port, bmc.username, bmc.password, finished=False)
+        sessions.retire(slot.command)
 
     def forget(self) -> None:
         """Drop every cached session (tests; a BMC's session is also dropped on any error)."""
         with self._lock:
-            self._slots.clear()
+            slots, self._slots = list(self._slots.values()), {}
+        for slot in slots:
+            sessions.retire(slot.command)
 
     def call(
         self,
@@ -221,7 +224,9 @@ class SessionPool:
                 outcome.error = exc if isinstance(exc, DriverError) else _classify(bmc, exc)
                 outcome.error.__cause__ = exc if outcome.error is not exc else None
                 if not isinstance(outcome.error, CommandFailed):
-                    slot.command = None  # the session may be broken; an answer proves it is not
+                    # The session may be broken (an error answer proves it is not).
+                    sessions.retire(slot.command)
+                    slot.command = None
             finally:
                 slot.lock.release()
                 outcome.done.set()

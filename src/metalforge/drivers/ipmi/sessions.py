@@ -1,6 +1,6 @@
 """Opening, closing and waiting on pyghmi sessions without tripping over its process-wide state.
 
-Six things in pyghmi 1.6 need care when sessions come and go in a
+Eight things in pyghmi 1.6 need care when sessions come and go in a
 long-running, multi-threaded service:
 
 * While a session logs in, pyghmi records it by (host, user, password, port,
@@ -26,6 +26,16 @@ long-running, multi-threaded service:
   timing out takes the waiting lock then, on a re-login, the keepalive one):
   two threads can deadlock every IPMI call of the process for good. Both
   names are bound here to one reentrant lock, which has no order to get wrong.
+* pyghmi routes a BMC's answers by (BMC address, local socket) to one session,
+  and a session that logs out removes whatever that key routes to. Two
+  sessions to one BMC on one socket -- a new login after a try was given up,
+  and the given-up try, which pyghmi ends seconds later -- take each
+  other's answers, and the old one's logout leaves the new one deaf: every
+  later call to that BMC went unanswered until the process gave up on it.
+  Each new session here gets a socket no live session to its BMC uses.
+* A new ``Command`` to a BMC joins the logged-in session pyghmi already has
+  for the same credentials, even one a given-up try is still stuck in.
+  ``retire`` marks such a session broken, so the next login is really new.
 * A login that fails (a wrong password) is marked broken by its I/O thread,
   which logs the session out -- setting ``broken`` -- before it records the
   reason in ``errormsg``. The waiting login sees ``broken`` and reads
@@ -38,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,8 +95,54 @@ def forget_login(host: str, port: int, username: str, password: str, *, finished
     key = (host, username, password, port, None)
     with _RECORDS_LOCK:
         entry = pyghmi_session.Session.initting_sessions.get(key)
-        if entry is not None and not (finished and getattr(entry, "logging", False)):
-            del pyghmi_session.Session.initting_sessions[key]
+        if entry is None or (finished and getattr(entry, "logging", False)):
+            return
+        del pyghmi_session.Session.initting_sessions[key]
+    if not finished:  # a login given up on: no later login may join it
+        _retire_session(entry)
+
+
+_SESSION_INIT = pyghmi_session.Session.__init__
+_LIVE: dict[tuple[str, int], weakref.WeakSet[Any]] = {}
+"""Sessions created to each BMC (host, port) that are still referenced somewhere."""
+_LIVE_LOCK = threading.Lock()
+
+
+def _init_on_a_socket_of_its_own(
+    session: Any, bmc: str, userid: Any, password: Any, port: int = 623, *args: Any, **kw: Any
+) -> None:
+    """pyghmi's ``Session.__init__``; a new session avoids the sockets of its BMC's others."""
+    if not hasattr(session, "initialized"):  # not an existing session pyghmi handed back
+        with _LIVE_LOCK:
+            peers = _LIVE.setdefault((bmc, port), weakref.WeakSet())
+            taken = [peer.socket for peer in list(peers) if getattr(peer, "socket", None)]
+            session.forbidsock = [*getattr(session, "forbidsock", []), *taken]
+            peers.add(session)
+    _SESSION_INIT(session, bmc, userid, password, port, *args, **kw)
+
+
+pyghmi_session.Session.__init__ = _init_on_a_socket_of_its_own
+
+
+def retire(command: Any) -> None:
+    """Make pyghmi stop handing out a session that failed or was given up on.
+
+    It is marked broken, so no new ``Command`` joins it; whatever thread is
+    still inside it goes on until pyghmi's own timeout ends it, on its own
+    socket, where it takes no other session's answers.
+    """
+    session = getattr(command, "ipmi_session", None)
+    if session is not None:
+        _retire_session(session)
+
+
+def _retire_session(session: Any) -> None:
+    _without_keepalive(session)
+    with pyghmi_session.util.protect(pyghmi_session.WAITING_SESSIONS):
+        if not session.broken:
+            session.broken = True  # what pyghmi's logout does, less the network and the routes
+            if session.socket is not None:
+                pyghmi_session.Session.socketpool[session.socket] -= 1
 
 
 def _without_keepalive(session: Any) -> None:
