@@ -8,14 +8,16 @@
 #         dnsmasq-base, nftables and busybox's udhcpc for the PXE filter's
 #         network-namespace tests, chromium and its driver with a font for the
 #         dashboard's browser tests and screenshots, qemu-system-x86 and the
-#         iPXE ROMs of its NICs for the virtual machines that network-boot)
+#         iPXE ROMs of its NICs for the virtual machines that network-boot, and
+#         ipxe, the binaries PXE firmware chainloads through the DHCP service, with
+#         curl to fetch them over TFTP as firmware would)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
          dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core
-         qemu-system-x86 ipxe-qemu)
+         qemu-system-x86 ipxe-qemu ipxe curl)
 fi
 
 missing=()

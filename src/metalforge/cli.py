@@ -18,6 +18,7 @@ from metalforge.config import Settings, load_settings
 from metalforge.db import queue
 from metalforge.db.models import PxeFilterHost
 from metalforge.db.notify import Listener
+from metalforge.pxe_filter.dhcp import DhcpError
 from metalforge.pxe_filter.service import STATUS_EVERY, host_statuses
 from metalforge.pxe_filter.setup import FilterHost, build_driver, build_filter_host
 from metalforge.startup import (
@@ -101,7 +102,10 @@ def _block_filter(settings: Settings) -> None:
 def _run_filter_host(filter_host: FilterHost) -> None:
     stop = stop_signals()
     LOG.info("PXE filter starting (blocking until it has synced)")
-    filter_host.start()
+    try:
+        filter_host.start()
+    except DhcpError as exc:
+        raise StartupError(str(exc)) from exc
     try:
         wait_for(stop)
     finally:

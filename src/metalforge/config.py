@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import socket
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -207,6 +208,67 @@ class PxeFilterSettings(BaseModel):
     @model_validator(mode="after")
     def _check_lease(self) -> PxeFilterSettings:
         _check_lease_outlasts_rounds("pxe_filter", self.leader_lease, self.election_interval)
+        return self
+
+
+class DhcpSettings(BaseModel):
+    """The provisioning network's DHCP and TFTP service: a dnsmasq metalforge configures
+    and runs beside this host's PXE filter, answering only the machines the filter lets
+    through and chainloading them into iPXE and metalforge's scripts (docs/booting.md)."""
+
+    model_config = ConfigDict(extra="forbid")  # a mistyped key is an error, not ignored
+
+    enabled: bool = False
+    """Run the service (the all-in-one and ``metalforge pxe-filter``); it needs a PXE
+    filter driver, which decides whom it answers."""
+    interface: str = Field(default="br-pxe", min_length=1, max_length=15, pattern=r"^[^\s\"]+$")
+    """The provisioning interface dnsmasq listens on (it must have an IPv4 address in
+    the range's subnet)."""
+    mode: Literal["dhcp", "proxy"] = "dhcp"
+    """``dhcp``: dnsmasq hands out addresses from ``range_start``-``range_end``;
+    ``proxy``: another server gives addresses on ``proxy_subnet`` and dnsmasq only
+    tells booting machines what to boot (proxy DHCP)."""
+    range_start: IPv4Address | None = None
+    range_end: IPv4Address | None = None
+    """The addresses handed out (``dhcp`` mode), in the interface's subnet; several
+    filter hosts on one network need ranges that do not overlap."""
+    lease_time: int = Field(default=600, ge=120, le=86_400)
+    """Seconds a lease lasts (``dhcp`` mode)."""
+    router: IPv4Address | None = None
+    """The default gateway given with a lease; unset: none (the provisioning network
+    needs no route beyond itself)."""
+    dns_servers: list[IPv4Address] = Field(default_factory=list, max_length=3)
+    """Name servers given with a lease; unset: none."""
+    proxy_subnet: IPv4Network | None = None
+    """The subnet another DHCP server gives addresses on (``proxy`` mode)."""
+    tftp_root: Path = Path("/usr/lib/ipxe")
+    """Where the iPXE binaries for PXE firmware are (Debian's ``ipxe`` package)."""
+    bios_boot_file: str = Field(default="undionly.kpxe", pattern=r"^[A-Za-z0-9._\-]{1,64}$")
+    """The iPXE binary BIOS PXE firmware loads over TFTP (from ``tftp_root``)."""
+    uefi_boot_file: str = Field(default="snponly.efi", pattern=r"^[A-Za-z0-9._\-]{1,64}$")
+    """The iPXE binary UEFI PXE firmware (x86-64) loads over TFTP (from ``tftp_root``)."""
+    dnsmasq_command: list[str] = Field(default_factory=lambda: ["dnsmasq"], min_length=1)
+    """How to run dnsmasq (``["ip", "netns", "exec", NS, "dnsmasq"]`` in a namespace)."""
+    run_as: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_\-]{0,31}$")
+    """The user dnsmasq drops to once its sockets are open; unset: dnsmasq's own default
+    (``nobody``), which must be able to read ``pxe_filter.dnsmasq_hostsdir``."""
+    state_dir: Path | None = None
+    """Where its configuration, pid file and leases are kept. Unset: ``dhcp`` in
+    ``state_dir``."""
+    log_dhcp: bool = True
+    """Log every DHCP exchange (whom it answered or ignored, what it told them to boot)."""
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> DhcpSettings:
+        if not self.enabled:
+            return self
+        if self.mode == "dhcp":
+            if self.range_start is None or self.range_end is None:
+                raise ValueError("dhcp.mode dhcp needs dhcp.range_start and dhcp.range_end")
+            if int(self.range_start) > int(self.range_end):
+                raise ValueError("dhcp.range_start must not come after dhcp.range_end")
+        elif self.proxy_subnet is None:
+            raise ValueError("dhcp.mode proxy needs dhcp.proxy_subnet")
         return self
 
 
@@ -522,6 +584,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     conductor: ConductorSettings = Field(default_factory=ConductorSettings)
     pxe_filter: PxeFilterSettings = Field(default_factory=PxeFilterSettings)
+    dhcp: DhcpSettings = Field(default_factory=DhcpSettings)
 
     @model_validator(mode="after")
     def _database_in_state_dir(self) -> Settings:
@@ -538,7 +601,45 @@ class Settings(BaseSettings):
             scheme = "https" if api.tls_cert_file else "http"
             shown = f"[{host}]" if ":" in host else host
             netboot.http_url = f"{scheme}://{shown}:{port}"
+        self._check_dhcp()
         return self
+
+    def _check_dhcp(self) -> None:
+        """The DHCP service answers only whom the PXE filter lets through, and tells iPXE
+        where its script is: it needs a filter and a URL nodes can reach."""
+        dhcp = self.dhcp
+        if dhcp.state_dir is None:
+            dhcp.state_dir = self.state_dir / "dhcp"
+        if not dhcp.enabled:
+            return
+        if self.pxe_filter.driver == "noop":
+            raise ValueError(
+                "dhcp.enabled needs a pxe_filter.driver (dnsmasq, or nftables on "
+                "dhcp.interface): without one it would answer every machine on the network"
+            )
+        if self.pxe_filter.driver != "dnsmasq" and self.pxe_filter.interface != dhcp.interface:
+            raise ValueError(
+                f"pxe_filter.interface ({self.pxe_filter.interface}) must be dhcp.interface "
+                f"({dhcp.interface}): the firewall filters the DHCP service's interface"
+            )
+        if self.conductor.netboot.http_url is None:
+            raise ValueError(
+                "dhcp.enabled needs conductor.netboot.http_url (api.agent_host is a "
+                "wildcard): iPXE must be told where its script is"
+            )
+        if self.pxe_filter.driver == "dnsmasq" and self.pxe_filter.dnsmasq_pid_file is None:
+            # The filter sends the dnsmasq it empties the directory of a SIGHUP.
+            self.pxe_filter.dnsmasq_pid_file = dhcp.state_dir / "dnsmasq.pid"
+        written = {
+            "dhcp.state_dir": dhcp.state_dir,
+            "dhcp.tftp_root": dhcp.tftp_root,
+            "pxe_filter.dnsmasq_hostsdir": self.pxe_filter.dnsmasq_hostsdir,
+            "pxe_filter.dnsmasq_pid_file": self.pxe_filter.dnsmasq_pid_file,
+        }
+        for name, path in written.items():
+            # One option per line in dnsmasq's configuration, which has no quoting.
+            if path is not None and not str(path).isprintable():
+                raise ValueError(f"{name} must not contain control characters")
 
     @classmethod
     def settings_customise_sources(

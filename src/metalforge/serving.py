@@ -28,6 +28,7 @@ from metalforge.db.engine import Database
 from metalforge.db.notify import Notifier
 from metalforge.drivers import failures
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.pxe_filter.dhcp import DhcpError
 from metalforge.pxe_filter.setup import build_filter_host
 from metalforge.redaction import mask_url
 from metalforge.startup import (
@@ -240,7 +241,10 @@ def cmd_all_in_one(settings: Settings) -> None:
         start_conductor(conductor)
         started.append(lambda: stop_conductor(conductor, db))
         if filter_host is not None:
-            filter_host.start()
+            try:
+                filter_host.start()
+            except DhcpError as exc:
+                raise StartupError(str(exc)) from exc
             started.append(filter_host.stop)
         app = build_api(settings, db, registry, notify=conductor.ctx.waker.notify)
         banner(settings)

@@ -1,8 +1,11 @@
 """A QEMU virtual machine network-boots through metalforge, from its firmware, as a server would.
 
-The machine's NIC ROM (iPXE) gets an address from a real dnsmasq on the
-lab's bridge, configured as docs/booting.md tells operators, and is handed
-``boot.ipxe`` on metalforge's agents' endpoint. metalforge gives the node
+The machine's NIC ROM (iPXE) asks for DHCP on the lab's bridge, where
+metalforge runs its DHCP service (a real dnsmasq it configures) behind its
+PXE filter: a machine metalforge has nothing for is ignored; the node being
+cleaned gets an address and is handed ``boot.ipxe`` on metalforge's agents'
+endpoint -- from metalforge's own DHCP, or, in proxy mode, with the address
+from another server and only the boot from metalforge. metalforge gives the node
 being cleaned its script; the script loads the kernel and ramdisk metalforge
 fetched and serves; the ramdisk (a tiny stand-in for the agent:
 ``metalforge_lab.tiny_ramdisk``) takes an address and looks itself up at the
@@ -13,26 +16,31 @@ powers the machine on.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from metalforge.config import load_settings
+from metalforge.config import Settings, load_settings
+from metalforge.pxe_filter.setup import build_filter_host
 from metalforge_lab import namespaces, tiny_ramdisk, vm
 from metalforge_lab.ports import free_port
-from tests.support.api import LATEST, create_node, provision, wait_for_state
+from tests.support.api import LATEST, create_node, provision, wait_for_state, wait_until
 from tests.support.stack import FAST_CONDUCTOR, LiveServer, Stack, start_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 IN_CI = bool(os.environ.get("CI"))
 MAC = "52:54:00:4d:46:01"
+STRANGER = "52:54:00:4d:46:02"
 BOOT_TIMEOUT = 300.0
 """Seconds from power-on to the ramdisk's lookup under software emulation, on a busy machine."""
 
@@ -67,78 +75,84 @@ def bridge() -> Iterator[namespaces.Bridge]:
         created.delete()
 
 
+class DnsmasqLog(logging.Handler):
+    """dnsmasq's lines as metalforge logs them, for the test to wait on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def saw(self, *words: str) -> bool:
+        return any(all(word in line for word in words) for line in list(self.lines))
+
+
 @pytest.fixture
-def stack(
-    bridge: namespaces.Bridge, ramdisk: tiny_ramdisk.TinyRamdisk, tmp_path: Path
-) -> Iterator[tuple[Stack, str]]:
-    agent_port = free_port()
-    settings = load_settings(
+def dnsmasq_log() -> Iterator[DnsmasqLog]:
+    handler = DnsmasqLog()
+    logger = logging.getLogger("metalforge.dhcp.dnsmasq")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _settings(
+    bridge: namespaces.Bridge, ramdisk_dir: Path, tmp_path: Path, **dhcp: Any
+) -> Settings:
+    """An all-in-one's settings: the dnsmasq PXE filter and metalforge's DHCP service on
+    the bridge, as docs/booting.md has an operator set them."""
+    network = bridge.network
+    return load_settings(
+        state_dir=str(tmp_path / "state"),
         database={"url": f"sqlite:///{tmp_path}/metalforge.sqlite"},
-        api={"port": free_port(), "agent_host": bridge.address, "agent_port": agent_port},
+        api={"port": free_port(), "agent_host": bridge.address, "agent_port": free_port()},
         inspector={"enabled": False},
         conductor={
             **FAST_CONDUCTOR,
             "hostname": "test-conductor",
             "netboot": {
                 "image_cache_dir": str(tmp_path / "boot-images"),
-                "image_dirs": [str(ramdisk.kernel.parent)],
+                "image_dirs": [str(ramdisk_dir)],
                 "kernel_append": "console=ttyS0 panic=-1",
             },
         },
+        pxe_filter={"driver": "dnsmasq", "dnsmasq_hostsdir": str(tmp_path / "hostsdir")},
+        dhcp={
+            "enabled": True,
+            "interface": bridge.name,
+            "range_start": str(network.network_address + 100),
+            "range_end": str(network.network_address + 200),
+            "run_as": "root",  # the test's directories are root's alone
+            **dhcp,
+        },
     )
+
+
+@contextlib.contextmanager
+def _all_in_one(settings: Settings) -> Iterator[Stack]:
+    """The API on the agents' endpoint, a conductor, the PXE filter and the DHCP service."""
     running = start_stack(settings)
     server = LiveServer(running)
-    server.start()
+    filter_host = build_filter_host(settings, running.db)
+    assert filter_host is not None
     try:
-        yield running, f"http://{bridge.address}:{agent_port}"
+        server.start()
+        filter_host.start()
+        yield running
     finally:
+        filter_host.stop()
         server.stop()
         running.stop()
 
 
-@pytest.fixture
-def dhcp(bridge: namespaces.Bridge, stack: tuple[Stack, str], tmp_path: Path) -> Iterator[Path]:
-    """dnsmasq on the bridge, as docs/booting.md configures it (iPXE clients get boot.ipxe)."""
-    _stack, agents_url = stack
-    network = bridge.network
-    log = tmp_path / "dnsmasq.log"
-    process = subprocess.Popen(
-        [
-            "dnsmasq",
-            "--keep-in-foreground",
-            "--conf-file=/dev/null",
-            "--port=0",
-            f"--interface={bridge.name}",
-            "--bind-interfaces",
-            "--except-interface=lo",
-            "--no-ping",
-            f"--dhcp-range={network.network_address + 100},{network.network_address + 200},10m",
-            f"--dhcp-leasefile={tmp_path / 'leases'}",
-            "--dhcp-match=set:ipxe,175",
-            f"--dhcp-boot=tag:ipxe,{agents_url}/boot.ipxe",
-            "--log-dhcp",
-            f"--log-facility={log}",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        yield log
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def test_a_node_being_cleaned_network_boots_and_its_ramdisk_reaches_metalforge(
-    bridge: namespaces.Bridge,
-    stack: tuple[Stack, str],
-    dhcp: Path,
-    ramdisk: tiny_ramdisk.TinyRamdisk,
-    tmp_path: Path,
-) -> None:
-    running, agents_url = stack
-    client = running.client
+def _node_being_cleaned(client: Any, ramdisk: tiny_ramdisk.TinyRamdisk) -> str:
     node = create_node(
         client,
         boot_interface="ipxe",
@@ -156,9 +170,13 @@ def test_a_node_being_cleaned_network_boots_and_its_ramdisk_reaches_metalforge(
     wait_for_state(client, node["uuid"], "manageable")
     assert provision(client, node["uuid"], "provide").status_code == 202
     assert wait_for_state(client, node["uuid"], "clean wait")["last_error"] is None
+    return str(node["uuid"])
 
+
+def _boot_to_lookup(mac: str, bridge: namespaces.Bridge, tmp_path: Path) -> dict[str, str]:
+    """Power a VM on and wait for its ramdisk's report; its MARK lines by name."""
     tap = f"mfvt{os.getpid() % 100000}"
-    machine = vm.NetbootVm(tap, MAC, bridge.name, tmp_path / "console.log")
+    machine = vm.NetbootVm(tap, mac, bridge.name, tmp_path / "console.log")
     machine.power_on()
     try:
         console = machine.wait_for_console(f"{tiny_ramdisk.MARK} done", BOOT_TIMEOUT)
@@ -169,12 +187,89 @@ def test_a_node_being_cleaned_network_boots_and_its_ramdisk_reaches_metalforge(
         for line in console.splitlines()
         if line.startswith(tiny_ramdisk.MARK + " ") and len(line.split(" ", 2)) == 3
     }
-    assert f"ipa-api-url={agents_url}" in lines["cmdline"], console[-2000:]
+    lines["console"] = console[-2000:]
+    return lines
+
+
+def _check_lookup(lines: dict[str, str], node_uuid: str, agents_url: str) -> None:
+    assert f"ipa-api-url={agents_url}" in lines["cmdline"], lines["console"]
     assert f"BOOTIF={MAC}" in lines["cmdline"]
     assert "console=ttyS0" in lines["cmdline"]
     status, _, body = lines["lookup"].partition(" ")
-    assert status == "ok", console[-2000:]
+    assert status == "ok", lines["console"]
     found = json.loads(body)
-    assert found["node"]["uuid"] == node["uuid"]
+    assert found["node"]["uuid"] == node_uuid
     assert found["config"]["agent_token"]  # the first lookup of this boot receives it
-    assert "DHCPACK" in dhcp.read_text()
+
+
+def test_a_node_being_cleaned_network_boots_and_its_ramdisk_reaches_metalforge(
+    bridge: namespaces.Bridge,
+    ramdisk: tiny_ramdisk.TinyRamdisk,
+    dnsmasq_log: DnsmasqLog,
+    tmp_path: Path,
+) -> None:
+    """metalforge's DHCP service answers the node being cleaned and nobody else."""
+    settings = _settings(bridge, ramdisk.kernel.parent, tmp_path)
+    with _all_in_one(settings) as running:
+        # A machine metalforge has nothing for is not answered: its firmware moves on.
+        stranger = vm.NetbootVm(
+            f"mfvs{os.getpid() % 100000}", STRANGER, bridge.name, tmp_path / "stranger.log"
+        )
+        stranger.power_on()
+        try:
+            wait_until(
+                "dnsmasq to ignore the stranger",
+                lambda: dnsmasq_log.saw("DHCPDISCOVER", STRANGER, "ignored"),
+                timeout=60,
+            )
+        finally:
+            stranger.power_off()
+
+        node_uuid = _node_being_cleaned(running.client, ramdisk)
+        lines = _boot_to_lookup(MAC, bridge, tmp_path)
+        _check_lookup(lines, node_uuid, str(settings.conductor.netboot.http_url))
+    assert dnsmasq_log.saw("DHCPACK", MAC)
+    assert not dnsmasq_log.saw("DHCPOFFER", STRANGER)
+
+
+def test_proxy_dhcp_tells_the_node_what_to_boot_beside_another_dhcp_server(
+    bridge: namespaces.Bridge,
+    ramdisk: tiny_ramdisk.TinyRamdisk,
+    dnsmasq_log: DnsmasqLog,
+    tmp_path: Path,
+) -> None:
+    """Another server gives the addresses; metalforge's proxy DHCP only says what to boot."""
+    settings = _settings(
+        bridge, ramdisk.kernel.parent, tmp_path, mode="proxy", proxy_subnet=str(bridge.network)
+    )
+    with _addresses_only(bridge, tmp_path), _all_in_one(settings) as running:
+        node_uuid = _node_being_cleaned(running.client, ramdisk)
+        lines = _boot_to_lookup(MAC, bridge, tmp_path)
+        _check_lookup(lines, node_uuid, str(settings.conductor.netboot.http_url))
+    # metalforge's answer was the proxy offer naming the script, to an address the other
+    # server gave (its range is .50-.99).
+    boot_url = f"{settings.conductor.netboot.http_url}/boot.ipxe"
+    assert dnsmasq_log.saw("PXE(", MAC, boot_url)
+    assert not dnsmasq_log.saw("DHCPOFFER", MAC)
+
+
+@contextlib.contextmanager
+def _addresses_only(bridge: namespaces.Bridge, tmp_path: Path) -> Iterator[None]:
+    """The network's own DHCP server: addresses for everyone, nothing about booting."""
+    network = bridge.network
+    process = subprocess.Popen(
+        [
+            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
+            f"--interface={bridge.name}", "--bind-dynamic", "--except-interface=lo",
+            "--no-ping",
+            f"--dhcp-range={network.network_address + 50},{network.network_address + 99},10m",
+            f"--dhcp-leasefile={tmp_path / 'other-leases'}",
+            f"--pid-file={tmp_path / 'other.pid'}",
+        ],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)

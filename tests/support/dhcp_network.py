@@ -28,7 +28,7 @@ TOOLS = ("ip", "dnsmasq", "nft", "udhcpc")
 _counter = itertools.count()
 
 _PRINT_LEASE = """#!/bin/sh
-[ "$1" = bound ] && echo "LEASE ip=$ip serverid=$serverid"
+[ "$1" = bound ] && echo "LEASE ip=$ip serverid=$serverid siaddr=$siaddr boot_file=$boot_file"
 exit 0
 """
 
@@ -146,19 +146,39 @@ class DhcpNetwork:
 
         A refused client costs ``attempts`` seconds (one discover per second).
         """
+        got = self.offer(mac, attempts=attempts)
+        return None if got is None else got["serverid"]
+
+    def offer(
+        self, mac: str, *, attempts: int = 1, options: tuple[str, ...] = ()
+    ) -> dict[str, str] | None:
+        """What the lease said (``ip``, ``serverid``, ``siaddr``, ``boot_file``), or None.
+
+        ``options`` go into the request as udhcpc's ``-x`` does (``0x5d:0007``
+        asks as x86-64 UEFI firmware, ``0xaf:01`` as iPXE).
+        """
+        sent = [arg for option in options for arg in ("-x", option)]
         done = subprocess.run(
             [
                 "ip", "netns", "exec", self.clients[mac],
                 "udhcpc", "-f", "-n", "-q", "-t", str(attempts), "-T", "1",
-                "-i", "eth0", "-s", str(self._script),
+                "-i", "eth0", "-s", str(self._script), *sent,
             ],
             capture_output=True, text=True, timeout=30 + 3 * attempts,
         )  # fmt: skip
         for line in done.stdout.splitlines():
             if line.startswith("LEASE "):
-                fields = dict(part.split("=", 1) for part in line.split()[1:])
-                return fields["serverid"]
+                return dict(part.split("=", 1) for part in line.split()[1:])
         return None
+
+    def run_in(self, mac: str, *command: str) -> subprocess.CompletedProcess[bytes]:
+        """``command`` in the client's namespace (after it took a lease: it has no address)."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.clients[mac], *command],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
 
     def close(self) -> None:
         for server in self.servers:

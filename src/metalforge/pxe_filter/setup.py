@@ -8,6 +8,7 @@ from metalforge.config import Settings
 from metalforge.coordination.election import SqlElector
 from metalforge.db.changes import ChangeFeed
 from metalforge.db.engine import Database
+from metalforge.pxe_filter.dhcp import DhcpServer
 from metalforge.pxe_filter.dnsmasq import DnsmasqHostsdir
 from metalforge.pxe_filter.driver import FilterDriver
 from metalforge.pxe_filter.nftables import NftablesFilter
@@ -27,21 +28,38 @@ def build_driver(settings: Settings) -> FilterDriver | None:
 
 
 class FilterHost:
-    """This host's filter and the change feed that wakes it."""
+    """This host's filter, the change feed that wakes it and the DHCP service it guards.
 
-    def __init__(self, db: Database, pxe_filter: PxeFilter) -> None:
+    dnsmasq starts first: until the filter's first sync it answers nobody (its
+    hosts directory is empty, or the firewall is closed), and the filter's
+    start then tells it what it read. It stops last, after the filter has
+    blocked the host.
+    """
+
+    def __init__(self, db: Database, pxe_filter: PxeFilter, dhcp: DhcpServer | None = None) -> None:
         self.filter = pxe_filter
         self.feed = ChangeFeed(db, pxe_filter.wake)
+        self.dhcp = dhcp
 
     def start(self) -> None:
-        self.feed.start()
-        self.filter.start()
+        if self.dhcp is not None:
+            self.dhcp.start()
+        try:
+            self.feed.start()
+            self.filter.start()
+        except BaseException:  # a half-started host must not keep dnsmasq or threads running
+            self.stop()
+            raise
 
     def stop(self) -> None:
         try:
             self.feed.stop()
         finally:
-            self.filter.stop()
+            try:
+                self.filter.stop()
+            finally:
+                if self.dhcp is not None:
+                    self.dhcp.stop()
 
 
 def build_filter_host(settings: Settings, db: Database) -> FilterHost | None:
@@ -60,4 +78,5 @@ def build_filter_host(settings: Settings, db: Database) -> FilterHost | None:
         elector,
         discovery=settings.conductor.inspection.discovery,
     )
-    return FilterHost(db, pxe_filter)
+    dhcp = DhcpServer(settings) if settings.dhcp.enabled else None
+    return FilterHost(db, pxe_filter, dhcp)
