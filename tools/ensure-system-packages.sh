@@ -10,14 +10,17 @@
 #         dashboard's browser tests and screenshots, qemu-system-x86 and the
 #         iPXE ROMs of its NICs for the virtual machines that network-boot, and
 #         ipxe, the binaries PXE firmware chainloads through the DHCP service, with
-#         curl to fetch them over TFTP as firmware would)
+#         curl to fetch them over TFTP as firmware would; xorriso, isolinux,
+#         syslinux-common, grub-efi-amd64-bin, grub-common, mtools and dosfstools
+#         to build the agent's boot ISOs, and ovmf to boot them as UEFI firmware)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
 if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
          dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core
-         qemu-system-x86 ipxe-qemu ipxe curl)
+         qemu-system-x86 ipxe-qemu ipxe curl xorriso isolinux syslinux-common
+         grub-efi-amd64-bin grub-common mtools dosfstools ovmf)
 fi
 
 missing=()

@@ -1,8 +1,10 @@
-"""A QEMU virtual machine that network-boots from the lab's bridge, as a server would.
+"""A QEMU virtual machine that boots from the lab's bridge or a CD, as a server would.
 
 QEMU's virtio NIC carries an iPXE ROM (Debian's ``ipxe-qemu``): with ``-boot n``
 the machine's firmware (SeaBIOS) runs it, it asks the network's DHCP service
-for an address and a boot file, and boots whatever that leads to. Software
+for an address and a boot file, and boots whatever that leads to. Given a
+``cdrom`` it boots that instead (a virtual-media boot), from SeaBIOS or,
+with ``uefi``, from OVMF (Debian's ``ovmf``) on a copy of its variables. Software
 emulation only (``-accel tcg``): on the CI machines ``/dev/kvm`` exists but a
 guest dies once it runs. The serial console goes to a file a test reads;
 the machine has no disk unless given one.
@@ -19,6 +21,8 @@ from pathlib import Path
 from metalforge_lab.namespaces import ip
 
 QEMU = "qemu-system-x86_64"
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 
 
 def available() -> str | None:
@@ -36,7 +40,17 @@ def available() -> str | None:
 class NetbootVm:
     """One machine with one NIC (``mac``) on ``bridge``, through a tap of its own."""
 
-    def __init__(self, name: str, mac: str, bridge: str, console: Path, memory_mib: int = 512):
+    def __init__(
+        self,
+        name: str,
+        mac: str,
+        bridge: str,
+        console: Path,
+        memory_mib: int = 512,
+        *,
+        cdrom: Path | None = None,
+        uefi: bool = False,
+    ):
         if len(name) > 15:
             raise ValueError(f"tap name {name!r} is longer than 15 characters")
         self.tap = name
@@ -44,10 +58,26 @@ class NetbootVm:
         self.bridge = bridge
         self.console = console
         self.memory_mib = memory_mib
+        self.cdrom = cdrom
+        self.uefi = uefi
         self.process: subprocess.Popen[bytes] | None = None
 
+    def _firmware_and_boot(self) -> list[str]:
+        args: list[str] = []
+        if self.uefi:
+            variables = self.console.with_name(f"{self.tap}-OVMF_VARS.fd")
+            shutil.copyfile(OVMF_VARS, variables)
+            args += [
+                "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
+                "-drive", f"if=pflash,format=raw,file={variables}",
+            ]  # fmt: skip
+        if self.cdrom is None:
+            return [*args, "-boot", "n"]
+        return [*args, "-drive", f"media=cdrom,readonly=on,file={self.cdrom}", "-boot", "d"]
+
     def power_on(self) -> None:
-        """Create the tap on the bridge and start the machine, booting from the network."""
+        """Create the tap on the bridge and start the machine, booting from the network
+        (or from its CD)."""
         ip("tuntap", "add", self.tap, "mode", "tap")
         ip("link", "set", self.tap, "master", self.bridge)
         ip("link", "set", self.tap, "up")
@@ -65,8 +95,7 @@ class NetbootVm:
                 "-no-reboot",
                 "-serial",
                 f"file:{self.console}",
-                "-boot",
-                "n",
+                *self._firmware_and_boot(),
                 "-netdev",
                 f"tap,id=n0,ifname={self.tap},script=no,downscript=no",
                 "-device",

@@ -6,8 +6,10 @@ Each test gets its own fake system of a module-wide emulator; BMC failures
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from metalforge.config import load_settings
+from metalforge.config import ConductorSettings, load_settings
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -38,6 +40,7 @@ from metalforge.drivers.redfish import (
     RedfishVirtualMediaBoot,
 )
 from metalforge.drivers.redfish.connection import CONNECTIONS, parse_driver_info
+from metalforge.netboot.iso import IsoTools
 from metalforge_lab.ports import free_port
 from metalforge_lab.redfish_emulator import FakeSystem
 from tests.support.api import (
@@ -49,6 +52,7 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
+from tests.support.images import kernel_bytes, ramdisk_bytes
 from tests.support.redfish import (
     PASSWORD,
     USER,
@@ -68,6 +72,8 @@ BOOT = RedfishVirtualMediaBoot()
 INSPECT = RedfishInspect()
 BIOS = RedfishBios()
 
+IN_CI = bool(os.environ.get("CI"))
+
 
 class Task(ReadOnlyTask):
     """A ``DriverTask`` with a real sleep and a node that is never saved.
@@ -76,7 +82,7 @@ class Task(ReadOnlyTask):
     is what the driver asked for, whatever the load on the machine.
     """
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    def __init__(self, info: dict[str, Any], settings: ConductorSettings | None = None) -> None:
         super().__init__(
             Node(
                 uuid="00000000-0000-4000-8000-000000000001",
@@ -85,7 +91,8 @@ class Task(ReadOnlyTask):
                 driver_internal_info={},
                 properties={},
                 boot_mode=None,
-            )
+            ),
+            settings,
         )
         self.records: list[tuple[str, str, str]] = []
         self.slept = 0.0
@@ -173,8 +180,8 @@ def test_properties_describe_the_keys() -> None:
             "redfish_password",
             "redfish_verify_ca",
         }
-    assert "redfish_deploy_iso" in BOOT.properties()
-    with pytest.raises(DriverError, match="missing driver_info: redfish_deploy_iso"):
+    assert {"redfish_deploy_iso", "deploy_kernel", "deploy_ramdisk"} <= set(BOOT.properties())
+    with pytest.raises(DriverError, match="driver_info is missing deploy_kernel, deploy_ramdisk"):
         BOOT.validate(Task({"redfish_address": "http://b"}))
     with pytest.raises(DriverError, match="redfish_deploy_iso must be an http"):
         BOOT.validate(Task({"redfish_address": "http://b", "redfish_deploy_iso": "images/x.iso"}))
@@ -323,6 +330,49 @@ def test_virtual_media_the_bmc_cannot_download(
     assert f"Redfish BMC at {bmc.address} answered HTTP 400" in message
     assert "insert virtual media" in message
     assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+
+
+def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk(
+    bmc: Bmc, system: FakeSystem, tmp_path: Path
+) -> None:
+    """No ``redfish_deploy_iso``: the ISO is built once, served by its digest, inserted."""
+    if missing := IsoTools().missing():
+        if IN_CI:
+            pytest.fail(f"CI must build boot ISOs: missing {', '.join(missing)}")
+        pytest.skip(f"missing Debian packages: {', '.join(missing)}")
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    (deploy / "vmlinuz").write_bytes(kernel_bytes())
+    (deploy / "initrd").write_bytes(ramdisk_bytes())
+    www, cache = tmp_path / "www", tmp_path / "cache"
+    (www / "boot").mkdir(parents=True)
+    (cache / "blobs").mkdir(parents=True)
+    (www / "boot" / "images").symlink_to(cache / "blobs", target_is_directory=True)
+    for url in serve_directory(www):  # what the agents' endpoint serves, as the BMC sees it
+        netboot = {"http_url": url, "image_cache_dir": str(cache), "image_dirs": [str(deploy)]}
+        settings = load_settings(conductor={"netboot": netboot}).conductor
+        info = {
+            **bmc.driver_info(system),
+            "deploy_kernel": str(deploy / "vmlinuz"),
+            "deploy_ramdisk": str(deploy / "initrd"),
+        }
+        task = Task(info, settings)
+        BOOT.validate(task)
+        BOOT.prepare_ramdisk(task)
+        cd = bmc.system(system, "/VirtualMedia/Cd")
+        assert cd["Inserted"] is True
+        image = cd["Image"]
+        assert image.startswith(f"{url}/boot/images/")
+        assert task.node.driver_internal_info["redfish_virtual_media"] == image
+        iso = (cache / "blobs" / image.rsplit("/", 1)[1]).read_bytes()
+        assert hashlib.sha256(iso).hexdigest() == image.rsplit("/", 1)[1]
+        # isolinux's configuration is stored as it is: the agent is told where metalforge is.
+        assert f"APPEND initrd=/initrd ipa-api-url={url} ".encode() in iso
+        built = sorted((cache / "blobs").iterdir())
+
+        BOOT.prepare_ramdisk(task)  # the same boot again: nothing is built again
+        assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == image
+        assert sorted((cache / "blobs").iterdir()) == built
 
 
 # -- inspection ----------------------------------------------------------------

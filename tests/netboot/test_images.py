@@ -182,3 +182,50 @@ def test_a_background_fetch_reports_its_failure_and_is_tried_again(
 )
 def test_kinds_are_told_by_their_first_bytes(head: bytes, kind: ImageKind, expected: bool) -> None:
     assert looks_like(kind, head) is expected
+
+
+def test_an_image_built_from_others_is_built_once_and_served_by_its_own_digest(
+    tmp_path: Path,
+) -> None:
+    built: list[Path] = []
+    gate = threading.Event()
+
+    def build(out: Path) -> None:
+        gate.wait(10)
+        built.append(out)
+        out.write_bytes(b"an ISO of kernel and ramdisk")
+
+    images = cache(tmp_path)
+    results: list[object] = []
+    callers = [
+        threading.Thread(target=lambda: results.append(images.derived("inputs-1", build)))
+        for _ in range(3)
+    ]
+    for caller in callers:
+        caller.start()
+    gate.set()
+    for caller in callers:
+        caller.join(10)
+    assert len(built) == 1
+    digest = hashlib.sha256(b"an ISO of kernel and ramdisk").hexdigest()
+    assert {getattr(r, "digest", None) for r in results} == {digest}
+    assert images.blob(digest) is not None
+    assert cache(tmp_path).derived("inputs-1", build).digest == digest  # a new process too
+    assert len(built) == 1
+
+
+def test_a_failed_build_leaves_nothing_and_is_tried_again(tmp_path: Path) -> None:
+    def broken(out: Path) -> None:
+        out.write_bytes(b"half")
+        raise OSError("disk full")
+
+    images = cache(tmp_path)
+    with pytest.raises(OSError, match="disk full"):
+        images.derived("inputs-2", broken)
+    assert [p.name for p in (tmp_path / "blobs").iterdir()] == []
+
+    def whole(out: Path) -> None:
+        out.write_bytes(b"whole")
+
+    image = images.derived("inputs-2", whole)
+    assert image.path.read_bytes() == b"whole"

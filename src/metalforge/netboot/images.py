@@ -27,6 +27,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -137,6 +138,47 @@ class ImageCache:
         try:
             entry = json.loads(self._entry_path(source).read_text())
             digest = str(entry["digest"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return self.blob(digest)
+
+    def derived(self, key: str, build: Callable[[Path], None]) -> CachedImage:
+        """The image made from others under ``key`` (a digest of its inputs), built by
+        ``build(path)`` unless it was; stored and served by its own digest like the rest.
+
+        Concurrent callers for one key wait for one build; a failed build leaves nothing.
+        """
+        found = self._derived_entry(key)
+        if found is not None:
+            return found
+        with self._lock_for(f"derived:{key}"):
+            found = self._derived_entry(key)
+            if found is not None:
+                return found
+            blobs = self.root / "blobs"
+            blobs.mkdir(parents=True, exist_ok=True, mode=0o755)
+            temporary = blobs / f".building-{key}"
+            try:
+                build(temporary)
+                digest, size = _digest_of(temporary)
+                os.chmod(temporary, 0o644)
+                final = blobs / digest
+                os.replace(temporary, final)
+            except BaseException:  # re-raised: a half-built image never stays
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+            image = CachedImage(digest, size, final)
+            _write_atomically(self._derived_path(key), json.dumps({"digest": digest}).encode())
+            LOG.info("built image %s: %d bytes, sha256 %s", key, size, digest)
+            return image
+
+    def _derived_path(self, key: str) -> Path:
+        return self.root / "derived" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+    def _derived_entry(self, key: str) -> CachedImage | None:
+        try:
+            digest = str(json.loads(self._derived_path(key).read_text())["digest"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return self.blob(digest)
@@ -331,6 +373,16 @@ def _check_url(source: str) -> None:
 def _shown(source: str) -> str:
     """A source as logs and messages show it: credentials in a URL are masked."""
     return mask_url(source) if "://" in source else source
+
+
+def _digest_of(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as src:
+        while chunk := src.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def _write_atomically(path: Path, content: bytes) -> None:

@@ -63,10 +63,15 @@ class RamdiskBoot:
     params: tuple[str, ...]
 
 
-def agent_params(*, api_url: str, mac: str, inspect: bool, append: list[str]) -> tuple[str, ...]:
+def agent_params(
+    *, api_url: str, mac: str | None, inspect: bool, append: list[str]
+) -> tuple[str, ...]:
     """The kernel parameters of the agent's ramdisk: where metalforge is, which interface
-    booted it, what to report; then the operator's own (``netboot.kernel_append``)."""
-    params = [f"ipa-api-url={api_url}", f"BOOTIF={mac}"]
+    booted it (unknown for virtual media), what to report; then the operator's own
+    (``netboot.kernel_append``)."""
+    params = [f"ipa-api-url={api_url}"]
+    if mac is not None:
+        params.append(f"BOOTIF={mac}")
     if inspect:
         params += [
             f"ipa-inspection-callback-url={api_url}/v1/continue_inspection",

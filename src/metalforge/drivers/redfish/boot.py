@@ -1,10 +1,14 @@
 """``redfish-virtual-media`` boot: the deploy ISO in the BMC's virtual CD drive.
 
-The BMC downloads the ISO itself, from ``driver_info.redfish_deploy_iso``
-(an http(s) URL it can reach). The ramdisk boots from the virtual CD; the
-instance boots from disk, so the CD is ejected once the instance is ready.
-The image inserted last is kept in ``driver_internal_info.redfish_virtual_media``
-so an operator can see what the node will boot.
+The BMC downloads the ISO itself, from an http(s) URL it can reach: the ISO
+metalforge builds from ``driver_info.deploy_kernel`` and ``deploy_ramdisk``
+with the agent's kernel parameters baked in (``netboot.iso``), served from
+its image cache on the agents' endpoint; or, as an override, the ISO
+``driver_info.redfish_deploy_iso`` names. The ramdisk boots from the
+virtual CD; the instance boots from disk, so the CD is ejected once the
+instance is ready. The image inserted last is kept in
+``driver_internal_info.redfish_virtual_media`` so an operator can see what
+the node will boot.
 """
 
 from __future__ import annotations
@@ -14,22 +18,67 @@ from urllib.parse import urlsplit
 
 import sushy
 
+from metalforge import states
 from metalforge.drivers.base import BootInterface, DriverError, DriverTask
+from metalforge.drivers.ipxe import DEPLOY_IMAGES, deploy_sources
 from metalforge.drivers.redfish import connection, management
+from metalforge.netboot.images import ImageError, cache_for, check_source
+from metalforge.netboot.ipxe import agent_params
+from metalforge.netboot.iso import IsoError, build_iso, iso_key
 
 _CD_TYPES = (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD)
 _INFO_KEY = "redfish_virtual_media"
 
 
-def _deploy_iso(task: DriverTask) -> str:
+def _given_iso(task: DriverTask) -> str | None:
+    """``driver_info.redfish_deploy_iso``, checked, or None when metalforge builds the ISO."""
     url = task.node.driver_info.get("redfish_deploy_iso")
-    if not url:
-        raise DriverError("Invalid redfish driver_info: missing driver_info: redfish_deploy_iso")
+    if url is None or url == "":
+        return None
     if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
         raise DriverError(
             f"Invalid redfish driver_info: redfish_deploy_iso must be an http(s) URL, not {url!r}"
         )
     return url
+
+
+def _check_images(task: DriverTask) -> None:
+    allowed = tuple(task.settings.netboot.image_dirs)
+    for key, source in deploy_sources(task).items():
+        try:
+            check_source(source, allowed)
+        except ImageError as exc:
+            raise DriverError(f"driver_info.{key}: {exc}") from None
+
+
+def _built_iso(task: DriverTask) -> str:
+    """The URL of the node's boot ISO, built (once per kernel, ramdisk and parameters)."""
+    netboot = task.settings.netboot
+    if netboot.http_url is None:
+        raise DriverError(
+            "Cannot build the boot ISO: conductor.netboot.http_url is unset (api.agent_host "
+            "is a wildcard); set it, or give driver_info.redfish_deploy_iso"
+        )
+    cache = cache_for(netboot)
+    images = {}
+    for key, source in deploy_sources(task).items():
+        try:
+            images[key] = cache.fetch(source, DEPLOY_IMAGES[key])
+        except ImageError as exc:
+            raise DriverError(f"driver_info.{key}: {exc}") from None
+    params = agent_params(
+        api_url=netboot.http_url,
+        mac=None,
+        inspect=task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT),
+        append=netboot.kernel_append.split(),
+    )
+    kernel, ramdisk = images["deploy_kernel"], images["deploy_ramdisk"]
+    key = iso_key(kernel.digest, ramdisk.digest, params)
+    try:
+        iso = cache.derived(key, lambda out: build_iso(kernel.path, ramdisk.path, params, out))
+    except IsoError as exc:
+        raise DriverError(str(exc)) from None
+    return f"{netboot.http_url}/boot/images/{iso.digest}"
 
 
 def _cd_drive(system: Any) -> Any:
@@ -60,18 +109,25 @@ class RedfishVirtualMediaBoot(BootInterface):
 
     def validate(self, task: DriverTask) -> None:
         connection.parse_driver_info(task.node.driver_info)
-        _deploy_iso(task)
+        if _given_iso(task) is None:
+            _check_images(task)
 
     def properties(self) -> dict[str, str]:
         return {
             **connection.PROPERTIES,
+            "deploy_kernel": (
+                "The agent's kernel (http(s) URL or file path); metalforge builds the boot ISO "
+                "from it and deploy_ramdisk. Required unless redfish_deploy_iso is given."
+            ),
+            "deploy_ramdisk": "The agent's initramfs (an http(s) URL or a file path).",
             "redfish_deploy_iso": (
-                "http(s) URL of the deploy ramdisk ISO; the BMC downloads it. Required."
+                "http(s) URL of a deploy ramdisk ISO of your own, used instead of the one "
+                "metalforge builds; the BMC downloads it. Optional."
             ),
         }
 
     def prepare_ramdisk(self, task: DriverTask) -> None:
-        image = _deploy_iso(task)
+        image = _given_iso(task) or _built_iso(task)
         with connection.system(task, f"insert virtual media {image}") as system:
             drive = _cd_drive(system)
             _eject(drive)

@@ -1,0 +1,114 @@
+"""The agent's boot ISO: built from the deploy kernel and ramdisk, booted by firmware.
+
+A QEMU machine boots the ISO metalforge built from its CD drive, as a BMC's
+virtual media presents it, from BIOS (isolinux) and from UEFI (OVMF, GRUB),
+and the ramdisk runs with the kernel parameters baked in. The same inputs
+give the same bytes. Root only (the machine's NIC is on a bridge), slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metalforge.netboot.iso import IsoError, IsoTools, build_iso, iso_key
+from metalforge_lab import namespaces, tiny_ramdisk, vm
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+IN_CI = bool(os.environ.get("CI"))
+MAC = "52:54:00:4d:46:11"
+PARAMS = ("ipa-api-url=http://10.251.0.1:6385", "console=ttyS0", "panic=-1", "ipa-debug=1")
+BOOT_TIMEOUT = 400.0
+"""Seconds from power-on to the ramdisk's first line under software emulation (UEFI is slow)."""
+
+
+def _require() -> None:
+    reason = vm.available()
+    if reason is None and os.geteuid() != 0:
+        reason = "a VM on a bridge needs root"
+    if reason is None and (missing := IsoTools().missing()):
+        reason = f"missing Debian packages: {', '.join(missing)}"
+    if reason is None and uefi_missing():
+        reason = "OVMF is not installed (Debian's ovmf)"
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI must boot the ISO: {reason}")
+    pytest.skip(reason)
+
+
+def uefi_missing() -> bool:
+    return not (vm.OVMF_CODE.exists() and vm.OVMF_VARS.exists())
+
+
+@pytest.fixture(scope="module")
+def ramdisk(tmp_path_factory: pytest.TempPathFactory) -> tiny_ramdisk.TinyRamdisk:
+    _require()
+    return tiny_ramdisk.build(tmp_path_factory.mktemp("tiny-ramdisk"))
+
+
+@pytest.fixture(scope="module")
+def iso(ramdisk: tiny_ramdisk.TinyRamdisk, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("iso") / "agent.iso"
+    build_iso(ramdisk.kernel, ramdisk.initramfs, PARAMS, out)
+    return out
+
+
+@pytest.fixture
+def bridge() -> Iterator[namespaces.Bridge]:
+    subnet = ipaddress.IPv4Network(namespaces.free_subnet(seed=os.getpid() + 48))
+    created = namespaces.Bridge(f"mfis{os.getpid() % 100000}", subnet)
+    created.create()
+    try:
+        yield created
+    finally:
+        created.delete()
+
+
+@pytest.mark.parametrize("uefi", [False, True], ids=["bios", "uefi"])
+def test_firmware_boots_the_iso_into_the_ramdisk_with_its_parameters(
+    iso: Path, bridge: namespaces.Bridge, tmp_path: Path, uefi: bool
+) -> None:
+    machine = vm.NetbootVm(
+        f"mfic{os.getpid() % 100000}",
+        MAC,
+        bridge.name,
+        tmp_path / "console.log",
+        cdrom=iso,
+        uefi=uefi,
+    )
+    machine.power_on()
+    try:
+        console = machine.wait_for_console(f"{tiny_ramdisk.MARK} cmdline", BOOT_TIMEOUT)
+    finally:
+        machine.power_off()
+    line = next(x for x in console.splitlines() if x.startswith(f"{tiny_ramdisk.MARK} cmdline"))
+    for param in PARAMS:
+        assert param in line.split(), console[-2000:]
+
+
+def test_the_same_inputs_give_the_same_iso(
+    ramdisk: tiny_ramdisk.TinyRamdisk, iso: Path, tmp_path: Path
+) -> None:
+    again = tmp_path / "again.iso"
+    build_iso(ramdisk.kernel, ramdisk.initramfs, PARAMS, again)
+    assert hashlib.sha256(again.read_bytes()).digest() == hashlib.sha256(iso.read_bytes()).digest()
+    other = tmp_path / "other.iso"
+    build_iso(ramdisk.kernel, ramdisk.initramfs, (*PARAMS, "ipa-debug=0"), other)
+    assert other.read_bytes() != iso.read_bytes()
+    assert iso_key("a" * 64, "b" * 64, PARAMS) != iso_key("a" * 64, "b" * 64, PARAMS[:-1])
+
+
+def test_a_missing_tool_is_named_with_its_package(tmp_path: Path) -> None:
+    tools = IsoTools(isolinux_bin=tmp_path / "nowhere" / "isolinux.bin")
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"k")
+    with pytest.raises(IsoError, match="install isolinux"):
+        build_iso(kernel, kernel, PARAMS, tmp_path / "out.iso", tools)
+    assert not (tmp_path / "out.iso").exists()
