@@ -21,7 +21,13 @@ from metalforge.drivers.base import (
     ManagementInterface,
     interface_of,
 )
-from metalforge.netboot.images import ImageError, ImageKind, cache_for, check_source
+from metalforge.netboot.images import (
+    CachedImage,
+    ImageError,
+    ImageKind,
+    cache_for,
+    check_source,
+)
 
 DEPLOY_IMAGES = {"deploy_kernel": ImageKind.KERNEL, "deploy_ramdisk": ImageKind.RAMDISK}
 """The ``driver_info`` keys of the agent's boot images, and what each must be."""
@@ -45,6 +51,28 @@ def deploy_sources(task: DriverTask) -> dict[str, str]:
     return sources
 
 
+def check_deploy_images(task: DriverTask) -> None:
+    """Refuse, without fetching, deploy images that can never be had (``DriverError``)."""
+    allowed = tuple(task.settings.netboot.image_dirs)
+    for key, source in deploy_sources(task).items():
+        try:
+            check_source(source, allowed)
+        except ImageError as exc:
+            raise DriverError(f"driver_info.{key}: {exc}") from None
+
+
+def fetch_deploy_images(task: DriverTask) -> dict[str, CachedImage]:
+    """The deploy kernel and ramdisk in this host's cache, fetched unless they were."""
+    cache = cache_for(task.settings.netboot)
+    images: dict[str, CachedImage] = {}
+    for key, source in deploy_sources(task).items():
+        try:
+            images[key] = cache.fetch(source, DEPLOY_IMAGES[key])
+        except ImageError as exc:
+            raise DriverError(f"driver_info.{key}: {exc}") from None
+    return images
+
+
 class IpxeBoot(BootInterface):
     """The ramdisk boots from iPXE scripts metalforge serves; the instance from disk."""
 
@@ -57,20 +85,10 @@ class IpxeBoot(BootInterface):
         }
 
     def validate(self, task: DriverTask) -> None:
-        allowed = tuple(task.settings.netboot.image_dirs)
-        for key, source in deploy_sources(task).items():
-            try:
-                check_source(source, allowed)
-            except ImageError as exc:
-                raise DriverError(f"driver_info.{key}: {exc}") from None
+        check_deploy_images(task)
 
     def prepare_ramdisk(self, task: DriverTask) -> None:
-        cache = cache_for(task.settings.netboot)
-        for key, source in deploy_sources(task).items():
-            try:
-                cache.fetch(source, DEPLOY_IMAGES[key])
-            except ImageError as exc:
-                raise DriverError(f"driver_info.{key}: {exc}") from None
+        fetch_deploy_images(task)
         _management(task).set_boot_device(task, "pxe", persistent=False)
 
     def prepare_instance(self, task: DriverTask) -> None:

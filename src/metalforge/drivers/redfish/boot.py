@@ -20,9 +20,9 @@ import sushy
 
 from metalforge import states
 from metalforge.drivers.base import BootInterface, DriverError, DriverTask
-from metalforge.drivers.ipxe import DEPLOY_IMAGES, deploy_sources
+from metalforge.drivers.ipxe import check_deploy_images, fetch_deploy_images
 from metalforge.drivers.redfish import connection, management
-from metalforge.netboot.images import ImageError, cache_for, check_source
+from metalforge.netboot.images import cache_for
 from metalforge.netboot.ipxe import agent_params
 from metalforge.netboot.iso import IsoError, build_iso, iso_key
 
@@ -42,15 +42,6 @@ def _given_iso(task: DriverTask) -> str | None:
     return url
 
 
-def _check_images(task: DriverTask) -> None:
-    allowed = tuple(task.settings.netboot.image_dirs)
-    for key, source in deploy_sources(task).items():
-        try:
-            check_source(source, allowed)
-        except ImageError as exc:
-            raise DriverError(f"driver_info.{key}: {exc}") from None
-
-
 def _built_iso(task: DriverTask) -> str:
     """The URL of the node's boot ISO, built (once per kernel, ramdisk and parameters)."""
     netboot = task.settings.netboot
@@ -59,13 +50,7 @@ def _built_iso(task: DriverTask) -> str:
             "Cannot build the boot ISO: conductor.netboot.http_url is unset (api.agent_host "
             "is a wildcard); set it, or give driver_info.redfish_deploy_iso"
         )
-    cache = cache_for(netboot)
-    images = {}
-    for key, source in deploy_sources(task).items():
-        try:
-            images[key] = cache.fetch(source, DEPLOY_IMAGES[key])
-        except ImageError as exc:
-            raise DriverError(f"driver_info.{key}: {exc}") from None
+    images = fetch_deploy_images(task)
     params = agent_params(
         api_url=netboot.http_url,
         mac=None,
@@ -75,7 +60,9 @@ def _built_iso(task: DriverTask) -> str:
     kernel, ramdisk = images["deploy_kernel"], images["deploy_ramdisk"]
     key = iso_key(kernel.digest, ramdisk.digest, params)
     try:
-        iso = cache.derived(key, lambda out: build_iso(kernel.path, ramdisk.path, params, out))
+        iso = cache_for(netboot).derived(
+            key, lambda out: build_iso(kernel.path, ramdisk.path, params, out)
+        )
     except IsoError as exc:
         raise DriverError(str(exc)) from None
     return f"{netboot.http_url}/boot/images/{iso.digest}"
@@ -110,7 +97,7 @@ class RedfishVirtualMediaBoot(BootInterface):
     def validate(self, task: DriverTask) -> None:
         connection.parse_driver_info(task.node.driver_info)
         if _given_iso(task) is None:
-            _check_images(task)
+            check_deploy_images(task)
 
     def properties(self) -> dict[str, str]:
         return {
