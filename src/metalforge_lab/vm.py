@@ -4,7 +4,9 @@ QEMU's virtio NIC carries an iPXE ROM (Debian's ``ipxe-qemu``): with ``-boot n``
 the machine's firmware (SeaBIOS) runs it, it asks the network's DHCP service
 for an address and a boot file, and boots whatever that leads to. Given a
 ``cdrom`` it boots that instead (a virtual-media boot), from SeaBIOS or,
-with ``uefi``, from OVMF (Debian's ``ovmf``) on a copy of its variables. Software
+with ``uefi``, from OVMF (Debian's ``ovmf``) on a copy of its variables;
+without ``nic_rom``, OVMF network-boots the NIC itself, as a server's UEFI
+firmware does (PXE, then whatever it loads over TFTP). Software
 emulation only (``-accel tcg``): on the CI machines ``/dev/kvm`` exists but a
 guest dies once it runs. The serial console goes to a file a test reads;
 the machine has no disk unless given one.
@@ -50,6 +52,7 @@ class NetbootVm:
         *,
         cdrom: Path | None = None,
         uefi: bool = False,
+        nic_rom: bool = True,
     ):
         if len(name) > 15:
             raise ValueError(f"tap name {name!r} is longer than 15 characters")
@@ -60,7 +63,14 @@ class NetbootVm:
         self.memory_mib = memory_mib
         self.cdrom = cdrom
         self.uefi = uefi
+        self.nic_rom = nic_rom
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _nic_options(self) -> str:
+        """Without its iPXE ROM the NIC is booted by the firmware's own PXE (OVMF's)."""
+        if self.nic_rom:
+            return ""
+        return ",romfile=" + ("" if self.cdrom is not None else ",bootindex=1")
 
     def _firmware_and_boot(self) -> list[str]:
         args: list[str] = []
@@ -99,7 +109,7 @@ class NetbootVm:
                 "-netdev",
                 f"tap,id=n0,ifname={self.tap},script=no,downscript=no",
                 "-device",
-                f"virtio-net-pci,netdev=n0,mac={self.mac}",
+                f"virtio-net-pci,netdev=n0,mac={self.mac}{self._nic_options()}",
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

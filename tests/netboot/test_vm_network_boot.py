@@ -45,6 +45,12 @@ BOOT_TIMEOUT = 300.0
 """Seconds from power-on to the ramdisk's lookup under software emulation, on a busy machine."""
 
 
+def _missing(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI must boot the VM: {reason}")
+    pytest.skip(reason)
+
+
 def _require() -> None:
     reason = vm.available()
     if os.geteuid() != 0:
@@ -173,10 +179,12 @@ def _node_being_cleaned(client: Any, ramdisk: tiny_ramdisk.TinyRamdisk) -> str:
     return str(node["uuid"])
 
 
-def _boot_to_lookup(mac: str, bridge: namespaces.Bridge, tmp_path: Path) -> dict[str, str]:
+def _boot_to_lookup(
+    mac: str, bridge: namespaces.Bridge, tmp_path: Path, **machine_options: bool
+) -> dict[str, str]:
     """Power a VM on and wait for its ramdisk's report; its MARK lines by name."""
     tap = f"mfvt{os.getpid() % 100000}"
-    machine = vm.NetbootVm(tap, mac, bridge.name, tmp_path / "console.log")
+    machine = vm.NetbootVm(tap, mac, bridge.name, tmp_path / "console.log", **machine_options)
     machine.power_on()
     try:
         console = machine.wait_for_console(f"{tiny_ramdisk.MARK} done", BOOT_TIMEOUT)
@@ -230,6 +238,25 @@ def test_a_node_being_cleaned_network_boots_and_its_ramdisk_reaches_metalforge(
         _check_lookup(lines, node_uuid, str(settings.conductor.netboot.http_url))
     assert dnsmasq_log.saw("DHCPACK", MAC)
     assert not dnsmasq_log.saw("DHCPOFFER", STRANGER)
+
+
+def test_uefi_firmware_without_ipxe_is_handed_it_over_tftp_and_boots_through_it(
+    bridge: namespaces.Bridge,
+    ramdisk: tiny_ramdisk.TinyRamdisk,
+    dnsmasq_log: DnsmasqLog,
+    tmp_path: Path,
+) -> None:
+    """OVMF's own PXE, as a server's UEFI firmware: snponly.efi over TFTP, then iPXE."""
+    if not (vm.OVMF_CODE.exists() and vm.OVMF_VARS.exists()):
+        _missing("OVMF is not installed (Debian's ovmf)")
+    settings = _settings(bridge, ramdisk.kernel.parent, tmp_path)
+    with _all_in_one(settings) as running:
+        node_uuid = _node_being_cleaned(running.client, ramdisk)
+        lines = _boot_to_lookup(MAC, bridge, tmp_path, uefi=True, nic_rom=False)
+        _check_lookup(lines, node_uuid, str(settings.conductor.netboot.http_url))
+    assert dnsmasq_log.saw("vendor class: PXEClient:Arch:00007")  # x86-64 UEFI asked
+    assert dnsmasq_log.saw("option: 67 bootfile-name", "snponly.efi")
+    assert dnsmasq_log.saw("sent /usr/lib/ipxe/snponly.efi to")  # over TFTP
 
 
 def test_proxy_dhcp_tells_the_node_what_to_boot_beside_another_dhcp_server(

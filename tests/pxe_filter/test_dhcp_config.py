@@ -41,8 +41,12 @@ def test_dhcp_mode_answers_whom_the_filter_names_and_chainloads_ipxe(tmp_path: P
     assert f"dhcp-hostsdir={tmp_path / 'hostsdir'}" in lines
     assert "dhcp-ignore=tag:!known" in lines
     assert "dhcp-boot=tag:ipxe,http://10.251.0.1:6388/boot.ipxe" in lines
-    assert "dhcp-boot=tag:!ipxe,tag:efi64,snponly.efi" in lines
-    assert "dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe" in lines
+    assert "dhcp-boot=tag:!ipxe,tag:!http64,tag:efi64,snponly.efi" in lines
+    assert "dhcp-boot=tag:!ipxe,tag:!http64,tag:!efi64,undionly.kpxe" in lines
+    # UEFI HTTP boot: the UEFI binary from metalforge, in an offer marked for HTTP boot.
+    url = "http://10.251.0.1:6388/boot/firmware/snponly.efi"
+    assert f"dhcp-boot=tag:!ipxe,tag:http64,{url}" in lines
+    assert "dhcp-option-force=tag:!ipxe,tag:http64,option:vendor-class,HTTPClient" in lines
     assert "tftp-root=/usr/lib/ipxe" in lines
     # No gateway or name server unless given: dnsmasq would offer itself as both.
     assert "dhcp-option=option:router" in lines

@@ -4,7 +4,8 @@ A filter host with ``dhcp.enabled`` starts dnsmasq itself. Machines ask
 with busybox's ``udhcpc`` as firmware would: only a node the PXE filter lets
 through (being cleaned through ``ipxe``, or inspected) gets an offer, PXE
 firmware is told to load iPXE (the BIOS or UEFI binary by its architecture)
-and can fetch it over TFTP, and iPXE is told the URL of ``boot.ipxe``. A
+and can fetch it over TFTP, UEFI HTTP boot firmware is told its URL on
+metalforge, and iPXE is told the URL of ``boot.ipxe``. A
 dnsmasq that dies is started again. Root only (CI is root; elsewhere these
 skip, saying why).
 """
@@ -39,6 +40,7 @@ TFTP_ROOT = Path("/usr/lib/ipxe")
 HTTP_URL = "http://10.250.0.1:6385"
 AS_IPXE = "0xaf:01"  # iPXE sends option 175 (its features)
 AS_UEFI = "0x5d:0007"  # client architecture 7: x86-64 UEFI
+AS_UEFI_HTTP = "0x5d:0010"  # client architecture 16: x86-64 UEFI HTTP boot
 
 
 @pytest.fixture
@@ -142,6 +144,9 @@ def test_only_a_node_being_provisioned_is_answered_and_told_to_chainload_ipxe(
         uefi = network.offer(CLEANED, options=(AS_UEFI,))
         assert uefi is not None
         assert uefi["boot_file"] == "snponly.efi"
+        http = network.offer(CLEANED, options=(AS_UEFI_HTTP,), vendor_class="HTTPClient")
+        assert http is not None
+        assert http["boot_file"] == f"{HTTP_URL}/boot/firmware/snponly.efi"
         ipxe = network.offer(CLEANED, options=(AS_IPXE,))
         assert ipxe is not None
         assert ipxe["boot_file"] == f"{HTTP_URL}/boot.ipxe"

@@ -150,14 +150,21 @@ class DhcpNetwork:
         return None if got is None else got["serverid"]
 
     def offer(
-        self, mac: str, *, attempts: int = 1, options: tuple[str, ...] = ()
+        self,
+        mac: str,
+        *,
+        attempts: int = 1,
+        options: tuple[str, ...] = (),
+        vendor_class: str | None = None,
     ) -> dict[str, str] | None:
         """What the lease said (``ip``, ``serverid``, ``siaddr``, ``boot_file``), or None.
 
         ``options`` go into the request as udhcpc's ``-x`` does (``0x5d:0007``
-        asks as x86-64 UEFI firmware, ``0xaf:01`` as iPXE).
+        asks as x86-64 UEFI firmware, ``0xaf:01`` as iPXE); ``vendor_class`` is option 60.
         """
         sent = [arg for option in options for arg in ("-x", option)]
+        if vendor_class is not None:
+            sent += ["-V", vendor_class]
         done = subprocess.run(
             [
                 "ip", "netns", "exec", self.clients[mac],

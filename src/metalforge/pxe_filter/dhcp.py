@@ -17,10 +17,11 @@ Whom it answers is the PXE filter's decision, not dnsmasq's:
 
 What a machine is told to boot depends on who asks: PXE firmware gets an
 iPXE binary over TFTP (BIOS ``undionly.kpxe``, x86-64 UEFI ``snponly.efi``),
-and iPXE (which sends DHCP option 175) gets the URL of ``boot.ipxe`` on the
-agents' endpoint, where only a node being provisioned gets a script. In
-proxy mode another server gives the addresses and dnsmasq only answers the
-PXE part, with the same choices as PXE boot-menu services.
+UEFI HTTP boot firmware the URL of the UEFI one on the agents' endpoint,
+and iPXE (which sends DHCP option 175) gets the URL of ``boot.ipxe`` there,
+where only a node being provisioned gets a script. In proxy mode another
+server gives the addresses and dnsmasq only answers the PXE part, with the
+same choices as PXE boot-menu services (UEFI HTTP boot needs ``dhcp`` mode).
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def boot_url(settings: Settings) -> str:
     if http_url is None:  # the settings' validator refuses this with dhcp enabled
         raise DhcpError("conductor.netboot.http_url is unset")
     return f"{http_url}/boot.ipxe"
+
+
+def firmware_url(settings: Settings) -> str:
+    """Where UEFI HTTP boot firmware fetches the iPXE binary (metalforge serves it)."""
+    base = boot_url(settings).removesuffix("/boot.ipxe")
+    return f"{base}/boot/firmware/{settings.dhcp.uefi_boot_file}"
 
 
 def pid_file(settings: Settings) -> Path:
@@ -102,16 +109,22 @@ def render_config(settings: Settings) -> str:
         "enable-tftp",
         f"tftp-root={dhcp.tftp_root}",
         "dhcp-match=set:ipxe,175",
-        # RFC 4578 client architectures: 7 and 9 are x86-64 UEFI.
+        # RFC 4578 client architectures: 7 and 9 are x86-64 UEFI PXE, 16 x86-64 UEFI HTTP.
         "dhcp-match=set:efi64,option:client-arch,7",
         "dhcp-match=set:efi64,option:client-arch,9",
+        "dhcp-match=set:http64,option:client-arch,16",
     ]
     url = boot_url(settings)
     if dhcp.mode == "dhcp":
+        # One line per kind of client, their tags exclusive: which of several matching
+        # lines dnsmasq would take is not something to depend on.
         lines += [
             f"dhcp-boot=tag:ipxe,{url}",
-            f"dhcp-boot=tag:!ipxe,tag:efi64,{dhcp.uefi_boot_file}",
-            f"dhcp-boot=tag:!ipxe,tag:!efi64,{dhcp.bios_boot_file}",
+            f"dhcp-boot=tag:!ipxe,tag:http64,{firmware_url(settings)}",
+            # UEFI HTTP boot firmware takes only an offer that says it is for HTTP boot.
+            "dhcp-option-force=tag:!ipxe,tag:http64,option:vendor-class,HTTPClient",
+            f"dhcp-boot=tag:!ipxe,tag:!http64,tag:efi64,{dhcp.uefi_boot_file}",
+            f"dhcp-boot=tag:!ipxe,tag:!http64,tag:!efi64,{dhcp.bios_boot_file}",
         ]
     else:
         lines += [

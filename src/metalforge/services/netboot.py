@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from metalforge.conductor.flows import catalog
 from metalforge.db import agent_sessions
@@ -123,6 +124,19 @@ def node_script(svc: Services, raw_mac: str) -> Script:
         params=params,
     )
     return Script(ipxe.ramdisk_script(boot), boots=True)
+
+
+def firmware(svc: Services, name: str) -> Path:
+    """The iPXE binary UEFI HTTP boot firmware is told to fetch (404 for anything else, and
+    unless this installation runs the DHCP service that tells it)."""
+    dhcp = svc.settings.dhcp
+    if not dhcp.enabled or name != dhcp.uefi_boot_file:
+        raise not_found("No such boot firmware.")
+    path = dhcp.tftp_root / name
+    if not path.is_file():
+        LOG.warning("UEFI HTTP boot asked for %s, which is not installed", path)
+        raise not_found("No such boot firmware.")
+    return path
 
 
 def image(svc: Services, digest: str) -> CachedImage:

@@ -1,5 +1,6 @@
-"""What network-booting machines fetch: ``/boot.ipxe``, ``/boot/{mac}.ipxe`` and
-``/boot/images/{sha256}``, without credentials, on the agents' endpoint.
+"""What network-booting machines fetch: ``/boot.ipxe``, ``/boot/{mac}.ipxe``,
+``/boot/images/{sha256}`` and ``/boot/firmware/{name}``, without credentials, on the
+agents' endpoint.
 
 What each answers, and to whom, is in ``services.netboot``.
 """
@@ -27,6 +28,12 @@ def chain_script(request: Request) -> PlainTextResponse:
 def boot_image(request: Request, digest: str) -> FileResponse:
     image = netboot.image(services(request), digest)
     return FileResponse(image.path, media_type="application/octet-stream")
+
+
+@router.get("/boot/firmware/{name}", summary="The iPXE binary UEFI HTTP boot loads")
+def boot_firmware(request: Request, name: str) -> FileResponse:
+    path = netboot.firmware(services(request), name)
+    return FileResponse(path, media_type="application/efi")
 
 
 @router.get("/boot/{name}", summary="The iPXE script of the machine with this MAC address")
