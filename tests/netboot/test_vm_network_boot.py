@@ -180,11 +180,18 @@ def _node_being_cleaned(client: Any, ramdisk: tiny_ramdisk.TinyRamdisk) -> str:
 
 
 def _boot_to_lookup(
-    mac: str, bridge: namespaces.Bridge, tmp_path: Path, **machine_options: bool
+    mac: str,
+    bridge: namespaces.Bridge,
+    tmp_path: Path,
+    *,
+    uefi: bool = False,
+    nic_rom: bool = True,
 ) -> dict[str, str]:
     """Power a VM on and wait for its ramdisk's report; its MARK lines by name."""
     tap = f"mfvt{os.getpid() % 100000}"
-    machine = vm.NetbootVm(tap, mac, bridge.name, tmp_path / "console.log", **machine_options)
+    machine = vm.NetbootVm(
+        tap, mac, bridge.name, tmp_path / "console.log", uefi=uefi, nic_rom=nic_rom
+    )
     machine.power_on()
     try:
         console = machine.wait_for_console(f"{tiny_ramdisk.MARK} done", BOOT_TIMEOUT)
