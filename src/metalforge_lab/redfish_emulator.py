@@ -20,6 +20,13 @@ A system in ``SUSHY_EMULATOR_FAKE_SYSTEMS`` may carry, besides the stock keys
 reset restores) and ``disks`` (list of ``{name, size_gib}``; without it
 the system has no SimpleStorage, like a BMC that does not report disks).
 
+A system with ``machine`` (``{tap, bridge, console, uefi}``) is a real QEMU
+machine (``metalforge_lab.vm``) rather than a record: powering it on starts
+the machine on the lab's bridge, booting what its boot device says (``Pxe``:
+the network; ``Cd``: the image inserted as virtual media, which the emulator
+downloaded); powering it off, or the machine powering itself off, stops it,
+and its power state is whether it runs. The emulator then needs root.
+
 Use ``EmulatorProcess`` from Python, or run
 ``python -m metalforge_lab.redfish_emulator --config FILE [--power-delay LO,HI]``.
 """
@@ -32,8 +39,10 @@ import copy
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -82,6 +91,8 @@ class FakeSystem:
     """Disk sizes; empty means the BMC reports no storage."""
     external_notifier: bool = False
     """Send sushy-tools' external notification (a PUT of the system) on every change."""
+    machine: dict[str, Any] | None = None
+    """``{tap, bridge, console, uefi}``: a QEMU machine behind this BMC (module doc)."""
 
     def as_config(self) -> dict[str, Any]:
         system: dict[str, Any] = {
@@ -95,6 +106,8 @@ class FakeSystem:
             "bios": self.bios,
             "bios_defaults": dict(self.bios),
         }
+        if self.machine is not None:
+            system["machine"] = self.machine
         if self.disks_gib:
             system["disks"] = [
                 {"name": f"disk{i}", "size_gib": size} for i, size in enumerate(self.disks_gib)
@@ -338,13 +351,88 @@ def _lab_driver(base: Any, error: Any) -> Any:
         _error = error
 
         def set_power_state(self, identity: str, state: str) -> None:
-            """The stock driver refuses ``Nmi`` (501); a lab system takes it while on."""
+            """The stock driver refuses ``Nmi`` (501); a lab system takes it while on. A
+            system with a machine starts and stops it."""
+            system = self._get(identity)
+            if system.get("machine") is not None and state != "Nmi":
+                _MACHINES.set_power(system, state)
+                self._update(system, power_state=_MACHINES.power_state(system))
+                return
             if state != "Nmi":
                 super().set_power_state(identity, state)
                 return
             self._nmi(identity)
 
+        def get_power_state(self, identity: str) -> str:
+            system = self._get(identity)
+            if system.get("machine") is not None:
+                return _MACHINES.power_state(system)
+            state: str = super().get_power_state(identity)
+            return state
+
     return LabFakeDriver
+
+
+class _Machines:
+    """The QEMU machines behind this emulator's systems, by system UUID."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, Any] = {}
+
+    def power_state(self, system: dict[str, Any]) -> str:
+        with self._lock:
+            machine = self._running.get(system["uuid"])
+            alive = machine is not None and machine.process.poll() is None
+        return "On" if alive else "Off"
+
+    def set_power(self, system: dict[str, Any], state: str) -> None:
+        if state in ("On", "ForceOn"):
+            if self.power_state(system) == "Off":
+                self._start(system)
+        elif state in ("ForceOff", "GracefulShutdown"):
+            self._stop(system)
+        elif state in ("ForceRestart", "GracefulRestart", "PowerCycle"):
+            self._stop(system)
+            self._start(system)
+
+    def _start(self, system: dict[str, Any]) -> None:
+        from metalforge_lab import vm
+
+        self._stop(system)
+        spec = system["machine"]
+        cdrom = None
+        if system.get("boot_device") == "Cd":
+            image, _protected, inserted = (system.get("boot_image") or {}).get(
+                "Cd", (None, False, False)
+            )
+            cdrom = Path(image) if inserted and image else None
+        machine = vm.NetbootVm(
+            spec["tap"],
+            system["nics"][0]["mac"],
+            spec["bridge"],
+            Path(spec["console"]),
+            cdrom=cdrom,
+            uefi=bool(spec.get("uefi")),
+        )
+        machine.power_on()
+        with self._lock:
+            self._running[system["uuid"]] = machine
+
+    def _stop(self, system: dict[str, Any]) -> None:
+        with self._lock:
+            machine = self._running.pop(system["uuid"], None)
+        if machine is not None:
+            machine.power_off()
+
+    def stop_all(self) -> None:
+        with self._lock:
+            machines, self._running = list(self._running.values()), {}
+        for machine in machines:
+            machine.power_off()
+
+
+_MACHINES = _Machines()
 
 
 def install(power_delay: tuple[int, int]) -> None:
@@ -370,6 +458,10 @@ def _delay(value: str) -> tuple[int, int]:
     return pair
 
 
+def _exit(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m metalforge_lab.redfish_emulator", description=__doc__.split("\n")[0]
@@ -386,8 +478,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     from sushy_tools.emulator import main as emulator
 
     sys.argv = ["sushy-emulator", "--config", args.config]
-    with contextlib.suppress(KeyboardInterrupt):
-        emulator.main()
+    signal.signal(signal.SIGTERM, _exit)
+    try:
+        with contextlib.suppress(KeyboardInterrupt, SystemExit):
+            emulator.main()
+    finally:
+        _MACHINES.stop_all()  # a machine must not outlive its BMC
 
 
 if __name__ == "__main__":

@@ -51,6 +51,14 @@ IFACE=""
 for dev in /sys/class/net/*; do
   if [ "$(cat "$dev/address")" = "$MAC" ]; then IFACE="$(basename "$dev")"; fi
 done
+# Booted from virtual media nobody says which interface: the first one, as the agent would.
+if [ -z "$MAC" ]; then
+  for dev in /sys/class/net/*; do
+    if [ "$(basename "$dev")" != lo ] && [ -z "$IFACE" ]; then
+      IFACE="$(basename "$dev")"; MAC="$(cat "$dev/address")"
+    fi
+  done
+fi
 echo "{MARK} interface ${{IFACE:-none}} for $MAC"
 ip link set lo up
 ip link set "$IFACE" up

@@ -9,66 +9,32 @@ give the same bytes. Root only (the machine's NIC is on a bridge), slow.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from metalforge.netboot.iso import IsoError, IsoTools, build_iso, iso_key
 from metalforge_lab import namespaces, tiny_ramdisk, vm
+from tests.support.vm_lab import missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-IN_CI = bool(os.environ.get("CI"))
 MAC = "52:54:00:4d:46:11"
 PARAMS = ("ipa-api-url=http://10.251.0.1:6385", "console=ttyS0", "panic=-1", "ipa-debug=1")
 BOOT_TIMEOUT = 400.0
 """Seconds from power-on to the ramdisk's first line under software emulation (UEFI is slow)."""
 
 
-def _require() -> None:
-    reason = vm.available()
-    if reason is None and os.geteuid() != 0:
-        reason = "a VM on a bridge needs root"
-    if reason is None and (missing := IsoTools().missing()):
-        reason = f"missing Debian packages: {', '.join(missing)}"
-    if reason is None and uefi_missing():
-        reason = "OVMF is not installed (Debian's ovmf)"
-    if reason is None:
-        return
-    if IN_CI:
-        pytest.fail(f"CI must boot the ISO: {reason}")
-    pytest.skip(reason)
-
-
-def uefi_missing() -> bool:
-    return not (vm.OVMF_CODE.exists() and vm.OVMF_VARS.exists())
-
-
-@pytest.fixture(scope="module")
-def ramdisk(tmp_path_factory: pytest.TempPathFactory) -> tiny_ramdisk.TinyRamdisk:
-    _require()
-    return tiny_ramdisk.build(tmp_path_factory.mktemp("tiny-ramdisk"))
-
-
 @pytest.fixture(scope="module")
 def iso(ramdisk: tiny_ramdisk.TinyRamdisk, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if packages := IsoTools().missing():
+        missing(f"missing Debian packages: {', '.join(packages)}")
+    if not (vm.OVMF_CODE.exists() and vm.OVMF_VARS.exists()):
+        missing("OVMF is not installed (Debian's ovmf)")
     out = tmp_path_factory.mktemp("iso") / "agent.iso"
     build_iso(ramdisk.kernel, ramdisk.initramfs, PARAMS, out)
     return out
-
-
-@pytest.fixture
-def bridge() -> Iterator[namespaces.Bridge]:
-    subnet = ipaddress.IPv4Network(namespaces.free_subnet(seed=os.getpid() + 48))
-    created = namespaces.Bridge(f"mfis{os.getpid() % 100000}", subnet)
-    created.create()
-    try:
-        yield created
-    finally:
-        created.delete()
 
 
 @pytest.mark.parametrize("uefi", [False, True], ids=["bios", "uefi"])
