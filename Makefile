@@ -16,7 +16,8 @@ KEYSTONE_STAMP := $(KEYSTONE_VENV)/.installed-stamp
 TEMPEST_VENV  ?= .tempest-venv
 TEMPEST_STAMP := $(TEMPEST_VENV)/.installed-stamp
 
-.PHONY: run test lint unit coverage conformance bench screenshots clean system-packages bytecode
+.PHONY: run test lint unit coverage conformance bench screenshots clean system-packages bytecode \
+	ramdisk test-ramdisk
 
 # The suite starts a few hundred Python processes (test workers, services, clients):
 # each would compile the project's modules again where the environment forbids
@@ -62,6 +63,21 @@ endif
 system-packages:
 	tools/ensure-system-packages.sh test
 
+# `make ramdisk` (root) builds the agent's kernel and initramfs from Debian 12 packages and
+# ironic-python-agent from PyPI, into var/ramdisk: what nodes' deploy_kernel and
+# deploy_ramdisk name (docs/agent.md). RAMDISK_KERNEL=cloud for virtual machines.
+RAMDISK_DIR    ?= var/ramdisk
+RAMDISK_KERNEL ?= generic
+ramdisk: $(STAMP)
+	tools/ensure-system-packages.sh ramdisk
+	$(BIN)/metalforge-lab ramdisk --kernel $(RAMDISK_KERNEL) --out $(RAMDISK_DIR)
+
+# The ramdisk the suite's virtual machines boot, built before the workers start (once per
+# checkout: a build with the same recipe is reused). Root only, as are the tests that use it.
+test-ramdisk: $(STAMP) system-packages
+	@if [ "$$(id -u)" -eq 0 ]; then $(BIN)/metalforge-lab ramdisk --kernel cloud --out var/test-ramdisk; \
+	else echo "not root: no agent ramdisk, and the tests that boot it skip"; fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools
 	$(BIN)/ruff format --check src tests tools
@@ -79,7 +95,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --n
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 src tests tools > /dev/null
 
-test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages lint bytecode
+test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages test-ramdisk lint bytecode
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory coverage
 

@@ -12,15 +12,20 @@
 #         ipxe, the binaries PXE firmware chainloads through the DHCP service, with
 #         curl to fetch them over TFTP as firmware would; xorriso, isolinux,
 #         syslinux-common, grub-efi-amd64-bin, grub-common, mtools and dosfstools
-#         to build the agent's boot ISOs, and ovmf to boot them as UEFI firmware)
+#         to build the agent's boot ISOs, and ovmf to boot them as UEFI firmware;
+#         what `ramdisk` needs, and syslinux for the lab's bootable instance image)
+#   ramdisk: what building the agent's ramdisk needs (mmdebstrap, cpio, zstd)
 set -euo pipefail
 
 want=(python3 python3-venv python3-dev gcc)
+if [ "${1:-base}" = "ramdisk" ] || [ "${1:-base}" = "test" ]; then
+  want+=(mmdebstrap cpio zstd)
+fi
 if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
          dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core
          qemu-system-x86 ipxe-qemu ipxe curl xorriso isolinux syslinux-common
-         grub-efi-amd64-bin grub-common mtools dosfstools ovmf)
+         grub-efi-amd64-bin grub-common mtools dosfstools ovmf syslinux)
 fi
 
 missing=()

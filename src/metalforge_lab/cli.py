@@ -3,6 +3,9 @@
 ``demo`` runs a lab together with a metalforge that has its nodes enrolled
 (see ``metalforge_lab.demo``): what ``make run VIRTUAL_NODES=N`` starts.
 
+``ramdisk`` builds the agent's kernel and initramfs (``metalforge_lab.agent_ramdisk``):
+what ``make ramdisk`` runs.
+
 ``up`` keeps running: it is the process that turns the emulator's
 notifications into agent starts and stops. It prints the nodes as JSON once
 everything is ready (and writes the same into ``STATE_DIR/lab.json``), so a
@@ -24,7 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from metalforge_lab import demo
+from metalforge_lab import agent_ramdisk, demo
 from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, clean_up
 
 
@@ -82,7 +85,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     run_demo.add_argument("--disks", type=int, default=1, help="loop disks per node")
     run_demo.add_argument("--disk-size-mib", type=int, default=64)
+    ramdisk = commands.add_parser(
+        "ramdisk", help="build the agent's kernel and initramfs from Debian packages (root)"
+    )
+    ramdisk.add_argument("--out", type=Path, default=Path("var/ramdisk"), help="%(default)s")
+    ramdisk.add_argument(
+        "--kernel",
+        choices=sorted(agent_ramdisk.KERNELS),
+        default="generic",
+        help="generic: Debian's kernel with every driver, for servers (default); "
+        "cloud: the smaller virtual-machine kernel",
+    )
+    ramdisk.add_argument("--mirror", help="a Debian mirror's URL (default: deb.debian.org)")
     return parser
+
+
+def _ramdisk(args: argparse.Namespace) -> int:
+    try:
+        built = agent_ramdisk.build(
+            args.out, kernel=args.kernel, mirror=args.mirror, log=logging.getLogger(__name__).info
+        )
+    except agent_ramdisk.RamdiskError as error:
+        print(f"metalforge-lab ramdisk: {error}", file=sys.stderr)
+        return 1
+    print(f"deploy_kernel={built.kernel}\ndeploy_ramdisk={built.initramfs}")
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -166,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # The demo logs into its state directory and keeps the terminal for its next steps.
         sys.exit(_demo(args))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    sys.exit(_up(args) if args.command == "up" else _down(args))
+    commands = {"up": _up, "down": _down, "ramdisk": _ramdisk}
+    sys.exit(commands[args.command](args))
 
 
 if __name__ == "__main__":

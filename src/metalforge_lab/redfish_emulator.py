@@ -20,12 +20,14 @@ A system in ``SUSHY_EMULATOR_FAKE_SYSTEMS`` may carry, besides the stock keys
 reset restores) and ``disks`` (list of ``{name, size_gib}``; without it
 the system has no SimpleStorage, like a BMC that does not report disks).
 
-A system with ``machine`` (``{tap, bridge, console, uefi}``) is a real QEMU
-machine (``metalforge_lab.vm``) rather than a record: powering it on starts
-the machine on the lab's bridge, booting what its boot device says (``Pxe``:
-the network; ``Cd``: the image inserted as virtual media, which the emulator
-downloaded); powering it off, or the machine powering itself off, stops it,
-and its power state is whether it runs. The emulator then needs root.
+A system with ``machine`` (``{tap, bridge, console, uefi, disk,
+memory_mib}``) is a real QEMU machine (``metalforge_lab.vm``) rather than a
+record: powering it on starts the machine on the lab's bridge, booting what
+its boot device says (``Pxe``: the network; ``Cd``: the image inserted as
+virtual media, which the emulator downloaded; ``Hdd``: its disk, a raw
+file); powering it off, or the machine powering itself off or rebooting,
+stops it, and its power state is whether it runs. The emulator then needs
+root.
 
 Use ``EmulatorProcess`` from Python, or run
 ``python -m metalforge_lab.redfish_emulator --config FILE [--power-delay LO,HI]``.
@@ -92,7 +94,8 @@ class FakeSystem:
     external_notifier: bool = False
     """Send sushy-tools' external notification (a PUT of the system) on every change."""
     machine: dict[str, Any] | None = None
-    """``{tap, bridge, console, uefi}``: a QEMU machine behind this BMC (module doc)."""
+    """``{tap, bridge, console, uefi, disk, memory_mib}``: a QEMU machine behind this BMC
+    (module doc); ``disk`` is a raw file the machine sees as its virtio disk."""
 
     def as_config(self) -> dict[str, Any]:
         system: dict[str, Any] = {
@@ -401,19 +404,21 @@ class _Machines:
 
         self._stop(system)
         spec = system["machine"]
-        cdrom = None
-        if system.get("boot_device") == "Cd":
-            image, _protected, inserted = (system.get("boot_image") or {}).get(
-                "Cd", (None, False, False)
-            )
-            cdrom = Path(image) if inserted and image else None
+        image, _protected, inserted = (system.get("boot_image") or {}).get(
+            "Cd", (None, False, False)
+        )
+        cdrom = Path(image) if inserted and image else None
+        disk = Path(spec["disk"]) if spec.get("disk") else None
         machine = vm.NetbootVm(
             spec["tap"],
             system["nics"][0]["mac"],
             spec["bridge"],
             Path(spec["console"]),
+            memory_mib=int(spec.get("memory_mib", 512)),
             cdrom=cdrom,
             uefi=bool(spec.get("uefi")),
+            disk=disk,
+            boot=_boot_target(system.get("boot_device"), cdrom, disk),
         )
         machine.power_on()
         with self._lock:
@@ -433,6 +438,16 @@ class _Machines:
 
 
 _MACHINES = _Machines()
+
+
+def _boot_target(device: str | None, cdrom: Path | None, disk: Path | None) -> str:
+    """What the machine boots for the BMC's boot device: as a server's firmware falls back
+    to the next device, a missing disk or CD means the network."""
+    if device == "Cd" and cdrom is not None:
+        return "cd"
+    if device == "Hdd" and disk is not None:
+        return "disk"
+    return "network"
 
 
 def install(power_delay: tuple[int, int]) -> None:

@@ -87,11 +87,16 @@ class TinyRamdisk:
     kernel: Path
     initramfs: Path
 
+    @property
+    def busybox(self) -> Path:
+        """The static busybox the initramfs is made of, kept for other tiny systems."""
+        return self.kernel.parent / "busybox"
+
 
 def build(workdir: Path) -> TinyRamdisk:
     """The kernel and initramfs in ``workdir`` (built once; later calls reuse them)."""
     kernel, initramfs = workdir / "vmlinuz", workdir / "initramfs.gz"
-    if kernel.exists() and initramfs.exists():
+    if kernel.exists() and initramfs.exists() and (workdir / "busybox").exists():
         return TinyRamdisk(kernel, initramfs)
     workdir.mkdir(parents=True, exist_ok=True)
     unpacked = workdir / "unpacked"
@@ -114,6 +119,7 @@ def build(workdir: Path) -> TinyRamdisk:
     files = _initramfs_files(unpacked / "bin" / "busybox", modules)
     temporary = initramfs.with_suffix(".tmp")
     temporary.write_bytes(gzip.compress(newc_archive(files), compresslevel=6, mtime=0))
+    shutil.copyfile(unpacked / "bin" / "busybox", workdir / "busybox")
     shutil.copyfile(vmlinuz, workdir / "vmlinuz.tmp")
     (workdir / "vmlinuz.tmp").replace(kernel)
     temporary.replace(initramfs)

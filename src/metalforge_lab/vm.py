@@ -6,10 +6,15 @@ for an address and a boot file, and boots whatever that leads to. Given a
 ``cdrom`` it boots that instead (a virtual-media boot), from SeaBIOS or,
 with ``uefi``, from OVMF (Debian's ``ovmf``) on a copy of its variables;
 without ``nic_rom``, OVMF network-boots the NIC itself, as a server's UEFI
-firmware does (PXE, then whatever it loads over TFTP). Software
+firmware does (PXE, then whatever it loads over TFTP). Given a ``disk`` (a
+raw file) it has a virtio disk, and ``boot="disk"`` boots from it, as a
+deployed server does (``boot`` defaults to the CD when there is one, else
+the network). Software
 emulation only (``-accel tcg``): on the CI machines ``/dev/kvm`` exists but a
-guest dies once it runs. The serial console goes to a file a test reads;
-the machine has no disk unless given one.
+guest dies once it runs. The serial console is appended to a file a test
+reads (every boot of the machine, in order). A reboot the guest asks for
+ends the process, as a power-off does: whoever powers it decides what it
+boots next.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from metalforge_lab.namespaces import ip
 QEMU = "qemu-system-x86_64"
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+STARTUP_CHECK = 1.0
+"""Seconds in which QEMU refuses its options, if it does: the caller hears why."""
 
 
 def available() -> str | None:
@@ -53,6 +60,8 @@ class NetbootVm:
         cdrom: Path | None = None,
         uefi: bool = False,
         nic_rom: bool = True,
+        disk: Path | None = None,
+        boot: str | None = None,
     ):
         if len(name) > 15:
             raise ValueError(f"tap name {name!r} is longer than 15 characters")
@@ -64,13 +73,23 @@ class NetbootVm:
         self.cdrom = cdrom
         self.uefi = uefi
         self.nic_rom = nic_rom
+        self.disk = disk
+        if boot is None:  # what the machine has that boots: its CD, else the network
+            boot = "network" if cdrom is None else "cd"
+        if boot not in ("network", "cd", "disk"):
+            raise ValueError(f"boot must be network, cd or disk, not {boot!r}")
+        if boot == "cd" and cdrom is None:
+            raise ValueError("booting from the CD needs a cdrom")
+        if boot == "disk" and disk is None:
+            raise ValueError("booting from the disk needs a disk")
+        self.boot = boot
         self.process: subprocess.Popen[bytes] | None = None
 
     def _nic_options(self) -> str:
         """Without its iPXE ROM the NIC is booted by the firmware's own PXE (OVMF's)."""
         if self.nic_rom:
             return ""
-        return ",romfile=" + ("" if self.cdrom is not None else ",bootindex=1")
+        return ",romfile=" + (",bootindex=1" if self.boot == "network" else "")
 
     def _firmware_and_boot(self) -> list[str]:
         args: list[str] = []
@@ -81,9 +100,14 @@ class NetbootVm:
                 "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
                 "-drive", f"if=pflash,format=raw,file={variables}",
             ]  # fmt: skip
-        if self.cdrom is None:
-            return [*args, "-boot", "n"]
-        return [*args, "-drive", f"media=cdrom,readonly=on,file={self.cdrom}", "-boot", "d"]
+        if self.disk is not None:
+            args += [
+                "-drive", f"if=none,id=disk0,format=raw,file={self.disk}",
+                "-device", "virtio-blk-pci,drive=disk0,serial=MFDISK0",
+            ]  # fmt: skip
+        if self.cdrom is not None:
+            args += ["-drive", f"media=cdrom,readonly=on,file={self.cdrom}"]
+        return [*args, "-boot", {"network": "n", "cd": "d", "disk": "c"}[self.boot]]
 
     def power_on(self) -> None:
         """Create the tap on the bridge and start the machine, booting from the network
@@ -103,8 +127,10 @@ class NetbootVm:
                 "-nographic",
                 "-nodefaults",
                 "-no-reboot",
+                "-chardev",
+                f"file,id=console,path={self.console},append=on",
                 "-serial",
-                f"file:{self.console}",
+                "chardev:console",
                 *self._firmware_and_boot(),
                 "-netdev",
                 f"tap,id=n0,ifname={self.tap},script=no,downscript=no",
@@ -115,6 +141,11 @@ class NetbootVm:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(STARTUP_CHECK)
+            _, error = self.process.communicate()
+            ip("link", "del", self.tap, check=False)
+            raise RuntimeError(f"QEMU did not start: {error.decode(errors='replace').strip()}")
 
     def console_text(self) -> str:
         try:

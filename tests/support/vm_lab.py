@@ -68,10 +68,17 @@ class DnsmasqLog(logging.Handler):
 
 
 def lab_settings(
-    bridge: namespaces.Bridge, ramdisk_dir: Path, tmp_path: Path, **dhcp: Any
+    bridge: namespaces.Bridge,
+    ramdisk_dir: Path,
+    tmp_path: Path,
+    *,
+    conductor: dict[str, Any] | None = None,
+    kernel_append: str = "",
+    **dhcp: Any,
 ) -> Settings:
     """An all-in-one's settings: the dnsmasq PXE filter and metalforge's DHCP service on
-    the bridge, as docs/booting.md has an operator set them."""
+    the bridge, as docs/booting.md has an operator set them (``conductor`` adds to the
+    conductor's, ``kernel_append`` to the ramdisk's command line)."""
     network = bridge.network
     return load_settings(
         state_dir=str(tmp_path / "state"),
@@ -86,8 +93,9 @@ def lab_settings(
             "netboot": {
                 "image_cache_dir": str(tmp_path / "boot-images"),
                 "image_dirs": [str(ramdisk_dir)],
-                "kernel_append": "console=ttyS0 panic=-1",
+                "kernel_append": f"console=ttyS0 panic=-1 {kernel_append}".strip(),
             },
+            **(conductor or {}),
         },
         pxe_filter={"driver": "dnsmasq", "dnsmasq_hostsdir": str(tmp_path / "hostsdir")},
         dhcp={

@@ -1,0 +1,238 @@
+"""One QEMU machine provisioned from ``enroll`` to ``available`` again, on the real agent.
+
+The machine is behind the lab's Redfish BMC, has a 5 GiB virtual disk (a raw
+file the test reads) and boots ``make ramdisk``'s kernel and initramfs (the
+``cloud`` kernel) from its firmware: over the network through metalforge's
+DHCP service and iPXE (``ipxe``), or from the ISO metalforge built for it
+(``redfish-virtual-media``). It is inspected, cleaned (the agent erases the
+disk's metadata), deployed (the agent writes a bootable image, and the
+machine then boots it from its disk and says so on its serial console) and
+undeployed (cleaned again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metalforge_lab import agent_ramdisk, instance_image, namespaces
+from metalforge_lab.ports import free_port
+from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
+from tests.support.api import LATEST, get_node, provision, wait_until
+from tests.support.lab import image_server
+from tests.support.vm_lab import DnsmasqLog, all_in_one, lab_settings, missing
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+RAMDISK_DIR = REPOSITORY / "var" / "test-ramdisk"
+"""Where ``make test`` builds the ramdisk before the suite (a test builds it if absent)."""
+INSTANCE_DIR = REPOSITORY / "var" / "test-instance"
+
+DISK_BYTES = 5 << 30
+"""The agent installs on a disk of 4 GiB or more; the raw file stays sparse."""
+MEMORY_MIB = 2048
+"""The ramdisk unpacks into memory (about 500 MiB) and the agent runs beside it."""
+FLOW_TIMEOUT = 900.0
+"""Seconds for one flow: a boot of the ramdisk and the agent's work, under software emulation
+on a loaded 2-core machine."""
+STOPPED = ("inspect failed", "clean failed", "deploy failed", "error")
+
+
+def agent_ramdisk_for_tests() -> agent_ramdisk.AgentRamdisk:
+    """The ramdisk the VMs boot, built once per checkout (root, Debian's mirror and PyPI)."""
+    if lacking := agent_ramdisk.missing_tools() + instance_image.missing_tools():
+        missing(f"building the ramdisk and the instance needs {', '.join(lacking)}")
+    return agent_ramdisk.build(RAMDISK_DIR, kernel="cloud")
+
+
+@dataclass
+class Machine:
+    emulator: EmulatorProcess
+    console: Path
+    disk: Path
+
+    def console_text(self) -> str:
+        return self.console.read_text(errors="replace") if self.console.exists() else ""
+
+    def disk_head(self, size: int = 1 << 20) -> bytes:
+        with self.disk.open("rb") as handle:
+            return handle.read(size)
+
+
+def machine_behind_bmc(
+    bridge: namespaces.Bridge, tmp_path: Path, mac: str, tap: str
+) -> EmulatorProcess:
+    """A Redfish BMC whose one system is a QEMU machine with a disk full of old data."""
+    disk = tmp_path / "disk.raw"
+    with disk.open("wb") as handle:
+        handle.write(os.urandom(1 << 20))  # a previous tenant's data, for cleaning to erase
+        handle.truncate(DISK_BYTES)
+    system = FakeSystem(
+        uuid=str(uuid.uuid4()),
+        name=tap,
+        macs=[mac],
+        machine={
+            "tap": tap,
+            "bridge": bridge.name,
+            "console": str(tmp_path / "console.log"),
+            "disk": str(disk),
+            "memory_mib": MEMORY_MIB,
+        },
+    )
+    return EmulatorProcess(tmp_path / "bmc", free_port(), [system])
+
+
+def _history(client: Any, node: str) -> list[str]:
+    response = client.get(f"/v1/nodes/{node}/history?detail=true", headers=LATEST)
+    return [f"{e['severity']} {e['event']}" for e in response.json()["history"]]
+
+
+def wait_for(client: Any, node: str, wanted: str, console: Machine) -> dict[str, Any]:
+    """Until the node is ``wanted`` and settled; fails early on a failed state, with the
+    node's last events and the console's tail."""
+    seen: dict[str, Any] = {}
+
+    def arrived() -> bool:
+        seen.update(get_node(client, node))
+        state = seen["provision_state"]
+        if state in STOPPED and state != wanted:
+            pytest.fail(
+                f"the node stopped in {state}: {seen['last_error']}\n"
+                f"history: {_history(client, node)[-8:]}\n"
+                f"console: {console.console_text()[-3000:]}"
+            )
+        return bool(state == wanted and seen["target_provision_state"] is None)
+
+    try:
+        wait_until(f"the node to become {wanted}", arrived, timeout=FLOW_TIMEOUT)
+    except AssertionError:
+        pytest.fail(
+            f"the node is {seen.get('provision_state')}, not {wanted}; last_error: "
+            f"{seen.get('last_error')}\nhistory: {_history(client, node)[-8:]}\n"
+            f"console: {console.console_text()[-3000:]}"
+        )
+    return seen
+
+
+def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scenario
+    boot: str,
+    mac: str,
+    bridge: namespaces.Bridge,
+    dnsmasq_log: DnsmasqLog,
+    tmp_path: Path,
+) -> None:
+    """The whole cycle on one machine booted through ``boot`` (module doc)."""
+    ramdisk = agent_ramdisk_for_tests()
+    image = instance_image.build(INSTANCE_DIR)
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "instance.raw").write_bytes(image.read_bytes())
+    checksum = hashlib.sha256(image.read_bytes()).hexdigest()
+    emulator = machine_behind_bmc(bridge, tmp_path, mac, f"mfl{boot[:2]}{os.getpid() % 100000}")
+    settings = lab_settings(
+        bridge,
+        ramdisk.kernel.parent,
+        tmp_path,
+        # The agent erases metadata only: writing 5 GiB under emulation would take an hour.
+        conductor={"clean_step_priority_override": ["deploy.erase_devices:0"]},
+        kernel_append="ipa-lldp-timeout=5",
+    )
+    machine = Machine(emulator, tmp_path / "console.log", tmp_path / "disk.raw")
+    old_data = machine.disk_head()
+    emulator.start()
+    try:
+        with all_in_one(settings) as running, image_server(images, bridge.address) as served:
+            client = running.client
+            created = client.post(
+                "/v1/nodes",
+                json={
+                    "driver": "redfish",
+                    "name": f"vm-{boot}",
+                    "boot_interface": boot,
+                    "deploy_interface": "direct",
+                    "inspect_interface": "agent",
+                    "driver_info": {
+                        "redfish_address": emulator.address,
+                        "redfish_system_id": emulator.system_path(emulator.systems[0].uuid),
+                        "deploy_kernel": str(ramdisk.kernel),
+                        "deploy_ramdisk": str(ramdisk.initramfs),
+                    },
+                },
+                headers=LATEST,
+            )
+            assert created.status_code == 201, created.text
+            node = created.json()["uuid"]
+            port = client.post(
+                "/v1/ports", json={"address": mac, "node_uuid": node}, headers=LATEST
+            )
+            assert port.status_code == 201, port.text
+
+            assert provision(client, node, "manage").status_code == 202
+            wait_for(client, node, "manageable", machine)
+
+            # inspect: the agent reports the machine's hardware.
+            assert provision(client, node, "inspect").status_code == 202
+            inspected = wait_for(client, node, "manageable", machine)
+            assert inspected["properties"]["memory_mb"] > 0, inspected["properties"]
+            assert inspected["properties"]["cpus"] == 1
+            inventory = client.get(f"/v1/nodes/{node}/inventory", headers=LATEST)
+            assert inventory.status_code == 200, inventory.text
+            disks = inventory.json()["inventory"]["disks"]
+            assert [d["size"] for d in disks if d["name"] == "/dev/vda"] == [DISK_BYTES], disks
+            interfaces = inventory.json()["inventory"]["interfaces"]
+            assert mac in {i["mac_address"] for i in interfaces}
+
+            # provide: automated cleaning erases the previous tenant's disk metadata.
+            assert provision(client, node, "provide").status_code == 202
+            available = wait_for(client, node, "available", machine)
+            assert available["power_state"] == "power off"
+            assert machine.disk_head() != old_data, "cleaning left the disk as it was"
+            assert machine.disk_head(512) == bytes(512), "the disk's first sector survived"
+
+            # deploy: the agent writes the image; the machine then boots it from its disk.
+            patched = client.patch(
+                f"/v1/nodes/{node}",
+                json=[
+                    {
+                        "op": "add",
+                        "path": "/instance_info",
+                        "value": {
+                            "image_source": f"{served}/instance.raw",
+                            "image_checksum": f"sha256:{checksum}",
+                        },
+                    }
+                ],
+                headers=LATEST,
+            )
+            assert patched.status_code == 200, patched.text
+            assert provision(client, node, "active").status_code == 202
+            active = wait_for(client, node, "active", machine)
+            assert active["last_error"] is None
+            written = image.read_bytes()[: 1 << 20]  # boot code, partition table, boot sector
+            assert machine.disk_head(len(written)) == written, "the disk does not hold the image"
+            wait_until(
+                "the machine to boot its instance from its disk",
+                lambda: instance_image.MARK in machine.console_text(),
+                timeout=FLOW_TIMEOUT,
+            )
+
+            # undeploy: cleaned again, the image's partition table is gone.
+            assert provision(client, node, "deleted").status_code == 202
+            wait_for(client, node, "available", machine)
+            assert machine.disk_head(512) == bytes(512), "the deployed image survived cleaning"
+
+            console = machine.console_text()
+            boots = console.count(f"{agent_ramdisk.MARK} init")
+            assert boots == 4, f"inspect, clean, deploy and clean each boot the ramdisk: {boots}"
+            if boot == "ipxe":
+                assert dnsmasq_log.saw("PXEClient") or dnsmasq_log.saw("iPXE")
+            else:
+                assert not dnsmasq_log.saw("PXEClient"), "the firmware network-booted"
+            assert dnsmasq_log.saw("DHCPACK", mac)
+    finally:
+        emulator.stop()
