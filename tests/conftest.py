@@ -105,14 +105,22 @@ def live_server(sqlite_url: str) -> Iterator[LiveServer]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with a slow test run first; the order within each group is kept.
+    """Modules with a slow test run first, the longest of them (``slow(longest=True)``)
+    before the others; the order within each group is kept.
 
     Parallel workers take whole modules in collection order: a module of
     long multi-process tests taken last would leave the other workers idle
     while it runs on. Taken first, the many short modules fill in around it.
     """
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)
+    slow_modules: set[Path] = set()
+    longest_modules: set[Path] = set()
+    for item in items:
+        marker = item.get_closest_marker("slow")
+        if marker is not None:
+            slow_modules.add(item.path)
+            if marker.kwargs.get("longest"):
+                longest_modules.add(item.path)
+    items.sort(key=lambda item: (item.path not in longest_modules, item.path not in slow_modules))
 
 
 CPU_REPORT = os.environ.get("METALFORGE_TEST_CPU_REPORT")

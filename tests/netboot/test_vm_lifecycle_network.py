@@ -15,7 +15,7 @@ from metalforge_lab import namespaces
 from tests.support.vm_lab import DnsmasqLog, require
 from tests.support.vm_lifecycle import provision_end_to_end
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow(longest=True), pytest.mark.timeout(3600)]
 
 
 def test_a_machine_network_boots_the_agent_for_inspect_clean_deploy_and_undeploy(

@@ -177,7 +177,19 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
 
             # inspect: the agent reports the machine's hardware.
             assert provision(client, node, "inspect").status_code == 202
+            if boot == "redfish-virtual-media":
+                http_url = str(settings.conductor.netboot.http_url)
+                inserted = wait_until(
+                    "the ISO's URL on the node",
+                    lambda: get_node(client, node)["driver_internal_info"].get(
+                        "redfish_virtual_media"
+                    ),
+                    timeout=FLOW_TIMEOUT,
+                )
+                assert inserted.startswith(f"{http_url}/boot/images/"), inserted
             inspected = wait_for(client, node, "manageable", machine)
+            if boot == "redfish-virtual-media":  # ejected when the flow ended
+                assert "redfish_virtual_media" not in inspected["driver_internal_info"]
             assert inspected["properties"]["memory_mb"] > 0, inspected["properties"]
             assert inspected["properties"]["cpus"] == 1
             inventory = client.get(f"/v1/nodes/{node}/inventory", headers=LATEST)
