@@ -52,10 +52,13 @@ $(TEMPEST_STAMP): tools/tempest-requirements.txt
 
 # `make run VIRTUAL_NODES=3` (root) adds virtual nodes running the real agent, enrolled and
 # ready to provide and deploy; only then are the agent's virtualenv and system tools installed.
+# LAB_MACHINES=qemu makes them QEMU machines that network-boot the agent ramdisk instead.
+LAB_MACHINES ?= namespaces
 run: $(STAMP) $(if $(VIRTUAL_NODES),$(IPA_STAMP) system-packages)
 	@install -d -m 0700 var
 ifdef VIRTUAL_NODES
-	$(BIN)/metalforge-lab demo --nodes $(VIRTUAL_NODES) --state-dir var/lab
+	$(BIN)/metalforge-lab demo --nodes $(VIRTUAL_NODES) --state-dir var/lab \
+		--machines $(LAB_MACHINES)
 else
 	$(BIN)/metalforge $(if $(CONFIG),--config $(CONFIG)) all-in-one
 endif

@@ -5,9 +5,11 @@ through apt) and ironic-python-agent from PyPI at pinned versions, with the
 tools the agent's steps run: disks and partitions, software RAID, secure
 erase, firmware and BMC queries. The whole root file system is the
 initramfs: the kernel unpacks it into memory and runs ``/init``, a shell
-script (there is no service manager to wait for) that starts udev, takes
-an address by DHCP on every interface and runs the agent, again if it
-stops. The agent reads what metalforge put on the kernel command line
+script (there is no service manager to wait for) that starts udev,
+configures the network (the node's ``network_data.json`` from a virtual-media
+ISO labelled ``config-2`` when there is one, ``metalforge_lab.ramdisk_network``;
+otherwise DHCP on every interface) and runs the agent, again if it stops.
+The agent reads what metalforge put on the kernel command line
 (``ipa-api-url``, ``BOOTIF``, the inspection callback). ``poweroff`` and
 ``reboot`` sync and ask the kernel directly, as the agent's power commands
 expect of a ramdisk.
@@ -39,6 +41,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from metalforge_lab import ramdisk_network
 
 KERNEL_VERSION = "6.1.0-56"
 """Debian 12's kernel ABI the ramdisk carries (both flavours), pinned so that two builds match."""
@@ -157,6 +161,9 @@ UNUSED_MODULES = (
 """Kernel modules a server's ramdisk never loads (sound, graphics, cameras, radios):
 a third of the generic kernel's modules."""
 
+NETWORK_SCRIPT = "/usr/local/lib/metalforge/network_data.py"
+"""Where ``metalforge_lab.ramdisk_network`` is in the ramdisk."""
+
 MARK = "METALFORGE-AGENT-RAMDISK"
 """Prefix of the init's own lines on the console: where boot got to."""
 
@@ -183,8 +190,18 @@ for device in /sys/class/net/*; do
   ip link set "$name" up
   interfaces="$interfaces $name"
 done
-# One dhclient for every interface: it goes to the background with the first lease.
-until dhclient -1 -pf /run/dhclient.pid $interfaces; do
+# Virtual media for a network without DHCP carries the node's network_data.json on a
+# volume labelled config-2 (metalforge_lab.ramdisk_network applies it).
+configured=""
+drive="$(blkid -L config-2 2>/dev/null)"
+if [ -n "$drive" ] && mkdir -p /run/config-2 && mount -o ro "$drive" /run/config-2; then
+  data=/run/config-2/openstack/latest/network_data.json
+  if [ -f "$data" ] && python3 {NETWORK_SCRIPT} "$data"; then configured=yes; fi
+  umount /run/config-2
+fi
+# Otherwise one dhclient for every interface: it goes to the background with the first lease.
+while [ -z "$configured" ]; do
+  dhclient -1 -pf /run/dhclient.pid $interfaces && configured=yes && break
   echo "{MARK} no DHCP answer on$interfaces; asking again"
 done
 echo "{MARK} network $(ip -4 -o addr show scope global | awk '{{print $2, $4}}' | tr '\\n' ' ')"
@@ -216,8 +233,12 @@ class AgentRamdisk:
 
 def recipe(kernel: str) -> str:
     """A digest of what decides the build's output (the kernel and this module, which holds
-    the packages, the pins and the scripts): a changed recipe rebuilds."""
-    return hashlib.sha256(KERNELS[kernel].encode() + Path(__file__).read_bytes()).hexdigest()
+    the packages, the pins and the scripts, and the network script it installs): a changed
+    recipe rebuilds."""
+    digest = hashlib.sha256(KERNELS[kernel].encode())
+    digest.update(Path(__file__).read_bytes())
+    digest.update(Path(ramdisk_network.__file__).read_bytes())
+    return digest.hexdigest()
 
 
 def missing_tools() -> list[str]:
@@ -356,6 +377,9 @@ def _configure(root: Path) -> None:
         (sbin / name).write_text(_POWER.format(key=key))
         (sbin / name).chmod(0o755)
     (root / "etc/hostname").write_text("metalforge-agent\n")
+    script = root / NETWORK_SCRIPT.lstrip("/")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ramdisk_network.__file__, script)
     for leftover in ("var/cache/apt", "var/lib/apt/lists", "var/log"):
         for entry in (root / leftover).glob("*"):
             if entry.is_dir() and not entry.is_symlink():

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from metalforge_lab import agent_ramdisk, demo
+from metalforge_lab import agent_ramdisk, demo, vm_nodes
 from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, clean_up
 
 
@@ -85,6 +85,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run_demo.add_argument("--disks", type=int, default=1, help="loop disks per node")
     run_demo.add_argument("--disk-size-mib", type=int, default=64)
+    run_demo.add_argument(
+        "--machines",
+        choices=("namespaces", "qemu"),
+        default="namespaces",
+        help="namespaces: the agent in namespaces on loop disks (default); qemu: QEMU "
+        "machines that network-boot the agent ramdisk through metalforge's DHCP and iPXE",
+    )
+    run_demo.add_argument(
+        "--ramdisk-dir",
+        type=Path,
+        default=Path("var/ramdisk-cloud"),
+        help="where the QEMU machines' agent ramdisk is built once (default %(default)s)",
+    )
     ramdisk = commands.add_parser(
         "ramdisk", help="build the agent's kernel and initramfs from Debian packages (root)"
     )
@@ -108,7 +121,7 @@ def _ramdisk(args: argparse.Namespace) -> int:
     except agent_ramdisk.RamdiskError as error:
         print(f"metalforge-lab ramdisk: {error}", file=sys.stderr)
         return 1
-    print(f"deploy_kernel={built.kernel}\ndeploy_ramdisk={built.initramfs}")
+    print(f"deploy_kernel={built.kernel.resolve()}\ndeploy_ramdisk={built.initramfs.resolve()}")
     return 0
 
 
@@ -155,19 +168,23 @@ def _is_lab_manager(pid: int) -> bool:
 
 def _down(args: argparse.Namespace) -> int:
     state_file = args.state_dir / STATE_FILE
-    if not state_file.exists():
+    machines = args.state_dir / vm_nodes.STATE_FILE
+    if not state_file.exists() and not machines.exists():
         print(f"no lab state in {state_file}", file=sys.stderr)
         return 1
-    state = json.loads(state_file.read_text())
-    pid = int(state.get("pid") or 0)
-    if state.get("running") and pid and pid != os.getpid() and _is_lab_manager(pid):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + args.timeout
-        while _is_lab_manager(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _is_lab_manager(pid):
-            os.kill(pid, signal.SIGKILL)
-    removed = clean_up(state_file)
+    removed: list[str] = []
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        pid = int(state.get("pid") or 0)
+        if state.get("running") and pid and pid != os.getpid() and _is_lab_manager(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + args.timeout
+            while _is_lab_manager(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _is_lab_manager(pid):
+                os.kill(pid, signal.SIGKILL)
+        removed.extend(clean_up(state_file))
+    removed.extend(vm_nodes.clean_up(args.state_dir))
     removed.extend(demo.stop_leftover_metalforge(args.state_dir))
     for item in removed:
         print(f"removed leftover {item}")
@@ -183,6 +200,8 @@ def _demo(args: argparse.Namespace) -> int:
             inspector_port=args.inspector_port,
             disks_per_node=args.disks,
             disk_size_mib=args.disk_size_mib,
+            machines=args.machines,
+            ramdisk_dir=args.ramdisk_dir,
         )
     )
 

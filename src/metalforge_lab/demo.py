@@ -41,17 +41,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
-from metalforge_lab import namespaces
+from metalforge_lab import demo_vms, namespaces, vm_nodes
+from metalforge_lab.agent_ramdisk import AgentRamdisk
 from metalforge_lab.agent_runner import default_ipa_python
-from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, VirtualNode, clean_up
+from metalforge_lab.lab import STATE_FILE, Lab, LabConfig, VirtualNode, clean_up, runs_with
 
 LOG = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ API_START_TIMEOUT = 60.0
 MANAGE_TIMEOUT = 120.0
 STOP_TIMEOUT = 20.0
 _MIB = 1 << 20
+LabT = TypeVar("LabT", Lab, vm_nodes.VmLab)
 _LATEST = {"X-OpenStack-Ironic-API-Version": "latest", "Content-Type": "application/json"}
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -113,6 +115,11 @@ class DemoOptions:
     inspector_port: int = DEFAULT_INSPECTOR_PORT
     disks_per_node: int = 1
     disk_size_mib: int = 64
+    machines: str = "namespaces"
+    """``namespaces`` (the agent runs in namespaces on loop disks) or ``qemu``
+    (``metalforge_lab.demo_vms``: QEMU machines that network-boot the agent ramdisk)."""
+    ramdisk_dir: Path = Path("var/ramdisk-cloud")
+    """Where the QEMU machines' agent ramdisk is built once and kept."""
 
 
 # -- checks before anything is built -----------------------------------------
@@ -149,8 +156,14 @@ def preflight(options: DemoOptions) -> None:
     Run after a killed demo's leftovers are gone: its metalforge would hold the port.
     """
     require_root()
-    if not 1 <= options.nodes <= MAX_NODES:
+    if options.machines == "qemu":
+        if found := demo_vms.problems(options.nodes):
+            raise DemoError("; ".join(found))
+    elif not 1 <= options.nodes <= MAX_NODES:
         raise DemoError(f"--nodes must be between 1 and {MAX_NODES}, not {options.nodes}")
+    _check_ports(options)
+    if options.machines == "qemu":
+        return
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         raise DemoError(f"missing tools: {', '.join(missing)} (`make system-packages`)")
@@ -160,6 +173,9 @@ def preflight(options: DemoOptions) -> None:
             f"no ironic-python-agent virtualenv at {ipa_python.parent.parent} "
             "(`make run VIRTUAL_NODES=N` builds it, or `make .ipa-venv/.installed-stamp`)"
         )
+
+
+def _check_ports(options: DemoOptions) -> None:
     for port, flag in (
         (options.api_port, "--api-port"),
         (options.inspector_port, "--inspector-port"),
@@ -171,14 +187,6 @@ def preflight(options: DemoOptions) -> None:
             )
 
 
-def _runs_with(pid: int, argument: str) -> bool:
-    """Whether process ``pid`` still has ``argument`` in its command line (PIDs get reused)."""
-    try:
-        return argument.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def stop_leftover_metalforge(state_dir: Path) -> list[str]:
     """SIGKILL the metalforge a killed demo of ``state_dir`` left running; say what was done."""
     pid_file = state_dir / METALFORGE_PID
@@ -187,13 +195,13 @@ def stop_leftover_metalforge(state_dir: Path) -> list[str]:
     removed = []
     pid = int(pid_file.read_text().strip() or 0)
     config = str(state_dir.resolve() / CONFIG_FILE)
-    if pid and _runs_with(pid, config):
+    if pid and runs_with(pid, config):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.append(f"metalforge {pid}")
         # Its port is free once it is dead (a zombie holds no socket, has no command line).
         deadline = time.monotonic() + 10
-        while _runs_with(pid, config) and time.monotonic() < deadline:
+        while runs_with(pid, config) and time.monotonic() < deadline:
             time.sleep(0.1)
     pid_file.unlink()
     return removed
@@ -202,11 +210,12 @@ def stop_leftover_metalforge(state_dir: Path) -> list[str]:
 def _clean_previous_run(state_dir: Path) -> list[str]:
     """Refuse a demo that still runs on ``state_dir``; remove what a killed one left."""
     removed = stop_leftover_metalforge(state_dir)
+    removed.extend(vm_nodes.clean_up(state_dir))
     state_file = state_dir / STATE_FILE
     if state_file.exists():
         state = json.loads(state_file.read_text())
         pid = int(state.get("pid") or 0)
-        if state.get("running") and pid != os.getpid() and _runs_with(pid, "metalforge"):
+        if state.get("running") and pid != os.getpid() and runs_with(pid, "metalforge"):
             raise DemoError(
                 f"a lab already runs on {state_dir} (process {pid}); stop it with Ctrl-C "
                 f"there or `metalforge-lab down --state-dir {state_dir}`"
@@ -228,15 +237,24 @@ def pick_bridge() -> str:
 
 # -- what metalforge is given ---------------------------------------------------
 def _toml(value: str | int | Sequence[str]) -> str:
-    """A TOML value: JSON's strings, integers and arrays of strings are TOML's too."""
+    """A TOML value: JSON's strings, integers, booleans and arrays of strings are TOML's too."""
     return json.dumps(value if isinstance(value, str | int) else list(value))
 
 
+Sections = dict[str, dict[str, str | int | Sequence[str]]]
+
+
 def write_config(
-    path: Path, state_dir: Path, api_port: int, agent_host: str, inspector_port: int
+    path: Path,
+    state_dir: Path,
+    api_port: int,
+    agent_host: str,
+    inspector_port: int,
+    extra: Sections | None = None,
 ) -> None:
-    """metalforge's settings for the demo; all paths absolute, as metalforge's cwd may differ."""
-    sections: dict[str, dict[str, str | int | Sequence[str]]] = {
+    """metalforge's settings for the demo; all paths absolute, as metalforge's cwd may differ.
+    ``extra`` adds sections (the QEMU machines' DHCP service and ramdisk)."""
+    sections: Sections = {
         "": {"state_dir": str(state_dir), "log_level": "INFO"},
         "api": {
             "host": "127.0.0.1",
@@ -253,6 +271,8 @@ def write_config(
             "deploy_callback_timeout": CALLBACK_TIMEOUT,
         },
     }
+    for name, values in (extra or {}).items():
+        sections.setdefault(name, {}).update(values)
     lines = [
         "# Written by `metalforge-lab demo` at every start: edits are lost.",
         "# The operator API stays on loopback (noauth); the agents reach metalforge",
@@ -423,8 +443,12 @@ def inspection_kernel_params(agents_url: str) -> tuple[str, ...]:
     )
 
 
-def enroll(api: Api, vnode: VirtualNode) -> None:
-    """What ``enroll_commands`` shows, through the API; then ``manage`` (checked by the caller)."""
+def enroll(
+    api: Api, vnode: VirtualNode | vm_nodes.VmNode, fields: dict[str, Any] | None = None
+) -> None:
+    """What ``enroll_commands`` shows, through the API; then ``manage`` (checked by the caller).
+    ``fields`` changes the boot interface and adds to ``driver_info`` (QEMU machines)."""
+    fields = dict(fields or {})
     node = api.call(
         "POST",
         "/v1/nodes",
@@ -436,10 +460,12 @@ def enroll(api: Api, vnode: VirtualNode) -> None:
                 "redfish_system_id": vnode.redfish_system_id,
                 "redfish_username": BMC_USER,
                 "redfish_password": BMC_PASSWORD,
+                **fields.pop("driver_info", {}),
             },
             "boot_interface": "pxe",
             "deploy_interface": "direct",
             "inspect_interface": "agent",
+            **fields,
         },
     )
     api.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": vnode.mac})
@@ -487,7 +513,7 @@ def enroll_commands(vnode: VirtualNode) -> list[str]:
 class Started:
     """What the next steps name."""
 
-    lab: Lab
+    lab: Lab | vm_nodes.VmLab
     metalforge: MetalforgeProcess
     api_url: str
     agent_url: str
@@ -496,7 +522,38 @@ class Started:
     state_dir: Path
 
 
+def next_steps_vms(started: Started, lab: vm_nodes.VmLab) -> str:
+    """The QEMU machines' walk-through (``demo_vms.steps``)."""
+    nodes = [f"  {node.name}  {node.mac}  disk {_shown(node.disk)}" for node in lab.nodes]
+    lines = [
+        "",
+        f"metalforge demo: {len(lab.nodes)} QEMU machine(s), enrolled and manageable.",
+        "",
+        f"  operator API   {started.api_url}  (noauth, loopback only)",
+        f"  agents' API    {started.agent_url}  (iPXE scripts, images, lookup, heartbeat; "
+        f"bridge {lab.bridge.name} {lab.bridge.network}, where metalforge's dnsmasq answers DHCP)",
+        f"  Redfish BMC    {lab.nodes[0].redfish_address}  (sushy-emulator driving QEMU)",
+        f"  instance image {started.image_url}",
+        f"  logs           {_shown(started.state_dir / METALFORGE_LOG)}",
+        "",
+        *nodes,
+        "",
+        "Try it, in another shell (each boot of the ramdisk takes a minute or two under",
+        "software emulation):",
+        "",
+        f"  export OS_AUTH_TYPE=none OS_ENDPOINT={started.api_url}",
+        "  baremetal node list",
+        *demo_vms.steps(lab.nodes[0], started.image_url, started.image_sha256),
+        "",
+        "Ctrl-C stops the demo and the machines; the next start is a fresh one.",
+        READY_LINE,
+    ]
+    return "\n".join(lines)
+
+
 def next_steps(started: Started) -> str:
+    if isinstance(started.lab, vm_nodes.VmLab):
+        return next_steps_vms(started, started.lab)
     lab, state_dir = started.lab, started.state_dir
     first = lab.nodes[0]
     name = first.name
@@ -616,31 +673,21 @@ def _setup_logging(state_dir: Path) -> None:
     root.addHandler(to_terminal)
 
 
-def _start_lab(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStack) -> Lab:
-    """A lab on a free /24 and bridge name; chosen again when another lab took them meanwhile.
+def _on_a_free_network(
+    stack: contextlib.ExitStack, what: str, build: Callable[[str, str], LabT]
+) -> LabT:
+    """``build(bridge, subnet)`` on a free /24 and bridge name, started; chosen again when
+    another lab took them meanwhile.
 
     The first choice is the same on every start (the first free /24 of
     10.251.0.0/16, ``mfdemo0``), so the addresses a newcomer sees stay put.
     """
     attempts = 3
     for attempt in range(attempts):
-        subnet = ipaddress.IPv4Network(namespaces.free_subnet(seed=attempt * os.getpid()))
+        subnet = namespaces.free_subnet(seed=attempt * os.getpid())
         bridge = pick_bridge()
-        lab = Lab(
-            LabConfig(
-                nodes=options.nodes,
-                api_url=f"http://{subnet.network_address + 1}:{options.api_port}",
-                state_dir=state_dir,
-                bridge=bridge,
-                subnet=str(subnet),
-                disks_per_node=options.disks_per_node,
-                disk_size_mib=options.disk_size_mib,
-                extra_kernel_params=inspection_kernel_params(
-                    f"http://{subnet.network_address + 1}:{options.api_port}"
-                ),
-            )
-        )
-        _say(f"starting {options.nodes} virtual node(s) on bridge {bridge} ({subnet}) ...")
+        lab = build(bridge, subnet)
+        _say(f"starting {what} on bridge {bridge} ({subnet}) ...")
         try:
             lab.start()  # takes down what it built if it fails
         except namespaces.NetworkError as exc:
@@ -653,37 +700,102 @@ def _start_lab(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStac
     raise AssertionError("unreachable")
 
 
+def _start_lab(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStack) -> Lab:
+    """The namespace lab's nodes."""
+
+    def build(bridge: str, subnet: str) -> Lab:
+        agents_url = (
+            f"http://{ipaddress.IPv4Network(subnet).network_address + 1}:{options.api_port}"
+        )
+        return Lab(
+            LabConfig(
+                nodes=options.nodes,
+                api_url=agents_url,
+                state_dir=state_dir,
+                bridge=bridge,
+                subnet=subnet,
+                disks_per_node=options.disks_per_node,
+                disk_size_mib=options.disk_size_mib,
+                extra_kernel_params=inspection_kernel_params(agents_url),
+            )
+        )
+
+    return _on_a_free_network(stack, f"{options.nodes} virtual node(s)", build)
+
+
+def _start_machines(
+    options: DemoOptions, state_dir: Path, stack: contextlib.ExitStack
+) -> vm_nodes.VmLab:
+    """QEMU machines as the nodes."""
+    return _on_a_free_network(
+        stack,
+        f"{options.nodes} QEMU machine(s)",
+        lambda bridge, subnet: vm_nodes.VmLab(options.nodes, state_dir, bridge, subnet),
+    )
+
+
+Parts = tuple[str, str, Sections | None, dict[str, Any] | None]
+"""The sample image's name and sha256, metalforge's extra settings, the enrollment fields."""
+
+
+def _namespace_parts(state_dir: Path) -> Parts:
+    return IMAGE_NAME, make_image(state_dir / "images" / IMAGE_NAME), None, None
+
+
+def _machine_parts(state_dir: Path, lab: Lab | vm_nodes.VmLab, built: AgentRamdisk) -> Parts:
+    sha256 = demo_vms.sample_image(state_dir / "images", state_dir / "instance")
+    extra = demo_vms.config_sections(
+        state_dir, lab.bridge.name, str(lab.bridge.network.network_address), built.kernel.parent
+    )
+    return demo_vms.IMAGE_NAME, sha256, extra, demo_vms.driver_fields(built)
+
+
 def _start(options: DemoOptions, state_dir: Path, stack: contextlib.ExitStack) -> Started:
     """Build everything, registering each part's teardown on ``stack`` as soon as it exists."""
-    lab = _start_lab(options, state_dir, stack)
+    qemu = options.machines == "qemu"
+    lab: Lab | vm_nodes.VmLab
+    built: AgentRamdisk | None = None
+    if qemu:
+        _say(f"the agent ramdisk in {_shown(options.ramdisk_dir)} (built once, ~90 s) ...")
+        try:
+            built = demo_vms.ramdisk(options.ramdisk_dir.resolve())
+        except RuntimeError as exc:
+            raise DemoError(str(exc)) from exc
+        lab = _start_machines(options, state_dir, stack)
+        agent_url = f"http://{lab.bridge.address}:{options.api_port}"
+    else:
+        lab = _start_lab(options, state_dir, stack)
+        agent_url = lab.config.api_url
     subnet = lab.bridge.network
     agent_host = lab.bridge.address
-    agent_url = lab.config.api_url
     api_url = f"http://127.0.0.1:{options.api_port}"
 
     _say("writing the sample image ...")
-    image_sha256 = make_image(state_dir / "images" / IMAGE_NAME)
+    image_name, image_sha256, extra, fields = (
+        _machine_parts(state_dir, lab, built) if built else _namespace_parts(state_dir)
+    )
     image_base = stack.enter_context(image_server(state_dir / "images", agent_host))
 
     config = state_dir / CONFIG_FILE
-    write_config(config, state_dir, options.api_port, agent_host, options.inspector_port)
+    write_config(config, state_dir, options.api_port, agent_host, options.inspector_port, extra)
     metalforge = MetalforgeProcess(config, state_dir / METALFORGE_LOG, state_dir / METALFORGE_PID)
     _say(f"starting {' '.join(metalforge.argv)} (log: {_shown(metalforge.log_path)}) ...")
     stack.callback(metalforge.stop)
     metalforge.start(no_proxy=f"127.0.0.1,localhost,{subnet}")
     metalforge.wait_ready(api_url)
 
-    _say(f"enrolling {', '.join(node.name for node in lab.nodes)} (redfish, pxe, direct) ...")
+    boot = "ipxe" if qemu else "pxe"
+    _say(f"enrolling {', '.join(node.name for node in lab.nodes)} (redfish, {boot}, direct) ...")
     api = Api(api_url)
     for vnode in lab.nodes:
-        enroll(api, vnode)
+        enroll(api, vnode, fields)
     wait_manageable(api, [node.name for node in lab.nodes])
     started = Started(
         lab=lab,
         metalforge=metalforge,
         api_url=api_url,
         agent_url=agent_url,
-        image_url=f"{image_base}/{IMAGE_NAME}",
+        image_url=f"{image_base}/{image_name}",
         image_sha256=image_sha256,
         state_dir=state_dir,
     )
@@ -734,7 +846,7 @@ def run(options: DemoOptions) -> int:
     return 0
 
 
-def _watch(lab: Lab, metalforge: MetalforgeProcess) -> None:
+def _watch(lab: Lab | vm_nodes.VmLab, metalforge: MetalforgeProcess) -> None:
     """Wait for a signal; report the lab's errors as they come; stop if metalforge dies."""
     reported = 0
     while True:

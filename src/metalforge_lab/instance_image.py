@@ -13,6 +13,7 @@ devices.
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,8 +59,9 @@ def build(workdir: Path) -> Path:
     image = workdir / "instance.raw"
     if image.exists():
         return image
+    workdir.mkdir(parents=True, exist_ok=True)
     ramdisk = tiny_ramdisk.build(workdir / "tiny")
-    partial = workdir / "instance.raw.tmp"
+    partial = workdir / f"instance.raw.{os.getpid()}.tmp"
     partial.unlink(missing_ok=True)
     with partial.open("wb") as handle:
         handle.truncate(SIZE_MIB << 20)
@@ -74,7 +76,7 @@ def build(workdir: Path) -> Path:
         "initrd.gz": _initramfs(ramdisk.busybox),
         "syslinux.cfg": _SYSLINUX_CFG.encode(),
     }
-    staging = workdir / "instance-files"
+    staging = workdir / f"instance-files.{os.getpid()}"
     staging.mkdir(exist_ok=True)
     for name, content in files.items():
         (staging / name).write_bytes(content)

@@ -23,7 +23,6 @@ one in the foreground and writes what clients need into ``lab.json``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import ipaddress
@@ -464,12 +463,24 @@ def _media_inserted(system: dict[str, Any], device: str) -> bool:
     return bool(entry and len(entry) > 2 and entry[2])
 
 
-def _runs_with(pid: int, argument: str) -> bool:
+def runs_with(pid: int, argument: str) -> bool:
     """Whether process ``pid`` still has ``argument`` in its command line (PIDs get reused)."""
     try:
         return argument.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def kill_leftover(what: str, pid: int, argument: str) -> list[str]:
+    """SIGKILL ``pid`` if it still runs with ``argument`` (PIDs get reused); ``[what pid]``
+    when it did, for the caller to report."""
+    if not pid or not runs_with(pid, argument):
+        return []
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return []
+    return [f"{what} {pid}"]
 
 
 def clean_up(state_file: Path) -> list[str]:
@@ -478,12 +489,9 @@ def clean_up(state_file: Path) -> list[str]:
     Returns what was removed, for the caller to report.
     """
     state = json.loads(state_file.read_text())
-    removed: list[str] = []
-    emulator_pid = int(state.get("emulator_pid") or 0)
-    if emulator_pid and _runs_with(emulator_pid, str(state.get("emulator_workdir"))):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(emulator_pid, signal.SIGKILL)
-            removed.append(f"emulator {emulator_pid}")
+    removed = kill_leftover(
+        "emulator", int(state.get("emulator_pid") or 0), str(state.get("emulator_workdir"))
+    )
     for node in state.get("nodes", []):
         network = namespaces.NodeNetwork(node["namespace"], node["host_veth"], "", "", 0)
         if network.namespace in namespaces.namespaces() or namespaces.exists(network.host_veth):

@@ -6,6 +6,7 @@ Each test gets its own fake system of a module-wide emulator; BMC failures
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -332,10 +333,10 @@ def test_virtual_media_the_bmc_cannot_download(
     assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
 
 
-def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk(
-    bmc: Bmc, system: FakeSystem, tmp_path: Path
-) -> None:
-    """No ``redfish_deploy_iso``: the ISO is built once, served by its digest, inserted."""
+@contextlib.contextmanager
+def _building_boot(bmc: Bmc, system: FakeSystem, tmp_path: Path) -> Iterator[tuple[Task, str]]:
+    """A node whose ISO metalforge builds, served as the agents' endpoint serves it (the URL
+    the BMC is told): the task and that URL."""
     if missing := IsoTools().missing():
         if IN_CI:
             pytest.fail(f"CI must build boot ISOs: missing {', '.join(missing)}")
@@ -348,7 +349,7 @@ def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk
     (www / "boot").mkdir(parents=True)
     (cache / "blobs").mkdir(parents=True)
     (www / "boot" / "images").symlink_to(cache / "blobs", target_is_directory=True)
-    for url in serve_directory(www):  # what the agents' endpoint serves, as the BMC sees it
+    for url in serve_directory(www):
         netboot = {"http_url": url, "image_cache_dir": str(cache), "image_dirs": [str(deploy)]}
         settings = load_settings(conductor={"netboot": netboot}).conductor
         info = {
@@ -356,7 +357,18 @@ def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk
             "deploy_kernel": str(deploy / "vmlinuz"),
             "deploy_ramdisk": str(deploy / "initrd"),
         }
-        task = Task(info, settings)
+        yield Task(info, settings), url
+
+
+def _served(tmp_path: Path, image: str) -> bytes:
+    return (tmp_path / "cache" / "blobs" / image.rsplit("/", 1)[1]).read_bytes()
+
+
+def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk(
+    bmc: Bmc, system: FakeSystem, tmp_path: Path
+) -> None:
+    """No ``redfish_deploy_iso``: the ISO is built once, served by its digest, inserted."""
+    with _building_boot(bmc, system, tmp_path) as (task, url):
         BOOT.validate(task)
         BOOT.prepare_ramdisk(task)
         cd = bmc.system(system, "/VirtualMedia/Cd")
@@ -364,15 +376,42 @@ def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk
         image = cd["Image"]
         assert image.startswith(f"{url}/boot/images/")
         assert task.node.driver_internal_info["redfish_virtual_media"] == image
-        iso = (cache / "blobs" / image.rsplit("/", 1)[1]).read_bytes()
+        iso = _served(tmp_path, image)
         assert hashlib.sha256(iso).hexdigest() == image.rsplit("/", 1)[1]
         # isolinux's configuration is stored as it is: the agent is told where metalforge is.
         assert f"APPEND initrd=/initrd ipa-api-url={url} ".encode() in iso
-        built = sorted((cache / "blobs").iterdir())
+        built = sorted((tmp_path / "cache" / "blobs").iterdir())
 
         BOOT.prepare_ramdisk(task)  # the same boot again: nothing is built again
         assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == image
-        assert sorted((cache / "blobs").iterdir()) == built
+        assert sorted((tmp_path / "cache" / "blobs").iterdir()) == built
+
+
+def test_network_data_goes_on_the_iso_which_is_ejected_when_the_ramdisk_stops(
+    bmc: Bmc, system: FakeSystem, tmp_path: Path
+) -> None:
+    with _building_boot(bmc, system, tmp_path) as (task, _url):
+        BOOT.prepare_ramdisk(task)
+        plain = bmc.system(system, "/VirtualMedia/Cd")["Image"]
+        # A node with network_data (no DHCP on its network) gets an ISO that carries it.
+        task.node.network_data = {
+            "links": [{"id": "nic0", "type": "phy", "ethernet_mac_address": "52:54:00:aa:bb:cc"}],
+            "networks": [],
+            "services": [],
+        }
+        BOOT.prepare_ramdisk(task)
+        static = bmc.system(system, "/VirtualMedia/Cd")["Image"]
+        assert static != plain
+        carried = _served(tmp_path, static)
+        assert b'"ethernet_mac_address": "52:54:00:aa:bb:cc"' in carried
+        assert b"config-2" in carried
+        assert b"config-2" not in _served(tmp_path, plain)
+
+        # The ramdisk's flow ends (inspection, cleaning): the ISO is ejected.
+        BOOT.clean_up_ramdisk(task)
+        assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+        assert "redfish_virtual_media" not in task.node.driver_internal_info
+        BOOT.clean_up_ramdisk(task)  # nothing inserted: nothing to do
 
 
 # -- inspection ----------------------------------------------------------------

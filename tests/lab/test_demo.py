@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -49,8 +49,8 @@ def _requirements() -> None:
         pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
 
 
-def demo_argv(state_dir: Path, api_port: int) -> list[str]:
-    """One node: enough to see the flow, and the lightest lab."""
+def demo_argv(state_dir: Path, api_port: int, *extra: str) -> list[str]:
+    """One node: enough to see the flow, and the lightest lab (``extra``: more options)."""
     command = [sys.executable, "-m", "metalforge_lab.cli", "demo", "--nodes", "1"]
     return [
         *command,
@@ -60,19 +60,30 @@ def demo_argv(state_dir: Path, api_port: int) -> list[str]:
         str(api_port),
         "--inspector-port",
         str(free_port()),
+        *extra,
     ]
 
 
 class DemoProcess:
     """``metalforge-lab demo`` in a session of its own, its output collected line by line."""
 
-    def __init__(self, state_dir: Path, api_port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        api_port: int,
+        env: dict[str, str] | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.state_dir = state_dir
         self.api_port = api_port
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
+        if env is None:
+            # The demo's own servers take ports from the kernel, not from this worker's
+            # range (metalforge_lab.ports), where the test chose the demo's API port.
+            env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
         self.proc = subprocess.Popen(
-            demo_argv(state_dir, api_port),
+            demo_argv(state_dir, api_port, *extra),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -132,7 +143,7 @@ class DemoProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-        if (self.state_dir / "lab.json").exists():
+        if (self.state_dir / "lab.json").exists() or (self.state_dir / "vms.json").exists():
             down = [sys.executable, "-m", "metalforge_lab.cli", "down"]
             subprocess.run(
                 [*down, "--state-dir", str(self.state_dir)],
@@ -143,8 +154,10 @@ class DemoProcess:
 
 
 @contextlib.contextmanager
-def running_demo(state_dir: Path, api_port: int, clean_up: bool = True) -> Iterator[DemoProcess]:
-    process = DemoProcess(state_dir, api_port)
+def running_demo(
+    state_dir: Path, api_port: int, clean_up: bool = True, extra: Sequence[str] = ()
+) -> Iterator[DemoProcess]:
+    process = DemoProcess(state_dir, api_port, extra=extra)
     try:
         yield process
     except BaseException:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from metalforge.netboot.iso import IsoError, IsoTools, build_iso, iso_key
+from metalforge.netboot.iso import NETWORK_DATA_PATH, IsoError, IsoTools, build_iso, iso_key
 from metalforge_lab import namespaces, tiny_ramdisk, vm
 from tests.support.vm_lab import missing
 
@@ -78,3 +79,29 @@ def test_a_missing_tool_is_named_with_its_package(tmp_path: Path) -> None:
     with pytest.raises(IsoError, match="install isolinux"):
         build_iso(kernel, kernel, PARAMS, tmp_path / "out.iso", tools)
     assert not (tmp_path / "out.iso").exists()
+
+
+def test_network_data_goes_on_an_iso_labelled_config_2(
+    ramdisk: tiny_ramdisk.TinyRamdisk, iso: Path, tmp_path: Path
+) -> None:
+    data = b'{"links": [], "networks": [], "services": []}'
+    out = tmp_path / "static.iso"
+    build_iso(ramdisk.kernel, ramdisk.initramfs, PARAMS, out, network_data=data)
+    listed = subprocess.run(
+        ["xorriso", "-indev", str(out), "-pvd_info", "-find", "/openstack", "-type", "f"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "Volume Id    : config-2" in listed.stdout + listed.stderr
+    assert f"'/{NETWORK_DATA_PATH}'" in listed.stdout
+    extracted = tmp_path / "network_data.json"
+    subprocess.run(
+        ["xorriso", "-osirrox", "on", "-indev", str(out),
+         "-extract", f"/{NETWORK_DATA_PATH}", str(extracted)],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    assert extracted.read_bytes() == data
+    plain = subprocess.run(
+        ["xorriso", "-indev", str(iso), "-pvd_info"], capture_output=True, text=True, check=True
+    )
+    assert "Volume Id    : METALFORGE_AGENT" in plain.stdout + plain.stderr
+    assert iso_key("a" * 64, "b" * 64, PARAMS, data) != iso_key("a" * 64, "b" * 64, PARAMS)

@@ -74,12 +74,28 @@ def lab_settings(
     *,
     conductor: dict[str, Any] | None = None,
     kernel_append: str = "",
+    dhcp_service: bool = True,
     **dhcp: Any,
 ) -> Settings:
     """An all-in-one's settings: the dnsmasq PXE filter and metalforge's DHCP service on
     the bridge, as docs/booting.md has an operator set them (``conductor`` adds to the
-    conductor's, ``kernel_append`` to the ramdisk's command line)."""
+    conductor's, ``kernel_append`` to the ramdisk's command line); without
+    ``dhcp_service``, a network where nothing answers DHCP."""
     network = bridge.network
+    if not dhcp_service:
+        network_services: dict[str, Any] = {"pxe_filter": {"driver": "noop"}}
+    else:
+        network_services = {
+            "pxe_filter": {"driver": "dnsmasq", "dnsmasq_hostsdir": str(tmp_path / "hostsdir")},
+            "dhcp": {
+                "enabled": True,
+                "interface": bridge.name,
+                "range_start": str(network.network_address + 100),
+                "range_end": str(network.network_address + 200),
+                "run_as": "root",  # the test's directories are root's alone
+                **dhcp,
+            },
+        }
     return load_settings(
         state_dir=str(tmp_path / "state"),
         database={"url": f"sqlite:///{tmp_path}/metalforge.sqlite"},
@@ -97,31 +113,25 @@ def lab_settings(
             },
             **(conductor or {}),
         },
-        pxe_filter={"driver": "dnsmasq", "dnsmasq_hostsdir": str(tmp_path / "hostsdir")},
-        dhcp={
-            "enabled": True,
-            "interface": bridge.name,
-            "range_start": str(network.network_address + 100),
-            "range_end": str(network.network_address + 200),
-            "run_as": "root",  # the test's directories are root's alone
-            **dhcp,
-        },
+        **network_services,
     )
 
 
 @contextlib.contextmanager
 def all_in_one(settings: Settings) -> Iterator[Stack]:
-    """The API on the agents' endpoint, a conductor, the PXE filter and the DHCP service."""
+    """The API on the agents' endpoint, a conductor, the PXE filter and the DHCP service
+    (when the settings have them)."""
     running = start_stack(settings)
     server = LiveServer(running)
     filter_host = build_filter_host(settings, running.db)
-    assert filter_host is not None
     try:
         server.start()
-        filter_host.start()
+        if filter_host is not None:
+            filter_host.start()
         yield running
     finally:
-        filter_host.stop()
+        if filter_host is not None:
+            filter_host.stop()
         server.stop()
         running.stop()
 

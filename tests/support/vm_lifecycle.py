@@ -4,7 +4,9 @@ The machine is behind the lab's Redfish BMC, has a 5 GiB virtual disk (a raw
 file the test reads) and boots ``make ramdisk``'s kernel and initramfs (the
 ``cloud`` kernel) from its firmware: over the network through metalforge's
 DHCP service and iPXE (``ipxe``), or from the ISO metalforge built for it
-(``redfish-virtual-media``). It is inspected, cleaned (the agent erases the
+(``redfish-virtual-media``; with ``static`` on a network where nothing
+answers DHCP, so the ramdisk takes its address from the node's
+``network_data``, which metalforge put on the ISO). It is inspected, cleaned (the agent erases the
 disk's metadata), deployed (the agent writes a bootable image, and the
 machine then boots it from its disk and says so on its serial console) and
 undeployed (cleaned again).
@@ -31,7 +33,6 @@ from tests.support.vm_lab import DnsmasqLog, all_in_one, lab_settings, missing
 REPOSITORY = Path(__file__).resolve().parents[2]
 RAMDISK_DIR = REPOSITORY / "var" / "test-ramdisk"
 """Where ``make test`` builds the ramdisk before the suite (a test builds it if absent)."""
-INSTANCE_DIR = REPOSITORY / "var" / "test-instance"
 
 DISK_BYTES = 5 << 30
 """The agent installs on a disk of 4 GiB or more; the raw file stays sparse."""
@@ -125,10 +126,12 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
     bridge: namespaces.Bridge,
     dnsmasq_log: DnsmasqLog,
     tmp_path: Path,
+    *,
+    static: bool = False,
 ) -> None:
     """The whole cycle on one machine booted through ``boot`` (module doc)."""
     ramdisk = agent_ramdisk_for_tests()
-    image = instance_image.build(INSTANCE_DIR)
+    image = instance_image.build(tmp_path / "instance")  # each test its own: they run at once
     images = tmp_path / "images"
     images.mkdir()
     (images / "instance.raw").write_bytes(image.read_bytes())
@@ -141,7 +144,23 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
         # The agent erases metadata only: writing 5 GiB under emulation would take an hour.
         conductor={"clean_step_priority_override": ["deploy.erase_devices:0"]},
         kernel_append="ipa-lldp-timeout=5",
+        dhcp_service=not static,
     )
+    address = f"{bridge.network.network_address + 50}/{bridge.network.prefixlen}"
+    network_data = {
+        "links": [{"id": "nic0", "type": "phy", "ethernet_mac_address": mac}],
+        "networks": [
+            {
+                "id": "provisioning",
+                "type": "ipv4",
+                "link": "nic0",
+                "ip_address": address.split("/")[0],
+                "netmask": str(bridge.network.netmask),
+                "routes": [],
+            }
+        ],
+        "services": [],
+    }
     machine = Machine(emulator, tmp_path / "console.log", tmp_path / "disk.raw")
     old_data = machine.disk_head()
     emulator.start()
@@ -156,6 +175,7 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
                     "boot_interface": boot,
                     "deploy_interface": "direct",
                     "inspect_interface": "agent",
+                    **({"network_data": network_data} if static else {}),
                     "driver_info": {
                         "redfish_address": emulator.address,
                         "redfish_system_id": emulator.system_path(emulator.systems[0].uuid),
@@ -241,6 +261,11 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
             console = machine.console_text()
             boots = console.count(f"{agent_ramdisk.MARK} init")
             assert boots == 4, f"inspect, clean, deploy and clean each boot the ramdisk: {boots}"
+            if static:
+                assert console.count(f"{agent_ramdisk.MARK} network ") == 4
+                assert console.count(f" {address} ") >= 4, "the address is not network_data's"
+                assert not dnsmasq_log.lines, "nothing answers DHCP on this network"
+                return
             if boot == "ipxe":
                 assert dnsmasq_log.saw("PXEClient") or dnsmasq_log.saw("iPXE")
             else:

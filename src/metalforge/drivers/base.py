@@ -375,6 +375,9 @@ class BootInterface(Interface):
     def prepare_ramdisk(self, task: DriverTask) -> None:
         """Arrange for the node to boot the agent ramdisk."""
 
+    def clean_up_ramdisk(self, task: DriverTask) -> None:
+        """Undo ``prepare_ramdisk`` once the ramdisk is stopped (eject what was inserted)."""
+
     def prepare_instance(self, task: DriverTask) -> None:
         """Arrange for the node to boot the deployed instance."""
 

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VOLUME_ID = "METALFORGE_AGENT"
+CONFIG_DRIVE_VOLUME_ID = "config-2"
+"""The volume id of an ISO that carries ``openstack/`` metadata (a node's
+``network_data``), by which a ramdisk finds it, as it finds a config drive."""
+NETWORK_DATA_PATH = "openstack/latest/network_data.json"
 STAMP_FILE = "metalforge-agent"
 """A file at the ISO's root by which GRUB finds the ISO among the machine's disks."""
 EPOCH = "1700000000"
@@ -64,9 +68,16 @@ class IsoTools:
         return [package for package, present in wanted.items() if not present]
 
 
-def iso_key(kernel_sha256: str, ramdisk_sha256: str, params: tuple[str, ...]) -> str:
+def iso_key(
+    kernel_sha256: str,
+    ramdisk_sha256: str,
+    params: tuple[str, ...],
+    network_data: bytes | None = None,
+) -> str:
     """The ISO's name in the cache: a digest of what goes into it."""
     text = "\n".join((kernel_sha256, ramdisk_sha256, *params))
+    if network_data is not None:
+        text += "\nnetwork_data " + hashlib.sha256(network_data).hexdigest()
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -76,8 +87,13 @@ def build_iso(
     params: tuple[str, ...],
     out: Path,
     tools: IsoTools | None = None,
+    network_data: bytes | None = None,
 ) -> None:
     """Write a bootable ISO of ``kernel`` and ``ramdisk`` booted with ``params`` to ``out``.
+
+    With ``network_data`` (a node's, as JSON) the ISO also holds it at
+    ``NETWORK_DATA_PATH`` and is labelled ``config-2``, for a ramdisk on a
+    network without DHCP.
 
     ``params`` must be safe to write into a boot loader's configuration as
     they are (the settings and ``agent_params`` check them). Raises
@@ -95,6 +111,9 @@ def build_iso(
         shutil.copyfile(kernel, tree / "vmlinuz")
         shutil.copyfile(ramdisk, tree / "initrd")
         (tree / STAMP_FILE).write_text("metalforge agent boot ISO\n", encoding="ascii")
+        if network_data is not None:
+            (tree / NETWORK_DATA_PATH).parent.mkdir(parents=True)
+            (tree / NETWORK_DATA_PATH).write_bytes(network_data)
         shutil.copyfile(tools.isolinux_bin, tree / "isolinux" / "isolinux.bin")
         shutil.copyfile(tools.ldlinux, tree / "isolinux" / "ldlinux.c32")
         (tree / "isolinux" / "isolinux.cfg").write_text(
@@ -109,7 +128,8 @@ def build_iso(
             [
                 "xorriso", "-as", "mkisofs", "-quiet",
                 "-o", str(work / "out.iso"),
-                "-V", VOLUME_ID, "-R", "-J",
+                "-V", VOLUME_ID if network_data is None else CONFIG_DRIVE_VOLUME_ID,
+                "-R", "-J",
                 "-isohybrid-mbr", str(tools.isohybrid_mbr),
                 "-c", "isolinux/boot.cat",
                 "-b", "isolinux/isolinux.bin",

@@ -44,9 +44,11 @@ def boot_ramdisk(task: DriverTask, purpose: str) -> None:
 
 
 def stop_ramdisk(task: DriverTask) -> None:
-    """Power the node off and end the agent's session."""
+    """Power the node off, undo the ramdisk's boot (virtual media is ejected) and end the
+    agent's session."""
     power_of(task).set_power_state(task, POWER_OFF)
     task.node.power_state = POWER_OFF
+    boot_of(task).clean_up_ramdisk(task)
     task.end_agent_session()
     set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
 

@@ -6,13 +6,16 @@ with the agent's kernel parameters baked in (``netboot.iso``), served from
 its image cache on the agents' endpoint; or, as an override, the ISO
 ``driver_info.redfish_deploy_iso`` names. The ramdisk boots from the
 virtual CD; the instance boots from disk, so the CD is ejected once the
-instance is ready. The image inserted last is kept in
+instance is ready. A node's ``network_data`` goes into the ISO (labelled
+``config-2``, as Ironic's), so that the ramdisk can configure its address
+on a network without DHCP. The image inserted last is kept in
 ``driver_internal_info.redfish_virtual_media`` so an operator can see what
 the node will boot.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -58,14 +61,27 @@ def _built_iso(task: DriverTask) -> str:
         append=netboot.kernel_append.split(),
     )
     kernel, ramdisk = images["deploy_kernel"], images["deploy_ramdisk"]
-    key = iso_key(kernel.digest, ramdisk.digest, params)
+    network_data = _network_data(task)
+    key = iso_key(kernel.digest, ramdisk.digest, params, network_data)
     try:
         iso = cache_for(netboot).derived(
-            key, lambda out: build_iso(kernel.path, ramdisk.path, params, out)
+            key,
+            lambda out: build_iso(
+                kernel.path, ramdisk.path, params, out, network_data=network_data
+            ),
         )
     except IsoError as exc:
         raise DriverError(str(exc)) from None
     return f"{netboot.http_url}/boot/images/{iso.digest}"
+
+
+def _network_data(task: DriverTask) -> bytes | None:
+    """The node's ``network_data`` for the ISO (its static addresses, for a network without
+    DHCP), or None when it has none."""
+    data = task.node.network_data
+    if not data:
+        return None
+    return json.dumps(data, indent=2, sort_keys=True).encode()
 
 
 def _cd_drive(system: Any) -> Any:
@@ -121,6 +137,13 @@ class RedfishVirtualMediaBoot(BootInterface):
             drive.insert_media(image, inserted=True, write_protected=True)
             management.set_boot_device(system, "cdrom", persistent=False)
         _remember(task, image)
+
+    def clean_up_ramdisk(self, task: DriverTask) -> None:
+        if _INFO_KEY not in task.node.driver_internal_info:
+            return  # nothing of ours is inserted: no call to the BMC
+        with connection.system(task, "eject virtual media") as system:
+            _eject(_cd_drive(system))
+        _remember(task, None)
 
     def prepare_instance(self, task: DriverTask) -> None:
         with connection.system(task, "eject virtual media and boot from disk") as system:
