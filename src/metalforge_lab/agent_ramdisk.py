@@ -55,6 +55,9 @@ KERNELS = {
 SUITE = "bookworm"
 
 PACKAGES = (
+    # Satisfies init-system-helpers' merged-/usr dependency, which would otherwise pull in
+    # usrmerge and with it Perl (35 MiB of the archive unpacked).
+    "usr-is-merged",
     "python3",  # the agent's interpreter (3.11, as the pinned wheels are built for)
     "ca-certificates",  # image downloads over HTTPS
     "udev",  # device nodes, /dev/disk/by-*, and the agent's `udevadm settle`
@@ -70,7 +73,6 @@ PACKAGES = (
     "gdisk",  # sgdisk: GPT repairs after writing a whole-disk image
     "e2fsprogs",
     "dosfstools",
-    "xfsprogs",
     "qemu-utils",  # qemu-img: images in formats other than raw
     "mdadm",  # software RAID configuration and cleaning
     "hdparm",  # ATA secure erase
@@ -377,6 +379,10 @@ def _configure(root: Path) -> None:
         (sbin / name).write_text(_POWER.format(key=key))
         (sbin / name).chmod(0o755)
     (root / "etc/hostname").write_text("metalforge-agent\n")
+    # nvme-cli's install made up this host's NVMe identity; every machine that boots the
+    # ramdisk would share it. Without the files nvme-cli derives one per machine.
+    for identity in ("etc/nvme/hostid", "etc/nvme/hostnqn"):
+        (root / identity).unlink(missing_ok=True)
     script = root / NETWORK_SCRIPT.lstrip("/")
     script.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ramdisk_network.__file__, script)

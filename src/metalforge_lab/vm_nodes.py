@@ -64,7 +64,7 @@ class VmLab:
         """Build everything, or take down what was built and raise."""
         try:
             self._start()
-        except BaseException:
+        except BaseException:  # Ctrl-C mid-build too: take down what was built, re-raise
             self.stop()
             raise
 
