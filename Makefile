@@ -78,7 +78,7 @@ ramdisk: $(STAMP)
 # The ramdisk the suite's virtual machines boot, built before the workers start (once per
 # checkout: a build with the same recipe is reused). Root only, as are the tests that use it.
 test-ramdisk: $(STAMP) system-packages
-	@if [ "$$(id -u)" -eq 0 ]; then $(BIN)/metalforge-lab ramdisk --kernel cloud --out var/test-ramdisk; \
+	@if [ "$$(id -u)" -eq 0 ]; then $(BIN)/metalforge-lab ramdisk --kernel cloud --out var/ramdisk-cloud; \
 	else echo "not root: no agent ramdisk, and the tests that boot it skip"; fi
 
 lint: $(STAMP)

@@ -31,8 +31,9 @@ from tests.support.lab import image_server
 from tests.support.vm_lab import DnsmasqLog, all_in_one, lab_settings, missing
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-RAMDISK_DIR = REPOSITORY / "var" / "test-ramdisk"
-"""Where ``make test`` builds the ramdisk before the suite (a test builds it if absent)."""
+RAMDISK_DIR = REPOSITORY / "var" / "ramdisk-cloud"
+"""Where ``make test`` builds the ramdisk before the suite (a test builds it if absent), and
+``make run LAB_MACHINES=qemu`` finds it."""
 
 DISK_BYTES = 5 << 30
 """The agent installs on a disk of 4 GiB or more; the raw file stays sparse."""
