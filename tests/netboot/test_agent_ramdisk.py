@@ -109,3 +109,16 @@ def test_a_failing_step_names_itself_and_what_it_printed() -> None:
         agent_ramdisk._run("step one", ["sh", "-c", "echo said why >&2; exit 3"], timeout=30)
     with pytest.raises(RamdiskError, match="no-such-program is not installed"):
         agent_ramdisk._run("step two", ["no-such-program"], timeout=30)
+
+
+def test_a_build_is_refused_without_root_or_its_tools_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(RamdiskError, match="needs root"):
+        agent_ramdisk.build(tmp_path / "out", kernel="cloud")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    with pytest.raises(RamdiskError, match="install the Debian packages mmdebstrap, cpio, zstd"):
+        agent_ramdisk.build(tmp_path / "out", kernel="cloud")
+    assert not (tmp_path / "out").exists()
