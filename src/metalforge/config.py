@@ -272,7 +272,8 @@ class DhcpSettings(BaseModel):
         return self
 
 
-_SAFE_KERNEL_PARAM = re.compile(r"^[A-Za-z0-9_.,:/=@%+~\-\[\]]+$")
+SAFE_KERNEL_PARAM = re.compile(r"^[A-Za-z0-9_.,:/=@%+~\-\[\]]+$")
+"""A kernel parameter iPXE writes as it is: nothing it would expand (``$``), quote or split on."""
 
 
 class NetbootSettings(BaseModel):
@@ -312,7 +313,7 @@ class NetbootSettings(BaseModel):
         """Each parameter goes into iPXE scripts as written: nothing iPXE would expand
         (``$``), quote or split on."""
         for param in value.split():
-            if not _SAFE_KERNEL_PARAM.match(param):
+            if not SAFE_KERNEL_PARAM.match(param):
                 raise ValueError(f"kernel parameter {param!r} has characters iPXE would interpret")
         return value
 

@@ -55,7 +55,7 @@ def test_power_and_boot_device_reach_the_bmc(cli: BaremetalCli, bmc: Bmc) -> Non
     assert bmc.system(system)["PowerState"] == "Off"
 
     supported = cli.json("node", "boot", "device", "show", "rf-1", "--supported")
-    assert supported == {"supported_boot_devices": "pxe, disk, cdrom, uefi http"}
+    assert supported == {"supported_boot_devices": "pxe, disk, cdrom, uefihttp"}
     cli.run("node", "boot", "device", "set", "rf-1", "pxe")
     assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
     assert cli.json("node", "boot", "device", "show", "rf-1")["boot_device"] == "pxe"

@@ -229,7 +229,7 @@ def test_power_change_waits_for_a_slow_bmc_and_times_out_clearly(tmp_path: Path)
 
 
 def test_boot_device_once_and_persistent(bmc: Bmc, system: FakeSystem, task: Task) -> None:
-    assert MANAGEMENT.supported_boot_devices(task) == ["pxe", "disk", "cdrom", "uefi http"]
+    assert MANAGEMENT.supported_boot_devices(task) == ["pxe", "disk", "cdrom", "uefihttp"]
     MANAGEMENT.set_boot_device(task, "pxe")
     boot = bmc.system(system)["Boot"]
     assert boot["BootSourceOverrideTarget"] == "Pxe"
@@ -635,7 +635,7 @@ def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:
     path = "/v1/nodes/bd-1/management/boot_device"
 
     supported = stack.client.get(f"{path}/supported", headers=LATEST)
-    assert supported.json() == {"supported_boot_devices": ["pxe", "disk", "cdrom", "uefi http"]}
+    assert supported.json() == {"supported_boot_devices": ["pxe", "disk", "cdrom", "uefihttp"]}
     answer = stack.client.put(path, json={"boot_device": "pxe"}, headers=LATEST)
     assert answer.status_code == 204, answer.text
     assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
@@ -651,7 +651,7 @@ def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:
     assert answer.status_code == 400
     assert error_text(answer) == (
         f"Boot device 'bios' is not supported by node {node['uuid']}; "
-        "supported: pxe, disk, cdrom, uefi http"
+        "supported: pxe, disk, cdrom, uefihttp"
     )
     answer = stack.client.put(path, json={"boot_device": "floppy"}, headers=LATEST)
     assert answer.status_code == 400

@@ -32,7 +32,7 @@ HTTP_URL = "http://10.251.0.1:6385"
 
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
-    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=4)
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=12)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +64,14 @@ def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
         running.stop()
 
 
-def _ipxe_node(stack: Stack, bmc: Bmc, images: ImageServer, kernel: str) -> dict[str, Any]:
+def _ipxe_node(
+    stack: Stack, bmc: Bmc, images: ImageServer, kernel: str, boot: str = "ipxe"
+) -> dict[str, Any]:
     system = bmc.take()
     node = create_node(
         stack.client,
         driver="redfish",
-        boot_interface="ipxe",
+        boot_interface=boot,
         driver_info={
             **bmc.driver_info(system),
             "deploy_kernel": f"{images.url}{kernel}",
@@ -137,6 +139,84 @@ def test_a_node_being_cleaned_boots_the_fetched_ramdisk_and_then_nothing(
     assert provision(stack.client, uuid, "abort").status_code == 202
     wait_for_state(stack.client, uuid, "clean failed")
     assert _script(stack, mac).status_code == 404
+
+
+def test_http_ipxe_asks_the_bmc_for_uefi_http_boot_and_serves_the_same_script(
+    stack: Stack, bmc: Bmc, images: ImageServer
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/vmlinuz", boot="http-ipxe")
+    uuid, mac = node["uuid"], node["mac"]
+    assert provision(stack.client, uuid, "manage").status_code == 202
+    wait_for_state(stack.client, uuid, "manageable")
+    assert provision(stack.client, uuid, "provide").status_code == 202
+    wait_for_state(stack.client, uuid, "clean wait")
+    # The BMC offers UefiHttp and took it; sushy-tools stores it as Pxe when no
+    # HttpBootUri comes with it (DHCP tells the firmware where to go).
+    assert bmc.system(node["system"])["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    history = stack.client.get(f"/v1/nodes/{uuid}/history", headers=LATEST).json()["history"]
+    assert not [e for e in history if "offers no UEFI HTTP boot" in e["event"]]
+    script = _script(stack, mac)
+    assert script.status_code == 200, script.text
+    assert f"# metalforge: node {uuid} boots the agent ramdisk (clean)" in script.text
+    assert provision(stack.client, uuid, "abort").status_code == 202
+    wait_for_state(stack.client, uuid, "clean failed")
+    assert _script(stack, mac).status_code == 404
+
+
+def test_a_nodes_own_kernel_parameters_replace_or_extend_the_default(
+    stack: Stack, bmc: Bmc, images: ImageServer
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/vmlinuz")
+    uuid, mac = node["uuid"], node["mac"]
+    patched = stack.client.patch(
+        f"/v1/nodes/{uuid}",
+        json=[
+            {
+                "op": "add",
+                "path": "/driver_info/kernel_append_params",
+                "value": "%default% console=ttyS1,115200n8",
+            }
+        ],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    assert provision(stack.client, uuid, "manage").status_code == 202
+    wait_for_state(stack.client, uuid, "manageable")
+    assert provision(stack.client, uuid, "provide").status_code == 202
+    wait_for_state(stack.client, uuid, "clean wait")
+    kernel_line = next(
+        line for line in _script(stack, mac).text.splitlines() if line.startswith("kernel ")
+    )
+    assert kernel_line.endswith(
+        f"BOOTIF={mac} console=ttyS0 ipa-debug=1 console=ttyS1,115200n8 || goto again"
+    )
+    assert provision(stack.client, uuid, "abort").status_code == 202
+    wait_for_state(stack.client, uuid, "clean failed")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["console=${net0/mac}", "a || shell", "quiet 'quoted'", 7, "x" * 2001],
+)
+def test_kernel_parameters_a_script_would_interpret_are_refused(
+    stack: Stack, bmc: Bmc, images: ImageServer, value: object
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/vmlinuz")
+    patched = stack.client.patch(
+        f"/v1/nodes/{node['uuid']}",
+        json=[{"op": "add", "path": "/instance_info/kernel_append_params", "value": value}],
+        headers=LATEST,
+    )
+    assert patched.status_code == 200, patched.text
+    boot = stack.client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()["boot"]
+    assert boot["result"] is False
+    assert "instance_info.kernel_append_params" in boot["reason"]
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    assert provision(stack.client, node["uuid"], "provide").status_code == 202
+    failed = wait_for_state(stack.client, node["uuid"], "clean failed")
+    assert "instance_info.kernel_append_params" in failed["last_error"]
+    assert _script(stack, node["mac"]).status_code == 404
 
 
 def test_a_bad_deploy_image_fails_the_flow_at_once_with_the_reason(

@@ -38,7 +38,8 @@ SOFT_POWER_OFF = "soft power off"
 SOFT_REBOOT = "soft rebooting"
 POWER_TARGETS = (POWER_ON, POWER_OFF, REBOOT, SOFT_POWER_OFF, SOFT_REBOOT)
 
-BOOT_DEVICES = ("pxe", "disk", "cdrom", "bios", "safe", "wanboot", "uefi http")
+BOOT_DEVICES = ("pxe", "disk", "cdrom", "bios", "safe", "wanboot", "uefihttp")
+"""Ironic's boot device names; a management interface supports some of them."""
 
 StepOutcome = Literal["done", "wait"]
 """A step either finished (``done``) or started work the node must wait for (``wait``)."""

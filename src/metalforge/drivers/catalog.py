@@ -16,8 +16,8 @@ from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi import settings as ipmi_settings
-from metalforge.drivers.ipxe import IpxeBoot
-from metalforge.drivers.pxe import PxeBoot
+from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
+from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.inspect import RedfishInspect
@@ -48,7 +48,7 @@ REDFISH = HardwareType(
         **_COMMON,
         "power": (RedfishPower,),
         "management": (RedfishManagement,),
-        "boot": (PxeBoot, IpxeBoot, RedfishVirtualMediaBoot),
+        "boot": (PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot, RedfishVirtualMediaBoot),
         "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
         "vendor": (RedfishVendor, *_none("vendor")),
@@ -61,7 +61,7 @@ IPMI = HardwareType(
         **_COMMON,
         "power": (IpmiPower,),
         "management": (IpmiManagement,),
-        "boot": (PxeBoot, IpxeBoot),
+        "boot": (PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot),
         "inspect": (AgentInspect, *_none("inspect")),
         "bios": _none("bios"),
     },

@@ -110,8 +110,8 @@ from metalforge.drivers.base import (
     noop_interface,
 )
 from metalforge.drivers.hardware import HardwareType
-from metalforge.drivers.ipxe import IpxeBoot
-from metalforge.drivers.pxe import PxeBoot
+from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
+from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.step_declarations import clean_step, deploy_step
 from metalforge.drivers.vendor import passthru
@@ -782,7 +782,7 @@ FAKE_HARDWARE = HardwareType(
         "management": (FakeManagement,),
         # As Ironic's: a fake machine may still boot and run the real agent from the
         # network (a virtual machine without a BMC, the network-boot tests).
-        "boot": (FakeBoot, PxeBoot, IpxeBoot),
+        "boot": (FakeBoot, PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot),
         "deploy": (FakeDeploy, AgentDeploy),
         "inspect": (FakeInspect, noop_interface("inspect", "no-inspect")),
         "raid": (FakeRaid, noop_interface("raid", "no-raid")),

@@ -1,11 +1,13 @@
 """``ipxe``: boot the agent's ramdisk through iPXE scripts metalforge serves.
 
-The node network-boots once; its iPXE (chainloaded by the provisioning
-network's DHCP, or built into its firmware) asks metalforge for its script,
-which loads the deploy kernel and ramdisk of ``driver_info.deploy_kernel``
-and ``deploy_ramdisk`` from metalforge with the kernel parameters the agent
-needs (``netboot.ipxe``, ``services.netboot``). The instance boots from its
-disk; a node that is not booting the ramdisk gets no script.
+The node network-boots once (``http-ipxe``: through UEFI HTTP boot); its
+iPXE (chainloaded by the provisioning network's DHCP, or built into its
+firmware) asks metalforge for its script, which loads the deploy kernel and
+ramdisk of ``driver_info.deploy_kernel`` and ``deploy_ramdisk`` from
+metalforge with the kernel parameters the agent needs (``netboot.ipxe``,
+``services.netboot``) and the operator's own (the node's
+``kernel_append_params``, else ``netboot.kernel_append``). The instance
+boots from its disk; a node that is not booting the ramdisk gets no script.
 
 Preparing the boot fetches both images into this host's cache first, so a
 missing or wrong image fails the flow at once, with the reason, instead of
@@ -14,13 +16,12 @@ the node timing out later.
 
 from __future__ import annotations
 
-from metalforge.drivers.base import (
-    BootInterface,
-    DriverError,
-    DriverTask,
-    ManagementInterface,
-    interface_of,
-)
+from typing import Any, ClassVar
+
+from metalforge import states
+from metalforge.config import SAFE_KERNEL_PARAM
+from metalforge.drivers.base import BootInterface, DriverError, DriverTask
+from metalforge.drivers.network_boot import boot_from_disk, boot_from_network
 from metalforge.netboot.images import (
     CachedImage,
     ImageError,
@@ -28,6 +29,7 @@ from metalforge.netboot.images import (
     cache_for,
     check_source,
 )
+from metalforge.netboot.ipxe import agent_params
 
 DEPLOY_IMAGES = {"deploy_kernel": ImageKind.KERNEL, "deploy_ramdisk": ImageKind.RAMDISK}
 """The ``driver_info`` keys of the agent's boot images, and what each must be."""
@@ -49,6 +51,59 @@ def deploy_sources(task: DriverTask) -> dict[str, str]:
             raise DriverError(f"driver_info.{key} must be a string, not {type(value).__name__}")
         sources[key] = value
     return sources
+
+
+KERNEL_APPEND = "kernel_append_params"
+"""The node's own kernel parameters for the ramdisk, in ``instance_info`` or
+``driver_info`` (Ironic's key); ``%default%`` in it stands for
+``netboot.kernel_append``."""
+_MAX_APPEND = 2000
+
+
+def kernel_append(task: DriverTask) -> list[str]:
+    """The operator's kernel parameters for this node's ramdisk: ``instance_info``'s
+    ``kernel_append_params``, else ``driver_info``'s, else ``netboot.kernel_append``.
+
+    A node's value goes into an iPXE script and onto a boot ISO's command line,
+    so it is refused (``DriverError``) unless every parameter is plain text.
+    """
+    default = task.settings.netboot.kernel_append
+    node = task.node
+    for field, found in (
+        ("instance_info", node.instance_info),
+        ("driver_info", node.driver_info),
+    ):
+        value: Any = (found or {}).get(KERNEL_APPEND)
+        if value is None:
+            continue
+        if not isinstance(value, str) or len(value) > _MAX_APPEND:
+            raise DriverError(
+                f"{field}.{KERNEL_APPEND} must be a string of at most {_MAX_APPEND} characters"
+            )
+        params = value.replace("%default%", default).split()
+        unsafe = [param for param in params if not SAFE_KERNEL_PARAM.match(param)]
+        if unsafe:
+            raise DriverError(
+                f"{field}.{KERNEL_APPEND}: kernel parameter {unsafe[0]!r} has characters "
+                "a boot script would interpret"
+            )
+        return params
+    return default.split()
+
+
+def ramdisk_params(task: DriverTask, mac: str | None) -> tuple[str, ...]:
+    """Every kernel parameter of this node's agent ramdisk, booted from ``mac`` (``None``
+    for virtual media), with ``netboot.http_url`` as the agent's API (set: checked by the
+    caller)."""
+    api_url = task.settings.netboot.http_url
+    if api_url is None:
+        raise DriverError("conductor.netboot.http_url is unset: the agent would not find us")
+    return agent_params(
+        api_url=api_url,
+        mac=mac,
+        inspect=task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT),
+        append=kernel_append(task),
+    )
 
 
 def check_deploy_images(task: DriverTask) -> None:
@@ -77,6 +132,8 @@ class IpxeBoot(BootInterface):
     """The ramdisk boots from iPXE scripts metalforge serves; the instance from disk."""
 
     name = "ipxe"
+    http_boot: ClassVar[bool] = False
+    """Ask the BMC for UEFI HTTP boot (which loads iPXE over HTTP) rather than PXE."""
 
     def properties(self) -> dict[str, str]:
         return {
@@ -86,17 +143,24 @@ class IpxeBoot(BootInterface):
 
     def validate(self, task: DriverTask) -> None:
         check_deploy_images(task)
+        kernel_append(task)
 
     def prepare_ramdisk(self, task: DriverTask) -> None:
+        ramdisk_params(task, mac=None)  # refuses bad parameters now, not at the node's boot
         fetch_deploy_images(task)
-        _management(task).set_boot_device(task, "pxe", persistent=False)
+        boot_from_network(task, http=self.http_boot)
 
     def prepare_instance(self, task: DriverTask) -> None:
-        _management(task).set_boot_device(task, "disk", persistent=True)
+        boot_from_disk(task)
 
     def clean_up_instance(self, task: DriverTask) -> None:
         return None
 
 
-def _management(task: DriverTask) -> ManagementInterface:
-    return interface_of(task, ManagementInterface, "set a boot device")
+class IpxeHttpBoot(IpxeBoot):
+    """``ipxe`` whose first stage is the firmware's UEFI HTTP boot (Ironic's
+    ``http-ipxe``): metalforge's DHCP answers HTTP boot clients with the iPXE
+    binary's URL, and the scripts are the same."""
+
+    name = "http-ipxe"
+    http_boot = True

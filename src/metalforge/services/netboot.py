@@ -20,7 +20,7 @@ from metalforge.db import agent_sessions
 from metalforge.db.models import Node
 from metalforge.drivers.base import DriverError, ReadOnlyTask
 from metalforge.drivers.hardware import UnknownDriver
-from metalforge.drivers.ipxe import DEPLOY_IMAGES, IpxeBoot, deploy_sources
+from metalforge.drivers.ipxe import DEPLOY_IMAGES, IpxeBoot, deploy_sources, ramdisk_params
 from metalforge.errors import not_found
 from metalforge.netboot import ipxe
 from metalforge.netboot.images import CachedImage, cache_for
@@ -86,8 +86,10 @@ def node_script(svc: Services, raw_mac: str) -> Script:
     node = _booting(svc, mac)
     if node is None or netboot.http_url is None:
         raise _no_script()
+    task = ReadOnlyTask(node, svc.settings.conductor)
     try:
-        sources = deploy_sources(ReadOnlyTask(node, svc.settings.conductor))
+        sources = deploy_sources(task)
+        params = ramdisk_params(task, mac)
     except DriverError as exc:
         LOG.warning("node %s boots with ipxe but cannot be served: %s", node.uuid, exc)
         raise _no_script() from None
@@ -109,12 +111,6 @@ def node_script(svc: Services, raw_mac: str) -> Script:
         return Script(ipxe.wait_script(netboot.http_url, mac, delay), boots=False)
     flow = catalog.flow_of(node.provision_state)
     purpose = flow.name if flow is not None else node.provision_state
-    params = ipxe.agent_params(
-        api_url=netboot.http_url,
-        mac=mac,
-        inspect=purpose == "inspect",
-        append=netboot.kernel_append.split(),
-    )
     boot = ipxe.RamdiskBoot(
         node_uuid=node.uuid,
         purpose=purpose,

@@ -21,12 +21,15 @@ from urllib.parse import urlsplit
 
 import sushy
 
-from metalforge import states
 from metalforge.drivers.base import BootInterface, DriverError, DriverTask
-from metalforge.drivers.ipxe import check_deploy_images, fetch_deploy_images
+from metalforge.drivers.ipxe import (
+    check_deploy_images,
+    fetch_deploy_images,
+    kernel_append,
+    ramdisk_params,
+)
 from metalforge.drivers.redfish import connection, management
 from metalforge.netboot.images import cache_for
-from metalforge.netboot.ipxe import agent_params
 from metalforge.netboot.iso import IsoError, build_iso, iso_key
 
 _CD_TYPES = (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD)
@@ -54,12 +57,7 @@ def _built_iso(task: DriverTask) -> str:
             "is a wildcard); set it, or give driver_info.redfish_deploy_iso"
         )
     images = fetch_deploy_images(task)
-    params = agent_params(
-        api_url=netboot.http_url,
-        mac=None,
-        inspect=task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT),
-        append=netboot.kernel_append.split(),
-    )
+    params = ramdisk_params(task, mac=None)
     kernel, ramdisk = images["deploy_kernel"], images["deploy_ramdisk"]
     network_data = _network_data(task)
     key = iso_key(kernel.digest, ramdisk.digest, params, network_data)
@@ -114,6 +112,7 @@ class RedfishVirtualMediaBoot(BootInterface):
         connection.parse_driver_info(task.node.driver_info)
         if _given_iso(task) is None:
             check_deploy_images(task)
+            kernel_append(task)
 
     def properties(self) -> dict[str, str]:
         return {

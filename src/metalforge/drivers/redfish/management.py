@@ -37,7 +37,7 @@ BOOT_SOURCES: dict[str, Any] = {
     "disk": sushy.BootSource.HDD,
     "cdrom": sushy.BootSource.CD,
     "bios": sushy.BootSource.BIOS_SETUP,
-    "uefi http": sushy.BootSource.UEFI_HTTP,
+    "uefihttp": sushy.BootSource.UEFI_HTTP,
 }
 """metalforge boot device -> Redfish boot source."""
 _DEVICES = {source: device for device, source in BOOT_SOURCES.items()}
