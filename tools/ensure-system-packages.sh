@@ -13,7 +13,8 @@
 #         curl to fetch them over TFTP as firmware would; xorriso, isolinux,
 #         syslinux-common, grub-efi-amd64-bin, grub-common, mtools and dosfstools
 #         to build the agent's boot ISOs, and ovmf to boot them as UEFI firmware;
-#         what `ramdisk` needs, and syslinux for the lab's bootable instance image)
+#         what `ramdisk` needs, syslinux for the lab's bootable instance image, and
+#         dropbear-bin, whose SSH client logs in to a rescued machine)
 #   ramdisk: what building the agent's ramdisk needs (mmdebstrap, cpio, zstd)
 set -euo pipefail
 
@@ -25,7 +26,7 @@ if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
          dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core
          qemu-system-x86 ipxe-qemu ipxe curl xorriso isolinux syslinux-common
-         grub-efi-amd64-bin grub-common mtools dosfstools ovmf syslinux)
+         grub-efi-amd64-bin grub-common mtools dosfstools ovmf syslinux dropbear-bin)
 fi
 
 missing=()

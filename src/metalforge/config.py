@@ -538,6 +538,9 @@ class ConductorSettings(BaseModel):
     """Seconds a node may wait in ``wait call-back`` before the deploy fails."""
     clean_callback_timeout: float = 1800.0
     """Seconds a node may wait in ``clean wait`` before the clean fails."""
+    rescue_callback_timeout: float = Field(default=1800.0, gt=0)
+    """Seconds a node may wait in ``rescue wait`` for its rescue system before the
+    rescue fails."""
     agent_heartbeat_timeout: int = 300
     """Seconds without a heartbeat after which the ramdisk agent is taken for dead.
 

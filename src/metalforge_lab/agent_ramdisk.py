@@ -88,6 +88,11 @@ PACKAGES = (
     "efibootmgr",  # UEFI boot entries after a deploy
     "cryptsetup-bin",
     "procps",
+    # The rescue system: the tenant logs in as `rescue` over SSH or on the console.
+    "dropbear-bin",
+    "sudo",
+    "login",
+    "passwd",
 )
 
 AGENT_PINS = (
@@ -169,6 +174,36 @@ NETWORK_SCRIPT = "/usr/local/lib/metalforge/network_data.py"
 MARK = "METALFORGE-AGENT-RAMDISK"
 """Prefix of the init's own lines on the console: where boot got to."""
 
+RESCUE_PASSWORD_FILE = "/etc/ipa-rescue-config/ipa-rescue-password"
+"""Where the agent writes the rescue password's hash (``rescue.finalize_rescue``)."""
+
+_RESCUE = f"""# The rescue system: a `rescue` user with the password's hash the agent wrote, root
+# through sudo, SSH (dropbear) and a login on the console.
+hash="$(cat {RESCUE_PASSWORD_FILE} 2>/dev/null)"
+if [ -z "$hash" ]; then
+  echo "{MARK} rescue: no password hash in {RESCUE_PASSWORD_FILE}; nobody can log in"
+else
+  grep -q '^rescue:' /etc/group || echo 'rescue:x:1000:' >> /etc/group
+  account='rescue:x:1000:1000:rescue:/home/rescue:/bin/bash'
+  grep -q '^rescue:' /etc/passwd || echo "$account" >> /etc/passwd
+  grep -v '^rescue:' /etc/shadow > /run/shadow
+  echo "rescue:$hash:20000:0:99999:7:::" >> /run/shadow
+  cat /run/shadow > /etc/shadow && rm -f /run/shadow
+  mkdir -p /home/rescue && chown 1000:1000 /home/rescue
+  echo 'rescue ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/rescue
+  chmod 0440 /etc/sudoers.d/rescue
+  mkdir -p /etc/dropbear
+  dropbear -R -p 22
+  echo "{MARK} rescue ready: log in as rescue (SSH on port 22, or the console)"
+fi
+console=ttyS0
+[ -e /sys/class/tty/$console ] || console=tty1
+while true; do
+  setsid agetty --noclear -L 115200 $console vt100
+  sleep 1
+done
+"""
+
 _INIT = f"""#!/bin/sh
 # metalforge's agent ramdisk: devices, network, then ironic-python-agent.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -207,12 +242,18 @@ while [ -z "$configured" ]; do
   echo "{MARK} no DHCP answer on$interfaces; asking again"
 done
 echo "{MARK} network $(ip -4 -o addr show scope global | awk '{{print $2, $4}}' | tr '\\n' ' ')"
+mkdir -p /etc/ipa-rescue-config  # where the agent writes a rescue password's hash
 while true; do
   echo "{MARK} agent starting"
   python3 -c 'from ironic_python_agent.cmd.agent import run; run()'
-  echo "{MARK} agent exited with status $?; starting it again in 5 s"
+  status=$?
+  # The agent leaves /etc/.rescued when it finalised a rescue, and exits: this ramdisk
+  # is the node's rescue system from now on, and the agent is not started again.
+  [ -e /etc/.rescued ] && break
+  echo "{MARK} agent exited with status $status; starting it again in 5 s"
   sleep 5
 done
+{_RESCUE}
 """
 
 _POWER = """#!/bin/sh

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.support.api import (
@@ -12,7 +15,8 @@ from tests.support.api import (
     provision,
     wait_for_state,
 )
-from tests.support.stack import Stack
+from tests.support.stack import Stack, start_stack
+from tests.support.stack import test_settings as stack_settings
 
 
 def _active(client: TestClient, **fields: object) -> dict[str, object]:
@@ -47,7 +51,7 @@ def test_a_failing_rescue_ends_in_rescue_failed_with_the_reason(stack: Stack) ->
 
 
 def test_rescue_is_refused_for_a_node_without_a_rescue_interface(stack: Stack) -> None:
-    """redfish and ipmi nodes have only ``no-rescue`` today: a clear 400, nothing moves."""
+    """``no-rescue`` (the default of redfish and ipmi nodes): a clear 400, nothing moves."""
     client = stack.client
     _active(client, name="norescue", rescue_interface="no-rescue")
     before = get_node(client, "norescue")
@@ -61,3 +65,58 @@ def test_rescue_is_refused_for_a_node_without_a_rescue_interface(stack: Stack) -
         "/v1/nodes/norescue/states/provision", json={"target": "unrescue"}, headers=LATEST
     )
     assert refused.status_code == 400
+
+
+# -- the agent rescue interface, without an agent ------------------------------------------
+# (With the real agent, booted by a QEMU machine, rescue is proven in
+# tests/netboot/test_vm_lifecycle_network.py.)
+
+
+@pytest.fixture
+def impatient(sqlite_url: str) -> Iterator[Stack]:
+    """A stack whose rescues wait 1 s for the rescue system."""
+    running = start_stack(stack_settings(sqlite_url, rescue_callback_timeout=1))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_agent_rescue_that_no_agent_answers_fails_after_its_timeout_and_cleans_up(
+    impatient: Stack,
+) -> None:
+    client = impatient.client
+    _active(client, name="lonely", rescue_interface="agent")
+    assert provision(client, "lonely", "rescue", rescue_password="pw").status_code == 202
+    waiting = wait_for_state(client, "lonely", "rescue wait")
+    assert waiting["instance_info"]["hashed_rescue_password"] == "******"
+    assert "rescue_password" not in waiting["instance_info"], "hashed at once"
+    failed = wait_for_state(client, "lonely", "rescue failed")
+    assert "Timed out after 1s waiting for the rescue system to come up" in failed["last_error"]
+    assert failed["power_state"] == "power off", "the ramdisk is stopped"
+    assert "hashed_rescue_password" not in failed["instance_info"]
+    assert provision(client, "lonely", "unrescue").status_code == 202
+    back = wait_for_state(client, "lonely", "active")
+    assert back["power_state"] == "power on"
+
+
+def test_an_aborted_agent_rescue_stops_the_ramdisk(stack: Stack) -> None:
+    client = stack.client
+    _active(client, name="aborted", rescue_interface="agent")
+    assert provision(client, "aborted", "rescue", rescue_password="pw").status_code == 202
+    wait_for_state(client, "aborted", "rescue wait")
+    assert provision(client, "aborted", "abort").status_code == 202
+    failed = wait_for_state(client, "aborted", "rescue failed")
+    assert failed["power_state"] == "power off"
+    assert "hashed_rescue_password" not in failed["instance_info"]
+
+
+def test_a_password_the_agent_rescue_cannot_take_is_refused_up_front(stack: Stack) -> None:
+    client = stack.client
+    _active(client, name="longpw", rescue_interface="agent")
+    response = provision(client, "longpw", "rescue", rescue_password="x" * 73)
+    assert response.status_code == 400
+    assert "rescue_password must be at most 72 bytes" in error_text(response)
+    after = get_node(client, "longpw")
+    assert after["provision_state"] == "active"
+    assert "rescue_password" not in after["instance_info"]

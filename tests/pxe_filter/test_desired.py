@@ -52,6 +52,19 @@ def test_nodes_a_conductor_boots_the_agent_on_are_allowed_while_it_boots(db: Dat
     assert found.denied == {mac(1), mac(2), mac(4)}
 
 
+def test_a_rescued_node_keeps_its_address_after_the_agent_session_ends(db: Database) -> None:
+    rescuing = add_node(db, mac(1))
+    add_node(db, mac(2))
+    boot_ramdisk(db, rescuing, "rescue wait")
+    assert _state(db).allowed == {mac(1)}
+    end_ramdisk(db, rescuing, "rescue")
+    assert _state(db).allowed == {mac(1)}, "its rescue system renews its lease"
+    with db.write() as session:
+        session.execute(update(Node).where(Node.uuid == rescuing).values(provision_state="active"))
+    assert _state(db).allowed == frozenset()
+    assert _state(db).denied == {mac(1), mac(2)}
+
+
 def test_unknown_machines_are_allowed_only_with_discovery(db: Database) -> None:
     add_node(db, mac(1))
     assert _state(db, discovery=False).unknown_allowed is False

@@ -46,6 +46,8 @@ def require() -> None:
         reason = "a VM on a bridge needs root"
     elif shutil.which("dnsmasq") is None:
         reason = "dnsmasq is not installed"
+    elif shutil.which("dbclient") is None:
+        reason = "dbclient (dropbear-bin) is not installed: it logs in to a rescued machine"
     if reason is None:
         return
     if IN_CI:

@@ -9,13 +9,15 @@ answers DHCP, so the ramdisk takes its address from the node's
 ``network_data``, which metalforge put on the ISO). It is inspected, cleaned (the agent erases the
 disk's metadata), deployed (the agent writes a bootable image, and the
 machine then boots it from its disk and says so on its serial console) and
-undeployed (cleaned again).
+undeployed (cleaned again). The network-booted one is also rescued on the
+way: its ramdisk becomes the rescue system, logged in to over SSH.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +123,54 @@ def wait_for(client: Any, node: str, wanted: str, console: Machine) -> dict[str,
     return seen
 
 
+RESCUE_PASSWORD = "c0rrect horse"
+
+
+def rescue_and_back(client: Any, node: str, machine: Machine, tmp_path: Path) -> None:
+    """Rescue the deployed machine: its ramdisk lets ``rescue`` in over SSH with the
+    password, as root through sudo; unrescue boots the instance from its disk again."""
+    instance_boots = machine.console_text().count(instance_image.MARK)
+    assert provision(client, node, "rescue", rescue_password=RESCUE_PASSWORD).status_code == 202
+    rescued = wait_for(client, node, "rescue", machine)
+    assert rescued["last_error"] is None
+    assert "rescue_password" not in rescued["instance_info"]
+    assert "hashed_rescue_password" not in rescued["instance_info"]
+    ready = f"{agent_ramdisk.MARK} rescue ready"
+    wait_until(
+        "the rescue system to let its user in",
+        lambda: ready in machine.console_text(),
+        timeout=FLOW_TIMEOUT,
+    )
+    console = machine.console_text()
+    network = console[: console.rindex(ready)].rsplit(f"{agent_ramdisk.MARK} network ", 1)[1]
+    address = network.split()[1].split("/")[0]
+    login = subprocess.run(
+        [
+            "dbclient", "-y", "-y", "-o", "ConnectTimeout=30", f"rescue@{address}",
+            "sudo id -un; hostname -I",
+        ],
+        env={**os.environ, "DROPBEAR_PASSWORD": RESCUE_PASSWORD, "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert login.returncode == 0, login.stderr
+    assert login.stdout.split()[:2] == ["root", address], login.stdout
+    refused = subprocess.run(
+        ["dbclient", "-y", "-y", f"rescue@{address}", "true"],
+        env={**os.environ, "DROPBEAR_PASSWORD": "wrong", "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0, "the rescue user took a wrong password"
+
+    assert provision(client, node, "unrescue").status_code == 202
+    back = wait_for(client, node, "active", machine)
+    assert back["power_state"] == "power on"
+    wait_until(
+        "the machine to boot its instance again",
+        lambda: machine.console_text().count(instance_image.MARK) > instance_boots,
+        timeout=FLOW_TIMEOUT,
+    )
+
+
 def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scenario
     boot: str,
     mac: str,
@@ -129,8 +179,10 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
     tmp_path: Path,
     *,
     static: bool = False,
+    rescue: bool = False,
 ) -> None:
-    """The whole cycle on one machine booted through ``boot`` (module doc)."""
+    """The whole cycle on one machine booted through ``boot`` (module doc); with ``rescue``,
+    the deployed machine is rescued (and logged in to) and unrescued before the undeploy."""
     ramdisk = agent_ramdisk_for_tests()
     image = instance_image.build(tmp_path / "instance")  # each test its own: they run at once
     images = tmp_path / "images"
@@ -176,6 +228,7 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
                     "boot_interface": boot,
                     "deploy_interface": "direct",
                     "inspect_interface": "agent",
+                    "rescue_interface": "agent" if rescue else "no-rescue",
                     **({"network_data": network_data} if static else {}),
                     "driver_info": {
                         "redfish_address": emulator.address,
@@ -254,6 +307,9 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
                 timeout=FLOW_TIMEOUT,
             )
 
+            if rescue:
+                rescue_and_back(client, node, machine, tmp_path)
+
             # undeploy: cleaned again, the image's partition table is gone.
             assert provision(client, node, "deleted").status_code == 202
             wait_for(client, node, "available", machine)
@@ -261,7 +317,8 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
 
             console = machine.console_text()
             boots = console.count(f"{agent_ramdisk.MARK} init")
-            assert boots == 4, f"inspect, clean, deploy and clean each boot the ramdisk: {boots}"
+            wanted = 5 if rescue else 4
+            assert boots == wanted, f"inspect, clean, deploy, (rescue,) clean: {boots} boots"
             if static:
                 assert console.count(f"{agent_ramdisk.MARK} network ") == 4
                 assert console.count(f" {address} ") >= 4, "the address is not network_data's"

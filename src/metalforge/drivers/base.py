@@ -492,6 +492,20 @@ class RescueInterface(Interface):
         """Return the node to its instance."""
         raise NotImplementedError
 
+    def check_password(self, password: str) -> None:
+        """Refuse (``DriverError``) a password this rescue system cannot take, before the
+        request is accepted."""
+        return None
+
+    def check_rescued(self, task: DriverTask) -> StepOutcome:
+        """While the node waits after ``rescue``: is the rescue system up now?"""
+        return "done"
+
+    def clean_up(self, task: DriverTask) -> None:
+        """Undo a rescue that failed, timed out or was aborted (stop what it booted, forget
+        the password)."""
+        return None
+
 
 class VendorInterface(Interface):
     """Vendor passthru: methods a vendor offers beyond the other interfaces.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.agent.inspect import AgentInspect
+from metalforge.drivers.agent.rescue import AgentRescue
 from metalforge.drivers.base import STORAGE_INTERFACES, Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
 from metalforge.drivers.hardware import HardwareType
@@ -33,14 +34,15 @@ def _none(family: str) -> tuple[type[Interface], ...]:
 _COMMON: dict[str, tuple[type[Interface], ...]] = {
     "deploy": (AgentDeploy,),
     "raid": _none("raid"),
-    "rescue": _none("rescue"),
+    "rescue": (*_none("rescue"), AgentRescue),
     "console": _none("console"),
     "network": (noop_interface("network", "noop"),),
     "storage": STORAGE_INTERFACES,
     "vendor": _none("vendor"),
     "firmware": _none("firmware"),
 }
-"""Families real hardware types share: the agent deploys; the rest is not offered yet."""
+"""Families real hardware types share: the agent deploys and rescues (``no-rescue`` stays
+the default, as in Ironic); the rest is not offered yet."""
 
 REDFISH = HardwareType(
     name="redfish",

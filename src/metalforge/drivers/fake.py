@@ -78,6 +78,7 @@ from typing import Any
 
 from metalforge.db.models import utcnow
 from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.agent.rescue import AgentRescue
 from metalforge.drivers.base import (
     HEALTH_STATES,
     POWER_OFF,
@@ -787,7 +788,7 @@ FAKE_HARDWARE = HardwareType(
         "inspect": (FakeInspect, noop_interface("inspect", "no-inspect")),
         "raid": (FakeRaid, noop_interface("raid", "no-raid")),
         "bios": (FakeBios, noop_interface("bios", "no-bios")),
-        "rescue": (FakeRescue, noop_interface("rescue", "no-rescue")),
+        "rescue": (FakeRescue, noop_interface("rescue", "no-rescue"), AgentRescue),
         "console": (FakeConsole, noop_interface("console", "no-console")),
         "network": (noop_interface("network", "noop"),),
         "storage": STORAGE_INTERFACES,

@@ -3,9 +3,10 @@
 The nodes being inspected (introspection ``starting`` or ``waiting``: they
 boot, or run, the inspection ramdisk) are allowed, and so are the nodes a
 conductor is booting the agent's ramdisk on for another flow (cleaning,
-deploying, servicing: a ramdisk session began and the node is in a state
-whose agent may look up), which boot it from the network and need an address
-while it runs. Every other MAC the service knows is denied, so a node
+deploying, servicing, rescuing: a ramdisk session began and the node is in a
+state whose agent may look up), which boot it from the network and need an
+address while it runs, and the rescued nodes, whose rescue system is that
+ramdisk. Every other MAC the service knows is denied, so a node
 rebooting into its tenant's system never boots a ramdisk; a MAC nobody knows
 is allowed only when discovery is on, since then an unknown machine booting
 is how it enrols. Only the elected leader's host answers at all: every other
@@ -20,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
+from metalforge import states
 from metalforge.conductor.flows import catalog
 from metalforge.db.models import AgentSession, Introspection, Node, Port
 from metalforge.macs import is_stored_mac
@@ -66,7 +68,14 @@ def desired_state(session: Session, *, discovery: bool) -> FilterState:
             Node.provision_state.in_(sorted(catalog.LOOKUP_STATES)),
         )
     )
-    for address in booting:
+    # A rescued node runs the ramdisk as its tenant's rescue system, with the address
+    # the provisioning network gave it: its lease must go on being renewed.
+    rescued = session.scalars(
+        select(Port.address)
+        .join(Node, Port.node_id == Node.id)
+        .where(Node.provision_state == states.RESCUE)
+    )
+    for address in (*booting, *rescued):
         mac = address.lower()
         if is_stored_mac(mac):
             allowed.add(mac)

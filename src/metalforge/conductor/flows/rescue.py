@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metalforge import states
+from metalforge.conductor import stepflow
 from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import fail
@@ -31,6 +32,52 @@ def rescue(task: NodeTask) -> None:
     task.transition(states.DONE, last_error=None)
 
 
+def rescue_wait(task: NodeTask) -> None:
+    """rescue wait: done once the rescue system is up; failed after
+    ``conductor.rescue_callback_timeout`` seconds of booting."""
+    try:
+        iface = _rescue_interface(task)
+        outcome = iface.check_rescued(task)
+    except DriverError as exc:
+        _clean_up(task, f"Failed to rescue the node: {exc}")
+        fail(task, f"Failed to rescue the node: {exc}")
+        return
+    if outcome == "done":
+        task.record("rescue", "the node runs its rescue system")
+        task.transition(states.DONE, last_error=None)
+        return
+    timeout = SPEC.timeout(task.ctx.settings)
+    session = task.agent_session()
+    booted = session.booted_at if session is not None else None
+    waited = (task.ctx.db.now() - booted).total_seconds() if booted is not None else 0.0
+    if booted is None or waited > timeout:
+        message = (
+            f"Timed out after {timeout:.0f}s waiting for the rescue system to come up"
+            if booted is not None
+            else "The rescue system's boot was lost (its agent session ended)"
+        )
+        _clean_up(task, message)
+        fail(task, message)
+        return
+    stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
+
+
+def _clean_up(task: NodeTask, why: str) -> None:
+    """Stop what the rescue booted; what fails here is recorded beside ``why``."""
+    try:
+        _rescue_interface(task).clean_up(task)
+    except DriverError as exc:
+        task.record("rescue", f"cleaning up after a failed rescue ({why}) failed: {exc}")
+
+
+def _on_abort(task: NodeTask) -> None:
+    _clean_up(task, "aborted")
+
+
+def _on_fail(task: NodeTask, message: str) -> None:
+    _clean_up(task, message)
+
+
 def unrescue(task: NodeTask) -> None:
     """unrescuing: back to the instance."""
     try:
@@ -50,8 +97,14 @@ def _supported(admission: Admission) -> None:
     if not isinstance(iface, RescueInterface):
         raise bad_request(
             f"Node {node.uuid} cannot be rescued: its rescue interface is {iface.name!r}. "
-            "Set rescue_interface to one that supports rescue (fake-hardware: 'fake')."
+            "Set rescue_interface to one that supports rescue ('agent'; fake-hardware: 'fake')."
         )
+    password = admission.request.rescue_password
+    if password is not None:
+        try:
+            iface.check_password(password)
+        except DriverError as exc:
+            raise bad_request(str(exc)) from None
 
 
 def _intent(admission: Admission) -> Intent:
@@ -77,7 +130,15 @@ SPEC = FlowSpec(
     ),
     states={
         states.RESCUING: FlowState(hook=rescue, agent_may_look_up=True),
-        states.RESCUE_WAIT: FlowState(agent_may_look_up=True, power_changes_allowed=True),
+        states.RESCUE_WAIT: FlowState(
+            hook=rescue_wait,
+            agent_may_look_up=True,
+            agent_continues=True,
+            power_changes_allowed=True,
+        ),
         states.UNRESCUING: FlowState(hook=unrescue),
     },
+    timeout_setting="rescue_callback_timeout",
+    on_abort=_on_abort,
+    on_fail=_on_fail,
 )
