@@ -100,7 +100,9 @@ def test_a_node_being_cleaned_boots_the_fetched_ramdisk_and_then_nothing(
     assert provision(stack.client, uuid, "manage").status_code == 202
     wait_for_state(stack.client, uuid, "manageable")
     assert _script(stack, mac).status_code == 404
-    assert provision(stack.client, uuid, "provide").status_code == 202
+    provide = provision(stack.client, uuid, "provide")
+    assert provide.status_code == 202
+    request_id = provide.headers["x-openstack-request-id"]
     waiting = wait_for_state(stack.client, uuid, "clean wait")
     assert waiting["last_error"] is None
     assert bmc.system(node["system"])["Boot"]["BootSourceOverrideTarget"] == "Pxe"
@@ -122,7 +124,8 @@ def test_a_node_being_cleaned_boots_the_fetched_ramdisk_and_then_nothing(
     kernel_line = next(line for line in lines if line.startswith("kernel "))
     assert kernel_line == (
         f"kernel --name kernel {HTTP_URL}/boot/images/{kernel_digest} initrd=ramdisk "
-        f"ipa-api-url={HTTP_URL} BOOTIF={mac} console=ttyS0 ipa-debug=1 || goto again"
+        f"ipa-api-url={HTTP_URL} BOOTIF={mac} ipa-global-request-id={request_id} "
+        "console=ttyS0 ipa-debug=1 || goto again"
     )
     assert f"initrd --name ramdisk {HTTP_URL}/boot/images/{ramdisk_digest} || goto again" in lines
     # Either spelling of the MAC finds the same script.
@@ -182,14 +185,45 @@ def test_a_nodes_own_kernel_parameters_replace_or_extend_the_default(
     assert patched.status_code == 200, patched.text
     assert provision(stack.client, uuid, "manage").status_code == 202
     wait_for_state(stack.client, uuid, "manageable")
-    assert provision(stack.client, uuid, "provide").status_code == 202
+    # A caller's own request id (one it carries across services) is the flow's.
+    carried = "req-0b6e6c3a-3f5e-4c41-9d1e-6a0c2f4e9b17"
+    provide = stack.client.put(
+        f"/v1/nodes/{uuid}/states/provision",
+        json={"target": "provide"},
+        headers={**LATEST, "X-OpenStack-Request-ID": carried},
+    )
+    assert provide.status_code == 202, provide.text
     wait_for_state(stack.client, uuid, "clean wait")
     kernel_line = next(
         line for line in _script(stack, mac).text.splitlines() if line.startswith("kernel ")
     )
     assert kernel_line.endswith(
-        f"BOOTIF={mac} console=ttyS0 ipa-debug=1 console=ttyS1,115200n8 || goto again"
+        f"BOOTIF={mac} ipa-global-request-id={carried} console=ttyS0 ipa-debug=1 "
+        "console=ttyS1,115200n8 || goto again"
     )
+    assert provision(stack.client, uuid, "abort").status_code == 202
+    wait_for_state(stack.client, uuid, "clean failed")
+
+
+def test_a_request_id_that_is_not_one_is_not_carried_to_the_node(
+    stack: Stack, bmc: Bmc, images: ImageServer
+) -> None:
+    node = _ipxe_node(stack, bmc, images, "/vmlinuz")
+    uuid, mac = node["uuid"], node["mac"]
+    assert provision(stack.client, uuid, "manage").status_code == 202
+    wait_for_state(stack.client, uuid, "manageable")
+    provide = stack.client.put(
+        f"/v1/nodes/{uuid}/states/provision",
+        json={"target": "provide"},
+        headers={**LATEST, "X-OpenStack-Request-ID": "req-x ${net0/mac} || shell"},
+    )
+    assert provide.status_code == 202, provide.text
+    own = provide.headers["x-openstack-request-id"]
+    assert own.startswith("req-") and "$" not in own
+    wait_for_state(stack.client, uuid, "clean wait")
+    script = _script(stack, mac).text
+    assert f" ipa-global-request-id={own} " in script
+    assert "shell" not in script
     assert provision(stack.client, uuid, "abort").status_code == 202
     wait_for_state(stack.client, uuid, "clean failed")
 

@@ -30,6 +30,12 @@ VERSION_HEADER = b"x-openstack-ironic-api-version"
 VERSION_REQUEST_HEADERS = (VERSION_HEADER, b"openstack-api-version")
 
 _PATTERN = re.compile(r"^(\d+)\.(\d+)$")
+REQUEST_ID_HEADER = b"x-openstack-request-id"
+GLOBAL_REQUEST_ID = re.compile(
+    r"^req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+)
+"""A request id as OpenStack services pass them on (``req-`` and a UUID), and nothing
+else: it ends up on kernel command lines."""
 
 
 class VersionError(ValueError):
@@ -99,10 +105,16 @@ class VersionMiddleware:
         scope.setdefault("state", {})["version"] = version
         scope = _without_json_suffix(scope, headers, version)
         request_id = f"req-{uuid.uuid4()}".encode()
+        given = headers.get(REQUEST_ID_HEADER, b"").decode("latin-1")
+        # The caller's id (a client carrying one across services) when it is well formed;
+        # else this request's own. Flows carry it to the agent's logs.
+        scope["state"]["global_request_id"] = (
+            given if GLOBAL_REQUEST_ID.match(given) else request_id.decode()
+        )
         extra_headers = [
             *range_headers,
             (VERSION_HEADER, fmt(version).encode()),
-            (b"x-openstack-request-id", request_id),
+            (REQUEST_ID_HEADER, request_id),
             (b"openstack-request-id", request_id),
         ]
 
@@ -171,3 +183,9 @@ def request_version(request: Any) -> Version:
     """The negotiated version of a FastAPI request."""
     version: Version = request.state.version
     return version
+
+
+def global_request_id(scope_state: Any) -> str | None:
+    """The request's global id, as ``VersionMiddleware`` left it in the request's state."""
+    value = getattr(scope_state, "global_request_id", None)
+    return value if isinstance(value, str) else None

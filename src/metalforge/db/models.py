@@ -147,6 +147,9 @@ class Node(TimestampMixin, Base):
     instance_name: Mapped[str | None] = mapped_column(String(255))
     health: Mapped[str | None] = mapped_column(String(16))
     """``OK``, ``Warning`` or ``Critical`` as the BMC last rated the hardware (power sync)."""
+    flow_request_id: Mapped[str | None] = mapped_column(String(64))
+    """The global request id (``req-<uuid>``) of the request that started the node's
+    current flow: the agent ramdisk logs with it (``ipa-global-request-id``)."""
     inspection_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     inspection_finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     bios_interface: Mapped[str | None] = mapped_column(String(255))

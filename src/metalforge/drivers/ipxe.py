@@ -93,16 +93,26 @@ def kernel_append(task: DriverTask) -> list[str]:
 
 def ramdisk_params(task: DriverTask, mac: str | None) -> tuple[str, ...]:
     """Every kernel parameter of this node's agent ramdisk, booted from ``mac`` (``None``
-    for virtual media), with ``netboot.http_url`` as the agent's API (set: checked by the
-    caller)."""
+    for virtual media), with ``netboot.http_url`` as the agent's API.
+
+    A network boot also names the request that started the flow
+    (``ipa-global-request-id``), which the agent logs with; a boot ISO does not,
+    since it is built once for every flow that boots the same images.
+    """
     api_url = task.settings.netboot.http_url
     if api_url is None:
         raise DriverError("conductor.netboot.http_url is unset: the agent would not find us")
+    append = kernel_append(task)
+    request_id = task.node.flow_request_id
+    if mac is not None and request_id:
+        param = f"ipa-global-request-id={request_id}"
+        if SAFE_KERNEL_PARAM.match(param):
+            append = [param, *append]
     return agent_params(
         api_url=api_url,
         mac=mac,
         inspect=task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT),
-        append=kernel_append(task),
+        append=append,
     )
 
 

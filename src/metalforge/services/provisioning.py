@@ -52,9 +52,16 @@ def check_fields(request: FlowRequest, verb: Verb) -> None:
 
 
 def start(
-    svc: Services, ident: str, version: Version, request: FlowRequest, actor: str | None
+    svc: Services,
+    ident: str,
+    version: Version,
+    request: FlowRequest,
+    actor: str | None,
+    *,
+    request_id: str | None = None,
 ) -> str:
-    """Start (or abort, or unhold) the node's flow; returns the node's UUID."""
+    """Start (or abort, or unhold) the node's flow; returns the node's UUID. A flow started
+    keeps ``request_id`` (the request's global id) for the agent's logs."""
     verb = verb_of(request.verb)
     check_fields(request, verb)
     with svc.db.write() as session:
@@ -67,7 +74,7 @@ def start(
         if request.verb == states.ABORT:
             _abort(svc, admission, version, actor)
         else:
-            _move(svc, admission, verb, actor)
+            _move(svc, admission, verb, actor, request_id)
     svc.notify()
     return node.uuid
 
@@ -91,11 +98,13 @@ def _abort(svc: Services, admission: Admission, version: Version, actor: str | N
     fencing.record(admission.session, node, "provisioning", "abort requested", actor)
 
 
-def _move(svc: Services, admission: Admission, verb: Verb, actor: str | None) -> None:
+def _move(
+    svc: Services, admission: Admission, verb: Verb, actor: str | None, request_id: str | None
+) -> None:
     for check in verb.checks:
         check(admission)
     intent = verb.intent(admission) if verb.intent else Intent()
-    changes = dict(intent.changes)
+    changes = {**intent.changes, "flow_request_id": request_id}
     if verb.clears_last_error:
         changes["last_error"] = None
     node = admission.node

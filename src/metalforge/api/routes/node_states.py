@@ -22,7 +22,7 @@ from metalforge.api.schemas import (
     ProvisionRequest,
     RaidConfigRequest,
 )
-from metalforge.api.versions import Version, fmt, request_version
+from metalforge.api.versions import Version, fmt, global_request_id, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import Node
 from metalforge.drivers import base as drivers_base
@@ -158,7 +158,14 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
         if field.rule is not None and getattr(body, field.name):
             require(request, field.rule, target)
     svc = services(request)
-    uuid = provisioning.start(svc, node_ident, version, flow_request, actor(request))
+    uuid = provisioning.start(
+        svc,
+        node_ident,
+        version,
+        flow_request,
+        actor(request),
+        request_id=global_request_id(request.state),
+    )
     return Response(status_code=202, headers=_location(request, uuid))
 
 
