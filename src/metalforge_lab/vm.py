@@ -62,6 +62,7 @@ class NetbootVm:
         nic_rom: bool = True,
         disk: Path | None = None,
         boot: str | None = None,
+        http_boot: bool = False,
     ):
         if len(name) > 15:
             raise ValueError(f"tap name {name!r} is longer than 15 characters")
@@ -73,6 +74,9 @@ class NetbootVm:
         self.cdrom = cdrom
         self.uefi = uefi
         self.nic_rom = nic_rom
+        if http_boot and (not uefi or nic_rom):
+            raise ValueError("UEFI HTTP boot is the firmware's: it needs uefi and no NIC ROM")
+        self.http_boot = http_boot
         self.disk = disk
         if boot is None:  # what the machine has that boots: its CD, else the network
             boot = "network" if cdrom is None else "cd"
@@ -99,6 +103,12 @@ class NetbootVm:
             args += [
                 "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
                 "-drive", f"if=pflash,format=raw,file={variables}",
+            ]  # fmt: skip
+        if self.http_boot:
+            # OVMF tries PXE before HTTP boot on a NIC; without PXE it boots over HTTP.
+            args += [
+                "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no",
+                "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=no",
             ]  # fmt: skip
         if self.disk is not None:
             args += [

@@ -55,6 +55,11 @@ def test_the_uefi_binary_is_served_to_anyone(stack: Stack) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.content == EFI
     assert answer.headers["content-type"] == "application/efi"
+    # UEFI HTTP boot asks for the size first (OVMF: "Could not retrieve NBP file size").
+    head = stack.client.head("/boot/firmware/snponly.efi")
+    assert head.status_code == 200
+    assert head.headers["content-length"] == str(len(EFI))
+    assert head.content == b""
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,9 @@ def test_a_node_being_cleaned_boots_the_fetched_ramdisk_and_then_nothing(
     assert kernel.status_code == 200
     assert kernel.content == KERNEL
     assert stack.client.get(f"/boot/images/{ramdisk_digest}").content == RAMDISK
+    head = stack.client.head(f"/boot/images/{ramdisk_digest}")
+    assert head.status_code == 200
+    assert head.headers["content-length"] == str(len(RAMDISK))
     assert images.requests["/vmlinuz"] == 1
 
     # Cleaning aborted: the ramdisk session ends, and the node boots its disk again.
@@ -219,7 +222,8 @@ def test_a_request_id_that_is_not_one_is_not_carried_to_the_node(
     )
     assert provide.status_code == 202, provide.text
     own = provide.headers["x-openstack-request-id"]
-    assert own.startswith("req-") and "$" not in own
+    assert own.startswith("req-")
+    assert "$" not in own
     wait_for_state(stack.client, uuid, "clean wait")
     script = _script(stack, mac).text
     assert f" ipa-global-request-id={own} " in script

@@ -91,6 +91,28 @@ def test_uefi_firmware_without_ipxe_is_handed_it_over_tftp_and_boots_through_it(
     assert dnsmasq_log.saw("sent /usr/lib/ipxe/snponly.efi to")  # over TFTP
 
 
+def test_uefi_http_boot_loads_ipxe_from_metalforge_over_http_and_boots_through_it(
+    bridge: namespaces.Bridge,
+    ramdisk: tiny_ramdisk.TinyRamdisk,
+    dnsmasq_log: DnsmasqLog,
+    tmp_path: Path,
+) -> None:
+    """OVMF's UEFI HTTP boot (its PXE turned off), as a ``http-ipxe`` node boots: the
+    firmware is handed the iPXE binary's URL on metalforge, fetches it over HTTP, and
+    iPXE goes on as with any other firmware."""
+    if not (vm.OVMF_CODE.exists() and vm.OVMF_VARS.exists()):
+        missing("OVMF is not installed (Debian's ovmf)")
+    settings = lab_settings(bridge, ramdisk.kernel.parent, tmp_path)
+    http_url = str(settings.conductor.netboot.http_url)
+    with all_in_one(settings) as running:
+        node_uuid = node_being_cleaned(running.client, ramdisk, boot_interface="http-ipxe")
+        lines = boot_to_lookup(MAC, bridge, tmp_path, uefi=True, nic_rom=False, http_boot=True)
+        check_lookup(lines, node_uuid, http_url)
+    assert dnsmasq_log.saw("vendor class: HTTPClient:Arch:00016")  # x86-64 UEFI HTTP boot
+    assert dnsmasq_log.saw("bootfile-name", f"{http_url}/boot/firmware/snponly.efi")
+    assert not dnsmasq_log.saw("sent /usr/lib/ipxe/snponly.efi to"), "not over TFTP"
+
+
 def test_proxy_dhcp_tells_the_node_what_to_boot_beside_another_dhcp_server(
     bridge: namespaces.Bridge,
     ramdisk: tiny_ramdisk.TinyRamdisk,

@@ -171,11 +171,18 @@ def boot_to_lookup(
     *,
     uefi: bool = False,
     nic_rom: bool = True,
+    http_boot: bool = False,
 ) -> dict[str, str]:
     """Power a VM on and wait for its ramdisk's report; its MARK lines by name."""
     tap = f"mfvt{os.getpid() % 100000}"
     machine = vm.NetbootVm(
-        tap, mac, bridge.name, tmp_path / "console.log", uefi=uefi, nic_rom=nic_rom
+        tap,
+        mac,
+        bridge.name,
+        tmp_path / "console.log",
+        uefi=uefi,
+        nic_rom=nic_rom,
+        http_boot=http_boot,
     )
     machine.power_on()
     try:

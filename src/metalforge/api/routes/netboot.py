@@ -24,13 +24,24 @@ def chain_script(request: Request) -> PlainTextResponse:
     return PlainTextResponse(netboot.chain_script(services(request)))
 
 
-@router.get("/boot/images/{digest}", summary="A deploy kernel or ramdisk, by its SHA-256")
+# Files answer HEAD too: UEFI HTTP boot asks for the size of what it is to load
+# first, and BMCs check a virtual-media URL before they insert it.
+FILE_METHODS = ["GET", "HEAD"]
+
+
+@router.api_route(
+    "/boot/images/{digest}",
+    methods=FILE_METHODS,
+    summary="A deploy kernel, ramdisk or boot ISO, by its SHA-256",
+)
 def boot_image(request: Request, digest: str) -> FileResponse:
     image = netboot.image(services(request), digest)
     return FileResponse(image.path, media_type="application/octet-stream")
 
 
-@router.get("/boot/firmware/{name}", summary="The iPXE binary UEFI HTTP boot loads")
+@router.api_route(
+    "/boot/firmware/{name}", methods=FILE_METHODS, summary="The iPXE binary UEFI HTTP boot loads"
+)
 def boot_firmware(request: Request, name: str) -> FileResponse:
     path = netboot.firmware(services(request), name)
     return FileResponse(path, media_type="application/efi")
