@@ -93,6 +93,8 @@ def test_agent_rescue_that_no_agent_answers_fails_after_its_timeout_and_cleans_u
     assert "rescue_password" not in waiting["instance_info"], "hashed at once"
     failed = wait_for_state(client, "lonely", "rescue failed")
     assert "Timed out after 1s waiting for the rescue system to come up" in failed["last_error"]
+    history = client.get("/v1/nodes/lonely/history?detail=True", headers=LATEST)
+    assert not [e for e in history.json()["history"] if e["event_type"] == "takeover"]
     assert failed["power_state"] == "power off", "the ramdisk is stopped"
     assert "hashed_rescue_password" not in failed["instance_info"]
     assert provision(client, "lonely", "unrescue").status_code == 202
@@ -120,3 +122,20 @@ def test_a_password_the_agent_rescue_cannot_take_is_refused_up_front(stack: Stac
     after = get_node(client, "longpw")
     assert after["provision_state"] == "active"
     assert "rescue_password" not in after["instance_info"]
+
+
+def test_an_agent_rescue_whose_ramdisk_cannot_boot_fails_and_forgets_the_password(
+    stack: Stack,
+) -> None:
+    """The ``ipxe`` boot without deploy images: the boot fails at once, with the reason."""
+    client = stack.client
+    _active(client, name="noimages", rescue_interface="agent", boot_interface="ipxe")
+    assert provision(client, "noimages", "rescue", rescue_password="pw").status_code == 202
+    failed = wait_for_state(client, "noimages", "rescue failed")
+    assert "Failed to rescue the node" in failed["last_error"]
+    assert "deploy_kernel" in failed["last_error"]
+    assert "hashed_rescue_password" not in failed["instance_info"]
+    assert "rescue_password" not in failed["instance_info"]
+    assert failed["power_state"] == "power off"
+    history = client.get("/v1/nodes/noimages/history?detail=True", headers=LATEST)
+    assert not [e for e in history.json()["history"] if e["event_type"] == "takeover"]

@@ -23,9 +23,12 @@ def rescue(task: NodeTask) -> None:
         iface = _rescue_interface(task)
         outcome = retried(task, "boot the rescue system", lambda: iface.rescue(task))
     except DriverError as exc:
+        _clean_up(task, f"Failed to rescue the node: {exc}")
         fail(task, f"Failed to rescue the node: {exc}")
         return
     if outcome == "wait":
+        # Checked again soon (and at each heartbeat), so that the timeout is noticed.
+        stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
         task.transition(states.WAIT, note="waiting for the rescue system")
         return
     task.record("rescue", "the node runs its rescue system")
