@@ -42,7 +42,7 @@ EXPECTED: dict[str, tuple[bool, bool, bool]] = {
     states.DELETING: (False, False, True),
     states.ADOPTING: (False, False, True),
     states.RESCUING: (True, False, True),
-    states.RESCUE_WAIT: (True, False, False),
+    states.RESCUE_WAIT: (True, True, False),
     states.UNRESCUING: (False, False, True),
     states.SERVICING: (True, False, True),
     states.SERVICE_WAIT: (True, True, False),
