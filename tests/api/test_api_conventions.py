@@ -87,7 +87,7 @@ def test_v1_nests_the_version_object_and_lists_collections(sqlite_stack: Stack, 
     # Collections newer than the request's version are not offered.
     assert "conductors" not in body
     newest = client.get(path, headers=LATEST).json()
-    for collection in ("conductors", "allocations", "deploy_templates"):
+    for collection in ("conductors", "allocations", "deploy_templates", "runbooks"):
         assert collection not in body
         assert newest[collection][0] == {"href": f"{BASE}/v1/{collection}/", "rel": "self"}
     assert "allocations" not in client.get(path, headers=version("1.51")).json()

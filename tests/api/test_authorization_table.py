@@ -27,8 +27,9 @@ from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Identity
-from metalforge.api.auth.policy import Policy, allocation_target, node_target
+from metalforge.api.auth.policy import Policy, allocation_target, node_target, runbook_target
 from metalforge.api.schemas import PatchOperation
+from metalforge.services import runbooks
 from metalforge.services.node_patch import rules_for
 from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
 from tests.support.snapshots import Snapshot, restore, snapshot
@@ -52,6 +53,7 @@ class World:
     portgroup: str
     connector: str
     target: str
+    runbook: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -100,9 +102,25 @@ def make_world(stack: Stack) -> World:
         "uuid"
     ]
     portgroup = _ok(client.post("/v1/portgroups", json={"node_uuid": node}, headers=h), 201)["uuid"]
+    runbook = _ok(client.post("/v1/runbooks", json=_runbook_body(OWNER), headers=h), 201)["uuid"]
     return World(
-        node, port, allocation, template, events[0]["uuid"], chassis, portgroup, connector, target
+        node,
+        port,
+        allocation,
+        template,
+        events[0]["uuid"],
+        chassis,
+        portgroup,
+        connector,
+        target,
+        runbook,
     )
+
+
+def _runbook_body(owner: str | None = None) -> dict[str, Any]:
+    step = {"interface": "raid", "step": "delete_configuration", "args": {}, "order": 1}
+    body = {"name": f"CUSTOM_R{uuid.uuid4().hex[:8].upper()}", "steps": [step]}
+    return {**body, "owner": owner} if owner else body
 
 
 def _connector_body(node: str) -> dict[str, Any]:
@@ -293,6 +311,34 @@ REQUESTS: dict[tuple[str, str], Request] = {
     ),
     ("DELETE", "/v1/deploy_templates/{template_ident}"): lambda w: (
         f"/v1/deploy_templates/{w.template}",
+        None,
+    ),
+    ("GET", "/v1/runbooks"): lambda w: ("/v1/runbooks", None),
+    ("GET", "/v1/runbooks/{runbook_ident}"): lambda w: (f"/v1/runbooks/{w.runbook}", None),
+    ("POST", "/v1/runbooks"): lambda w: ("/v1/runbooks", _runbook_body()),
+    ("PATCH", "/v1/runbooks/{runbook_ident}"): lambda w: (
+        f"/v1/runbooks/{w.runbook}",
+        _patch_extra(),
+    ),
+    ("DELETE", "/v1/runbooks/{runbook_ident}"): lambda w: (f"/v1/runbooks/{w.runbook}", None),
+    ("GET", "/v1/runbooks/{runbook_ident}/traits"): lambda w: (
+        f"/v1/runbooks/{w.runbook}/traits",
+        None,
+    ),
+    ("PUT", "/v1/runbooks/{runbook_ident}/traits"): lambda w: (
+        f"/v1/runbooks/{w.runbook}/traits",
+        {"traits": ["CUSTOM_A"]},
+    ),
+    ("PUT", "/v1/runbooks/{runbook_ident}/traits/{trait}"): lambda w: (
+        f"/v1/runbooks/{w.runbook}/traits/CUSTOM_B",
+        None,
+    ),
+    ("DELETE", "/v1/runbooks/{runbook_ident}/traits"): lambda w: (
+        f"/v1/runbooks/{w.runbook}/traits",
+        None,
+    ),
+    ("DELETE", "/v1/runbooks/{runbook_ident}/traits/{trait}"): lambda w: (
+        f"/v1/runbooks/{w.runbook}/traits/CUSTOM_B",
         None,
     ),
     ("GET", "/v1/allocations"): lambda w: ("/v1/allocations", None),
@@ -495,6 +541,16 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/deploy_templates"): "baremetal:deploy_template:create",
     ("PATCH", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:update",
     ("DELETE", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:delete",
+    ("GET", "/v1/runbooks"): "baremetal:runbook:list_all",
+    ("GET", "/v1/runbooks/{runbook_ident}"): "baremetal:runbook:get",
+    ("POST", "/v1/runbooks"): "baremetal:runbook:create",
+    ("PATCH", "/v1/runbooks/{runbook_ident}"): "baremetal:runbook:update",
+    ("DELETE", "/v1/runbooks/{runbook_ident}"): "baremetal:runbook:delete",
+    ("GET", "/v1/runbooks/{runbook_ident}/traits"): "baremetal:runbook:get",
+    ("PUT", "/v1/runbooks/{runbook_ident}/traits"): "baremetal:runbook:update",
+    ("PUT", "/v1/runbooks/{runbook_ident}/traits/{trait}"): "baremetal:runbook:update",
+    ("DELETE", "/v1/runbooks/{runbook_ident}/traits"): "baremetal:runbook:update",
+    ("DELETE", "/v1/runbooks/{runbook_ident}/traits/{trait}"): "baremetal:runbook:update",
     ("GET", "/v1/allocations"): "baremetal:allocation:list_all",
     ("GET", "/v1/allocations/{allocation_ident}"): "baremetal:allocation:get",
     ("GET", "/v1/nodes/{node_ident}/allocation"): "baremetal:node:get",
@@ -670,6 +726,10 @@ def _kind_for(method: str, path: str, rule: str) -> str:  # noqa: PLR0911 - a de
         return "volume_target"
     if "{allocation_ident}" in path:
         return "allocation"
+    if path == "/v1/runbooks/{runbook_ident}" and method in ("GET", "PATCH"):
+        return "runbook_or_public" if method == "GET" else "runbook_fields"
+    if "{runbook_ident}" in path:
+        return "runbook"
     return "system"
 
 
@@ -726,6 +786,15 @@ def expected(  # noqa: PLR0911 - one answer per kind of guard, read as a table
         target = allocation_target(OWNER)
         if not POLICY.allows("baremetal:allocation:get", caller, target):
             return False, 404
+        return POLICY.allows(guard.rule, caller, target), 403
+    if guard.kind.startswith("runbook"):
+        # The world's runbook belongs to the owner's project and is not public.
+        target = runbook_target(OWNER)
+        if guard.kind == "runbook_fields":
+            needed = runbooks.rules_for(
+                [PatchOperation.model_validate(op).operation() for op in body]
+            )
+            return all(POLICY.allows(r, caller, target) for r in needed), 403
         return POLICY.allows(guard.rule, caller, target), 403
     if guard.kind == "node_list" and not POLICY.allows(
         "baremetal:node:get", caller, node_target(OWNER, LESSEE)

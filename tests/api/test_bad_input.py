@@ -1412,6 +1412,7 @@ LIMITS = [
         ("history", N + "/history"),
         ("allocations", "/v1/allocations"),
         ("templates", "/v1/deploy_templates"),
+        ("runbooks", "/v1/runbooks"),
     ]
     for value, expect in [
         ("0", "Limit must be positive"),

@@ -34,6 +34,7 @@ from metalforge.api.routes import (
     portgroups,
     ports,
     root,
+    runbooks,
     shards,
     vendor_passthru,
     volume,
@@ -62,6 +63,7 @@ RESOURCE_ROUTERS = (
     drivers.router,
     vendor_passthru.router,
     deploy_templates.router,
+    runbooks.router,
     allocations.router,
     events.router,
 )

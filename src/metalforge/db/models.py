@@ -400,6 +400,68 @@ class DeployTemplateStep(Base):
     template: Mapped[DeployTemplate] = relationship(back_populates="steps")
 
 
+class Runbook(TimestampMixin, Base):
+    """Named clean or service steps an operator may run on nodes that carry one of its traits.
+
+    ``owner`` (a project) or ``public`` decide who may use it; a public runbook has no
+    owner. Below API 1.112 a node is eligible when one of its traits is the runbook's
+    name; from 1.112 when it has one of the runbook's own ``traits``.
+    """
+
+    __tablename__ = "runbooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str] = mapped_column(String(255), unique=True, nullable=False)
+    description: Mapped[str | None] = mapped_column(String(255))
+    owner: Mapped[str | None] = mapped_column(String(255), index=True)
+    public: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    disable_ramdisk: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    extra: Mapped[dict[str, Any]] = _json_dict()
+
+    steps: Mapped[list[RunbookStep]] = relationship(
+        back_populates="runbook",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="RunbookStep.id",
+    )
+    traits: Mapped[list[RunbookTrait]] = relationship(
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="RunbookTrait.trait",
+    )
+
+
+class RunbookStep(Base):
+    """One step of a runbook; ``id`` keeps the order the steps were given in."""
+
+    __tablename__ = "runbook_steps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    runbook_id: Mapped[int] = mapped_column(
+        ForeignKey("runbooks.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    interface: Mapped[str] = mapped_column(String(255), nullable=False)
+    step: Mapped[str] = mapped_column(String(255), nullable=False)
+    args: Mapped[dict[str, Any]] = _json_dict()
+    order: Mapped[int] = mapped_column(Integer, nullable=False)
+
+    runbook: Mapped[Runbook] = relationship(back_populates="steps")
+
+
+class RunbookTrait(Base):
+    """A trait that makes a node eligible for a runbook (API 1.112)."""
+
+    __tablename__ = "runbook_traits"
+
+    runbook_id: Mapped[int] = mapped_column(
+        ForeignKey("runbooks.id", ondelete="CASCADE"), primary_key=True
+    )
+    trait: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
+
+
 class NodeHistory(Base):
     """One event in a node's life: a transition, an error, a step started or ended."""
 

@@ -76,6 +76,21 @@ MAX_PRIORITY = 2**31 - 1
 """The largest step priority: a template's priorities are stored as 32-bit integers."""
 
 
+def step_number(value: Any) -> Any:
+    """``value`` if it is a stored step's priority or order: an integer from 0 to
+    ``MAX_PRIORITY``, or a string of its digits (Ironic accepts ``"10"``). A boolean is
+    refused although JSON parsers would let it pass as an integer."""
+    number = value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        number = int(value)
+    valid = isinstance(number, int) and not isinstance(number, bool)
+    if not valid or not 0 <= number <= MAX_PRIORITY:
+        raise ValueError(
+            f"{value!r} is not an integer from 0 to {MAX_PRIORITY} or a string of digits"
+        )
+    return value
+
+
 class DeployTemplateStep(DeployStepRequest):
     """A deploy template's step: the four keys of a deploy step, priority checked here.
 
@@ -86,15 +101,7 @@ class DeployTemplateStep(DeployStepRequest):
     @field_validator("priority", mode="before")
     @classmethod
     def _check_priority(cls, value: Any) -> Any:
-        number = value
-        if isinstance(value, str) and value.isascii() and value.isdigit():
-            number = int(value)
-        valid = isinstance(number, int) and not isinstance(number, bool)
-        if not valid or not 0 <= number <= MAX_PRIORITY:
-            raise ValueError(
-                f"{value!r} is not an integer from 0 to {MAX_PRIORITY} or a string of digits"
-            )
-        return value
+        return step_number(value)
 
 
 class DeployTemplateCreate(Body):
@@ -104,6 +111,35 @@ class DeployTemplateCreate(Body):
     extra: dict[str, Any] | None = None
     description: str | None = Field(default=None, max_length=255)
     """Accepted and ignored, as Ironic does."""
+
+
+class RunbookStep(Body):
+    """A runbook's step: interface, step, arguments (``{}`` when left out) and ``order``
+    (the order it runs in, checked as a template step's priority is)."""
+
+    interface: StepInterface
+    step: str = Field(min_length=1, max_length=255)
+    args: dict[str, Any] = Field(default_factory=dict)
+    order: int | str
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _check_order(cls, value: Any) -> Any:
+        return step_number(value)
+
+
+class RunbookCreate(Body):
+    """``POST /v1/runbooks``; which names are valid depends on the microversion (the
+    service checks it), and traits are set through ``/traits``, never here."""
+
+    name: StrictStr = Field(min_length=1, max_length=255)
+    steps: list[RunbookStep] = Field(min_length=1)
+    uuid: str | None = None
+    extra: dict[str, Any] | None = None
+    description: str | None = Field(default=None, max_length=255)
+    owner: str | None = Field(default=None, max_length=255)
+    public: bool | None = None
+    disable_ramdisk: bool | None = None
 
 
 class PortgroupCreate(Body):

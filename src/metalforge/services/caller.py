@@ -44,7 +44,14 @@ class AllocationTarget:
     owner: str | None
 
 
-Target = NodeTarget | AllocationTarget
+@dataclass(frozen=True, slots=True)
+class RunbookTarget:
+    """A runbook rule's target: the runbook's owner (none: the deployment's)."""
+
+    owner: str | None
+
+
+Target = NodeTarget | AllocationTarget | RunbookTarget
 
 
 def denied(rule: str) -> RequestError:

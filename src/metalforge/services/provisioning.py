@@ -9,6 +9,10 @@ cannot be lost.
 
 from __future__ import annotations
 
+import dataclasses
+
+from sqlalchemy.orm import Session
+
 from metalforge import states
 from metalforge.conductor import node_work, transitions
 from metalforge.conductor.flows import catalog
@@ -21,7 +25,8 @@ from metalforge.conductor.work import NoPayload
 from metalforge.db import flow_progress
 from metalforge.db.models import Node
 from metalforge.errors import bad_request, conflict
-from metalforge.services import fencing, lookup
+from metalforge.services import fencing, lookup, runbooks
+from metalforge.services.caller import Caller
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version, fmt
 
@@ -47,7 +52,7 @@ def check_fields(request: FlowRequest, verb: Verb) -> None:
         if field.name in request.given and field not in verb.fields:
             raise bad_request(field.misplaced)
     required = verb.requires
-    if required is not None and not getattr(request, required.name):
+    if required is not None and not getattr(request, required.name) and request.runbook is None:
         raise bad_request(required.missing or f'"{required.name}" is required')
 
 
@@ -59,14 +64,19 @@ def start(
     actor: str | None,
     *,
     request_id: str | None = None,
+    caller: Caller | None = None,
 ) -> str:
     """Start (or abort, or unhold) the node's flow; returns the node's UUID. A flow started
-    keeps ``request_id`` (the request's global id) for the agent's logs."""
+    keeps ``request_id`` (the request's global id) for the agent's logs. A request naming a
+    runbook needs its ``caller``, who must be allowed to use it."""
     verb = verb_of(request.verb)
     check_fields(request, verb)
     with svc.db.write() as session:
         node = lookup.load_node(session, ident, version)
         fencing.check_unlocked(session, node)
+        if request.runbook is not None:
+            _check_allowed(node, request)
+            request = _with_runbook(session, node, request, verb, version, caller)
         admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
         for guard in verb.guards:
             guard(admission)
@@ -77,6 +87,34 @@ def start(
             _move(svc, admission, verb, actor, request_id)
     svc.notify()
     return node.uuid
+
+
+def _with_runbook(
+    session: Session,
+    node: Node,
+    request: FlowRequest,
+    verb: Verb,
+    version: Version,
+    caller: Caller | None,
+) -> FlowRequest:
+    """``request`` with the runbook's steps as the verb's steps, and its ``disable_ramdisk``."""
+    steps_field = verb.requires
+    if caller is None or steps_field is None:
+        raise ValueError(f"a runbook needs a caller and a verb that takes steps, not {verb.name}")
+    if getattr(request, steps_field.name):
+        raise bad_request(f'Please provide either "{steps_field.name}" or a runbook, but not both.')
+    expansion = runbooks.expand(session, request.runbook or "", node, version, caller)
+    given = request.given | {steps_field.name}
+    if steps_field.name == "service_steps":
+        return dataclasses.replace(
+            request,
+            given=given,
+            service_steps=expansion.steps,
+            disable_ramdisk=expansion.disable_ramdisk,
+        )
+    return dataclasses.replace(
+        request, given=given, clean_steps=expansion.steps, disable_ramdisk=expansion.disable_ramdisk
+    )
 
 
 def _check_allowed(node: Node, request: FlowRequest) -> None:

@@ -24,14 +24,14 @@ from sqlalchemy.orm import Session
 
 from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.middleware import CALLER_KEY
-from metalforge.api.auth.policy import Policy, allocation_target, node_target
+from metalforge.api.auth.policy import Policy, allocation_target, node_target, runbook_target
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import read_only, services
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
-from metalforge.services import lookup, volume
-from metalforge.services.caller import Caller, NodeTarget, Target, denied
+from metalforge.services import lookup, runbooks, volume
+from metalforge.services.caller import Caller, NodeTarget, RunbookTarget, Target, denied
 
 GuardKind = Literal[
     "system",
@@ -43,6 +43,9 @@ GuardKind = Literal[
     "volume_connector",
     "volume_target",
     "allocation",
+    "runbook",
+    "runbook_or_public",
+    "runbook_fields",
     "list",
     "body",
 ]
@@ -87,6 +90,8 @@ class PolicyCaller(Caller):
 def _policy_target(target: Target) -> dict[str, str]:
     if isinstance(target, NodeTarget):
         return node_target(target.owner, target.lessee)
+    if isinstance(target, RunbookTarget):
+        return runbook_target(target.owner)
     return allocation_target(target.owner)
 
 
@@ -162,6 +167,8 @@ class Guard:
             if not allows(request, "baremetal:allocation:get", target):
                 raise lookup.allocation_not_found(ident)
             require(request, self.rule, target)
+        elif self.kind.startswith("runbook"):
+            self._check_runbook(request, connection, ident)
         else:
             # A record of a node (port, port group, volume record): its node's owner and
             # lessee decide, and a record whose node the caller may not see is missing.
@@ -170,6 +177,17 @@ class Guard:
                 raise missing
             require(request, self.rule, access.target)
             request.state.node_access = access
+
+    def _check_runbook(self, request: Request, connection: Connection, ident: str) -> None:
+        """Runbooks are never concealed (Ironic answers 403): a missing one is 404. Anyone
+        reads a public runbook; a patch's rules depend on its fields (the service asks)."""
+        owner, public = runbooks.owner_of(connection, ident)
+        if self.kind == "runbook_fields":
+            return
+        if allows(request, self.rule, runbook_target(owner)):
+            return
+        if not (self.kind == "runbook_or_public" and public):
+            raise denied(self.rule)
 
     def _check_node(
         self, request: Request, connection: Connection, ident: str, version: Version
@@ -211,6 +229,9 @@ _PATH_PARAMS = {
     "volume_connector": "connector_uuid",
     "volume_target": "target_uuid",
     "allocation": "allocation_ident",
+    "runbook": "runbook_ident",
+    "runbook_or_public": "runbook_ident",
+    "runbook_fields": "runbook_ident",
 }
 _VOLUME_KINDS = {"volume_connector": volume.CONNECTORS, "volume_target": volume.TARGETS}
 

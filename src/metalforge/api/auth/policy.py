@@ -81,6 +81,11 @@ TARGET_PROPERTIES_READER = _any(SYSTEM_READER, "role:admin")
 ALLOCATION_MEMBER = _any(SYSTEM_MEMBER, ALLOCATION_OWNER_MEMBER)
 ALLOCATION_READER = _any(SYSTEM_READER, ALLOCATION_OWNER_READER)
 ALLOCATION_CREATOR = _any(SYSTEM_MEMBER, "role:member")
+RUNBOOK_OWNER_MANAGER = "role:manager and project_id:%(runbook.owner)s"
+RUNBOOK_OWNER_READER = "role:reader and project_id:%(runbook.owner)s"
+RUNBOOK_ADMIN = _any(SYSTEM_MEMBER, RUNBOOK_OWNER_MANAGER, "role:service")
+RUNBOOK_READER = _any(SYSTEM_READER, RUNBOOK_OWNER_READER, "role:service")
+RUNBOOK_CREATOR = _any(SYSTEM_MEMBER, "role:manager", "role:service")
 API_READER = "(role:reader) or (role:service)"
 
 # -- rules --------------------------------------------------------------------
@@ -276,6 +281,15 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("baremetal:allocation:delete", ALLOCATION_MEMBER, "Delete an allocation."),
     Rule("baremetal:allocation:update", ALLOCATION_MEMBER, "Change an allocation."),
+    Rule("baremetal:runbook:get", RUNBOOK_READER, "Show a runbook (any public one too)."),
+    Rule("baremetal:runbook:list", API_READER, "List the project's runbooks and public ones."),
+    Rule("baremetal:runbook:list_all", SYSTEM_READER, "List every runbook."),
+    Rule("baremetal:runbook:create", RUNBOOK_CREATOR, "Create a runbook."),
+    Rule("baremetal:runbook:delete", RUNBOOK_ADMIN, "Delete a runbook."),
+    Rule("baremetal:runbook:update", RUNBOOK_ADMIN, "Change a runbook and its traits."),
+    Rule("baremetal:runbook:update:public", SYSTEM_MEMBER, "Make a runbook public or private."),
+    Rule("baremetal:runbook:update:owner", SYSTEM_MEMBER, "Give a runbook to a project."),
+    Rule("baremetal:runbook:use", RUNBOOK_ADMIN, "Clean or service a node with a runbook."),
     Rule("baremetal:chassis:get", SYSTEM_READER, "List and show chassis.", ("system",)),
     Rule("baremetal:chassis:create", SYSTEM_ADMIN, "Create a chassis.", ("system",)),
     Rule("baremetal:chassis:update", SYSTEM_MEMBER, "Change a chassis.", ("system",)),
@@ -481,3 +495,7 @@ def node_target(owner: str | None, lessee: str | None) -> dict[str, str]:
 
 def allocation_target(owner: str | None) -> dict[str, str]:
     return {"allocation.owner": owner or NOBODY}
+
+
+def runbook_target(owner: str | None) -> dict[str, str]:
+    return {"runbook.owner": owner or NOBODY}

@@ -27,6 +27,7 @@ from metalforge.api.auth.access import (
     visible_node,
 )
 from metalforge.api.auth.policy import allocation_target
+from metalforge.api.gates import refused_before
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields, page
@@ -79,10 +80,8 @@ def _gate_read(request: Request) -> None:
         raise not_found(_TOO_OLD)
 
 
-def _gate_write(request: Request) -> None:
-    """Below 1.52 writes are 405, checked before the body is read."""
-    if request_version(request) < SINCE:
-        raise RequestError(405, _TOO_OLD)
+_WRITE = refused_before(SINCE, _TOO_OLD)
+"""Below 1.52 writes are 405, checked before the body is read."""
 
 
 def _gate_patch(request: Request) -> None:
@@ -235,7 +234,7 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     "/allocations",
     status_code=201,
     summary="Create an allocation",
-    dependencies=[Depends(_gate_write), guard("baremetal:allocation:create", "body")],
+    dependencies=[_WRITE, guard("baremetal:allocation:create", "body")],
 )
 @wait_for_lock
 def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
@@ -304,7 +303,7 @@ def _grant(request: Request, owner: str | None) -> allocations.Grant:
     "/allocations/{allocation_ident}",
     summary="Update an allocation's name or extra",
     dependencies=[
-        Depends(_gate_write),
+        _WRITE,
         Depends(_gate_patch),
         guard("baremetal:allocation:update", "allocation"),
     ],
@@ -326,7 +325,7 @@ def patch_allocation(
     "/allocations/{allocation_ident}",
     status_code=204,
     summary="Delete an allocation, freeing its node",
-    dependencies=[Depends(_gate_write), guard("baremetal:allocation:delete", "allocation")],
+    dependencies=[_WRITE, guard("baremetal:allocation:delete", "allocation")],
 )
 @wait_for_lock
 def delete_allocation(allocation_ident: str, request: Request) -> Response:
@@ -338,7 +337,7 @@ def delete_allocation(allocation_ident: str, request: Request) -> Response:
     "/nodes/{node_ident}/allocation",
     status_code=204,
     summary="Delete a node's allocation",
-    dependencies=[Depends(_gate_write), guard("baremetal:node:get", "node")],
+    dependencies=[_WRITE, guard("baremetal:node:get", "node")],
 )
 @wait_for_lock
 def delete_node_allocation(node_ident: str, request: Request) -> Response:

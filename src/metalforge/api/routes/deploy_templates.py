@@ -14,19 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
 from metalforge.api import listing
 from metalforge.api.auth.access import guard
+from metalforge.api.gates import refused_before
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.schemas import PatchOperation, operations
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import DeployTemplate, DeployTemplateStep
-from metalforge.errors import RequestError, not_found
+from metalforge.errors import not_found
 from metalforge.services import templates
 from metalforge.services.bodies import DeployTemplateCreate
 
@@ -47,10 +48,8 @@ def _gate_read(request: Request) -> None:
         raise not_found(_TOO_OLD)
 
 
-def _gate_write(request: Request) -> None:
-    """Below 1.55 writes are 405 -- checked before the body, as Ironic does."""
-    if request_version(request) < SINCE:
-        raise RequestError(405, _TOO_OLD)
+_WRITE = refused_before(SINCE, _TOO_OLD)
+"""Below 1.55 writes are 405 -- checked before the body, as Ironic does."""
 
 
 def step_view(step: DeployTemplateStep) -> dict[str, Any]:
@@ -129,7 +128,7 @@ def show_template(template_ident: str, request: Request) -> JSONResponse:
     "/deploy_templates",
     status_code=201,
     summary="Create a deploy template",
-    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:create")],
+    dependencies=[_WRITE, guard("baremetal:deploy_template:create")],
 )
 def create_template(request: Request, body: DeployTemplateCreate) -> JSONResponse:
     template = templates.create_template(services(request), templates.spec_from(body))
@@ -145,7 +144,7 @@ def create_template(request: Request, body: DeployTemplateCreate) -> JSONRespons
 @router.patch(
     "/deploy_templates/{template_ident}",
     summary="Update a deploy template with a JSON patch",
-    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:update")],
+    dependencies=[_WRITE, guard("baremetal:deploy_template:update")],
 )
 def patch_template(
     template_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
@@ -161,7 +160,7 @@ def patch_template(
     "/deploy_templates/{template_ident}",
     status_code=204,
     summary="Delete a deploy template",
-    dependencies=[Depends(_gate_write), guard("baremetal:deploy_template:delete")],
+    dependencies=[_WRITE, guard("baremetal:deploy_template:delete")],
 )
 def delete_template(template_ident: str, request: Request) -> Response:
     templates.delete_template(services(request), template_ident)

@@ -13,7 +13,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from metalforge import states
-from metalforge.api.auth.access import actor, guard, node_access, node_disclosure, require
+from metalforge.api.auth.access import (
+    actor,
+    guard,
+    node_access,
+    node_disclosure,
+    policy_caller,
+    require,
+)
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.node_view import REDACTED, spell_old_states
 from metalforge.api.schemas import (
@@ -91,7 +98,7 @@ def _canonical_verb(target: str, version: Version) -> provisioning.Verb:
 def _check_field_versions(
     body: ProvisionRequest, verb: provisioning.Verb, version: Version
 ) -> None:
-    """The microversion each provision field needs (where it applies); no runbooks."""
+    """The microversion each provision field needs (where it applies)."""
     given = body.model_fields_set
     for field in provisioning.REQUEST_FIELDS:
         applies = field.since_checked_for_every_verb or field in verb.fields
@@ -99,8 +106,6 @@ def _check_field_versions(
             raise not_acceptable(f"{field.name} is not available at API version {fmt(version)}")
     if body.configdrive is not None and provisioning.CONFIGDRIVE in verb.fields:
         _check_configdrive(body.configdrive, verb.name, version)
-    if body.runbook is not None:
-        raise bad_request("Runbooks are not supported by this service")
 
 
 def _check_configdrive(configdrive: str | dict[str, Any], verb: str, version: Version) -> None:
@@ -125,9 +130,11 @@ def _priority(value: int | str) -> int:
 def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.FlowRequest:
     verb = _canonical_verb(body.target, version)
     _check_field_versions(body, verb, version)
-    given = set(body.model_fields_set) - {"target", "runbook"}
+    given = set(body.model_fields_set) - {"target"}
     if body.configdrive is None:
         given.discard("configdrive")
+    if body.runbook is None:
+        given.discard("runbook")
     return provisioning.FlowRequest(
         verb=verb.name,
         target=body.target,
@@ -140,6 +147,7 @@ def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.Flow
         disable_ramdisk=bool(body.disable_ramdisk),
         configdrive=body.configdrive,
         rescue_password=body.rescue_password,
+        runbook=body.runbook,
     )
 
 
@@ -165,6 +173,7 @@ def set_provision_state(node_ident: str, request: Request, body: ProvisionReques
         flow_request,
         actor(request),
         request_id=global_request_id(request.state),
+        caller=policy_caller(request),
     )
     return Response(status_code=202, headers=_location(request, uuid))
 

@@ -23,6 +23,7 @@ COLLECTIONS: dict[str, Version] = {
     "allocations": (1, 52),
     "deploy_templates": (1, 55),
     "shards": (1, 82),
+    "runbooks": (1, 92),
 }
 """Collections this service serves, and the version that introduced each."""
 

@@ -208,7 +208,7 @@ SPEC = FlowSpec(
         Verb(
             states.CLEAN,
             since=(1, 15),
-            fields=frozenset({fields.CLEAN_STEPS, fields.DISABLE_RAMDISK}),
+            fields=frozenset({fields.CLEAN_STEPS, fields.DISABLE_RAMDISK, fields.RUNBOOK}),
             requires=fields.CLEAN_STEPS,
             checks=(_out_of_maintenance, _check_requested_steps),
             intent=_manual_intent,

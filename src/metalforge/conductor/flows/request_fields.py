@@ -59,6 +59,15 @@ DISABLE_RAMDISK = RequestField(
     misplaced='"disable_ramdisk" can only be used with the clean and service targets',
     since=(1, 70),
 )
+RUNBOOK = RequestField(
+    "runbook",
+    misplaced='"runbook" is only valid when setting target provision state to any of '
+    f"{states.CLEAN}, {states.SERVICE}",
+    since=(1, 92),
+)
+"""A runbook's steps instead of ``clean_steps`` or ``service_steps``; whether the caller
+may use it (``baremetal:runbook:use``) depends on the runbook's owner, so the service
+asks once it has read the runbook."""
 CONFIGDRIVE = RequestField(
     "configdrive",
     misplaced="Adding a config drive is only supported when setting provision "
@@ -76,6 +85,7 @@ ALL: tuple[RequestField, ...] = (
     DEPLOY_STEPS,
     SERVICE_STEPS,
     DISABLE_RAMDISK,
+    RUNBOOK,
     CONFIGDRIVE,
     RESCUE_PASSWORD,
 )

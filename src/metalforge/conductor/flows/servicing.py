@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from metalforge import states
 from metalforge.conductor import step_plans, stepflow
 from metalforge.conductor.flows import request_fields as fields
-from metalforge.conductor.flows.common import deploy_interface
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import FlowProgress
-from metalforge.drivers.base import DriverError
+from metalforge.db.models import Node
+from metalforge.drivers.base import DeployInterface, DriverError, StepsNotKnown
+from metalforge.drivers.hardware import DriverRegistry, UnknownDriver
+from metalforge.errors import bad_request
+
+
+def _plan(
+    drivers: DriverRegistry, node: Node, requested: Sequence[Mapping[str, Any]]
+) -> list[step_plans.Step]:
+    supported = step_plans.supported_steps(drivers, node, stepflow.SERVICE.catalogue, {})
+    plan = step_plans.requested_plan(supported, requested)
+    deploy = drivers.interface_of(node, DeployInterface, "clean or deploy")
+    if deploy.boots_ramdisk:
+        # Servicing does not boot the agent yet: only out-of-band steps can run.
+        step_plans.check_without_ramdisk(plan)
+    return plan
 
 
 def service(task: NodeTask) -> None:
@@ -17,13 +34,7 @@ def service(task: NodeTask) -> None:
     if not stepflow.has_plan(task, stepflow.SERVICE):
         requested = stepflow.take_requested(task, stepflow.SERVICE)
         try:
-            supported = step_plans.supported_steps(
-                task.ctx.drivers, task.node, stepflow.SERVICE.catalogue, {}
-            )
-            plan = step_plans.requested_plan(supported, requested)
-            if deploy_interface(task).boots_ramdisk:
-                # Servicing does not boot the agent yet: only out-of-band steps can run.
-                step_plans.check_without_ramdisk(plan)
+            plan = _plan(task.ctx.drivers, task.node, requested)
         except (step_plans.StepRequestError, DriverError) as exc:
             stepflow.fail(task, stepflow.SERVICE, f"Servicing refused: {exc}")
             return
@@ -33,6 +44,16 @@ def service(task: NodeTask) -> None:
 
 def service_wait(task: NodeTask) -> None:
     stepflow.poll(task, stepflow.SERVICE, SPEC.timeout(task.ctx.settings))
+
+
+def _check_requested_steps(admission: Admission) -> None:
+    """Refuse now the steps the node cannot run, when its steps are known yet."""
+    try:
+        _plan(admission.drivers, admission.node, admission.request.service_steps)
+    except StepsNotKnown:
+        pass  # the conductor checks the steps again once the interface knows them
+    except (step_plans.StepRequestError, UnknownDriver, DriverError) as exc:
+        raise bad_request(f"Servicing refused: {exc}") from None
 
 
 def _intent(admission: Admission) -> Intent:
@@ -47,8 +68,9 @@ SPEC = FlowSpec(
         Verb(
             states.SERVICE,
             since=(1, 87),
-            fields=frozenset({fields.SERVICE_STEPS, fields.DISABLE_RAMDISK}),
+            fields=frozenset({fields.SERVICE_STEPS, fields.DISABLE_RAMDISK, fields.RUNBOOK}),
             requires=fields.SERVICE_STEPS,
+            checks=(_check_requested_steps,),
             intent=_intent,
         ),
     ),

@@ -52,6 +52,8 @@ class FlowRequest:
     disable_ramdisk: bool = False
     configdrive: str | dict[str, Any] | None = None
     rescue_password: str | None = None
+    runbook: str | None = None
+    """The UUID or name of a runbook whose steps stand for the verb's required steps."""
     manage_boot: bool = True
     """Inspection only: metalforge boots the node (false: someone else boots its ramdisk)."""
 
