@@ -313,6 +313,11 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/deploy_templates/{w.template}",
         None,
     ),
+    ("GET", "/v1/nodes/{node_ident}/bios"): lambda w: (f"/v1/nodes/{w.node}/bios", None),
+    ("GET", "/v1/nodes/{node_ident}/bios/{setting_name}"): lambda w: (
+        f"/v1/nodes/{w.node}/bios/VMX",
+        None,
+    ),
     ("GET", "/v1/runbooks"): lambda w: ("/v1/runbooks", None),
     ("GET", "/v1/runbooks/{runbook_ident}"): lambda w: (f"/v1/runbooks/{w.runbook}", None),
     ("POST", "/v1/runbooks"): lambda w: ("/v1/runbooks", _runbook_body()),
@@ -541,6 +546,8 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/deploy_templates"): "baremetal:deploy_template:create",
     ("PATCH", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:update",
     ("DELETE", "/v1/deploy_templates/{template_ident}"): "baremetal:deploy_template:delete",
+    ("GET", "/v1/nodes/{node_ident}/bios"): "baremetal:node:bios:get",
+    ("GET", "/v1/nodes/{node_ident}/bios/{setting_name}"): "baremetal:node:bios:get",
     ("GET", "/v1/runbooks"): "baremetal:runbook:list_all",
     ("GET", "/v1/runbooks/{runbook_ident}"): "baremetal:runbook:get",
     ("POST", "/v1/runbooks"): "baremetal:runbook:create",
@@ -817,8 +824,12 @@ def _concealed(response: Any) -> bool:
     if response.status_code != 404:
         return False
     text = json.loads(response.json()["error_message"]).get("faultstring", "")
-    # A node the caller may see that has no inventory yet is not concealed.
-    return "could not be found" in text and "inventory record" not in text
+    # A node the caller may see that has no inventory or BIOS setting yet is not concealed.
+    return (
+        "could not be found" in text
+        and "inventory record" not in text
+        and "BIOS setting" not in text
+    )
 
 
 ROUTE_KEYS = sorted(REQUESTS)

@@ -24,6 +24,7 @@ from metalforge.serving import build_api
 from metalforge.startup import build_conductor
 from tests.support.api import (
     LATEST,
+    bios_of,
     create_node,
     error_text,
     get_node,
@@ -649,7 +650,7 @@ def test_step_rejecting_its_arguments_fails_after_earlier_steps(stack: Stack) ->
     assert node["target_provision_state"] == "manageable"
     assert "raid.create_configuration" in node["last_error"]
     assert "create_root_volume" in node["last_error"]
-    assert node["driver_internal_info"]["bios_settings"] == {"boot_mode": "uefi"}
+    assert bios_of(client, node["uuid"]) == {"boot_mode": "uefi"}
     assert node["raid_config"] == {}
     assert _steps_logged(client, "args-1", "finished") == ["bios.apply_configuration"]
     assert "management.reset_bios" not in _steps_logged(client, "args-1", "started")

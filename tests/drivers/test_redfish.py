@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy import update
 
 from metalforge.config import ConductorSettings, load_settings
+from metalforge.db.bios_settings import Setting
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -96,6 +97,7 @@ class Task(ReadOnlyTask):
             settings,
         )
         self.records: list[tuple[str, str, str]] = []
+        self.bios: dict[str, Setting] | None = None
         self.slept = 0.0
 
     def sleep(self, seconds: float) -> None:
@@ -108,11 +110,14 @@ class Task(ReadOnlyTask):
     def record(self, event_type: str, event: str, severity: str = "INFO") -> None:
         self.records.append((event_type, event, severity))
 
+    def store_bios_settings(self, settings: Sequence[Setting]) -> None:
+        self.bios = {s.name: s for s in settings}
+
 
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
     """An emulator without auth and with instant power changes, shared by the module."""
-    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=28)
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=30)
 
 
 @pytest.fixture(scope="module")
@@ -458,7 +463,10 @@ def test_bios_steps_are_declared_for_cleaning_without_ramdisk_and_for_deploy() -
 
 
 def test_bios_apply_and_factory_reset(bmc: Bmc, system: FakeSystem, task: Task) -> None:
-    settings = [{"name": "ProcTurboMode", "value": "Disabled"}, {"name": "NicBoot1", "value": "x"}]
+    settings = [
+        {"name": "ProcTurboMode", "value": "Disabled"},
+        {"name": "NicBoot1", "value": "Disabled"},
+    ]
     assert (
         BIOS.execute_clean_step(
             task, {"step": "apply_configuration", "args": {"settings": settings}}
@@ -466,14 +474,46 @@ def test_bios_apply_and_factory_reset(bmc: Bmc, system: FakeSystem, task: Task) 
         == "done"
     )
     current = bmc.system(system, "/BIOS")["Attributes"]
-    assert (current["ProcTurboMode"], current["NicBoot1"]) == ("Disabled", "x")
-    assert task.node.driver_internal_info["bios_settings"] == current
+    assert (current["ProcTurboMode"], current["NicBoot1"]) == ("Disabled", "Disabled")
+    assert task.bios is not None
+    assert {n: s.value for n, s in task.bios.items()} == {
+        n: None if v is None else str(v) for n, v in current.items()
+    }
+    # The emulator's attribute registry describes the settings it lists.
+    turbo = task.bios["ProcTurboMode"]
+    assert (turbo.attribute_type, turbo.allowable_values) == (
+        "Enumeration",
+        ("Enabled", "Disabled"),
+    )
+    assert turbo.read_only is False
     assert "bios_settings_pending" not in task.node.driver_internal_info
 
+    task.bios = None
     BIOS.factory_reset(task)
     current = bmc.system(system, "/BIOS")["Attributes"]
     assert current["ProcTurboMode"] == "Enabled"
-    assert task.node.driver_internal_info["bios_settings"] == current
+    assert task.bios is not None
+    assert task.bios["ProcTurboMode"].value == "Enabled"
+
+    task.bios = None
+    BIOS.cache_bios_settings(task)
+    assert task.bios is not None
+    assert task.bios["ProcTurboMode"].value == "Enabled"
+
+
+def test_bios_values_the_registry_refuses_never_reach_the_bmc(
+    bmc: Bmc, system: FakeSystem, task: Task
+) -> None:
+    before = bmc.system(system, "/BIOS")["Attributes"]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"name": "ProcTurboMode", "value": "Sometimes"}, "must be one of Enabled, Disabled"),
+        ({"name": "BootMode", "value": 3}, "must be one of"),
+    ]
+    for setting, message in cases:
+        with pytest.raises(StepFailed, match=message):
+            BIOS.apply_configuration(task, [setting])
+    assert bmc.system(system, "/BIOS")["Attributes"] == before
+    assert task.bios is None
 
 
 @pytest.mark.parametrize(
@@ -627,6 +667,46 @@ def test_api_power_manage_and_inspect(stack: Stack, bmc: Bmc) -> None:
     assert inspected["properties"]["cpus"] == 8
     assert inspected["properties"]["local_gb"] == 99
     assert inspected["driver_internal_info"]["inspected_macs"] == list(system.macs)
+
+
+def test_api_bios_settings_are_read_at_verify_and_after_each_step(stack: Stack, bmc: Bmc) -> None:
+    system = bmc.take()
+    node = _redfish_node(stack, bmc.driver_info(system))
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    url = f"/v1/nodes/{node['uuid']}/bios"
+    listed = stack.client.get(f"{url}?detail=true", headers=LATEST).json()["bios"]
+    emulated = bmc.system(system, "/BIOS")["Attributes"]
+    assert {s["name"] for s in listed} == set(emulated)
+    turbo = next(s for s in listed if s["name"] == "ProcTurboMode")
+    assert turbo["value"] == "Enabled"
+    assert turbo["attribute_type"] == "Enumeration"
+    assert turbo["allowable_values"] == ["Enabled", "Disabled"]
+
+    turbo_off = [{"name": "ProcTurboMode", "value": "Disabled"}]
+    step = {"interface": "bios", "step": "apply_configuration", "args": {"settings": turbo_off}}
+    assert (
+        provision(
+            stack.client, node["uuid"], "clean", clean_steps=[step], disable_ramdisk=True
+        ).status_code
+        == 202
+    )
+    assert wait_for_state(stack.client, node["uuid"], "manageable")["last_error"] is None
+    shown = stack.client.get(f"{url}/ProcTurboMode", headers=LATEST).json()["ProcTurboMode"]
+    assert shown["value"] == "Disabled"
+    assert shown["updated_at"] is not None
+
+    # A value the registry refuses fails the step before the BMC is asked.
+    bad = {**step, "args": {"settings": [{"name": "ProcTurboMode", "value": "Turbo"}]}}
+    assert (
+        provision(
+            stack.client, node["uuid"], "clean", clean_steps=[bad], disable_ramdisk=True
+        ).status_code
+        == 202
+    )
+    failed = wait_for_state(stack.client, node["uuid"], "clean failed")
+    assert "must be one of Enabled, Disabled" in failed["last_error"]
+    assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Disabled"
 
 
 def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:

@@ -132,7 +132,7 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         assert final["clean_step"] == {}
         assert final["maintenance"] is False
         assert final["raid_config"]["logical_disks"][0]["raid_level"] == "1"
-        assert final["driver_internal_info"]["bios_settings"] == {"boot_mode": "uefi"}
+        assert fleet.bios(api, uuid) == {"boot_mode": "uefi"}
 
         events = fleet.history(api, uuid)
         print("\n".join(f"{e['conductor']}: {e['event']}" for e in events))

@@ -82,6 +82,13 @@ def wait_until(what: str, condition: Callable[[], Any], timeout: float = 20.0) -
         time.sleep(0.05)
 
 
+def bios_of(client: TestClient, ident: str) -> dict[str, Any]:
+    """The node's BIOS settings, name to value (``GET /v1/nodes/{id}/bios``)."""
+    response = client.get(f"/v1/nodes/{ident}/bios", headers=LATEST)
+    assert response.status_code == 200, response.text
+    return {s["name"]: s["value"] for s in response.json()["bios"]}
+
+
 def make_available(client: TestClient, **fields: Any) -> dict[str, Any]:
     """Enroll a node and take it to ``available`` with a known power state."""
     node = create_node(client, **fields)

@@ -18,6 +18,12 @@ def node(api: str, uuid: str) -> dict[str, Any]:
     return found
 
 
+def bios(api: str, uuid: str) -> dict[str, Any]:
+    """The node's BIOS settings, name to value (``GET /v1/nodes/{id}/bios``)."""
+    listed = http("GET", f"{api}/v1/nodes/{uuid}/bios")["bios"]
+    return {s["name"]: s["value"] for s in listed}
+
+
 def history(api: str, uuid: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = http("GET", f"{api}/v1/nodes/{uuid}/history?detail=true")[
         "history"

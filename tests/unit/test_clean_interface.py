@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from metalforge.db.bios_settings import Setting
 from metalforge.db.models import Node
 from metalforge.drivers.base import ReadOnlyTask, StepFailed
 from metalforge.drivers.fake import FakeBios, FakeDeploy, FakeRaid
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.step_declarations import clean_step
+
+
+class _BiosKeepingTask(ReadOnlyTask):
+    """Keeps the BIOS settings a step stores, as the conductor's task writes them."""
+
+    bios: tuple[Setting, ...] | None = None
+
+    def store_bios_settings(self, settings: Sequence[Setting]) -> None:
+        self.bios = tuple(settings)
 
 
 def _node(**fields: Any) -> Node:
@@ -72,7 +83,7 @@ def test_execute_clean_step_runs_the_step_with_its_arguments() -> None:
             ]
         }
     )
-    task = ReadOnlyTask(node)
+    task = _BiosKeepingTask(node)
     step = {"interface": "raid", "step": "create_configuration", "args": {}}
     assert FakeRaid().execute_clean_step(task, {**step, "args": {"create_root_volume": False}}) == (
         "done"
@@ -82,7 +93,8 @@ def test_execute_clean_step_runs_the_step_with_its_arguments() -> None:
         FakeRaid().execute_clean_step(task, {**step, "args": {"create_root_volume": "no"}})
     bios = {"interface": "bios", "step": "apply_configuration"}
     FakeBios().execute_clean_step(task, {**bios, "args": {"settings": [{"name": "a", "value": 1}]}})
-    assert node.driver_internal_info["bios_settings"] == {"a": 1}
+    assert node.driver_internal_info["fake_bios"] == {"a": 1}
+    assert task.bios == (Setting("a", "1"),)
     with pytest.raises(StepFailed, match="invalid argument settings"):
         FakeBios().execute_clean_step(task, {**bios, "args": {"settings": "a=1"}})
 

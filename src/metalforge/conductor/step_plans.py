@@ -15,7 +15,7 @@ from typing import Any
 
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
-from metalforge.drivers.base import Interface, ReadOnlyTask
+from metalforge.drivers.base import Interface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.drivers.step_declarations import ArgInfo, StepDecl, StepKind
 
@@ -81,15 +81,25 @@ def supported_steps(
     kind: StepKind,
     overrides: Mapping[str, int],
     progress: FlowProgress = NO_FLOW,
+    *,
+    without_ramdisk: bool = False,
 ) -> list[Step]:
     """Every ``kind`` step the node's interfaces offer, overrides applied, in plan order.
 
     Raises ``StepsNotKnown`` when an interface cannot list its clean steps yet
-    (``progress`` tells whether a ramdisk is on its way to report them).
+    (``progress`` tells whether a ramdisk is on its way to report them), unless
+    the plan is ``without_ramdisk``: that interface's steps are the agent's,
+    which cannot run then, so it offers none.
     """
     found: list[Step] = []
     for family, impl in drivers.interfaces(node).items():
-        for decl in _declared(impl, node, kind, progress):
+        try:
+            declared = _declared(impl, node, kind, progress)
+        except StepsNotKnown:
+            if without_ramdisk:
+                continue
+            raise
+        for decl in declared:
             name = f"{family}.{decl.method}"
             found.append(
                 Step(

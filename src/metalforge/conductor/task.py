@@ -23,7 +23,7 @@ What changed is found by comparing with a snapshot taken after each write
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -32,7 +32,7 @@ from metalforge.conductor import history, node_writes, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.node_changes import ColumnSnapshot
 from metalforge.config import ConductorSettings
-from metalforge.db import agent_sessions, flow_progress, step_runs
+from metalforge.db import agent_sessions, bios_settings, flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node, utcnow
 from metalforge.db.tallies import count_on_commit, observed
@@ -80,6 +80,7 @@ class NodeTask:
         self._writing = threading.RLock()
         """Held for each write; ``abandon`` takes it so no write is half done."""
         self._abandoned = False
+        self._bios: tuple[bios_settings.Setting, ...] | None = None
 
     @property
     def node(self) -> Node:
@@ -182,6 +183,11 @@ class NodeTask:
             self._fence(session)
             agent_sessions.end(session, self._node.id)
 
+    def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
+        """Written with the node's next write (fenced like it): a step that read them saves
+        the node when it ends."""
+        self._bios = tuple(settings)
+
     def _fence(self, session: Session) -> None:
         """Hold the node's row until the transaction ends, if this task still owns it.
 
@@ -234,7 +240,7 @@ class NodeTask:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
         progress = self._progress_change()
-        if progress is not None:
+        if progress is not None or self._bios is not None:
             # The progress is written with a fenced update of the node: it
             # moves only while this task holds the node (and updated_at shows it).
             changes.setdefault("updated_at", utcnow())
@@ -253,12 +259,15 @@ class NodeTask:
             raise LockLost(f"lost the reservation of node {self._node.uuid}")
         if progress is not None:
             flow_progress.write(session.connection(), self._node.id, progress)
+        if self._bios is not None:
+            bios_settings.store(session, self._node.id, self._bios)
         history.write(session, entries)
         self._write_step_runs(session)
 
     def _remember(self) -> None:
         self._saved = ColumnSnapshot(self._node)
         self._saved_progress = self._progress
+        self._bios = None
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
@@ -311,6 +320,8 @@ class NodeTask:
                 raise LockLost(str(exc)) from exc
             if progress is not None:
                 flow_progress.write(session.connection(), self._node.id, progress)
+            if self._bios is not None:
+                bios_settings.store(session, self._node.id, self._bios)
             self._write_step_runs(session)
             for func in self._with_transition:
                 func(session)

@@ -194,6 +194,28 @@ class NodeTrait(Base):
     node: Mapped[Node] = relationship(back_populates="traits")
 
 
+class BiosSetting(TimestampMixin, Base):
+    """One BIOS attribute of a node as its BMC last reported it, with the registry's
+    rules for it (type, allowed values, bounds) when the BMC publishes a registry."""
+
+    __tablename__ = "bios_settings"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[str | None] = mapped_column(Text)
+    attribute_type: Mapped[str | None] = mapped_column(String(255))
+    allowable_values: Mapped[list[str] | None] = mapped_column(JsonType)
+    lower_bound: Mapped[int | None] = mapped_column(BigInteger)
+    max_length: Mapped[int | None] = mapped_column(Integer)
+    min_length: Mapped[int | None] = mapped_column(Integer)
+    read_only: Mapped[bool | None] = mapped_column(Boolean)
+    reset_required: Mapped[bool | None] = mapped_column(Boolean)
+    unique: Mapped[bool | None] = mapped_column(Boolean)
+    upper_bound: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class Port(TimestampMixin, Base):
     __tablename__ = "ports"
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from metalforge.config import ConductorSettings
+from metalforge.db import bios_settings
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
@@ -146,6 +147,9 @@ class DriverTask(Protocol):
     def end_agent_session(self) -> None:
         """The agent is gone (the node powered off or boots its instance)."""
 
+    def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
+        """Keep ``settings`` as the node's BIOS settings (what its BMC reports), now."""
+
 
 class ReadOnlyTask:
     """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
@@ -202,6 +206,9 @@ class ReadOnlyTask:
 
     def end_agent_session(self) -> None:
         raise DriverError("a read-only task cannot end the agent's session")
+
+    def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
+        raise DriverError("a read-only task cannot store BIOS settings")
 
 
 class Interface(ABC):
@@ -471,7 +478,13 @@ class RaidInterface(Interface):
 
 
 class BiosInterface(Interface):
+    """BIOS settings: steps that change them, and reading them back for the API."""
+
     interface_type = "bios"
+
+    def cache_bios_settings(self, task: DriverTask) -> None:
+        """Read the node's BIOS settings and keep them (``task.store_bios_settings``)."""
+        raise NotImplementedError
 
 
 class RescueInterface(Interface):

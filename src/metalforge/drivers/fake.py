@@ -24,8 +24,8 @@ step                               priority  abortable  async  effect
 =================================  ========  =========  =====  ===========================
 ``deploy.erase_devices_metadata``  99        yes        no     ``fake_metadata_erased_at``
 ``deploy.erase_devices``           10        yes        yes    ``fake_erased_at``
-``management.reset_bios``          0         no         no     forgets ``bios_settings``
-``bios.apply_configuration``       0         no         no     ``bios_settings``
+``management.reset_bios``          0         no         no     empties ``fake_bios``
+``bios.apply_configuration``       0         no         no     ``fake_bios``
 ``raid.delete_configuration``      0         no         no     empties ``raid_config``
 ``raid.create_configuration``      0         no         yes    ``target_raid_config`` ->
                                                                 ``raid_config``
@@ -76,6 +76,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metalforge.db import bios_settings
 from metalforge.db.models import utcnow
 from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
@@ -320,10 +321,12 @@ class FakeManagement(FakeMixin, ManagementInterface):
     @clean_step(priority=0, requires_ramdisk=False)
     @deploy_step(priority=0)
     def reset_bios(self, task: DriverTask) -> None:
-        """Return the BIOS to factory settings (forgets applied settings)."""
+        """Return the pretend BIOS to factory settings: none applied, none stored."""
         info = dict(task.node.driver_internal_info)
-        info.pop("bios_settings", None)
+        had = info.pop("fake_bios", None) is not None
         task.node.driver_internal_info = info
+        if had:
+            task.store_bios_settings([])
 
 
 FAKE_INDICATORS: dict[str, dict[str, Indicator]] = {
@@ -653,19 +656,30 @@ class FakeBios(FakeMixin, BiosInterface):
         },
     )
     def apply_configuration(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
-        """Apply BIOS settings; they are recorded in ``driver_internal_info.bios_settings``."""
+        """Apply BIOS settings to the pretend firmware (``driver_internal_info.fake_bios``),
+        and read them back as a real BMC's would be."""
         if not isinstance(settings, list) or not all(
             isinstance(item, dict) and "name" in item and "value" in item for item in settings
         ):
             raise StepFailed(
                 f"invalid argument settings: {settings!r} is not a list of {{name, value}} objects"
             )
-        current = dict(task.node.driver_internal_info.get("bios_settings", {}))
+        current = dict(task.node.driver_internal_info.get("fake_bios", {}))
         current.update({str(item["name"]): item["value"] for item in settings})
-        task.node.driver_internal_info = {
-            **task.node.driver_internal_info,
-            "bios_settings": current,
-        }
+        task.node.driver_internal_info = {**task.node.driver_internal_info, "fake_bios": current}
+        self.cache_bios_settings(task)
+
+    def cache_bios_settings(self, task: DriverTask) -> None:
+        """A node whose pretend firmware was never set has no settings: nothing to write."""
+        if "fake_bios" not in task.node.driver_internal_info:
+            return
+        current = task.node.driver_internal_info["fake_bios"]
+        task.store_bios_settings(
+            [
+                bios_settings.Setting(name=str(name), value=None if v is None else str(v))
+                for name, v in sorted(current.items())
+            ]
+        )
 
 
 class FakeRescue(FakeMixin, RescueInterface):

@@ -281,6 +281,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("baremetal:allocation:delete", ALLOCATION_MEMBER, "Delete an allocation."),
     Rule("baremetal:allocation:update", ALLOCATION_MEMBER, "Change an allocation."),
+    Rule("baremetal:node:bios:get", SYSTEM_OR_PROJECT_READER, "Read a node's BIOS settings."),
     Rule("baremetal:runbook:get", RUNBOOK_READER, "Show a runbook (any public one too)."),
     Rule("baremetal:runbook:list", API_READER, "List the project's runbooks and public ones."),
     Rule("baremetal:runbook:list_all", SYSTEM_READER, "List every runbook."),

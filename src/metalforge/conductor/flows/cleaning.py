@@ -108,7 +108,11 @@ def _plan(task: NodeTask, manual: bool) -> list[step_plans.Step] | None:
     overrides = task.ctx.settings.clean_step_priority_override
     try:
         supported = step_plans.supported_steps(
-            task.ctx.drivers, task.node, stepflow.CLEAN.catalogue, overrides
+            task.ctx.drivers,
+            task.node,
+            stepflow.CLEAN.catalogue,
+            overrides,
+            without_ramdisk=manual and task.progress.without_ramdisk,
         )
     except StepsNotKnown as exc:
         # Never plan from a partial list: automated cleaning would skip

@@ -20,7 +20,10 @@ from metalforge.errors import bad_request
 def _plan(
     drivers: DriverRegistry, node: Node, requested: Sequence[Mapping[str, Any]]
 ) -> list[step_plans.Step]:
-    supported = step_plans.supported_steps(drivers, node, stepflow.SERVICE.catalogue, {})
+    # Servicing boots no ramdisk yet: the agent's steps (not known without it) cannot run.
+    supported = step_plans.supported_steps(
+        drivers, node, stepflow.SERVICE.catalogue, {}, without_ramdisk=True
+    )
     plan = step_plans.requested_plan(supported, requested)
     deploy = drivers.interface_of(node, DeployInterface, "clean or deploy")
     if deploy.boots_ramdisk:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from metalforge import states
+from metalforge.conductor import history
 from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows.common import fail, forget_progress, power
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
-from metalforge.drivers.base import DriverError
+from metalforge.drivers.base import BiosInterface, DriverError
 
 
 def verify(task: NodeTask) -> None:
@@ -21,7 +22,20 @@ def verify(task: NodeTask) -> None:
     except DriverError as exc:
         fail(task, f"Failed to verify node: {exc}", str(exc))
         return
+    _cache_bios_settings(task)
     task.transition(states.DONE, last_error=None)
+
+
+def _cache_bios_settings(task: NodeTask) -> None:
+    """Read the BIOS settings once the BMC is known to answer, so the API shows them from
+    the start; a BMC without BIOS settings does not fail verification (history says so)."""
+    bios = task.ctx.drivers.interface(task.node, "bios")
+    if not isinstance(bios, BiosInterface):
+        return
+    try:
+        bios.cache_bios_settings(task)
+    except DriverError as exc:
+        task.record("bios", f"BIOS settings could not be read: {exc}", history.WARNING)
 
 
 SPEC = FlowSpec(
