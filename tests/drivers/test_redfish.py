@@ -323,6 +323,28 @@ def test_virtual_media_ramdisk_then_instance(
     BOOT.clean_up_instance(task)  # nothing inserted: nothing to do
 
 
+def test_virtual_media_attached_by_hand(
+    bmc: Bmc, system: FakeSystem, task: Task, images: str
+) -> None:
+    iso = f"{images}/deploy.iso"
+    drives = {tuple(d.media_types): d for d in MANAGEMENT.get_virtual_media(task)}
+    assert not any(d.inserted for d in drives.values())
+    MANAGEMENT.attach_virtual_media(task, "cdrom", iso)
+    cd = bmc.system(system, "/VirtualMedia/Cd")
+    assert (cd["Inserted"], cd["Image"]) == (True, iso)
+    held = [d for d in MANAGEMENT.get_virtual_media(task) if d.inserted]
+    assert [(d.image, "CD" in d.media_types) for d in held] == [(iso, True)]
+    # The emulator's drives: a CD/DVD and a floppy that also takes USB sticks (``disk``).
+    assert sorted(drives) == [("CD", "DVD"), ("Floppy", "USBStick")]
+    MANAGEMENT.attach_virtual_media(task, "disk", iso)
+    assert bmc.system(system, "/VirtualMedia/Floppy")["Inserted"] is True
+    MANAGEMENT.detach_virtual_media(task, ["cdrom"])
+    assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+    assert bmc.system(system, "/VirtualMedia/Floppy")["Inserted"] is True
+    MANAGEMENT.detach_virtual_media(task, [])
+    assert bmc.system(system, "/VirtualMedia/Floppy")["Inserted"] is False
+
+
 def test_virtual_media_the_bmc_cannot_download(
     bmc: Bmc, system: FakeSystem, task: Task, images: str
 ) -> None:
@@ -707,6 +729,24 @@ def test_api_bios_settings_are_read_at_verify_and_after_each_step(stack: Stack, 
     failed = wait_for_state(stack.client, node["uuid"], "clean failed")
     assert "must be one of Enabled, Disabled" in failed["last_error"]
     assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Disabled"
+
+
+def test_api_virtual_media_changes_the_emulator(stack: Stack, bmc: Bmc, images: str) -> None:
+    system = bmc.take()
+    node = _redfish_node(stack, bmc.driver_info(system))
+    url = f"/v1/nodes/{node['uuid']}/vmedia"
+    iso = f"{images}/deploy.iso"
+    body = {"device_type": "cdrom", "image_url": iso, "image_download_source": "http"}
+    assert stack.client.post(url, json=body, headers=LATEST).status_code == 204
+    assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == iso
+    listed = stack.client.get(url, headers=LATEST).json()
+    assert {"media_types": ["CD", "DVD"], "inserted": True, "image": iso} in listed
+    missing = {**body, "image_url": f"{images}/missing.iso"}
+    refused = stack.client.post(url, json=missing, headers=LATEST)
+    assert refused.status_code == 400
+    assert "answered HTTP 400" in error_text(refused)
+    assert stack.client.delete(url, headers=LATEST).status_code == 204
+    assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
 
 
 def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:

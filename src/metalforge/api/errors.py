@@ -86,6 +86,18 @@ def _describe_validation(exc: RequestValidationError) -> str:
 _NODE_STATE = re.compile(r"(/v1)?/nodes/[^/]+/states/[^/]+/?")
 """``PUT`` on a node state that does not exist (``states/target_raid_config``)."""
 
+_NODE_SUBRESOURCE = re.compile(r"(?:/v1)?/nodes/[^/]+/(?P<name>[^/]+)/?")
+NODE_SUBRESOURCES_SINCE: dict[str, tuple[int, int]] = {"vmedia": (1, 89)}
+"""Node sub-resources some of whose methods are served: below its version, a method
+none of its routes serves is a missing path (404), as Ironic routes by version first."""
+
+
+def _too_old_for(request: Request) -> bool:
+    match = _NODE_SUBRESOURCE.fullmatch(request.url.path)
+    since = NODE_SUBRESOURCES_SINCE.get(match["name"]) if match else None
+    version = getattr(request.state, "version", None)  # set by the version middleware
+    return since is not None and version is not None and version < since
+
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)
@@ -108,6 +120,8 @@ async def _http(request: Request, exc: Exception) -> Response:
         # A state Ironic's node states controller does not have is a method it does
         # not allow there (405), not a missing resource; clients and its tests see that.
         status = 405
+    if status == 405 and _too_old_for(request):
+        status = 404
     if status == 404:
         message = "The resource could not be found."
     elif status == 405:

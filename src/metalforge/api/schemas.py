@@ -15,6 +15,7 @@ from annotated_types import MaxLen
 from pydantic import (
     Field,
     RootModel,
+    StrictStr,
     field_validator,
     model_validator,
 )
@@ -112,6 +113,14 @@ class RaidConfigRequest(Body):
     """A target RAID configuration (``{}`` clears it); the RAID interface checks the disks."""
 
     logical_disks: list[dict[str, Any]] | None = None
+
+
+class VmediaAttachRequest(Body):
+    """``POST /v1/nodes/{node}/vmedia``: the device and values the service checks."""
+
+    device_type: StrictStr
+    image_url: StrictStr = Field(min_length=1, max_length=2048)
+    image_download_source: StrictStr = "local"
 
 
 class ConsoleRequest(Body):

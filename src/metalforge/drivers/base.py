@@ -289,6 +289,20 @@ class PowerInterface(Interface):
         """Move to ``target`` (one of POWER_TARGETS) and return once it is reached."""
 
 
+VMEDIA_DEVICES = ("disk", "cdrom", "floppy")
+"""Devices an image can be attached to as virtual media (Ironic's names)."""
+
+
+@dataclass(frozen=True)
+class VirtualMedia:
+    """One of a BMC's virtual media drives: what it takes and what it holds."""
+
+    media_types: tuple[str, ...]
+    """Redfish's names: ``CD``, ``DVD``, ``Floppy``, ``USBStick``..."""
+    inserted: bool
+    image: str | None
+
+
 HEALTH_STATES = ("OK", "Warning", "Critical")
 """A node's ``health`` values (Ironic's, from Redfish's ``Status.Health``)."""
 
@@ -322,6 +336,19 @@ class ManagementInterface(Interface):
 
     def set_secure_boot_state(self, task: DriverTask, enabled: bool) -> None:
         raise Unsupported(task.node.driver, "set_secure_boot_state")
+
+    def get_virtual_media(self, task: DriverTask) -> list[VirtualMedia]:
+        """The BMC's virtual media drives and what they hold."""
+        raise Unsupported(task.node.driver, "get_virtual_media")
+
+    def attach_virtual_media(self, task: DriverTask, device_type: str, image_url: str) -> None:
+        """Insert the image the BMC downloads from ``image_url`` into a ``device_type`` drive
+        (one of ``VMEDIA_DEVICES``), replacing what that drive held."""
+        raise Unsupported(task.node.driver, "attach_virtual_media")
+
+    def detach_virtual_media(self, task: DriverTask, device_types: Sequence[str]) -> None:
+        """Eject what the drives of ``device_types`` hold (all drives when empty)."""
+        raise Unsupported(task.node.driver, "detach_virtual_media")
 
     def get_health(self, task: DriverTask) -> str | None:
         """The hardware's overall health as its BMC rates it: one of ``HEALTH_STATES``, or

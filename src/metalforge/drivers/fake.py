@@ -108,6 +108,7 @@ from metalforge.drivers.base import (
     StepOutcome,
     StepsChanged,
     VendorInterface,
+    VirtualMedia,
     check_vendor_args,
     noop_interface,
 )
@@ -249,7 +250,30 @@ class FakePower(FakeMixin, PowerInterface):
             raise DriverError(f"unknown power target {target!r}")
 
 
+_FAKE_DRIVES = {"cdrom": ("CD", "DVD"), "floppy": ("Floppy",), "disk": ("USBStick",)}
+"""The pretend BMC's virtual media drives: one per device type."""
+
+
 class FakeManagement(FakeMixin, ManagementInterface):
+    def get_virtual_media(self, task: DriverTask) -> list[VirtualMedia]:
+        held = task.node.driver_internal_info.get("fake_vmedia", {})
+        return [
+            VirtualMedia(types, device in held, held.get(device))
+            for device, types in _FAKE_DRIVES.items()
+        ]
+
+    def attach_virtual_media(self, task: DriverTask, device_type: str, image_url: str) -> None:
+        """Inserted into ``driver_internal_info.fake_vmedia``: what the pretend BMC holds."""
+        held = dict(task.node.driver_internal_info.get("fake_vmedia", {}))
+        held[device_type] = image_url
+        task.node.driver_internal_info = {**task.node.driver_internal_info, "fake_vmedia": held}
+
+    def detach_virtual_media(self, task: DriverTask, device_types: Sequence[str]) -> None:
+        held = dict(task.node.driver_internal_info.get("fake_vmedia", {}))
+        for device in device_types or list(held):
+            held.pop(device, None)
+        task.node.driver_internal_info = {**task.node.driver_internal_info, "fake_vmedia": held}
+
     def get_health(self, task: DriverTask) -> str | None:
         """``driver_info.fake_health`` when it is a health value: what a BMC would report."""
         value = task.node.driver_info.get("fake_health")

@@ -47,6 +47,8 @@ CHUNK = 1024 * 1024
 class ImageKind(Enum):
     KERNEL = "kernel"
     RAMDISK = "ramdisk"
+    MEDIA = "virtual media image"
+    """An ISO or disk image an operator attaches as virtual media: any content but none."""
 
 
 class ImageError(Exception):
@@ -85,6 +87,8 @@ def looks_like(kind: ImageKind, head: bytes) -> bool:
     """
     if kind is ImageKind.KERNEL:
         return head[0x202:0x206] == b"HdrS" or head[0x38:0x3C] == b"ARM\x64" or head[:2] == b"MZ"
+    if kind is ImageKind.MEDIA:
+        return bool(head)
     return head.startswith(_RAMDISK_MAGIC)
 
 

@@ -18,6 +18,7 @@ Persistence is ``BootSourceOverrideEnabled``: ``Once`` or ``Continuous``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sushy
@@ -29,6 +30,7 @@ from metalforge.drivers.base import (
     Indicator,
     ManagementInterface,
     Unsupported,
+    VirtualMedia,
 )
 from metalforge.drivers.redfish import connection
 
@@ -102,6 +104,31 @@ def set_boot_device(system: Any, device: str, persistent: bool) -> None:
     system.set_system_boot_options(BOOT_SOURCES[device], enabled=enabled)
 
 
+VMEDIA_TYPES: dict[str, tuple[Any, ...]] = {
+    "cdrom": (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD),
+    "floppy": (sushy.VirtualMediaType.FLOPPY,),
+    "disk": (sushy.VirtualMediaType.USB_STICK,),
+}
+"""The Redfish media types each of Ironic's virtual media devices stands for."""
+
+
+def _drives(system: Any) -> list[Any]:
+    """The system's virtual media drives (Redfish 1.11: under the system)."""
+    try:
+        collection = system.virtual_media
+    except sushy.exceptions.MissingAttributeError:
+        raise DriverError("The node's BMC has no virtual media under its system") from None
+    return list(collection.get_members())
+
+
+def _takes(drive: Any, device_type: str) -> bool:
+    return any(kind in VMEDIA_TYPES[device_type] for kind in drive.media_types or ())
+
+
+def _shown_types(drive: Any) -> tuple[str, ...]:
+    return tuple(str(getattr(kind, "value", kind)) for kind in drive.media_types or ())
+
+
 class RedfishManagement(ManagementInterface):
     """Boot device and boot mode through the system's ``Boot`` property."""
 
@@ -171,6 +198,29 @@ class RedfishManagement(ManagementInterface):
                     f"Configuring secure boot requires UEFI for node {task.node.uuid}"
                 )
             secure.set_enabled(enabled)
+
+    def get_virtual_media(self, task: DriverTask) -> list[VirtualMedia]:
+        with connection.system(task, "list the virtual media") as system:
+            return [
+                VirtualMedia(_shown_types(d), bool(d.inserted), d.image or None)
+                for d in _drives(system)
+            ]
+
+    def attach_virtual_media(self, task: DriverTask, device_type: str, image_url: str) -> None:
+        with connection.system(task, f"insert virtual media {image_url}") as system:
+            drive = next((d for d in _drives(system) if _takes(d, device_type)), None)
+            if drive is None:
+                raise DriverError(f"The node's BMC has no virtual {device_type} drive")
+            if drive.inserted:
+                drive.eject_media()
+            drive.insert_media(image_url, inserted=True, write_protected=device_type == "cdrom")
+
+    def detach_virtual_media(self, task: DriverTask, device_types: Sequence[str]) -> None:
+        with connection.system(task, "eject virtual media") as system:
+            for drive in _drives(system):
+                wanted = not device_types or any(_takes(drive, t) for t in device_types)
+                if wanted and drive.inserted:
+                    drive.eject_media()
 
     def get_health(self, task: DriverTask) -> str | None:
         """The system's ``Status.Health`` (``OK``, ``Warning``, ``Critical``), if it reports one."""
