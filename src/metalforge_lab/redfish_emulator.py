@@ -8,6 +8,8 @@ only prepares it, in its own process:
   on the next GET, which keeps tests fast; ``2,5`` exercises polling);
 * the stock fake driver answers "not supported" for an NMI (``Reset`` with
   ``Nmi``); a lab system takes one while it is powered on, else answers 400;
+* the stock UpdateService updates a BIOS at once and points at a task monitor it
+  does not serve; here that monitor answers with the finished task;
 * the stock fake driver answers "not supported" for BIOS, processors, memory
   and storage, so drivers could not be tested on those routes. ``LabFakeDriver``
   keeps them in the fake system's dict, as the stock driver keeps the boot
@@ -17,8 +19,9 @@ A system in ``SUSHY_EMULATOR_FAKE_SYSTEMS`` may carry, besides the stock keys
 (``uuid``, ``name``, ``power_state``, ``nics``, ``external_notifier``):
 ``processors`` (list of ``{id, socket, vendor, model, cores, threads}``),
 ``memory_gib``, ``bios`` (current attributes), ``bios_defaults`` (what a BIOS
-reset restores) and ``disks`` (list of ``{name, size_gib}``; without it
-the system has no SimpleStorage, like a BMC that does not report disks).
+reset restores), ``bios_version`` (what the stock UpdateService bumps) and
+``disks`` (list of ``{name, size_gib}``; without it the system has no
+SimpleStorage, like a BMC that does not report disks).
 
 A system with ``machine`` (``{tap, bridge, console, uefi, disk,
 memory_mib}``) is a real QEMU machine (``metalforge_lab.vm``) rather than a
@@ -54,6 +57,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from metalforge_lab.running import StartStop
+
+DEFAULT_BIOS_VERSION = "1.0.0"
+"""A fake system's ``BiosVersion`` until an update bumps it (the stock UpdateService adds one
+to the second number)."""
 
 DEFAULT_BIOS: dict[str, Any] = {
     "BootMode": "Uefi",
@@ -326,7 +333,12 @@ class _LabResources:
         self._update(system, nmis=int(system.get("nmis", 0)) + 1)
 
     def get_versions(self, identity: str) -> dict[str, str]:
-        return {"BiosVersion": "lab-1.0"}
+        return {"BiosVersion": str(self._get(identity).get("bios_version") or DEFAULT_BIOS_VERSION)}
+
+    def set_versions(self, identity: str, firmware_versions: dict[str, str]) -> None:
+        """What the stock UpdateService writes after an (instant) BIOS update."""
+        system = self._get(identity)
+        self._update(system, bios_version=str(firmware_versions["BiosVersion"]))
 
     def get_processors(self, identity: str) -> list[dict[str, Any]]:
         return list(self._get(identity).get("processors") or DEFAULT_PROCESSORS)
@@ -450,9 +462,29 @@ def _boot_target(device: str | None, cdrom: Path | None, disk: Path | None) -> s
     return "network"
 
 
+def _finished_task(task_id: str) -> Any:
+    """The task the stock UpdateService points at (its updates finish before it answers):
+    completed, as a BMC's task monitor shows a finished update."""
+    import flask
+
+    return flask.jsonify(
+        {
+            "@odata.id": f"/redfish/v1/TaskService/Tasks/{task_id}",
+            "@odata.type": "#Task.v1_4_3.Task",
+            "Id": task_id,
+            "Name": "Firmware update",
+            "TaskState": "Completed",
+            "TaskStatus": "OK",
+            "Messages": [],
+        }
+    )
+
+
 def install(power_delay: tuple[int, int]) -> None:
-    """Patch the fake driver in this process only: power delay and the extra resources."""
+    """Patch the fake driver in this process only: power delay and the extra resources,
+    and the task monitor the stock UpdateService's answers name."""
     from sushy_tools import error
+    from sushy_tools.emulator import main as emulator
     from sushy_tools.emulator.resources.systems import fakedriver
 
     fakedriver.random = _DelayRandom(*power_delay)
@@ -460,6 +492,10 @@ def install(power_delay: tuple[int, int]) -> None:
         driver = _lab_driver(fakedriver.FakeDriver, error)
         driver._metalforge_lab = True
         fakedriver.FakeDriver = driver
+    if "lab_task" not in emulator.app.view_functions:
+        emulator.app.add_url_rule(
+            "/redfish/v1/TaskService/Tasks/<task_id>", "lab_task", _finished_task
+        )
 
 
 def _delay(value: str) -> tuple[int, int]:

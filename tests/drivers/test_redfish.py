@@ -75,6 +75,8 @@ INSPECT = RedfishInspect()
 BIOS = RedfishBios()
 
 IN_CI = bool(os.environ.get("CI"))
+BMC_SYSTEMS = 36
+"""Fake systems of the shared emulator: one for each test that takes one, and spares."""
 
 
 class Task(ReadOnlyTask):
@@ -117,7 +119,7 @@ class Task(ReadOnlyTask):
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
     """An emulator without auth and with instant power changes, shared by the module."""
-    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=30)
+    yield from start_bmc(tmp_path_factory.mktemp("bmc"), count=BMC_SYSTEMS)
 
 
 @pytest.fixture(scope="module")
@@ -604,7 +606,9 @@ def test_unknown_system_is_named(bmc: Bmc) -> None:
 def test_system_id_may_be_omitted_only_when_the_bmc_has_one_system(
     bmc: Bmc, tmp_path: Path
 ) -> None:
-    with pytest.raises(DriverError, match=r"manages 28 systems; driver_info\.redfish_system_id"):
+    with pytest.raises(
+        DriverError, match=rf"manages {BMC_SYSTEMS} systems; driver_info\.redfish_system_id"
+    ):
         POWER.get_power_state(Task({"redfish_address": bmc.address}))
     for single in start_bmc(tmp_path, count=1):
         assert POWER.get_power_state(Task({"redfish_address": single.address})) == POWER_OFF
@@ -729,6 +733,45 @@ def test_api_bios_settings_are_read_at_verify_and_after_each_step(stack: Stack, 
     failed = wait_for_state(stack.client, node["uuid"], "clean failed")
     assert "must be one of Enabled, Disabled" in failed["last_error"]
     assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Disabled"
+
+
+def test_api_firmware_update_through_the_update_service(
+    stack: Stack, bmc: Bmc, images: str
+) -> None:
+    system = bmc.take()
+    node = _redfish_node(stack, bmc.driver_info(system))
+    assert provision(stack.client, node["uuid"], "manage").status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    url = f"/v1/nodes/{node['uuid']}/firmware"
+    found = {c["component"]: c for c in stack.client.get(url, headers=LATEST).json()["firmware"]}
+    assert found["bios"]["current_version"] == "1.0.0"
+    assert found["bios"]["initial_version"] == "1.0.0"
+    assert found["bmc"]["current_version"]
+
+    update = {"component": "bios", "url": f"{images}/deploy.iso"}
+    step = {"interface": "firmware", "step": "update", "args": {"settings": [update]}}
+    answer = provision(
+        stack.client, node["uuid"], "clean", clean_steps=[step], disable_ramdisk=True
+    )
+    assert answer.status_code == 202, answer.text
+    assert wait_for_state(stack.client, node["uuid"], "manageable")["last_error"] is None
+    assert bmc.system(system)["BiosVersion"] == "1.1.0"
+    found = {c["component"]: c for c in stack.client.get(url, headers=LATEST).json()["firmware"]}
+    bios = found["bios"]
+    assert (bios["initial_version"], bios["current_version"], bios["last_version_flashed"]) == (
+        "1.0.0",
+        "1.1.0",
+        "1.1.0",
+    )
+
+    # The emulator's UpdateService refuses a manager target: the step fails with its reason.
+    bmc_update = {**step, "args": {"settings": [{"component": "bmc", "url": update["url"]}]}}
+    answer = provision(
+        stack.client, node["uuid"], "clean", clean_steps=[bmc_update], disable_ramdisk=True
+    )
+    assert answer.status_code == 202, answer.text
+    failed = wait_for_state(stack.client, node["uuid"], "clean failed")
+    assert "Manager is not currently a supported Target" in failed["last_error"]
 
 
 def test_api_virtual_media_changes_the_emulator(stack: Stack, bmc: Bmc, images: str) -> None:

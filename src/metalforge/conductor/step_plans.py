@@ -15,7 +15,7 @@ from typing import Any
 
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
-from metalforge.drivers.base import Interface, ReadOnlyTask, StepsNotKnown
+from metalforge.drivers.base import DriverError, Interface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.drivers.step_declarations import ArgInfo, StepDecl, StepKind
 
@@ -131,6 +131,14 @@ def check_args(step: Step, args: Mapping[str, Any]) -> None:
     missing = sorted(n for n, info in step.argsinfo.items() if info.required and n not in args)
     if missing:
         raise StepRequestError(f"step {step.name} requires argument(s) {', '.join(missing)}")
+    for name, value in args.items():
+        check = step.argsinfo[name].check
+        if check is None:
+            continue
+        try:
+            check(value)
+        except (ValueError, DriverError) as exc:
+            raise StepRequestError(f"step {step.name}: {exc}") from None
 
 
 def requested_plan(supported: Sequence[Step], requested: Sequence[Mapping[str, Any]]) -> list[Step]:

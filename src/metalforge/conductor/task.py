@@ -32,7 +32,13 @@ from metalforge.conductor import history, node_writes, transitions
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.node_changes import ColumnSnapshot
 from metalforge.config import ConductorSettings
-from metalforge.db import agent_sessions, bios_settings, flow_progress, step_runs
+from metalforge.db import (
+    agent_sessions,
+    bios_settings,
+    firmware_components,
+    flow_progress,
+    step_runs,
+)
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node, utcnow
 from metalforge.db.tallies import count_on_commit, observed
@@ -80,7 +86,9 @@ class NodeTask:
         self._writing = threading.RLock()
         """Held for each write; ``abandon`` takes it so no write is half done."""
         self._abandoned = False
-        self._bios: tuple[bios_settings.Setting, ...] | None = None
+        self._table_writes: dict[str, Callable[[Session], object]] = {}
+        """What drivers reported for tables of their own (BIOS settings, firmware), written
+        with the node's next write; a later report of the same table replaces an earlier."""
 
     @property
     def node(self) -> Node:
@@ -186,7 +194,17 @@ class NodeTask:
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         """Written with the node's next write (fenced like it): a step that read them saves
         the node when it ends."""
-        self._bios = tuple(settings)
+        kept = tuple(settings)
+        self._table_writes["bios"] = lambda s: bios_settings.store(s, self._node.id, kept)
+
+    def store_firmware(self, reported: Sequence[firmware_components.Reported]) -> None:
+        """Written with the node's next write, as BIOS settings are."""
+        kept = tuple(reported)
+        self._table_writes["firmware"] = lambda s: firmware_components.store(s, self._node.id, kept)
+
+    def _write_tables(self, session: Session) -> None:
+        for write in self._table_writes.values():
+            write(session)
 
     def _fence(self, session: Session) -> None:
         """Hold the node's row until the transaction ends, if this task still owns it.
@@ -240,7 +258,7 @@ class NodeTask:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
         progress = self._progress_change()
-        if progress is not None or self._bios is not None:
+        if progress is not None or self._table_writes:
             # The progress is written with a fenced update of the node: it
             # moves only while this task holds the node (and updated_at shows it).
             changes.setdefault("updated_at", utcnow())
@@ -259,15 +277,14 @@ class NodeTask:
             raise LockLost(f"lost the reservation of node {self._node.uuid}")
         if progress is not None:
             flow_progress.write(session.connection(), self._node.id, progress)
-        if self._bios is not None:
-            bios_settings.store(session, self._node.id, self._bios)
+        self._write_tables(session)
         history.write(session, entries)
         self._write_step_runs(session)
 
     def _remember(self) -> None:
         self._saved = ColumnSnapshot(self._node)
         self._saved_progress = self._progress
-        self._bios = None
+        self._table_writes.clear()
 
     def save(self) -> None:
         """Write what changed on the node (fenced)."""
@@ -320,8 +337,7 @@ class NodeTask:
                 raise LockLost(str(exc)) from exc
             if progress is not None:
                 flow_progress.write(session.connection(), self._node.id, progress)
-            if self._bios is not None:
-                bios_settings.store(session, self._node.id, self._bios)
+            self._write_tables(session)
             self._write_step_runs(session)
             for func in self._with_transition:
                 func(session)

@@ -216,6 +216,24 @@ class BiosSetting(TimestampMixin, Base):
     upper_bound: Mapped[int | None] = mapped_column(BigInteger)
 
 
+class FirmwareComponent(TimestampMixin, Base):
+    """One firmware component of a node (``bios``, ``bmc``...): the version it was first
+    seen with, the one it runs, and the last one metalforge flashed onto it."""
+
+    __tablename__ = "firmware_components"
+
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True
+    )
+    component: Mapped[str] = mapped_column(String(255), primary_key=True)
+    initial_version: Mapped[str] = mapped_column(String(255), nullable=False)
+    current_version: Mapped[str | None] = mapped_column(String(255))
+    last_version_flashed: Mapped[str | None] = mapped_column(String(255))
+    vendor: Mapped[str | None] = mapped_column(String(255))
+    model: Mapped[str | None] = mapped_column(String(255))
+    serial_number: Mapped[str | None] = mapped_column(String(255))
+
+
 class Port(TimestampMixin, Base):
     __tablename__ = "ports"
 

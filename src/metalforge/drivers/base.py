@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from metalforge.config import ConductorSettings
-from metalforge.db import bios_settings
+from metalforge.db import bios_settings, firmware_components
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
@@ -150,6 +150,9 @@ class DriverTask(Protocol):
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         """Keep ``settings`` as the node's BIOS settings (what its BMC reports), now."""
 
+    def store_firmware(self, reported: Sequence[firmware_components.Reported]) -> None:
+        """Keep what the BMC reports of the node's firmware components."""
+
 
 class ReadOnlyTask:
     """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
@@ -209,6 +212,9 @@ class ReadOnlyTask:
 
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         raise DriverError("a read-only task cannot store BIOS settings")
+
+    def store_firmware(self, reported: Sequence[firmware_components.Reported]) -> None:
+        raise DriverError("a read-only task cannot store firmware versions")
 
 
 class Interface(ABC):
@@ -502,6 +508,16 @@ class RaidInterface(Interface):
         (``validate_raid_config``) narrows this too.
         """
         return dict(LOGICAL_DISK_PROPERTIES)
+
+
+class FirmwareInterface(Interface):
+    """Firmware: the versions a node's components run, and the ``update`` step."""
+
+    interface_type = "firmware"
+
+    def cache_firmware_components(self, task: DriverTask) -> None:
+        """Read what the components run and keep it (``task.store_firmware``)."""
+        raise NotImplementedError
 
 
 class BiosInterface(Interface):

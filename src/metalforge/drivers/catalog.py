@@ -21,6 +21,7 @@ from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
+from metalforge.drivers.redfish.firmware import RedfishFirmware
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
@@ -53,6 +54,7 @@ REDFISH = HardwareType(
         "boot": (PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot, RedfishVirtualMediaBoot),
         "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
+        "firmware": (RedfishFirmware, *_none("firmware")),
         "vendor": (RedfishVendor, *_none("vendor")),
     },
 )

@@ -77,6 +77,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metalforge.db import bios_settings
+from metalforge.db.firmware_components import Reported
 from metalforge.db.models import utcnow
 from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
@@ -95,6 +96,7 @@ from metalforge.drivers.base import (
     DeployInterface,
     DriverError,
     DriverTask,
+    FirmwareInterface,
     GenericInterface,
     Indicator,
     InspectInterface,
@@ -112,6 +114,7 @@ from metalforge.drivers.base import (
     check_vendor_args,
     noop_interface,
 )
+from metalforge.drivers.firmware import UPDATE_ARGS, parse_settings
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
@@ -706,6 +709,59 @@ class FakeBios(FakeMixin, BiosInterface):
         )
 
 
+FAKE_FIRMWARE = {"bios": "1.0.0", "bmc": "1.0.0"}
+"""The pretend firmware's versions until an update bumps them."""
+
+
+def _bumped(version: str) -> str:
+    """The next version: the last number plus one (``1.0.0`` -> ``1.0.1``)."""
+    head, _, last = version.rpartition(".")
+    return f"{head}.{int(last) + 1}" if last.isdigit() else f"{version}.1"
+
+
+class FakeFirmware(FakeMixin, FirmwareInterface):
+    """Pretend firmware (``driver_internal_info.fake_firmware``): an update bumps the
+    component's version, as the lab's Redfish emulator does."""
+
+    def cache_firmware_components(self, task: DriverTask) -> None:
+        """Nothing to write for a node never updated: its versions are the defaults, which
+        its first update stores as the initial ones (verifying a fake fleet stays cheap)."""
+        if "fake_firmware" not in task.node.driver_internal_info:
+            return
+        versions = task.node.driver_internal_info["fake_firmware"]
+        task.store_firmware(
+            [Reported(c, v, vendor="fake", model="fake-hardware") for c, v in versions.items()]
+        )
+
+    @clean_step(
+        priority=0,
+        argsinfo={**UPDATE_ARGS, "settings": {**UPDATE_ARGS["settings"], "check": parse_settings}},
+        requires_ramdisk=False,
+    )
+    def update(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
+        before = {**FAKE_FIRMWARE, **task.node.driver_internal_info.get("fake_firmware", {})}
+        versions = dict(before)
+        flashed = []
+        for update in parse_settings(settings):
+            versions[update.component] = _bumped(versions[update.component])
+            flashed.append(update.component)
+        info = {**task.node.driver_internal_info, "fake_firmware": versions}
+        task.node.driver_internal_info = info
+        task.store_firmware(
+            [
+                Reported(
+                    c,
+                    v,
+                    vendor="fake",
+                    model="fake-hardware",
+                    flashed=c in flashed,
+                    before=before[c],
+                )
+                for c, v in versions.items()
+            ]
+        )
+
+
 class FakeRescue(FakeMixin, RescueInterface):
     """Rescue with visible effects: the node powers on into a (pretend) rescue system.
 
@@ -831,6 +887,6 @@ FAKE_HARDWARE = HardwareType(
         "network": (noop_interface("network", "noop"),),
         "storage": STORAGE_INTERFACES,
         "vendor": (FakeVendor, noop_interface("vendor", "no-vendor")),
-        "firmware": (_fake("firmware"), noop_interface("firmware", "no-firmware")),
+        "firmware": (FakeFirmware, noop_interface("firmware", "no-firmware")),
     },
 )

@@ -24,6 +24,10 @@ class ArgInfo:
 
     description: str
     required: bool = False
+    check: Callable[[Any], object] | None = None
+    """Raises (``ValueError`` or a driver error, with the reason) for a value the step
+    cannot take: called when the step is requested, so the request is refused (400)
+    before the node moves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +58,12 @@ def _record(decl: StepDecl) -> Callable[[F], F]:
 
 def parse_argsinfo(argsinfo: Mapping[str, Mapping[str, Any]] | None) -> dict[str, ArgInfo]:
     return {
-        name: ArgInfo(str(info.get("description", "")), bool(info.get("required", False)))
+        name: ArgInfo(
+            str(info.get("description", "")),
+            bool(info.get("required", False)),
+            # Only a driver's own declaration carries a check: JSON (an agent's list) cannot.
+            check if callable(check := info.get("check")) else None,
+        )
         for name, info in (argsinfo or {}).items()
     }
 

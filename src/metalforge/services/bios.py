@@ -1,13 +1,13 @@
-"""A node's BIOS settings for the API: what its BMC last reported, and nothing to change.
+"""A node's BIOS settings and firmware versions for the API: what its BMC last reported.
 
-Settings change only through BIOS steps (``bios.apply_configuration``,
-``bios.factory_reset``) in cleaning, servicing or a deployment, which check
-values against the BMC's registry before they touch the BMC.
+Both change only through steps (``bios.apply_configuration``,
+``bios.factory_reset``, ``firmware.update``) in cleaning, servicing or a
+deployment, which check their arguments before they touch the BMC.
 """
 
 from __future__ import annotations
 
-from metalforge.db import bios_settings
+from metalforge.db import bios_settings, firmware_components
 from metalforge.db.bios_settings import Stored
 from metalforge.errors import not_found
 from metalforge.services import lookup
@@ -30,3 +30,10 @@ def setting_of(svc: Services, ident: str, version: Version, name: str) -> tuple[
     if stored is None:
         raise not_found(f"The BIOS setting {name} for node {node.uuid} could not be found.")
     return node.uuid, stored
+
+
+def firmware_of(svc: Services, ident: str, version: Version) -> list[firmware_components.Stored]:
+    """The node's firmware components by name (none if they were never read)."""
+    with svc.db.read() as session:
+        node = lookup.find_node(session, ident, version)
+        return firmware_components.listed(session, node.id)

@@ -285,6 +285,11 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:node:vmedia:attach", SYSTEM_OR_PROJECT_MEMBER, "Attach virtual media."),
     Rule("baremetal:node:vmedia:detach", SYSTEM_OR_PROJECT_MEMBER, "Detach virtual media."),
     Rule("baremetal:node:vmedia:get", SYSTEM_OR_PROJECT_READER, "List virtual media."),
+    Rule(
+        "baremetal:node:firmware:get",
+        SYSTEM_OR_PROJECT_READER,
+        "Read a node's firmware versions.",
+    ),
     Rule("baremetal:runbook:get", RUNBOOK_READER, "Show a runbook (any public one too)."),
     Rule("baremetal:runbook:list", API_READER, "List the project's runbooks and public ones."),
     Rule("baremetal:runbook:list_all", SYSTEM_READER, "List every runbook."),

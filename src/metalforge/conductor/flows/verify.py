@@ -8,7 +8,7 @@ from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows.common import fail, forget_progress, power
 from metalforge.conductor.flows.spec import FlowSpec, FlowState, Verb
 from metalforge.conductor.task import NodeTask
-from metalforge.drivers.base import BiosInterface, DriverError
+from metalforge.drivers.base import BiosInterface, DriverError, FirmwareInterface
 
 
 def verify(task: NodeTask) -> None:
@@ -23,6 +23,7 @@ def verify(task: NodeTask) -> None:
         fail(task, f"Failed to verify node: {exc}", str(exc))
         return
     _cache_bios_settings(task)
+    _cache_firmware_components(task)
     task.transition(states.DONE, last_error=None)
 
 
@@ -36,6 +37,17 @@ def _cache_bios_settings(task: NodeTask) -> None:
         bios.cache_bios_settings(task)
     except DriverError as exc:
         task.record("bios", f"BIOS settings could not be read: {exc}", history.WARNING)
+
+
+def _cache_firmware_components(task: NodeTask) -> None:
+    """The firmware versions, read as the BIOS settings are (a failure is only noted)."""
+    firmware = task.ctx.drivers.interface(task.node, "firmware")
+    if not isinstance(firmware, FirmwareInterface):
+        return
+    try:
+        firmware.cache_firmware_components(task)
+    except DriverError as exc:
+        task.record("firmware", f"firmware versions could not be read: {exc}", history.WARNING)
 
 
 SPEC = FlowSpec(

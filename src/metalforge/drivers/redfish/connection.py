@@ -356,6 +356,16 @@ def system(task: DriverTask, doing: str) -> Iterator[Any]:
 
 
 @contextmanager
+def root_and_system(task: DriverTask, doing: str) -> Iterator[tuple[Any, Any]]:
+    """The BMC's ``sushy`` root and the node's System, for calls that need both (an update
+    through the UpdateService, a task monitor); errors in the block become ``DriverError``."""
+    info = parse_driver_info(task.node.driver_info)
+    with redfish_errors(info, doing):
+        root = CONNECTIONS.client(info)
+        yield root, _get_system(info, root)
+
+
+@contextmanager
 def event_service(task: DriverTask, doing: str) -> Iterator[Any]:
     """The BMC's ``sushy`` EventService; errors in the block become ``DriverError``.
 
