@@ -1686,7 +1686,7 @@ PATCHES = [
 
 ROUTING = [
     _case("unknown-collection", "GET", "/v1/widgets/x", 404, routing_shape=True),
-    _case("unknown-sub-resource", "GET", N + "/bios", 404, routing_shape=True),
+    _case("unknown-sub-resource", "GET", N + "/widgets", 404, routing_shape=True),
     _case("delete-collection", "DELETE", "/v1/nodes", 405, routing_shape=True),
     _case("post-to-node", "POST", N, 405, routing_shape=True, json={"driver": "fake-hardware"}),
     _case("post-to-v1", "POST", "/v1", 405, routing_shape=True, json={}),
