@@ -8,9 +8,10 @@ from pathlib import Path
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
 
 from metalforge.api.metrics_port import MetricsPort
-from metalforge.db.models import PxeFilterHost, WorkItem, utcnow
+from metalforge.db.models import Node, PxeFilterHost, WorkItem, utcnow
 from tests.support.api import (
     LATEST,
     create_node,
@@ -206,3 +207,15 @@ def test_the_metrics_port_serves_the_same_figures_without_credentials(tmp_path: 
     finally:
         port.stop()
         stack.stop()
+
+
+def test_nodes_are_counted_by_the_health_their_bmc_reports(sqlite_stack: Stack) -> None:
+    empty = _scrape(sqlite_stack)["metalforge_nodes_by_health"]
+    assert empty == {(("health", h),): 0 for h in ("OK", "Warning", "Critical", "unknown")}
+    sick = create_node(sqlite_stack.client)
+    create_node(sqlite_stack.client)
+    with sqlite_stack.db.write() as session:  # as the power sync records a BMC's rating
+        session.execute(update(Node).where(Node.uuid == sick["uuid"]).values(health="Critical"))
+    counted = _scrape(sqlite_stack)["metalforge_nodes_by_health"]
+    assert counted[(("health", "Critical"),)] == 1
+    assert counted[(("health", "unknown"),)] == 1

@@ -55,8 +55,16 @@ def _nodes(figures: ClusterFigures) -> Iterator[Metric]:
         totals[n.provision_state] = totals.get(n.provision_state, 0) + n.count
     for state, count in sorted(totals.items()):
         by_state.add_metric([state], count)
+    by_health = GaugeMetricFamily(
+        "metalforge_nodes_by_health",
+        "Enrolled nodes by the health their BMC reports (unknown: it says nothing).",
+        labels=["health"],
+    )
+    for health, count in figures.health.items():
+        by_health.add_metric([health], count)
     yield nodes
     yield by_state
+    yield by_health
 
 
 def _work(figures: ClusterFigures) -> Iterator[Metric]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -26,6 +28,7 @@ from metalforge.db.models import (
     PxeFilterHost,
     WorkItem,
 )
+from metalforge.drivers.base import HEALTH_STATES
 from metalforge.services.context import Services
 
 LOG = logging.getLogger(__name__)
@@ -77,6 +80,8 @@ class ClusterFigures:
     conductors: list[ConductorFigure]
     allocations: dict[str, int]
     introspections: dict[str, int]
+    health: dict[str, int]
+    """Nodes by the health their BMC reports (``unknown``: it says nothing)."""
     filter_hosts: list[FilterHostFigure]
     totals: list[tuple[str, str, str, float]]
     """The event counters' and histograms' rows (``db.tallies.totals``)."""
@@ -98,6 +103,18 @@ KNOWN_SERIES: dict[str, list[tuple[str, ...]]] = {
 
 def _age(now: dt.datetime, then: dt.datetime | None) -> float:
     return 0.0 if then is None else max(0.0, (now - then).total_seconds())
+
+
+HEALTH_VALUES = (*HEALTH_STATES, "unknown")
+"""Every health a node is counted under, so a value no node has reads 0."""
+
+
+def _health(rows: Sequence[Any]) -> dict[str, int]:
+    counts = dict.fromkeys(HEALTH_VALUES, 0)
+    for health, count in rows:
+        key = health if health in HEALTH_STATES else "unknown"
+        counts[key] += int(count)
+    return counts
 
 
 def cluster_figures(svc: Services) -> ClusterFigures:
@@ -133,6 +150,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         inspection_rows = session.execute(
             select(Introspection.state, func.count()).group_by(Introspection.state)
         ).all()
+        health_rows = session.execute(select(Node.health, func.count()).group_by(Node.health)).all()
         filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
         totals = db_tallies.totals(session.connection())
     return ClusterFigures(
@@ -152,6 +170,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         ],
         allocations={state: int(count) for state, count in allocation_rows},
         introspections={state: int(count) for state, count in inspection_rows},
+        health=_health(health_rows),
         filter_hosts=[
             FilterHostFigure(
                 h.hostname,
