@@ -329,6 +329,10 @@ REQUESTS: dict[tuple[str, str], Request] = {
     ("GET", "/v1/nodes/{node_ident}/vmedia"): lambda w: (f"/v1/nodes/{w.node}/vmedia", None),
     ("DELETE", "/v1/nodes/{node_ident}/vmedia"): lambda w: (f"/v1/nodes/{w.node}/vmedia", None),
     ("GET", "/v1/nodes/{node_ident}/firmware"): lambda w: (f"/v1/nodes/{w.node}/firmware", None),
+    ("GET", "/v1/nodes/{node_ident}/servicing/steps"): lambda w: (
+        f"/v1/nodes/{w.node}/servicing/steps",
+        None,
+    ),
     ("GET", "/v1/runbooks"): lambda w: ("/v1/runbooks", None),
     ("GET", "/v1/runbooks/{runbook_ident}"): lambda w: (f"/v1/runbooks/{w.runbook}", None),
     ("POST", "/v1/runbooks"): lambda w: ("/v1/runbooks", _runbook_body()),
@@ -627,6 +631,7 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
 OWN_RULES: dict[tuple[str, str], str] = {
     ("GET", "/metrics"): "baremetal:metrics:get",
     ("GET", "/v1/nodes/{node_ident}/progress"): "baremetal:node:get",
+    ("GET", "/v1/nodes/{node_ident}/servicing/steps"): "baremetal:node:get",
     ("GET", "/v1/events"): "baremetal:node:list_all",
 }
 """Routes Ironic does not have, and the rule each is guarded by."""

@@ -49,6 +49,7 @@ ALL_STEPS = [
     ("bios.apply_configuration", 0),
     ("raid.create_configuration", 0),
     ("raid.delete_configuration", 0),
+    ("firmware.update", 0),
 ]
 """fake-hardware's clean steps in plan order: priority, then interface order, then name."""
 

@@ -155,6 +155,10 @@ def _report(draw: st.DrawFn) -> tuple[str, str, Any]:
 
 
 VERBS = ("manage", "provide", "inspect", "active", "deleted", "abort", "clean", "service")
+SERVICE_STEP_LISTS = [
+    [{"interface": "raid", "step": "delete_configuration"}],
+    [{"interface": "management", "step": "reset_bios", "args": {"password": "x"}}],
+]
 STEP_LISTS = [
     [{"interface": "deploy", "step": "erase_devices_metadata"}],
     [{"interface": "deploy", "step": "erase_devices_metadata", "args": {"password": "x"}}],
@@ -169,8 +173,10 @@ def _verb(draw: st.DrawFn) -> tuple[str, str, Any]:
         target = draw(st.sampled_from(["power on", "power off", "rebooting"]))
         return ("PUT", "/v1/nodes/{node}/states/power", {"target": target})
     body: dict[str, Any] = {"target": draw(st.sampled_from(VERBS))}
-    if body["target"] in ("clean", "service"):
-        body[f"{body['target']}_steps"] = draw(st.sampled_from(STEP_LISTS))
+    if body["target"] == "clean":
+        body["clean_steps"] = draw(st.sampled_from(STEP_LISTS))
+    elif body["target"] == "service":
+        body["service_steps"] = draw(st.sampled_from(SERVICE_STEP_LISTS))
     return ("PUT", "/v1/nodes/{node}/states/provision", body)
 
 

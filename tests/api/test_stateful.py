@@ -61,7 +61,9 @@ STEP_CHOICES = [
     [{"interface": "deploy", "step": "erase_devices"}],
     [{"interface": "management", "step": "reset_bios"}],
 ]
-"""Steps for manual cleaning and servicing; ``erase_devices`` is asynchronous."""
+"""Steps for manual cleaning; ``erase_devices`` is asynchronous."""
+SERVICE_STEPS = [{"interface": "management", "step": "reset_bios"}]
+"""The step servicing runs: servicing takes service steps only (the disks' are not)."""
 ANY_TARGET = sorted({*states.VERBS, *states.VERB_ALIASES})
 TRANSITION_EVENT = re.compile(r"^(?P<source>[a-z -]+) -> (?P<target>[a-z -]+) \((?P<event>\w+)\)")
 QUIET_STATES = frozenset(states.STATES) - states.BUSY_STATES
@@ -255,7 +257,7 @@ class ProvisionMachine(RuleBasedStateMachine):
         if verb == states.CLEAN:
             body["clean_steps"] = step_list
         elif verb == states.SERVICE:
-            body["service_steps"] = step_list
+            body["service_steps"] = SERVICE_STEPS
         elif verb == states.RESCUE_VERB:
             body["rescue_password"] = "s3cret"
         before = self._look()[uuid]

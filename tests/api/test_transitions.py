@@ -30,7 +30,7 @@ STEPS = [{"interface": "deploy", "step": "erase_devices_metadata"}]
 
 BODIES: dict[str, dict[str, Any]] = {
     states.CLEAN: {"clean_steps": STEPS},
-    states.SERVICE: {"service_steps": STEPS},
+    states.SERVICE: {"service_steps": [{"interface": "raid", "step": "delete_configuration"}]},
     states.RESCUE_VERB: {"rescue_password": "s3cret"},
 }
 """What each verb needs in its body besides ``target`` to pass the body checks."""

@@ -478,9 +478,12 @@ def test_bios_steps_are_declared_for_cleaning_without_ramdisk_and_for_deploy() -
     assert set(declared) == {
         ("clean", "apply_configuration"),
         ("deploy", "apply_configuration"),
+        ("service", "apply_configuration"),
         ("clean", "factory_reset"),
         ("deploy", "factory_reset"),
+        ("service", "factory_reset"),
     }
+    assert not declared["service", "factory_reset"].requires_ramdisk
     assert all(d.priority == 0 for d in declared.values())
     assert not declared["clean", "apply_configuration"].requires_ramdisk
     assert declared["clean", "apply_configuration"].argsinfo["settings"].required

@@ -50,7 +50,7 @@ DEPLOY_STEPS = Counter(
         "deploy.boot_instance": 1,
     }
 )
-SERVICE_STEPS = [{"interface": "deploy", "step": "erase_devices_metadata"}]
+SERVICE_STEPS = [{"interface": "raid", "step": "delete_configuration"}]
 SERVICED = 20
 """Of the flow nodes that stay active, how many are serviced."""
 INSPECTED = 30

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from sqlalchemy import text
@@ -25,6 +25,7 @@ from metalforge.conductor.work import NodeWork, NoPayload, PayloadError
 from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
+from metalforge.drivers.step_declarations import StepKind
 from metalforge.redaction import mask_document
 from metalforge.services import node_fields, provisioning
 
@@ -159,7 +160,7 @@ def test_a_step_flow_shows_its_step_masked_and_announced(
     assert column in Node.__table__.columns
     assert column in node_fields.NODE_FIELDS
     assert node_view._COMPUTED[column] is mask_document
-    assert kind.catalogue in ("clean", "deploy")
+    assert kind.catalogue in get_args(StepKind)
     with sqlite_db.read() as session:
         triggers = session.execute(
             text("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes'")

@@ -48,6 +48,11 @@ def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Ste
     return interface.execute_clean_step(task, step.to_record())
 
 
+def _start_service_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
+    """A service step is one the interface declares itself (no agent runs in servicing)."""
+    return interface.run_step(task, step.step, dict(step.args))
+
+
 @dataclass(frozen=True)
 class StepFlow:
     """One kind of step plan: what the functions below need to run, show and end it."""
@@ -98,8 +103,8 @@ DEPLOY = StepFlow(
 SERVICE = StepFlow(
     name="service",
     column=Node.service_step,
-    catalogue="clean",
-    start=_start_clean_step,
+    catalogue="service",
+    start=_start_service_step,
     maintenance_on_failure=False,
 )
 

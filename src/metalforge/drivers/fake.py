@@ -114,12 +114,12 @@ from metalforge.drivers.base import (
     check_vendor_args,
     noop_interface,
 )
-from metalforge.drivers.firmware import UPDATE_ARGS, parse_settings
+from metalforge.drivers.firmware import CHECKED_UPDATE_ARGS, parse_settings
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
-from metalforge.drivers.step_declarations import clean_step, deploy_step
+from metalforge.drivers.step_declarations import clean_step, deploy_step, service_step
 from metalforge.drivers.vendor import passthru
 
 LOG = logging.getLogger(__name__)
@@ -346,6 +346,7 @@ class FakeManagement(FakeMixin, ManagementInterface):
         }
 
     @clean_step(priority=0, requires_ramdisk=False)
+    @service_step(requires_ramdisk=False)
     @deploy_step(priority=0)
     def reset_bios(self, task: DriverTask) -> None:
         """Return the pretend BIOS to factory settings: none applied, none stored."""
@@ -580,6 +581,7 @@ class FakeRaid(FakeMixin, RaidInterface):
         task.node.raid_config = {"logical_disks": disks, "last_updated": utcnow().isoformat()}
 
     @clean_step(priority=0, argsinfo=_RAID_ARGS, requires_ramdisk=False, asynchronous=True)
+    @service_step(argsinfo=_RAID_ARGS, requires_ramdisk=False, asynchronous=True)
     @deploy_step(priority=0, argsinfo=_RAID_DEPLOY_ARGS, asynchronous=True)
     def create_configuration(
         self,
@@ -637,6 +639,7 @@ class FakeRaid(FakeMixin, RaidInterface):
         }
 
     @clean_step(priority=0, requires_ramdisk=False)
+    @service_step(requires_ramdisk=False)
     @deploy_step(priority=0)
     def delete_configuration(self, task: DriverTask) -> None:
         """Remove every logical disk."""
@@ -668,20 +671,13 @@ class FakeRaid(FakeMixin, RaidInterface):
         self._apply_given(task, raid_config, delete_existing=delete_existing)
 
 
+_BIOS_ARGS = {"settings": {"description": "List of {name, value} BIOS settings.", "required": True}}
+
+
 class FakeBios(FakeMixin, BiosInterface):
-    @clean_step(
-        priority=0,
-        argsinfo={
-            "settings": {"description": "List of {name, value} BIOS settings.", "required": True}
-        },
-        requires_ramdisk=False,
-    )
-    @deploy_step(
-        priority=0,
-        argsinfo={
-            "settings": {"description": "List of {name, value} BIOS settings.", "required": True}
-        },
-    )
+    @clean_step(priority=0, argsinfo=_BIOS_ARGS, requires_ramdisk=False)
+    @service_step(argsinfo=_BIOS_ARGS, requires_ramdisk=False)
+    @deploy_step(priority=0, argsinfo=_BIOS_ARGS)
     def apply_configuration(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
         """Apply BIOS settings to the pretend firmware (``driver_internal_info.fake_bios``),
         and read them back as a real BMC's would be."""
@@ -733,11 +729,8 @@ class FakeFirmware(FakeMixin, FirmwareInterface):
             [Reported(c, v, vendor="fake", model="fake-hardware") for c, v in versions.items()]
         )
 
-    @clean_step(
-        priority=0,
-        argsinfo={**UPDATE_ARGS, "settings": {**UPDATE_ARGS["settings"], "check": parse_settings}},
-        requires_ramdisk=False,
-    )
+    @clean_step(priority=0, argsinfo=CHECKED_UPDATE_ARGS, requires_ramdisk=False)
+    @service_step(argsinfo=CHECKED_UPDATE_ARGS, requires_ramdisk=False)
     def update(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
         before = {**FAKE_FIRMWARE, **task.node.driver_internal_info.get("fake_firmware", {})}
         versions = dict(before)

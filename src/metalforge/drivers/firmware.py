@@ -62,3 +62,7 @@ def parse_settings(settings: Any) -> list[FirmwareUpdate]:
             )
         updates.append(FirmwareUpdate(component, url, wait))
     return updates
+
+
+CHECKED_UPDATE_ARGS = {"settings": {**UPDATE_ARGS["settings"], "check": parse_settings}}
+"""``UPDATE_ARGS`` with the settings checked when the step is requested (a 400)."""

@@ -1,4 +1,4 @@
-"""Step metadata: what ``@clean_step`` and ``@deploy_step`` record.
+"""Step metadata: what ``@clean_step``, ``@deploy_step`` and ``@service_step`` record.
 
 The decorators only attach a frozen ``StepDecl`` to the method; nothing is
 read from configuration and nothing runs at import time. Interfaces collect
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-StepKind = Literal["clean", "deploy"]
+StepKind = Literal["clean", "deploy", "service"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,6 +97,29 @@ def deploy_step(
     """Declare an interface method as a deploy step with a default priority."""
     return _record(
         StepDecl("deploy", "", priority, False, parse_argsinfo(argsinfo), True, asynchronous)
+    )
+
+
+def service_step(
+    priority: int = 0,
+    abortable: bool = False,
+    argsinfo: Mapping[str, Mapping[str, Any]] | None = None,
+    requires_ramdisk: bool = True,
+    asynchronous: bool = False,
+) -> Callable[[F], F]:
+    """Declare an interface method as a service step: a step an operator may run on a
+    deployed node (``service``) without disturbing its instance. Service steps only run
+    when asked for; the priority orders a runbook's ties, as Ironic keeps it."""
+    return _record(
+        StepDecl(
+            "service",
+            "",
+            priority,
+            abortable,
+            parse_argsinfo(argsinfo),
+            requires_ramdisk,
+            asynchronous,
+        )
     )
 
 

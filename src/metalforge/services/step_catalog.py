@@ -49,6 +49,14 @@ def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
     return CleanSteps(node.uuid, found)
 
 
+def service_steps(svc: Services, ident: str, version: Version) -> list[Step]:
+    """The service steps the node's interfaces declare (servicing boots no agent, so its
+    steps are never waited for)."""
+    with svc.db.read() as session:
+        node = lookup.find_node(session, ident, version)
+        return step_plans.supported_steps(svc.drivers, node, "service", {}, without_ramdisk=True)
+
+
 def deploy_steps(
     svc: Services, ident: str, version: Version, traits: list[str] | None
 ) -> DeployPreview:

@@ -1,4 +1,4 @@
-"""``GET /v1/nodes/{id}/cleaning/steps``: the clean steps a node can run.
+"""``GET /v1/nodes/{id}/cleaning/steps`` and ``.../servicing/steps``: the steps a node can run.
 
 A metalforge addition: no Ironic release has it, and operators otherwise
 learn step names and arguments from driver documentation before writing a
@@ -69,3 +69,16 @@ def list_clean_steps(node_ident: str, request: Request) -> Response:
     if min_priority is not None:
         listed = [s for s in listed if s.priority >= min_priority]
     return JSONResponse({"steps": [step_view(s) for s in listed]})
+
+
+@router.get(
+    "/nodes/{node_ident}/servicing/steps",
+    summary="List the service steps a node can run (metalforge addition)",
+    dependencies=[guard("baremetal:node:get", "node")],
+)
+def list_service_steps(node_ident: str, request: Request) -> JSONResponse:
+    """Every service step the node's interfaces declare: what ``service`` (and a runbook
+    used for it) accepts."""
+    query = Query(request, ())
+    found = step_catalog.service_steps(services(request), node_ident, query.version)
+    return JSONResponse({"steps": [step_view(s) for s in found]})

@@ -28,7 +28,7 @@ from sushy import exceptions as sushy_errors
 from metalforge.db import bios_settings
 from metalforge.drivers.base import BiosInterface, DriverTask, StepFailed
 from metalforge.drivers.redfish import connection
-from metalforge.drivers.step_declarations import clean_step, deploy_step
+from metalforge.drivers.step_declarations import clean_step, deploy_step, service_step
 
 _SETTINGS_ARGS = {
     "settings": {
@@ -170,6 +170,7 @@ class RedfishBios(BiosInterface):
         return dict(connection.PROPERTIES)
 
     @clean_step(priority=0, argsinfo=_SETTINGS_ARGS, requires_ramdisk=False)
+    @service_step(argsinfo=_SETTINGS_ARGS, requires_ramdisk=False)
     @deploy_step(priority=0, argsinfo=_SETTINGS_ARGS)
     def apply_configuration(self, task: DriverTask, settings: list[dict[str, Any]]) -> None:
         """Set BIOS attributes; those the BMC stages for the next boot are reported pending."""
@@ -204,6 +205,7 @@ class RedfishBios(BiosInterface):
         task.record("bios", f"BIOS settings applied: {wanted}")
 
     @clean_step(priority=0, requires_ramdisk=False)
+    @service_step(requires_ramdisk=False)
     @deploy_step(priority=0)
     def factory_reset(self, task: DriverTask) -> None:
         """Return the BIOS attributes to the vendor's defaults."""

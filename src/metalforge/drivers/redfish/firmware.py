@@ -25,9 +25,9 @@ from sushy.resources.updateservice.constants import UpdateTransferProtocolType
 
 from metalforge.db.firmware_components import Reported
 from metalforge.drivers.base import DriverTask, FirmwareInterface, StepFailed, StepOutcome
-from metalforge.drivers.firmware import UPDATE_ARGS, FirmwareUpdate, parse_settings
+from metalforge.drivers.firmware import CHECKED_UPDATE_ARGS, FirmwareUpdate, parse_settings
 from metalforge.drivers.redfish import connection
-from metalforge.drivers.step_declarations import clean_step
+from metalforge.drivers.step_declarations import clean_step, service_step
 
 _STATE = "firmware_update"
 _FAILED_STATES = ("Exception", "Killed", "Cancelled", "Interrupted")
@@ -122,12 +122,8 @@ class RedfishFirmware(FirmwareInterface):
         with connection.root_and_system(task, "read the firmware versions") as (root, system):
             task.store_firmware(_report(root, system))
 
-    @clean_step(
-        priority=0,
-        argsinfo={**UPDATE_ARGS, "settings": {**UPDATE_ARGS["settings"], "check": parse_settings}},
-        requires_ramdisk=False,
-        asynchronous=True,
-    )
+    @clean_step(priority=0, argsinfo=CHECKED_UPDATE_ARGS, requires_ramdisk=False, asynchronous=True)
+    @service_step(argsinfo=CHECKED_UPDATE_ARGS, requires_ramdisk=False, asynchronous=True)
     def update(self, task: DriverTask, settings: list[dict[str, Any]]) -> StepOutcome:
         """Flash each component in turn from its URL through the BMC's UpdateService."""
         updates = parse_settings(settings)
