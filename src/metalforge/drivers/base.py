@@ -154,6 +154,18 @@ class DriverTask(Protocol):
         """Keep what the BMC reports of the node's firmware components."""
 
 
+def set_info(task: DriverTask, **values: Any) -> None:
+    """Set keys of ``driver_internal_info`` (a None value removes the key), as one new
+    dict: the column is written when it changed, so it is never mutated in place."""
+    info = dict(task.node.driver_internal_info)
+    for key, value in values.items():
+        if value is None:
+            info.pop(key, None)
+        else:
+            info[key] = value
+    task.node.driver_internal_info = info
+
+
 class ReadOnlyTask:
     """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
 

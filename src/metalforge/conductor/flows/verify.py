@@ -22,32 +22,23 @@ def verify(task: NodeTask) -> None:
     except DriverError as exc:
         fail(task, f"Failed to verify node: {exc}", str(exc))
         return
-    _cache_bios_settings(task)
-    _cache_firmware_components(task)
+    _read_from_bmc(task, "bios", "BIOS settings")
+    _read_from_bmc(task, "firmware", "firmware versions")
     task.transition(states.DONE, last_error=None)
 
 
-def _cache_bios_settings(task: NodeTask) -> None:
-    """Read the BIOS settings once the BMC is known to answer, so the API shows them from
-    the start; a BMC without BIOS settings does not fail verification (history says so)."""
-    bios = task.ctx.drivers.interface(task.node, "bios")
-    if not isinstance(bios, BiosInterface):
-        return
+def _read_from_bmc(task: NodeTask, family: str, what: str) -> None:
+    """Read the BIOS settings (or firmware versions) once the BMC is known to answer, so
+    the API shows them from the start; a BMC that cannot report them does not fail
+    verification (the node's history says so), and no-bios/no-firmware read nothing."""
+    iface = task.ctx.drivers.interface(task.node, family)
     try:
-        bios.cache_bios_settings(task)
+        if isinstance(iface, BiosInterface):
+            iface.cache_bios_settings(task)
+        elif isinstance(iface, FirmwareInterface):
+            iface.cache_firmware_components(task)
     except DriverError as exc:
-        task.record("bios", f"BIOS settings could not be read: {exc}", history.WARNING)
-
-
-def _cache_firmware_components(task: NodeTask) -> None:
-    """The firmware versions, read as the BIOS settings are (a failure is only noted)."""
-    firmware = task.ctx.drivers.interface(task.node, "firmware")
-    if not isinstance(firmware, FirmwareInterface):
-        return
-    try:
-        firmware.cache_firmware_components(task)
-    except DriverError as exc:
-        task.record("firmware", f"firmware versions could not be read: {exc}", history.WARNING)
+        task.record(family, f"{what} could not be read: {exc}", history.WARNING)
 
 
 SPEC = FlowSpec(

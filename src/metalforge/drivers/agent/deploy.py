@@ -50,7 +50,6 @@ from metalforge.drivers.agent.session import (
     node_for_agent,
     now,
     power_of,
-    set_info,
     stop_ramdisk,
 )
 from metalforge.drivers.base import (
@@ -63,6 +62,7 @@ from metalforge.drivers.base import (
     StepOutcome,
     StepsChanged,
     StepsNotKnown,
+    set_info,
 )
 from metalforge.drivers.step_declarations import StepDecl, deploy_step, parse_argsinfo
 

@@ -25,7 +25,6 @@ from metalforge.drivers.agent.session import (
     boot_ramdisk,
     client_for,
     power_of,
-    set_info,
     stop_ramdisk,
 )
 from metalforge.drivers.base import (
@@ -36,6 +35,7 @@ from metalforge.drivers.base import (
     RescueInterface,
     StepFailed,
     StepOutcome,
+    set_info,
 )
 
 PASSWORD = "rescue_password"

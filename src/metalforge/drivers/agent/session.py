@@ -20,6 +20,7 @@ from metalforge.drivers.base import (
     PowerInterface,
     StepFailed,
     interface_of,
+    set_info,
 )
 
 
@@ -55,16 +56,6 @@ def stop_ramdisk(task: DriverTask) -> None:
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def set_info(task: DriverTask, **values: Any) -> None:
-    info = dict(task.node.driver_internal_info)
-    for key, value in values.items():
-        if value is None:
-            info.pop(key, None)
-        else:
-            info[key] = value
-    task.node.driver_internal_info = info
 
 
 def merge_agent_steps(reported: Any) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 from sushy import exceptions as sushy_errors
 
 from metalforge.db import bios_settings
-from metalforge.drivers.base import BiosInterface, DriverTask, StepFailed
+from metalforge.drivers.base import BiosInterface, DriverTask, StepFailed, set_info
 from metalforge.drivers.redfish import connection
 from metalforge.drivers.step_declarations import clean_step, deploy_step, service_step
 
@@ -150,12 +150,7 @@ def _store(task: DriverTask, bios: Any) -> dict[str, Any]:
 
 
 def _note_pending(task: DriverTask, pending: Mapping[str, Any]) -> None:
-    info = dict(task.node.driver_internal_info)
-    if pending:
-        info["bios_settings_pending"] = dict(pending)
-    else:
-        info.pop("bios_settings_pending", None)
-    task.node.driver_internal_info = info
+    set_info(task, bios_settings_pending=dict(pending) or None)
 
 
 class RedfishBios(BiosInterface):

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import sushy
 
-from metalforge.drivers.base import BootInterface, DriverError, DriverTask
+from metalforge.drivers.base import BootInterface, DriverError, DriverTask, set_info
 from metalforge.drivers.ipxe import (
     check_deploy_images,
     fetch_deploy_images,
@@ -95,12 +95,7 @@ def _eject(drive: Any) -> None:
 
 
 def _remember(task: DriverTask, image: str | None) -> None:
-    info = dict(task.node.driver_internal_info)
-    if image is None:
-        info.pop(_INFO_KEY, None)
-    else:
-        info[_INFO_KEY] = image
-    task.node.driver_internal_info = info
+    set_info(task, **{_INFO_KEY: image})
 
 
 class RedfishVirtualMediaBoot(BootInterface):

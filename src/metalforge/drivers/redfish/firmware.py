@@ -24,7 +24,13 @@ from sushy import exceptions as sushy_errors
 from sushy.resources.updateservice.constants import UpdateTransferProtocolType
 
 from metalforge.db.firmware_components import Reported
-from metalforge.drivers.base import DriverTask, FirmwareInterface, StepFailed, StepOutcome
+from metalforge.drivers.base import (
+    DriverTask,
+    FirmwareInterface,
+    StepFailed,
+    StepOutcome,
+    set_info,
+)
 from metalforge.drivers.firmware import CHECKED_UPDATE_ARGS, FirmwareUpdate, parse_settings
 from metalforge.drivers.redfish import connection
 from metalforge.drivers.step_declarations import clean_step, service_step
@@ -99,12 +105,7 @@ def _state(task: DriverTask) -> dict[str, Any]:
 
 
 def _keep(task: DriverTask, state: dict[str, Any] | None) -> None:
-    info = dict(task.node.driver_internal_info)
-    if state is None:
-        info.pop(_STATE, None)
-    else:
-        info[_STATE] = state
-    task.node.driver_internal_info = info
+    set_info(task, **{_STATE: state})
 
 
 class RedfishFirmware(FirmwareInterface):
