@@ -235,3 +235,34 @@ def test_no_authentication_on_a_noauth_service(
     visible(page, row_in_state(node["uuid"], "enroll"))
     assert visible(page, "#whoami").get_attribute("data-user") == "no authentication"
     assert not page.find_element(By.ID, "login").is_displayed()
+
+
+def test_node_page_shows_firmware_and_bios_settings(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    node = admin_api.manageable(name="firmware-page")
+    steps = [
+        {
+            "interface": "bios",
+            "step": "apply_configuration",
+            "args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]},
+        },
+        {
+            "interface": "firmware",
+            "step": "update",
+            "args": {"settings": [{"component": "bios", "url": "https://fw.example.com/b.bin"}]},
+        },
+    ]
+    admin_api.call(
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "clean", "clean_steps": steps},
+        expect=202,
+    )
+    admin_api.wait_for_state(node["uuid"], "manageable")
+    signed_in(page, server.url, ADMIN)
+
+    node_page(page, node["uuid"])
+    assert "1.0.1" in text_of(page, "#firmware-table")
+    assert "ProcTurboMode" in text_of(page, "#bios-table")
+    assert "Disabled" in text_of(page, "#bios-table")

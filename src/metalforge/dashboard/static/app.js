@@ -931,6 +931,8 @@
     const progress = el("div", { id: "node-progress" });
     const ports = el("div", { id: "node-ports" });
     const traits = el("div", { id: "node-traits" });
+    const firmware = el("div", { id: "node-firmware" });
+    const bios = el("div", { id: "node-bios" });
     const history = el("ol", { id: "node-history", className: "timeline" });
     view.append(
       el(
@@ -951,6 +953,8 @@
             el("details", {}, el("summary", { textContent: "Every field" }), raw)),
           el("section", { className: "card" }, el("h2", { textContent: "Ports" }), ports),
           el("section", { className: "card" }, el("h2", { textContent: "Traits" }), traits),
+          el("section", { className: "card" }, el("h2", { textContent: "Firmware" }), firmware),
+          el("section", { className: "card" }, el("h2", { textContent: "BIOS settings" }), bios),
         ),
         el(
           "div",
@@ -1066,14 +1070,18 @@
         await reloadNode();
         if (!current(token)) return;
         const uuid = encodeURIComponent(page.uuid);
-        const [portList, traitList] = await Promise.all([
+        const [portList, traitList, firmwareList, biosList] = await Promise.all([
           listAll(`/v1/ports?node=${uuid}&detail=true`, "ports"),
           api(`/v1/nodes/${uuid}/traits`),
+          api(`/v1/nodes/${uuid}/firmware`).catch(unreadable),
+          api(`/v1/nodes/${uuid}/bios?detail=true`).catch(unreadable),
           reloadDetails(),
         ]);
         if (!current(token)) return;
         ports.replaceChildren(portsTable(portList));
         traits.replaceChildren(traitsList((traitList && traitList.traits) || []));
+        firmware.replaceChildren(firmwareTable(firmwareList));
+        bios.replaceChildren(biosTable(biosList));
         view.dataset.loaded = "true";
       } catch (err) {
         if (current(token)) reportError("Could not read the node", err);
@@ -1310,6 +1318,50 @@
           [link.switch_info || link.switch_id, link.port_id].filter(Boolean).join(" ") || "—",
         ];
       }),
+    );
+  }
+
+  // A table the caller may not read (a 403 for a lessee, say) is shown as such, not as
+  // a failure of the whole page.
+  function unreadable(err) {
+    if (err instanceof ApiError && err.status !== 0 && err.status !== 401) {
+      return { unreadable: err.message };
+    }
+    throw err;
+  }
+
+  function firmwareTable(answer) {
+    if (answer.unreadable) return el("p", { className: "muted", textContent: answer.unreadable });
+    const components = answer.firmware || [];
+    if (!components.length) {
+      return el("p", { className: "muted", textContent: "No firmware versions read yet." });
+    }
+    return simpleTable(
+      "firmware-table",
+      ["Component", "Current", "Initial", "Last flashed"],
+      components.map((c) => [
+        el("span", { className: "mono", textContent: text(c.component) }),
+        el("span", { className: "mono", textContent: text(c.current_version) }),
+        el("span", { className: "mono", textContent: text(c.initial_version) }),
+        el("span", { className: "mono", textContent: text(c.last_version_flashed) }),
+      ]),
+    );
+  }
+
+  function biosTable(answer) {
+    if (answer.unreadable) return el("p", { className: "muted", textContent: answer.unreadable });
+    const settings = answer.bios || [];
+    if (!settings.length) {
+      return el("p", { className: "muted", textContent: "No BIOS settings read yet." });
+    }
+    return simpleTable(
+      "bios-table",
+      ["Setting", "Value", "Allowed"],
+      settings.map((s) => [
+        el("span", { className: "mono", textContent: text(s.name) }),
+        el("span", { className: "mono wrap", textContent: text(s.value) }),
+        (s.allowable_values || []).join(", ") || (s.read_only ? "read-only" : "—"),
+      ]),
     );
   }
 
