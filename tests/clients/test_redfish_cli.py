@@ -6,6 +6,7 @@ with a raw GET on the emulator, not through metalforge.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +74,50 @@ def test_power_and_boot_device_reach_the_bmc(cli: BaremetalCli, bmc: Bmc) -> Non
     refused = cli.error("node", "boot", "device", "set", "rf-1", "bios")
     assert "Boot device 'bios' is not supported by node" in refused
     assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
+
+
+def test_a_runbook_updates_firmware_and_a_bios_setting_on_the_bmc(
+    cli: BaremetalCli, bmc: Bmc
+) -> None:
+    """The CLI's runbook, firmware and BIOS commands, against the emulator's UpdateService
+    and BIOS: what they show is what the BMC holds."""
+    system = bmc.take()
+    info = bmc.driver_info(system)
+    cli.run(
+        "node", "create", "--driver", "redfish", "--name", "rf-fw",
+        *(arg for key, value in info.items() for arg in ("--driver-info", f"{key}={value}")),
+    )  # fmt: skip
+    cli.run("node", "manage", "rf-fw", "--wait", "60")
+    firmware = {c["component"]: c for c in cli.json("node", "firmware", "list", "rf-fw")}
+    assert firmware["bios"]["current_version"] == "1.0.0"
+
+    steps = [
+        {
+            "interface": "firmware",
+            "step": "update",
+            "args": {"settings": [{"component": "bios", "url": "https://fw.example.com/b.bin"}]},
+            "order": 1,
+        },
+        {
+            "interface": "bios",
+            "step": "apply_configuration",
+            "args": {"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]},
+            "order": 2,
+        },
+    ]
+    cli.run(
+        "runbook", "create", "--name", "fw-refresh", "--steps", json.dumps(steps),
+        "--disable-ramdisk",
+    )  # fmt: skip
+    cli.run("runbook", "trait", "add", "fw-refresh", "CUSTOM_FW_FLEET")
+    cli.run("node", "add", "trait", "rf-fw", "CUSTOM_FW_FLEET")
+    cli.run("node", "clean", "rf-fw", "--runbook", "fw-refresh")
+    cli.until_state("rf-fw", "manageable")
+
+    assert bmc.system(system)["BiosVersion"] == "1.1.0"
+    firmware = {c["component"]: c for c in cli.json("node", "firmware", "list", "rf-fw")}
+    assert firmware["bios"]["current_version"] == "1.1.0"
+    assert firmware["bios"]["last_version_flashed"] == "1.1.0"
+    assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Disabled"
+    shown = cli.json("node", "bios", "setting", "show", "rf-fw", "ProcTurboMode")
+    assert shown["value"] == "Disabled"
