@@ -381,9 +381,9 @@ def test_the_policy_file_is_followed_as_it_changes(
 ) -> None:
     now = [0.0]
     path = tmp_path / "policy.yaml"
-    path.write_text('"baremetal:runbook:get": "role:admin"\n')  # Ironic's, unused here
+    path.write_text('"baremetal:widget:get": "role:admin"\n')  # a rule nothing checks
     policy = Policy(path, clock=lambda: now[0])
-    assert "baremetal:runbook:get" in caplog.text
+    assert "baremetal:widget:get" in caplog.text
     admin = Identity("alice", frozenset({"admin"}))
     assert not policy.allows("show_password", admin)
 
