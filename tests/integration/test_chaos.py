@@ -280,7 +280,7 @@ def test_random_conductor_kills_lose_and_double_nothing(pg_url: str, tmp_path: P
                 dict.fromkeys(CLEAN_STEPS, cleanings)
             ), (uuid, [e["event"] for e in events])
             assert step_counts(events, "deploy", "finished") == DEPLOY_STEPS, uuid
-            services = Counter({"deploy.erase_devices_metadata": 1}) if uuid in serviced else {}
+            services = Counter({"raid.delete_configuration": 1}) if uuid in serviced else {}
             assert step_counts(events, "service", "finished") == services, uuid
         for uuid in pool:
             events = history(a, uuid)
