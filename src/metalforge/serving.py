@@ -11,6 +11,7 @@ import gc
 import ipaddress
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -154,13 +155,17 @@ def serve(settings: Settings, app: Any) -> None:
     # (a page of a thousand nodes) has allocated enough to trigger one.
     gc.freeze()
     config = server_config(settings, app, log_level=settings.log_level.lower())
-    # uvicorn shuts down on SIGTERM, then raises the signal again once it has put
-    # the previous handler back: with the default handler the process would die
-    # there, before the caller's clean-up (stopping the conductor, leaving the PXE
-    # filter blocking). ``_exit_quietly`` turns it into an orderly exit instead.
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit_quietly)
     server = uvicorn.Server(config)
+    # uvicorn shuts down on SIGTERM, then raises the signal again once it has put
+    # the previous handler back. That handler must not raise: the signal may land
+    # while the interpreter runs a weakref or finaliser callback, where an exception
+    # is printed and dropped, and the process would then serve on forever. It only
+    # asks the server to stop, and ``run`` returns to the caller's clean-up
+    # (stopping the conductor, leaving the PXE filter blocking).
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _exit_quietly):
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: _stop_serving(server))
+    if _termination.is_set():  # a SIGTERM during start-up whose exit was dropped
+        server.should_exit = True
     end_streams_when_stopping(app, server)
     metrics_port = open_metrics_port(settings, app)
     try:
@@ -187,8 +192,20 @@ def end_streams_when_stopping(app: Any, server: uvicorn.Server) -> None:
         state.stopping = lambda: server.should_exit
 
 
+_termination = threading.Event()
+"""Set by the first SIGTERM, so that it is honoured even if its ``SystemExit`` is dropped."""
+
+
 def _exit_quietly(_signum: int, _frame: Any) -> None:
+    """SIGTERM before the server runs: unwind through the caller's clean-up."""
+    _termination.set()
     raise SystemExit(0)
+
+
+def _stop_serving(server: uvicorn.Server) -> None:
+    """SIGTERM while (or after) the server runs: its main loop sees the flag within a tick."""
+    _termination.set()
+    server.should_exit = True
 
 
 def banner(settings: Settings) -> None:
