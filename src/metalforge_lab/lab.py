@@ -104,6 +104,8 @@ class VirtualNode:
     status: str = OFF
     agent_starts: int = 0
     instance_boots: int = 0
+    resets: list[str] = field(default_factory=list)
+    """The Redfish resets the node's BMC was asked for, in order (``ForceOff``...)."""
     agent: AgentProcess | None = None
 
     @property
@@ -127,6 +129,7 @@ class VirtualNode:
             "status": self.status,
             "agent_starts": self.agent_starts,
             "instance_boots": self.instance_boots,
+            "resets": self.resets,
             "agent_pid": self.agent.agent_pid() if self.agent is not None else None,
             "agent_log": str(self.agent.log_path) if self.agent is not None else None,
         }
@@ -381,6 +384,7 @@ class Lab(StartStop):
             was_on = node.power_state == "On"
             node.boot_device = boot_device
             node.power_state = power
+            node.resets = [str(reset) for reset in system.get("resets") or ()]
             if was_on and power != "On":
                 self._power_off(node)
             elif power == "On" and not was_on:

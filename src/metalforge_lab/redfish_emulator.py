@@ -374,6 +374,9 @@ def _lab_driver(base: Any, error: Any) -> Any:
                 self._update(system, power_state=_MACHINES.power_state(system))
                 return
             if state != "Nmi":
+                # Every reset asked for, in order: what a test checks a flow never did
+                # (a node with ``disable_power_off`` is never sent ``ForceOff``).
+                self._update(system, resets=[*system.get("resets", []), state])
                 super().set_power_state(identity, state)
                 return
             self._nmi(identity)

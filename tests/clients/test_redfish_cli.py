@@ -121,3 +121,26 @@ def test_a_runbook_updates_firmware_and_a_bios_setting_on_the_bmc(
     assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Disabled"
     shown = cli.json("node", "bios", "setting", "show", "rf-fw", "ProcTurboMode")
     assert shown["value"] == "Disabled"
+
+    # Servicing: the same BMC work on the node once it carries a workload (adopted:
+    # active without a deploy). No step needs the agent, so none boots and the
+    # machine keeps running.
+    cli.run("node", "power", "on", "rf-fw")
+    cli.until_power("rf-fw", "power on")
+    cli.run("node", "adopt", "rf-fw")
+    cli.until_state("rf-fw", "active")
+    enable = {"name": "ProcTurboMode", "value": "Enabled"}
+    service_steps = [steps[0], {**steps[1], "args": {"settings": [enable]}}]
+    cli.run("runbook", "create", "--name", "fw-service", "--steps", json.dumps(service_steps))
+    cli.run("runbook", "trait", "add", "fw-service", "CUSTOM_FW_FLEET")
+    cli.run("node", "service", "rf-fw", "--runbook", "fw-service")
+    cli.until_state("rf-fw", "active")
+    node = cli.json("node", "show", "rf-fw", "--fields", "provision_state", "last_error")
+    assert node == {"provision_state": "active", "last_error": None}
+    assert bmc.system(system)["BiosVersion"] == "1.2.0"
+    firmware = {c["component"]: c for c in cli.json("node", "firmware", "list", "rf-fw")}
+    assert firmware["bios"]["current_version"] == "1.2.0"
+    assert bmc.system(system, "/BIOS")["Attributes"]["ProcTurboMode"] == "Enabled"
+    shown = cli.json("node", "bios", "setting", "show", "rf-fw", "ProcTurboMode")
+    assert shown["value"] == "Enabled"
+    assert bmc.system(system)["PowerState"] == "On", "servicing without the agent powers nothing"

@@ -18,7 +18,10 @@ an operator would:
 * the conductor replaced while an agent step runs: a new conductor (another
   name) goes on polling the same agent command, and cleaning completes;
 * a conductor lost between the agent accepting a step and the step being
-  recorded: its successor finds the agent busy with it and adopts it.
+  recorded: its successor finds the agent busy with it and adopts it;
+* in-band servicing of an active node: the agent boots, runs its service
+  step, and the node boots its untouched instance again (with
+  ``disable_power_off``, rebooted and never switched off).
 
 The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
 """
@@ -40,7 +43,14 @@ import pytest
 from sqlalchemy import text
 
 from metalforge.startup import build_conductor
-from metalforge.states import ACTIVE, AVAILABLE, CLEAN_FAILED, CLEAN_WAIT, MANAGEABLE
+from metalforge.states import (
+    ACTIVE,
+    AVAILABLE,
+    CLEAN_FAILED,
+    CLEAN_WAIT,
+    MANAGEABLE,
+    SERVICE_FAILED,
+)
 from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
 from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.api import LATEST, get_node
@@ -76,7 +86,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     if not BAREMETAL.exists():
         pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
     workdir = tmp_path_factory.mktemp("e2e")
-    config = lab_config(workdir / "lab", "e", nodes=5)
+    config = lab_config(workdir / "lab", "e", nodes=6)
     image_dir = workdir / "images"
     image_dir.mkdir()
     with Lab(config) as lab:
@@ -94,7 +104,8 @@ def _wait_state(env: Environment, name: str, wanted: str, timeout: float = 90) -
         settled = node["target_provision_state"] is None or wanted == CLEAN_FAILED
         if node["provision_state"] == wanted and settled:
             return node
-        if node["provision_state"] in (CLEAN_FAILED, "deploy failed") and wanted != CLEAN_FAILED:
+        failed = (CLEAN_FAILED, "deploy failed", SERVICE_FAILED)
+        if node["provision_state"] in failed and wanted != CLEAN_FAILED:
             break
         time.sleep(0.2)
     raise AssertionError(
@@ -352,3 +363,74 @@ def test_a_step_the_agent_accepted_but_nobody_recorded_is_adopted(env: Environme
     assert log.count("Asynchronous command execute_clean_step started") == 1, (
         "the agent ran the step once: the successor adopted it"
     )
+
+
+def _root_partition(vnode: VirtualNode, partition: slice) -> bytes:
+    with vnode.disks[0].backing_file.open("rb") as handle:
+        handle.seek(partition.start)
+        return handle.read(partition.stop - partition.start)
+
+
+def _service_burnin(env: Environment, vnode: VirtualNode) -> dict[str, Any]:
+    """Service ``vnode`` with the agent's read-only burn-in; returns the node once active."""
+    step = {"interface": "deploy", "step": "burnin_disks", "args": {"seconds": 1}}
+    env.cli.run("node", "service", vnode.name, "--service-steps", json.dumps([step]))
+    return _wait_state(env, vnode.name, ACTIVE, timeout=120)
+
+
+def test_an_active_node_is_serviced_by_the_agent_and_boots_its_instance_again(
+    env: Environment,
+) -> None:
+    vnode = env.lab.nodes[5]
+    _enroll(env, vnode)
+    env.cli.run("node", "provide", vnode.name)
+    _wait_state(env, vnode.name, AVAILABLE)
+    image_file = env.image_dir / "serviced.raw"
+    partition = _whole_disk_image(image_file)
+    image = image_file.read_bytes()
+    env.cli.run(
+        "node", "set", vnode.name,
+        "--instance-info", f"image_source={env.images}/serviced.raw",
+        "--instance-info", f"image_checksum=sha256:{hashlib.sha256(image).hexdigest()}",
+    )  # fmt: skip
+    env.cli.run("node", "deploy", vnode.name)
+    _wait_state(env, vnode.name, ACTIVE)
+    env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")
+    steps_url = f"/v1/nodes/{vnode.name}/servicing/steps"
+    unknown = env.stack.client.get(steps_url, headers=LATEST)
+    assert unknown.status_code == 202, "no agent has reported service steps yet"
+
+    agent_starts, instance_boots = vnode.agent_starts, vnode.instance_boots
+    node = _service_burnin(env, vnode)
+    assert node["last_error"] is None
+    assert node["service_step"] == {}
+    assert node["power_state"] == "power on"
+    assert vnode.agent_starts == agent_starts + 1, "servicing booted the agent once"
+    env.lab.wait_for(
+        lambda: vnode.status == INSTANCE and vnode.instance_boots == instance_boots + 1,
+        30,
+        "the node booting its instance again",
+    )
+    assert vnode.boot_device == "Hdd"
+    assert _root_partition(vnode, partition) == image[partition], "servicing touched the disk"
+    history = _history(env, vnode.name)
+    assert any("deploy.burnin_disks finished" in line for line in history), history[-12:]
+    catalogue = env.stack.client.get(steps_url, headers=LATEST)
+    assert catalogue.status_code == 200
+    assert ("deploy", "burnin_disks") in {
+        (s["interface"], s["step"]) for s in catalogue.json()["steps"]
+    }
+
+    # disable_power_off: into the ramdisk and back by reboots, never switched off.
+    patch = [{"op": "replace", "path": "/disable_power_off", "value": True}]
+    answer = env.stack.client.patch(f"/v1/nodes/{vnode.name}", json=patch, headers=LATEST)
+    assert answer.status_code == 200, answer.text
+    resets_before = len(vnode.resets)
+    agent_starts = vnode.agent_starts
+    node = _service_burnin(env, vnode)
+    assert node["last_error"] is None
+    assert vnode.agent_starts == agent_starts + 1
+    env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance again")
+    resets = vnode.resets[resets_before:]
+    assert resets == ["ForceRestart", "ForceRestart"], resets
+    assert _root_partition(vnode, partition) == image[partition]

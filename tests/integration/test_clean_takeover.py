@@ -1,12 +1,13 @@
-"""A conductor dies in the middle of a manual clean: another one finishes it.
+"""A conductor dies in the middle of a manual clean or of servicing: another finishes it.
 
 One ``metalforge api`` and two ``metalforge conductor`` processes share a
-PostgreSQL database. A node runs a five-step manual clean whose steps take
-a while (``fake_step_delay``); once two steps have finished, the conductor
-holding the node is SIGKILLed during the third. The survivor must notice the
-death, take the node over and resume at the interrupted step: every step
-finishes exactly once, none that had finished starts again, and the node
-ends ``manageable`` with every step's effect in place. This is why clean
+PostgreSQL database. A node runs a manual clean (or, deployed, a servicing)
+of several steps that take a while (``fake_step_delay``); once two steps have
+finished, the conductor holding the node is SIGKILLed during the third. The
+survivor must notice the death, take the node over and resume at the
+interrupted step: every step finishes exactly once, none that had finished
+starts again, and the node ends where the flow returns it (``manageable``,
+``active``) with every step's effect in place. This is why clean and service
 steps must be idempotent: the interrupted one runs a second time.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,29 @@ PLAN: list[dict[str, Any]] = [
     },
     {"interface": "raid", "step": "create_configuration"},
 ]
-PLAN_NAMES = [f"{s['interface']}.{s['step']}" for s in PLAN]
+SERVICE_PLAN = [step for step in PLAN if step["interface"] != "deploy"]
+"""The same steps but the agent's erase, which servicing does not offer."""
 RAID = {"logical_disks": [{"raid_level": "1", "size_gb": 100, "is_root_volume": True}]}
+
+
+@dataclass(frozen=True)
+class Flow:
+    name: str
+    """``clean`` or ``service``: the target, the history's step events, the node's column."""
+    plan: list[dict[str, Any]]
+    busy: str
+    """The state the node is in while a synchronous step runs."""
+    returns_to: str
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{s['interface']}.{s['step']}" for s in self.plan]
+
+
+FLOWS = [
+    Flow("clean", PLAN, "cleaning", "manageable"),
+    Flow("service", SERVICE_PLAN, "servicing", "active"),
+]
 
 
 @pytest.fixture
@@ -63,25 +86,28 @@ def _wait_rest(api: str, uuid: str, state: str, timeout: float) -> dict[str, Any
     raise AssertionError(f"node never rested in {state}: {node}")
 
 
-def _wait_for_holder(api: str, uuid: str, timeout: float) -> tuple[str, dict[str, Any]]:
+def _wait_for_holder(api: str, uuid: str, flow: Flow, timeout: float) -> tuple[str, dict[str, Any]]:
     """The conductor running a synchronous step after two finished ones, and the node then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         node = fleet.node(api, uuid)
-        if node["provision_state"] == "cleaning" and node["reservation"]:
-            finished = fleet.step_counts(fleet.history(api, uuid), "clean", "finished")
+        if node["provision_state"] == flow.busy and node["reservation"]:
+            finished = fleet.step_counts(fleet.history(api, uuid), flow.name, "finished")
             if sum(finished.values()) >= 2:
                 node = fleet.node(api, uuid)
-                if node["reservation"] and node["provision_state"] == "cleaning":
+                if node["reservation"] and node["provision_state"] == flow.busy:
                     return str(node["reservation"]), node
         time.sleep(0.1)
-    raise AssertionError(f"node {uuid} was never seen reserved mid-clean: {fleet.node(api, uuid)}")
+    raise AssertionError(f"node {uuid} was never seen reserved mid-flow: {fleet.node(api, uuid)}")
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.timeout(120)
-def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: Path) -> None:  # noqa: PLR0915 - one linear kill-and-resume scenario
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("flow", FLOWS, ids=lambda flow: flow.name)
+def test_killed_conductor_mid_flow_is_resumed_elsewhere(  # noqa: PLR0915 - one linear kill-and-resume scenario
+    pg_url: str, tmp_path: Path, flow: Flow
+) -> None:
     config = fleet.write_config(
         tmp_path / "metalforge.toml", pg_url, heartbeat_timeout=HEARTBEAT_TIMEOUT
     )
@@ -105,6 +131,10 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         uuid = str(node["uuid"])
         fleet.put(api, f"/v1/nodes/{uuid}/states/provision", {"target": "manage"}, (202,))
         _wait_rest(api, uuid, "manageable", timeout=15)
+        if flow.name == "service":
+            for target, rests in (("provide", "available"), ("active", "active")):
+                fleet.put(api, f"/v1/nodes/{uuid}/states/provision", {"target": target}, (202,))
+                _wait_rest(api, uuid, rests, timeout=30)
         # Slow steps only now: verifying the node need not wait.
         http(
             "PATCH",
@@ -115,21 +145,22 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         fleet.put(
             api,
             f"/v1/nodes/{uuid}/states/provision",
-            {"target": "clean", "clean_steps": PLAN},
+            {"target": flow.name, f"{flow.name}_steps": flow.plan},
             (202,),
         )
 
-        holder, at_kill = _wait_for_holder(api, uuid, timeout=30)
+        holder, at_kill = _wait_for_holder(api, uuid, flow, timeout=30)
         conductors[holder].kill()
         killed_at = time.monotonic()
-        interrupted = f"{at_kill['clean_step']['interface']}.{at_kill['clean_step']['step']}"
+        running = at_kill[f"{flow.name}_step"]
+        interrupted = f"{running['interface']}.{running['step']}"
         assert fleet.node(api, uuid)["reservation"] == holder, "the kill must land mid-step"
 
-        final = _wait_rest(api, uuid, "manageable", timeout=45)
+        final = _wait_rest(api, uuid, flow.returns_to, timeout=45)
         took = time.monotonic() - killed_at
-        print(f"killed {holder} during {interrupted}; the clean finished {took:.1f}s later")
+        print(f"killed {holder} during {interrupted}; the {flow.name} finished {took:.1f}s later")
         assert final["last_error"] is None
-        assert final["clean_step"] == {}
+        assert final[f"{flow.name}_step"] == {}
         assert final["maintenance"] is False
         assert final["raid_config"]["logical_disks"][0]["raid_level"] == "1"
         assert fleet.bios(api, uuid) == {"boot_mode": "uefi"}
@@ -140,21 +171,21 @@ def test_killed_conductor_mid_clean_is_resumed_elsewhere(pg_url: str, tmp_path: 
         finished_order = [
             e["event"].partition(" ")[0]
             for e in events
-            if e["event_type"] == "clean_step" and " finished" in e["event"]
+            if e["event_type"] == f"{flow.name}_step" and " finished" in e["event"]
         ]
-        assert finished_order == PLAN_NAMES
+        assert finished_order == flow.names
         kill_index = next(
             i
             for i, e in enumerate(events)
             if e["event_type"] == "takeover" and holder in e["event"]
         )
         before, after = events[:kill_index], events[kill_index:]
-        done_before = set(fleet.step_counts(before, "clean", "finished"))
+        done_before = set(fleet.step_counts(before, flow.name, "finished"))
         assert len(done_before) >= 2, before
         # The survivor resumed where the dead conductor was: nothing that had
         # finished started again, and only the interrupted step ran twice.
-        assert not done_before & set(fleet.step_counts(after, "clean", "started")), events
-        twice = fleet.step_counts(events, "clean", "started") - Counter(PLAN_NAMES)
+        assert not done_before & set(fleet.step_counts(after, flow.name, "started")), events
+        twice = fleet.step_counts(events, flow.name, "started") - Counter(flow.names)
         assert set(twice) <= {interrupted}, (interrupted, twice)
         survivors = {e["conductor"] for e in after if e["conductor"]}
         assert survivors, after

@@ -146,3 +146,29 @@ def test_unknown_clean_steps_suggest_when_to_ask_again(
     with pytest.raises(StepsNotKnown) as raised:
         AgentDeploy().get_clean_steps(ReadOnlyTask(node, progress=progress))
     assert raised.value.retry_after == retry_after
+
+
+def test_service_steps_are_the_agents_own_report_not_its_clean_steps() -> None:
+    node = Node(uuid="00000000-0000-0000-0000-000000000002", driver="redfish")
+    node.driver_internal_info = {
+        "agent_cached_clean_steps": [{"step": "erase_devices", "interface": "deploy"}]
+    }
+    task = ReadOnlyTask(node, progress=FlowProgress(flow="service", ramdisk_booting_since=1.0))
+    with pytest.raises(StepsNotKnown) as raised:
+        AgentDeploy().get_service_steps(task)
+    assert "service steps" in str(raised.value)
+    assert raised.value.retry_after == AGENT_BOOT_RETRY
+    node.driver_internal_info = {
+        **node.driver_internal_info,
+        "agent_cached_service_steps": [
+            {"step": "burnin_disks", "interface": "deploy", "abortable": True},
+            {"step": "delete_configuration", "interface": "raid"},
+        ],
+    }
+    (step,) = AgentDeploy().get_service_steps(ReadOnlyTask(node, progress=NO_FLOW))
+    assert (step.kind, step.method, step.abortable, step.requires_ramdisk) == (
+        "service",
+        "burnin_disks",
+        True,
+        True,
+    )

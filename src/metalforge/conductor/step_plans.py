@@ -72,6 +72,8 @@ def _declared(
         # Through the interface's own listing: an in-band one may not know its
         # steps yet and says so (``StepsNotKnown``), which callers pass on.
         return impl.get_clean_steps(ReadOnlyTask(node, progress=progress))
+    if kind == "service":
+        return impl.get_service_steps(ReadOnlyTask(node, progress=progress))
     return [decl for decl in impl.steps() if decl.kind == kind]
 
 
@@ -86,19 +88,34 @@ def supported_steps(
 ) -> list[Step]:
     """Every ``kind`` step the node's interfaces offer, overrides applied, in plan order.
 
-    Raises ``StepsNotKnown`` when an interface cannot list its clean steps yet
+    Raises ``StepsNotKnown`` when an interface cannot list its steps yet
     (``progress`` tells whether a ramdisk is on its way to report them), unless
     the plan is ``without_ramdisk``: that interface's steps are the agent's,
     which cannot run then, so it offers none.
     """
+    found, unknown = _collect(drivers, node, kind, overrides, progress)
+    if unknown and not without_ramdisk:
+        raise next(iter(unknown.values()))
+    return found
+
+
+def _collect(
+    drivers: DriverRegistry,
+    node: Node,
+    kind: StepKind,
+    overrides: Mapping[str, int],
+    progress: FlowProgress,
+) -> tuple[list[Step], dict[str, StepsNotKnown]]:
+    """The steps of the interfaces that can list theirs, and why the others (by family)
+    cannot."""
     found: list[Step] = []
+    unknown: dict[str, StepsNotKnown] = {}
     for family, impl in drivers.interfaces(node).items():
         try:
             declared = _declared(impl, node, kind, progress)
-        except StepsNotKnown:
-            if without_ramdisk:
-                continue
-            raise
+        except StepsNotKnown as exc:
+            unknown[family] = exc
+            continue
         for decl in declared:
             name = f"{family}.{decl.method}"
             found.append(
@@ -112,7 +129,30 @@ def supported_steps(
                     argsinfo=decl.argsinfo,
                 )
             )
-    return sorted(found, key=sort_key)
+    return sorted(found, key=sort_key), unknown
+
+
+def check_requested(
+    drivers: DriverRegistry,
+    node: Node,
+    kind: StepKind,
+    overrides: Mapping[str, int],
+    requested: Sequence[Mapping[str, Any]],
+    *,
+    without_ramdisk: bool = False,
+) -> None:
+    """Refuse (``StepRequestError``) what can be judged of a request before any work.
+
+    The steps of interfaces that know theirs are checked in full; a step on an
+    in-band interface whose agent has not reported yet is left for the
+    conductor to judge once it has (unless ``without_ramdisk``: no agent will).
+    """
+    known, unknown = _collect(drivers, node, kind, overrides, NO_FLOW)
+    waiting = set() if without_ramdisk else set(unknown)
+    judged = [entry for entry in requested if str(entry.get("interface")) not in waiting]
+    plan = requested_plan(known, judged)
+    if without_ramdisk:
+        check_without_ramdisk(plan)
 
 
 def automated_plan(steps: Sequence[Step]) -> list[Step]:

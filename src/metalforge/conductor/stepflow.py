@@ -49,8 +49,7 @@ def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Ste
 
 
 def _start_service_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
-    """A service step is one the interface declares itself (no agent runs in servicing)."""
-    return interface.run_step(task, step.step, dict(step.args))
+    return interface.execute_service_step(task, step.to_record())
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class StepFlow:
     column: InstrumentedAttribute[dict[str, Any]]
     """The node column showing the running step (``Node.clean_step``)."""
     catalogue: StepKind
-    """Whose steps the plan is made of: ``clean`` or ``deploy`` (servicing runs clean steps)."""
+    """Whose steps the plan is made of (the interfaces' ``clean``, ``deploy`` or ``service``)."""
     start: StartStep
     maintenance_on_failure: bool
     """A failure also puts the node in maintenance (a half-cleaned node must not be used)."""

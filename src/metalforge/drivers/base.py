@@ -262,6 +262,16 @@ class Interface(ABC):
         found = [d for d in self.steps() if d.kind == "clean"]
         return sorted(found, key=lambda d: (-d.priority, d.method))
 
+    def get_service_steps(self, task: DriverTask) -> list[StepDecl]:
+        """Every service step this interface offers for ``task.node`` (as ``get_clean_steps``:
+        an in-band interface raises ``StepsNotKnown`` until its agent has reported)."""
+        found = [d for d in self.steps() if d.kind == "service"]
+        return sorted(found, key=lambda d: (-d.priority, d.method))
+
+    def execute_service_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        """Run one of this interface's service steps, given as the plan stores it."""
+        return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
+
     def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
         """Run one of this interface's clean steps, given as the plan stores it.
 
@@ -463,6 +473,19 @@ class DeployInterface(Interface):
 
     def tear_down_cleaning(self, task: DriverTask) -> None:
         """Undo ``prepare_cleaning`` once every step succeeded (stop the ramdisk)."""
+
+    def prepare_service(self, task: DriverTask) -> StepOutcome:
+        """Get an active node ready to run in-band service steps; ``wait`` while a ramdisk
+        boots (the instance is left on its disk)."""
+        return "done"
+
+    def check_service_prepared(self, task: DriverTask) -> StepOutcome:
+        """While the node waits after ``prepare_service``: is it ready now?"""
+        return "done"
+
+    def tear_down_service(self, task: DriverTask) -> None:
+        """Undo ``prepare_service`` once every step succeeded: stop the ramdisk and boot
+        the instance again."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ conductor would plan, with the same functions it plans with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from metalforge.conductor import deploy_plan, step_plans
 from metalforge.conductor.step_plans import Step as Step
@@ -20,8 +22,9 @@ from metalforge.services.microversion import Version
 
 
 @dataclass(frozen=True)
-class CleanSteps:
-    """The node's clean steps, or why they are not known yet (an agent still booting)."""
+class KnownSteps:
+    """The node's clean or service steps, or why they are not known yet (no agent has
+    reported them; one may be booting)."""
 
     node_uuid: str
     steps: list[Step]
@@ -36,25 +39,33 @@ class DeployPreview:
     plan: list[Step] | None
 
 
-def clean_steps(svc: Services, ident: str, version: Version) -> CleanSteps:
+def clean_steps(svc: Services, ident: str, version: Version) -> KnownSteps:
     overrides = svc.settings.conductor.clean_step_priority_override
+    return _known_steps(svc, ident, version, "clean", overrides)
+
+
+def service_steps(svc: Services, ident: str, version: Version) -> KnownSteps:
+    """What ``service`` (and a runbook used for it) accepts: the interfaces' own steps
+    and, once an agent has run on the node, the agent's."""
+    return _known_steps(svc, ident, version, "service", {})
+
+
+def _known_steps(
+    svc: Services,
+    ident: str,
+    version: Version,
+    kind: Literal["clean", "service"],
+    overrides: Mapping[str, int],
+) -> KnownSteps:
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
         try:
             progress = flow_progress.load(session.connection(), node.id)
-            found = step_plans.supported_steps(svc.drivers, node, "clean", overrides, progress)
+            found = step_plans.supported_steps(svc.drivers, node, kind, overrides, progress)
         except StepsNotKnown as exc:
             retry = exc.retry_after if exc.retry_after > 0 else -1
-            return CleanSteps(node.uuid, [], str(exc), retry)
-    return CleanSteps(node.uuid, found)
-
-
-def service_steps(svc: Services, ident: str, version: Version) -> list[Step]:
-    """The service steps the node's interfaces declare (servicing boots no agent, so its
-    steps are never waited for)."""
-    with svc.db.read() as session:
-        node = lookup.find_node(session, ident, version)
-        return step_plans.supported_steps(svc.drivers, node, "service", {}, without_ramdisk=True)
+            return KnownSteps(node.uuid, [], str(exc), retry)
+    return KnownSteps(node.uuid, found)
 
 
 def deploy_steps(

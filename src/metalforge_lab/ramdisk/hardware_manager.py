@@ -217,6 +217,21 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
             },
         ]
 
+    def get_service_steps(self, node, ports):
+        """What an active node may run without losing its instance: the read-only burn-in."""
+        return [
+            {
+                "step": "burnin_disks",
+                "priority": 0,
+                "interface": "deploy",
+                "reboot_requested": False,
+                "abortable": True,
+                "argsinfo": {
+                    "seconds": {"description": "How long to read the disks.", "required": False}
+                },
+            },
+        ]
+
     def get_deploy_steps(self, node, ports):
         return [
             {

@@ -57,14 +57,7 @@ def list_clean_steps(node_ident: str, request: Request) -> Response:
     min_priority = query.int("min_priority")
     found = step_catalog.clean_steps(services(request), node_ident, query.version)
     if found.not_known is not None:
-        return JSONResponse(
-            {
-                "message": f"The clean steps of node {found.node_uuid} are not known yet: "
-                f"{found.not_known}"
-            },
-            status_code=202,
-            headers={"Retry-Request-After": str(found.retry_after)},
-        )
+        return _not_known("clean", found)
     listed = found.steps
     if min_priority is not None:
         listed = [s for s in listed if s.priority >= min_priority]
@@ -74,11 +67,24 @@ def list_clean_steps(node_ident: str, request: Request) -> Response:
 @router.get(
     "/nodes/{node_ident}/servicing/steps",
     summary="List the service steps a node can run (metalforge addition)",
+    responses={202: {"description": "The agent's steps are not known yet; retry later."}},
     dependencies=[guard("baremetal:node:get", "node")],
 )
-def list_service_steps(node_ident: str, request: Request) -> JSONResponse:
-    """Every service step the node's interfaces declare: what ``service`` (and a runbook
-    used for it) accepts."""
+def list_service_steps(node_ident: str, request: Request) -> Response:
+    """Every service step: what ``service`` (and a runbook used for it) accepts."""
     query = Query(request, ())
     found = step_catalog.service_steps(services(request), node_ident, query.version)
-    return JSONResponse({"steps": [step_view(s) for s in found]})
+    if found.not_known is not None:
+        return _not_known("service", found)
+    return JSONResponse({"steps": [step_view(s) for s in found.steps]})
+
+
+def _not_known(kind: str, found: step_catalog.KnownSteps) -> JSONResponse:
+    """202: the agent that reports the node's steps has not (``Retry-Request-After``: when
+    to ask again, -1 when no agent is on its way)."""
+    message = f"The {kind} steps of node {found.node_uuid} are not known yet: {found.not_known}"
+    return JSONResponse(
+        {"message": message},
+        status_code=202,
+        headers={"Retry-Request-After": str(found.retry_after)},
+    )

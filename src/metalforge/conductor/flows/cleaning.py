@@ -1,24 +1,21 @@
 """Cleaning: automated (``provide``) and manual (``clean`` with the operator's steps).
 
-The ramdisk is booted once per flow (``prepare``), the plan is built from the
-steps the node offers (an agent's only once it reports), run by ``stepflow``,
-and the ramdisk stopped after the last step.
+The ramdisk is booted once per flow (``ramdisk.ready``), the plan is built from
+the steps the node offers (an agent's only once it reports), run by
+``stepflow``, and the ramdisk stopped after the last step.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-
 from metalforge import states
-from metalforge.conductor import history, step_plans, stepflow
-from metalforge.conductor.bmc_retry import retried
+from metalforge.conductor import step_plans, stepflow
+from metalforge.conductor.flows import ramdisk
 from metalforge.conductor.flows import request_fields as fields
-from metalforge.conductor.flows.common import deploy_interface, warn_unknown_overrides
+from metalforge.conductor.flows.common import warn_unknown_overrides
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import FlowProgress
-from metalforge.drivers.base import DriverError, StepsNotKnown
+from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
@@ -28,79 +25,12 @@ def _automated_clean_enabled(task: NodeTask) -> bool:
     return task.ctx.settings.automated_clean if node_setting is None else node_setting
 
 
-def _prepare(task: NodeTask) -> bool:
-    """Boot what cleaning needs (the agent ramdisk) once per flow; ``True`` when ready.
-
-    With ``disable_ramdisk`` (manual cleaning of out-of-band steps only)
-    nothing boots. When the ramdisk must boot first, the node waits in
-    ``clean wait`` and ``clean_wait`` comes back here once it is up.
-    """
-    progress = task.progress
-    if progress.ramdisk_prepared or progress.without_ramdisk:
-        return True
-    try:
-        iface = deploy_interface(task)
-        outcome = retried(task, "boot for cleaning", lambda: iface.prepare_cleaning(task))
-    except DriverError as exc:
-        stepflow.fail(task, stepflow.CLEAN, f"Failed to prepare the node for cleaning: {exc}")
-        return False
-    if outcome == "done":
-        task.progress = dataclasses.replace(task.progress, ramdisk_prepared=True)
-        return True
-    task.progress = dataclasses.replace(task.progress, ramdisk_booting_since=task.now())
-    stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
-    task.transition(states.WAIT, note="waiting for the ramdisk agent to come up")
-    return False
-
-
-def _check_prepared(task: NodeTask) -> None:
-    """clean wait before any plan exists: is the ramdisk agent up yet?"""
-    try:
-        outcome = deploy_interface(task).check_cleaning_prepared(task)
-    except DriverError as exc:
-        stepflow.fail(task, stepflow.CLEAN, f"Failed to prepare the node for cleaning: {exc}")
-        return
-    if outcome == "wait":
-        since = task.progress.ramdisk_booting_since
-        if since is None:
-            since = task.now()
-        timeout = SPEC.timeout(task.ctx.settings)
-        if task.now() - since > timeout:
-            booted = dt.datetime.fromtimestamp(since, dt.UTC).isoformat(timespec="seconds")
-            stepflow.fail(
-                task,
-                stepflow.CLEAN,
-                f"the ramdisk agent did not come up within {timeout:.0f}s of booting the node "
-                f"(at {booted}): no heartbeat",
-            )
-            return
-        stepflow.schedule_poll(task, task.ctx.settings.async_poll_interval)
-        return
-    task.progress = dataclasses.replace(
-        task.progress, ramdisk_booting_since=None, ramdisk_prepared=True
-    )
-    task.transition(states.RESUME, note="the ramdisk agent is up")
-
-
-def _tear_down_ramdisk(task: NodeTask) -> None:
-    """Stop the ramdisk cleaning booted (after the last step, or on abort while it boots)."""
-    deploy_interface(task).tear_down_cleaning(task)
-
-
-def _abort_while_booting(task: NodeTask) -> None:
-    """Aborted before any step: a ramdisk still booting runs nothing yet, so stop it."""
-    if task.progress.ramdisk_booting_since is None:
-        return
-    try:
-        _tear_down_ramdisk(task)
-    except DriverError as exc:
-        task.record("clean_abort", f"could not stop the ramdisk: {exc}", history.WARNING)
-
-
 def _finish(task: NodeTask) -> None:
-    if not task.progress.ramdisk_prepared:
-        return  # nothing was booted (automated cleaning off, or disable_ramdisk)
-    _tear_down_ramdisk(task)
+    ramdisk.finish(task, RAMDISK)
+
+
+def _timeout(task: NodeTask) -> float:
+    return SPEC.timeout(task.ctx.settings)
 
 
 def _plan(task: NodeTask, manual: bool) -> list[step_plans.Step] | None:
@@ -143,7 +73,7 @@ def clean(task: NodeTask) -> None:
             stepflow.store_plan(task, stepflow.CLEAN, [])
             stepflow.run(task, stepflow.CLEAN, _finish)
             return
-        if not _prepare(task):
+        if not ramdisk.ready(task, RAMDISK):
             return
         plan = _plan(task, manual)
         if plan is None:
@@ -154,7 +84,7 @@ def clean(task: NodeTask) -> None:
 
 def clean_wait(task: NodeTask) -> None:
     if not stepflow.has_plan(task, stepflow.CLEAN):
-        _check_prepared(task)
+        ramdisk.check_ready(task, RAMDISK)
         return
     stepflow.poll(task, stepflow.CLEAN, SPEC.timeout(task.ctx.settings), _finish)
 
@@ -177,20 +107,20 @@ def _manual_intent(admission: Admission) -> Intent:
 
 
 def _check_requested_steps(admission: Admission) -> None:
-    """Refuse now the steps the node does not offer, when its steps are known yet."""
-    settings = admission.settings
+    """Refuse now what can be judged of the requested steps (an agent's are judged by
+    the conductor once it has reported them; so is ``disable_ramdisk``, as Ironic's
+    conductor judges it: the clean fails)."""
+    request = admission.request
     try:
-        supported = step_plans.supported_steps(
+        step_plans.check_requested(
             admission.drivers,
             admission.node,
             stepflow.CLEAN.catalogue,
-            settings.clean_step_priority_override,
+            admission.settings.clean_step_priority_override,
+            request.clean_steps,
         )
-        step_plans.requested_plan(supported, list(admission.request.clean_steps))
     except (step_plans.StepRequestError, UnknownDriver) as exc:
         raise bad_request(f"Manual cleaning refused: {exc}") from None
-    except StepsNotKnown:
-        pass  # the conductor checks the steps again once the interface knows them
 
 
 def _out_of_maintenance(admission: Admission) -> None:
@@ -203,6 +133,16 @@ def _out_of_maintenance(admission: Admission) -> None:
             f"Node {node.uuid} is in maintenance mode; {what} needs it "
             "turned off first (see maintenance_reason and last_error)."
         )
+
+
+RAMDISK = ramdisk.RamdiskBoot(
+    kind=stepflow.CLEAN,
+    purpose="cleaning",
+    prepare=lambda deploy, task: deploy.prepare_cleaning(task),
+    check=lambda deploy, task: deploy.check_cleaning_prepared(task),
+    tear_down=lambda deploy, task: deploy.tear_down_cleaning(task),
+    timeout=_timeout,
+)
 
 
 SPEC = FlowSpec(
@@ -232,5 +172,5 @@ SPEC = FlowSpec(
     },
     step_flow=stepflow.CLEAN,
     timeout_setting="clean_callback_timeout",
-    on_abort=_abort_while_booting,
+    on_abort=lambda task: ramdisk.stop_while_booting(task, RAMDISK),
 )

@@ -1,69 +1,139 @@
-"""Servicing (``service``): run the operator's steps on an active node, then back to active."""
+"""Servicing (``service``): run the operator's steps on an active node, then back to active.
+
+Out-of-band steps (BIOS settings, firmware through the BMC) run while the
+instance keeps running. When a requested step is the ramdisk agent's, or
+declares that it needs the ramdisk, the agent is booted first as cleaning
+boots it (``ramdisk``), and after the last step the node boots its instance
+again from its disk. ``disable_ramdisk`` forbids that boot: only steps that
+need no ramdisk may then be asked for.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metalforge import states
 from metalforge.conductor import step_plans, stepflow
+from metalforge.conductor.flows import ramdisk
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node
-from metalforge.drivers.base import DeployInterface, DriverError, StepsNotKnown
+from metalforge.drivers.base import DriverError
 from metalforge.drivers.hardware import DriverRegistry, UnknownDriver
 from metalforge.errors import bad_request
 
 
 def _plan(
-    drivers: DriverRegistry, node: Node, requested: Sequence[Mapping[str, Any]]
+    drivers: DriverRegistry,
+    node: Node,
+    requested: Sequence[Mapping[str, Any]],
+    *,
+    without_ramdisk: bool,
 ) -> list[step_plans.Step]:
-    # Servicing boots no ramdisk yet: the agent's steps (not known without it) cannot run.
     supported = step_plans.supported_steps(
-        drivers, node, stepflow.SERVICE.catalogue, {}, without_ramdisk=True
+        drivers, node, stepflow.SERVICE.catalogue, {}, without_ramdisk=without_ramdisk
     )
     plan = step_plans.requested_plan(supported, requested)
-    deploy = drivers.interface_of(node, DeployInterface, "clean or deploy")
-    if deploy.boots_ramdisk:
-        # Servicing does not boot the agent yet: only out-of-band steps can run.
+    if without_ramdisk:
         step_plans.check_without_ramdisk(plan)
     return plan
 
 
+def _needs_ramdisk(task: NodeTask) -> bool:
+    """Whether a requested step must run in the agent: one no out-of-band interface
+    offers (the agent's, known once it runs), or one declared as needing the ramdisk."""
+    try:
+        _plan(task.ctx.drivers, task.node, task.progress.requested, without_ramdisk=True)
+    except (step_plans.StepRequestError, DriverError):
+        # Planned again, and refused with the reason if it still fails, with the agent up.
+        return True
+    return False
+
+
+def _skip_ramdisk_unless_needed(task: NodeTask) -> None:
+    """No requested step needs the agent: the instance keeps running through servicing."""
+    progress = task.progress
+    if progress.without_ramdisk or progress.ramdisk_prepared or _needs_ramdisk(task):
+        return
+    task.progress = dataclasses.replace(progress, without_ramdisk=True)
+    task.record("service_plan", "no requested step needs the ramdisk; none is booted")
+
+
 def service(task: NodeTask) -> None:
-    """servicing: build the plan from the requested steps once, then run it."""
+    """servicing: boot the ramdisk if a step needs it, build the plan once, then run it."""
     if not stepflow.has_plan(task, stepflow.SERVICE):
+        stepflow.claim(task, stepflow.SERVICE)
+        _skip_ramdisk_unless_needed(task)
+        if not ramdisk.ready(task, RAMDISK):
+            return
         requested = stepflow.take_requested(task, stepflow.SERVICE)
         try:
-            plan = _plan(task.ctx.drivers, task.node, requested)
+            plan = _plan(
+                task.ctx.drivers,
+                task.node,
+                requested,
+                without_ramdisk=task.progress.without_ramdisk,
+            )
         except (step_plans.StepRequestError, DriverError) as exc:
             stepflow.fail(task, stepflow.SERVICE, f"Servicing refused: {exc}")
             return
         stepflow.store_plan(task, stepflow.SERVICE, plan)
-    stepflow.run(task, stepflow.SERVICE)
+    stepflow.run(task, stepflow.SERVICE, _finish)
 
 
 def service_wait(task: NodeTask) -> None:
-    stepflow.poll(task, stepflow.SERVICE, SPEC.timeout(task.ctx.settings))
+    if not stepflow.has_plan(task, stepflow.SERVICE):
+        ramdisk.check_ready(task, RAMDISK)
+        return
+    stepflow.poll(task, stepflow.SERVICE, _timeout(task), _finish)
+
+
+def _finish(task: NodeTask) -> None:
+    ramdisk.finish(task, RAMDISK)
+
+
+def _timeout(task: NodeTask) -> float:
+    return SPEC.timeout(task.ctx.settings)
 
 
 def _check_requested_steps(admission: Admission) -> None:
-    """Refuse now the steps the node cannot run, when its steps are known yet."""
+    """Refuse now what can be judged of the requested steps (an agent's are judged by
+    the conductor once it has reported them)."""
+    request = admission.request
     try:
-        _plan(admission.drivers, admission.node, admission.request.service_steps)
-    except StepsNotKnown:
-        pass  # the conductor checks the steps again once the interface knows them
+        step_plans.check_requested(
+            admission.drivers,
+            admission.node,
+            stepflow.SERVICE.catalogue,
+            {},
+            request.service_steps,
+            without_ramdisk=request.disable_ramdisk,
+        )
     except (step_plans.StepRequestError, UnknownDriver, DriverError) as exc:
         raise bad_request(f"Servicing refused: {exc}") from None
 
 
 def _intent(admission: Admission) -> Intent:
+    request = admission.request
     return Intent(
-        progress=FlowProgress.starting(stepflow.SERVICE.name, admission.request.service_steps)
+        progress=FlowProgress.starting(
+            stepflow.SERVICE.name, request.service_steps, without_ramdisk=request.disable_ramdisk
+        )
     )
 
+
+RAMDISK = ramdisk.RamdiskBoot(
+    kind=stepflow.SERVICE,
+    purpose="servicing",
+    prepare=lambda deploy, task: deploy.prepare_service(task),
+    check=lambda deploy, task: deploy.check_service_prepared(task),
+    tear_down=lambda deploy, task: deploy.tear_down_service(task),
+    timeout=_timeout,
+)
 
 SPEC = FlowSpec(
     name="service",
@@ -89,4 +159,5 @@ SPEC = FlowSpec(
     },
     step_flow=stepflow.SERVICE,
     timeout_setting="clean_callback_timeout",
+    on_abort=lambda task: ramdisk.stop_while_booting(task, RAMDISK),
 )

@@ -47,6 +47,7 @@ from metalforge.drivers.agent.session import (
     cache_steps,
     check_alive,
     client_for,
+    leave_ramdisk,
     node_for_agent,
     now,
     power_of,
@@ -55,6 +56,7 @@ from metalforge.drivers.agent.session import (
 from metalforge.drivers.base import (
     POWER_OFF,
     POWER_ON,
+    REBOOT,
     DeployInterface,
     DriverError,
     DriverTask,
@@ -64,7 +66,7 @@ from metalforge.drivers.base import (
     StepsNotKnown,
     set_info,
 )
-from metalforge.drivers.step_declarations import StepDecl, deploy_step, parse_argsinfo
+from metalforge.drivers.step_declarations import StepDecl, StepKind, deploy_step, parse_argsinfo
 
 ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 """Clean steps whose results are erasure records."""
@@ -72,6 +74,14 @@ ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 
 AGENT_BOOT_RETRY = 30
 """Seconds to suggest between catalogue requests while the agent's ramdisk boots."""
+
+
+def _step_kind(command: str) -> StepKind:
+    """Whose steps an agent command ran (``service.execute_service_step``: servicing's)."""
+    prefix = command.split(".", 1)[0]
+    if prefix == "service":
+        return "service"
+    return "deploy" if prefix == "deploy" else "clean"
 
 
 class AgentDeploy(DeployInterface):
@@ -112,20 +122,23 @@ class AgentDeploy(DeployInterface):
         boot_of(task).clean_up_instance(task)
 
     def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
-        info = task.node.driver_internal_info
-        cached = info.get("agent_cached_clean_steps")
+        return self._reported_steps(task, "clean", "cleaning")
+
+    def _reported_steps(self, task: DriverTask, kind: StepKind, flow: str) -> list[StepDecl]:
+        """This interface's ``kind`` steps as the agent last reported them."""
+        cached = task.node.driver_internal_info.get(f"agent_cached_{kind}_steps")
         if cached is None:
             booting = task.progress.ramdisk_booting_since is not None
             raise StepsNotKnown(
-                "the ramdisk agent has not reported its clean steps yet; they are known once "
-                "it has booted on the node (during cleaning)",
+                f"the ramdisk agent has not reported its {kind} steps yet; they are known once "
+                f"it has booted on the node (during {flow})",
                 # While the ramdisk boots the answer is a boot away; otherwise nobody
                 # knows when an agent will run (seed 002: -1).
                 retry_after=AGENT_BOOT_RETRY if booting else -1,
             )
         return [
             StepDecl(
-                "clean",
+                kind,
                 str(step["step"]),
                 int(step.get("priority") or 0),
                 bool(step.get("abortable", False)),
@@ -138,9 +151,19 @@ class AgentDeploy(DeployInterface):
         ]
 
     def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        name = str(step["step"])
-        if any(d.method == name and d.kind == "clean" for d in self.steps()):
+        if self._declares(step, "clean"):
             return super().execute_clean_step(task, step)
+        self._start_agent_step(task, "clean", step)
+        return "wait"
+
+    def _declares(self, step: Mapping[str, Any], kind: StepKind) -> bool:
+        """Whether ``step`` is one of this class's own (out-of-band), not the agent's."""
+        return any(d.method == step["step"] and d.kind == kind for d in self.steps())
+
+    def _start_agent_step(self, task: DriverTask, kind: StepKind, step: Mapping[str, Any]) -> None:
+        """Have the agent run ``step`` (``clean.execute_clean_step``, ``service.execute_...``),
+        with the hardware managers' versions the plan was made against."""
+        name = str(step["step"])
         agent_step = {
             "interface": self.interface_type,
             "step": name,
@@ -151,18 +174,80 @@ class AgentDeploy(DeployInterface):
         }
         self._start(
             task,
-            "clean.execute_clean_step",
+            f"{kind}.execute_{kind}_step",
             {
                 "step": agent_step,
                 "node": node_for_agent(task),
                 "ports": [],
-                "clean_version": task.node.driver_internal_info.get(
+                f"{kind}_version": task.node.driver_internal_info.get(
                     "agent_hardware_manager_version", {}
                 ),
             },
             name,
         )
+
+    # Servicing -------------------------------------------------------------
+
+    def prepare_service(self, task: DriverTask) -> StepOutcome:
+        """Boot the agent on the active node; the instance stays on its disk, untouched.
+
+        The node is rebooted (or powered on) into the ramdisk, never left off,
+        so ``disable_power_off`` holds here too.
+        """
+        boot_of(task).clean_up_instance(task)
+        self._boot_ramdisk(task, "servicing")
         return "wait"
+
+    def check_service_prepared(self, task: DriverTask) -> StepOutcome:
+        if not agent_up(task):
+            return "wait"
+        cache_steps(task, "service")
+        return "done"
+
+    def tear_down_service(self, task: DriverTask) -> None:
+        """Stop the agent and boot the instance again.
+
+        A node with ``disable_power_off`` is never switched off: the agent is
+        locked down first (it stops serving and takes its interfaces down, so
+        nothing can reach it until the reboot), then the node reboots into
+        its instance.
+        """
+        power = power_of(task)
+        if task.node.disable_power_off:
+            self._lock_down(task)
+            leave_ramdisk(task)
+            boot_of(task).prepare_instance(task)
+            power.set_power_state(task, REBOOT)
+        else:
+            self._stop_ramdisk(task)
+            boot_of(task).prepare_instance(task)
+            power.set_power_state(task, POWER_ON)
+        task.node.power_state = POWER_ON
+        task.record("agent", "the node boots its instance again")
+
+    def get_service_steps(self, task: DriverTask) -> list[StepDecl]:
+        return self._reported_steps(task, "service", "servicing")
+
+    def execute_service_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        if self._declares(step, "service"):
+            return super().execute_service_step(task, step)
+        self._start_agent_step(task, "service", step)
+        return "wait"
+
+    @staticmethod
+    def _lock_down(task: DriverTask) -> None:
+        """Ask the agent to lock itself down; one that no longer answers is no failure
+        (the reboot that follows ends it anyway)."""
+        try:
+            client = client_for(task)
+        except StepFailed:
+            return
+        try:
+            client.run("system.lockdown", {}, wait=True)
+        except AgentError as exc:
+            task.record("agent", f"the agent was not locked down before the reboot: {exc}")
+        finally:
+            client.close()
 
     # Asynchronous agent commands ------------------------------------------
 
@@ -235,9 +320,10 @@ class AgentDeploy(DeployInterface):
             self._finished(task, method, result)
             return "done"
         if result.status == "CLEAN_VERSION_MISMATCH":
-            # Read what the agent offers now (and its managers' versions), so the
-            # flow plans again from the steps it would run.
-            cache_steps(task, "clean")
+            # (The agent's name for any step's version mismatch.) Read what the
+            # agent offers now (and its managers' versions), so the flow plans
+            # again from the steps it would run.
+            cache_steps(task, _step_kind(str(command.get("name", ""))))
             raise StepsChanged(
                 f"the agent's hardware managers changed since the plan was made; {what} was not run"
             )

@@ -49,6 +49,12 @@ def stop_ramdisk(task: DriverTask) -> None:
     agent's session."""
     power_of(task).set_power_state(task, POWER_OFF)
     task.node.power_state = POWER_OFF
+    leave_ramdisk(task)
+
+
+def leave_ramdisk(task: DriverTask) -> None:
+    """Undo the ramdisk's boot and end the agent's session, whatever the power state: the
+    next boot no longer starts the agent, and the running one's token is void."""
     boot_of(task).clean_up_ramdisk(task)
     task.end_agent_session()
     set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
