@@ -266,3 +266,95 @@ def test_node_page_shows_firmware_and_bios_settings(
     assert "1.0.1" in text_of(page, "#firmware-table")
     assert "ProcTurboMode" in text_of(page, "#bios-table")
     assert "Disabled" in text_of(page, "#bios-table")
+
+
+def fill(driver: webdriver.Chrome, css: str, value: str) -> None:
+    field = visible(driver, css)
+    field.clear()
+    field.send_keys(value)
+
+
+def dialog_ok(driver: webdriver.Chrome) -> None:
+    driver.find_element(By.ID, "confirm-ok").click()
+    wait(driver).until(
+        ec.invisibility_of_element_located((By.CSS_SELECTOR, "#confirm-dialog[open]"))
+    )
+
+
+def deployed_node_page(page: webdriver.Chrome, server: LiveServer, api: Api, name: str) -> str:
+    """A deployed fake-hardware node's page, signed in as an admin; the node's UUID."""
+    uuid = str(api.available(name=name)["uuid"])
+    api.provision(uuid, "active")
+    api.wait_for_state(uuid, "active")
+    signed_in(page, server.url, ADMIN)
+    node_page(page, uuid)
+    return uuid
+
+
+def test_a_deployed_node_is_flashed_and_serviced_from_its_page(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    uuid = deployed_node_page(page, server, admin_api, "day-two")
+    assert "1.0.0" in text_of(page, "#firmware-table")
+
+    # A firmware update on a deployed node runs as servicing; the table follows it.
+    click(page, "#action-firmware-update")
+    visible(page, "#confirm-dialog[open]")
+    fill(page, "#confirm-input-url", "https://fw.example.com/bios.bin")
+    dialog_ok(page)
+    wait(page).until(ec.text_to_be_present_in_element((By.ID, "firmware-table"), "1.0.1"))
+    wait(page).until(
+        ec.text_to_be_present_in_element((By.ID, "node-history"), "firmware.update finished")
+    )
+    visible(page, '#node-state[data-provision-state="active"]')
+
+    # Service with steps typed as JSON: the BIOS setting shows once it ran.
+    steps = (
+        '[{"interface": "bios", "step": "apply_configuration", "args": '
+        '{"settings": [{"name": "ProcTurboMode", "value": "Disabled"}]}}]'
+    )
+    click(page, "#action-service")
+    visible(page, "#confirm-dialog[open]")
+    fill(page, "#confirm-input-steps", steps)
+    dialog_ok(page)
+    wait(page).until(ec.text_to_be_present_in_element((By.ID, "bios-table"), "Disabled"))
+    visible(page, '#node-state[data-provision-state="active"]')
+    assert admin_api.node(uuid)["service_step"] == {}
+
+
+def test_refused_day_two_requests_are_shown_and_media_is_mounted(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    uuid = deployed_node_page(page, server, admin_api, "day-two-media")
+
+    # What the page cannot send is said, and nothing moves.
+    click(page, "#action-service")
+    visible(page, "#confirm-dialog[open]")
+    fill(page, "#confirm-input-steps", "[{not json")
+    dialog_ok(page)
+    banner = visible(page, "#error-banner")
+    assert "Service was refused" in banner.text
+    assert "not JSON" in banner.text
+    assert admin_api.node(uuid)["provision_state"] == "active"
+    # The API's refusal is shown too: a step the node does not offer for servicing.
+    click(page, "#action-service")
+    visible(page, "#confirm-dialog[open]")
+    fill(page, "#confirm-input-steps", '[{"interface": "deploy", "step": "erase_devices"}]')
+    dialog_ok(page)
+    wait(page).until(ec.text_to_be_present_in_element((By.ID, "error-banner"), "(400)"))
+    assert "deploy.erase_devices" in text_of(page, "#error-banner")
+
+    # Virtual media: attach an ISO to the CD drive, then eject it.
+    click(page, "#action-vmedia-attach")
+    visible(page, "#confirm-dialog[open]")
+    fill(page, "#confirm-input-image_url", "https://images.example.com/rescue.iso")
+    dialog_ok(page)
+    visible(page, '#node-vmedia[data-inserted="true"]')
+    assert "https://images.example.com/rescue.iso" in text_of(page, "#vmedia-table")
+    drives = admin_api.call("GET", f"/v1/nodes/{uuid}/vmedia")
+    assert [d["image"] for d in drives if d["inserted"]] == [
+        "https://images.example.com/rescue.iso"
+    ]
+    confirm(page, "#action-vmedia-detach")
+    visible(page, '#node-vmedia[data-inserted="false"]')
+    assert not any(d["inserted"] for d in admin_api.call("GET", f"/v1/nodes/{uuid}/vmedia"))

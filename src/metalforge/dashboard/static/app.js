@@ -20,7 +20,8 @@
 
   // Buttons for the provision verbs, keyed by the state table's canonical verb
   // (states.VERBS); VERB_ALIASES gives the newer spellings of two of them.
-  // `clean`, `rescue` and `service` need steps or a password and are not offered.
+  // `clean` and `rescue` need steps or a password and are not offered; `service`
+  // asks for its steps in the dialog (dayTwoActions).
   const PROVISION_ACTIONS = [
     { verb: "manage", label: "Manage", hint: "take the node under operator control" },
     { verb: "provide", label: "Provide", hint: "clean the node and make it available" },
@@ -448,20 +449,28 @@
 
   // -- confirmation dialog -----------------------------------------------------
 
-  // Resolves to {reason} when confirmed, null when cancelled.
-  function confirmAction({ title, message, askReason }) {
+  // Resolves to {reason, values} when confirmed, null when cancelled. `inputs` are
+  // the action's own fields ({name, label, kind: "text"|"select"|"textarea",
+  // options, required, placeholder}); `values` holds what was typed, by name.
+  function confirmAction({ title, message, askReason, inputs }) {
     const dialog = $("confirm-dialog");
     $("confirm-title").textContent = title;
     $("confirm-text").textContent = message;
     $("confirm-reason-field").hidden = !askReason;
     $("confirm-reason").value = "";
+    const box = $("confirm-inputs");
+    const fields = (inputs || []).map(inputField);
+    box.replaceChildren(...fields.flatMap((f) => [f.label, f.control]));
+    box.hidden = !fields.length;
     return new Promise((resolve) => {
       const finish = (confirmed) => {
         $("confirm-form").removeEventListener("submit", onSubmit);
         $("confirm-cancel").removeEventListener("click", onCancel);
         dialog.removeEventListener("cancel", onCancel);
         if (dialog.open) dialog.close();
-        resolve(confirmed ? { reason: $("confirm-reason").value.trim() } : null);
+        const values = Object.fromEntries(fields.map((f) => [f.name, f.control.value.trim()]));
+        box.replaceChildren();
+        resolve(confirmed ? { reason: $("confirm-reason").value.trim(), values } : null);
       };
       const onSubmit = (event) => {
         event.preventDefault();
@@ -475,8 +484,27 @@
       $("confirm-cancel").addEventListener("click", onCancel);
       dialog.addEventListener("cancel", onCancel);
       dialog.showModal();
-      (askReason ? $("confirm-reason") : $("confirm-cancel")).focus();
+      const first = fields.length ? fields[0].control : null;
+      (askReason ? $("confirm-reason") : first || $("confirm-cancel")).focus();
     });
+  }
+
+  function inputField({ name, label, kind, options, required, placeholder }) {
+    const id = `confirm-input-${name}`;
+    let control;
+    if (kind === "select") {
+      control = el(
+        "select",
+        { id, name },
+        (options || []).map(([value, shown]) => el("option", { value, textContent: shown })),
+      );
+    } else {
+      control = el(kind === "textarea" ? "textarea" : "input", { id, name });
+      if (placeholder) control.placeholder = placeholder;
+      if (kind === "textarea") control.rows = 5;
+    }
+    control.required = Boolean(required);
+    return { name, control, label: el("label", { htmlFor: id, textContent: label }) };
   }
 
   // -- application state and routing ---------------------------------------------
@@ -933,6 +961,7 @@
     const traits = el("div", { id: "node-traits" });
     const firmware = el("div", { id: "node-firmware" });
     const bios = el("div", { id: "node-bios" });
+    const media = el("div", { id: "node-vmedia" });
     const history = el("ol", { id: "node-history", className: "timeline" });
     view.append(
       el(
@@ -955,6 +984,7 @@
           el("section", { className: "card" }, el("h2", { textContent: "Traits" }), traits),
           el("section", { className: "card" }, el("h2", { textContent: "Firmware" }), firmware),
           el("section", { className: "card" }, el("h2", { textContent: "BIOS settings" }), bios),
+          el("section", { className: "card" }, el("h2", { textContent: "Virtual media" }), media),
         ),
         el(
           "div",
@@ -1065,23 +1095,34 @@
       if (failed && current(token)) reportError("Could not read the node's history", failed.reason);
     };
 
+    // What the node's flows and actions change besides the node: ports, traits and
+    // what its BMC holds (firmware, BIOS, virtual media).
+    const reloadTables = async () => {
+      const uuid = encodeURIComponent(page.uuid);
+      const [portList, traitList, firmwareList, biosList, mediaList] = await Promise.all([
+        listAll(`/v1/ports?node=${uuid}&detail=true`, "ports"),
+        api(`/v1/nodes/${uuid}/traits`),
+        api(`/v1/nodes/${uuid}/firmware`).catch(unreadable),
+        api(`/v1/nodes/${uuid}/bios?detail=true`).catch(unreadable),
+        api(`/v1/nodes/${uuid}/vmedia`).catch(unreadable),
+      ]);
+      if (!current(token)) return;
+      ports.replaceChildren(portsTable(portList));
+      traits.replaceChildren(traitsList((traitList && traitList.traits) || []));
+      firmware.replaceChildren(firmwareTable(firmwareList));
+      bios.replaceChildren(biosTable(biosList));
+      media.replaceChildren(mediaTable(mediaList));
+      media.dataset.inserted = String(
+        Array.isArray(mediaList) && mediaList.some((d) => d.inserted),
+      );
+    };
+
     const reloadAll = async () => {
       try {
         await reloadNode();
         if (!current(token)) return;
-        const uuid = encodeURIComponent(page.uuid);
-        const [portList, traitList, firmwareList, biosList] = await Promise.all([
-          listAll(`/v1/ports?node=${uuid}&detail=true`, "ports"),
-          api(`/v1/nodes/${uuid}/traits`),
-          api(`/v1/nodes/${uuid}/firmware`).catch(unreadable),
-          api(`/v1/nodes/${uuid}/bios?detail=true`).catch(unreadable),
-          reloadDetails(),
-        ]);
+        await Promise.all([reloadTables(), reloadDetails()]);
         if (!current(token)) return;
-        ports.replaceChildren(portsTable(portList));
-        traits.replaceChildren(traitsList((traitList && traitList.traits) || []));
-        firmware.replaceChildren(firmwareTable(firmwareList));
-        bios.replaceChildren(biosTable(biosList));
         view.dataset.loaded = "true";
       } catch (err) {
         if (current(token)) reportError("Could not read the node", err);
@@ -1104,7 +1145,7 @@
       if (!current(token)) return;
       try {
         await reloadNode();
-        await reloadDetails();
+        await Promise.all([reloadTables(), reloadDetails()]);
       } catch (err) {
         if (current(token)) reportError("Could not read the node", err);
       }
@@ -1127,9 +1168,14 @@
         if (!page.node) return;
         // The event carries the list's fields only: keep the rest from the last read.
         const { progress: flow, ...fieldsNow } = data;
+        const moved = fieldsNow.provision_state !== page.node.provision_state;
         showNode({ ...page.node, ...fieldsNow });
         if (flow) progress.replaceChildren(progressView(flow));
         reloadDetails();
+        // A flow's steps change what the BMC holds: read it again when the state moves.
+        if (moved) {
+          reloadTables().catch((err) => current(token) && reportError("Could not read the node", err));
+        }
       }
     });
     loadStates()
@@ -1167,6 +1213,7 @@
         ),
       );
     }
+    for (const action of dayTwoActions(node, allowed)) buttons.push(actionButton(action, run));
     if (node.maintenance) {
       buttons.push(
         actionButton(
@@ -1210,6 +1257,138 @@
       buttons.push(el("span", { className: "muted", textContent: "No action in this state." }));
     }
     return buttons;
+  }
+
+  // Day-2 work on a node: servicing, a firmware update and virtual media. Each asks in
+  // the dialog for what its request needs; the API judges it (a refusal is shown).
+  function dayTwoActions(node, allowed) {
+    const actions = [];
+    const provisionPath = (target) =>
+      `/v1/nodes/${encodeURIComponent(target.uuid)}/states/provision`;
+    const vmediaPath = (target) => `/v1/nodes/${encodeURIComponent(target.uuid)}/vmedia`;
+    if (allowed.has("service")) {
+      actions.push({
+        id: "action-service",
+        label: "Service",
+        confirm: (name) => ({
+          title: `Service ${name}?`,
+          message:
+            `Run steps on node ${name} while it stays deployed, then return it to active: ` +
+            "a runbook's steps, or steps given as a JSON list.",
+          inputs: [
+            { name: "runbook", label: "Runbook (name or UUID)", kind: "text" },
+            {
+              name: "steps",
+              label: "or service steps (JSON)",
+              kind: "textarea",
+              placeholder: '[{"interface": "bios", "step": "apply_configuration", "args": {}}]',
+            },
+          ],
+        }),
+        request: (target, answer) =>
+          api(provisionPath(target), { method: "PUT", json: serviceBody(answer.values) }),
+      });
+    }
+    // A firmware update is a step: of servicing on a deployed node, of cleaning otherwise.
+    const flow = allowed.has("service") ? "service" : allowed.has("clean") ? "clean" : null;
+    if (flow && node.firmware_interface && node.firmware_interface !== "no-firmware") {
+      actions.push({
+        id: "action-firmware-update",
+        label: "Update firmware",
+        confirm: (name) => ({
+          title: `Update the firmware of ${name}?`,
+          message:
+            `The BMC of node ${name} flashes the image at the URL (http or https) ` +
+            `during ${flow === "service" ? "servicing" : "manual cleaning"}.`,
+          inputs: [
+            {
+              name: "component",
+              label: "Component",
+              kind: "select",
+              options: [
+                ["bios", "BIOS"],
+                ["bmc", "BMC"],
+              ],
+            },
+            {
+              name: "url",
+              label: "Image URL",
+              kind: "text",
+              required: true,
+              placeholder: "https://firmware.example.com/bios-2.1.bin",
+            },
+          ],
+        }),
+        request: (target, answer) => {
+          const { component, url } = answer.values;
+          const step = {
+            interface: "firmware",
+            step: "update",
+            args: { settings: [{ component, url }] },
+          };
+          return api(provisionPath(target), {
+            method: "PUT",
+            json: { target: flow, [`${flow}_steps`]: [step] },
+          });
+        },
+      });
+    }
+    actions.push(
+      {
+        id: "action-vmedia-attach",
+        label: "Attach media",
+        confirm: (name) => ({
+          title: `Attach virtual media to ${name}?`,
+          message: `The BMC of node ${name} inserts the image at the URL in a virtual drive.`,
+          inputs: [
+            {
+              name: "device_type",
+              label: "Drive",
+              kind: "select",
+              options: [
+                ["cdrom", "CD-ROM"],
+                ["disk", "Disk"],
+                ["floppy", "Floppy"],
+              ],
+            },
+            {
+              name: "image_url",
+              label: "Image URL",
+              kind: "text",
+              required: true,
+              placeholder: "https://images.example.com/rescue.iso",
+            },
+          ],
+        }),
+        request: (target, answer) =>
+          api(vmediaPath(target), { method: "POST", json: answer.values }),
+      },
+      {
+        id: "action-vmedia-detach",
+        label: "Detach media",
+        confirm: (name) => ({
+          title: `Detach the virtual media of ${name}?`,
+          message: `The BMC of node ${name} ejects every image its virtual drives hold.`,
+        }),
+        request: (target) => api(vmediaPath(target), { method: "DELETE" }),
+      },
+    );
+    return actions;
+  }
+
+  // The body of a service request from the dialog: a runbook or a JSON list of steps.
+  function serviceBody({ runbook, steps }) {
+    if (runbook && steps) throw new Error("give a runbook or steps, not both");
+    if (runbook) return { target: "service", runbook };
+    if (!steps) throw new Error("give a runbook or the steps to run");
+    let parsed;
+    try {
+      parsed = JSON.parse(steps);
+    } catch (err) {
+      throw new Error(`the steps are not JSON: ${err.message}`);
+    }
+    if (!Array.isArray(parsed)) throw new Error("the steps must be a JSON list");
+    return { target: "service", service_steps: parsed };
   }
 
   function actionButton(action, run) {
@@ -1344,6 +1523,23 @@
         el("span", { className: "mono", textContent: text(c.current_version) }),
         el("span", { className: "mono", textContent: text(c.initial_version) }),
         el("span", { className: "mono", textContent: text(c.last_version_flashed) }),
+      ]),
+    );
+  }
+
+  function mediaTable(answer) {
+    if (answer.unreadable) return el("p", { className: "muted", textContent: answer.unreadable });
+    const drives = Array.isArray(answer) ? answer : [];
+    if (!drives.length) {
+      return el("p", { className: "muted", textContent: "The BMC reports no virtual drive." });
+    }
+    return simpleTable(
+      "vmedia-table",
+      ["Drive", "Inserted", "Image"],
+      drives.map((d) => [
+        el("span", { className: "mono", textContent: (d.media_types || []).join(", ") || "—" }),
+        text(Boolean(d.inserted)),
+        el("span", { className: "mono wrap", textContent: text(d.image) }),
       ]),
     );
   }
