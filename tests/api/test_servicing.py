@@ -17,6 +17,7 @@ from tests.support.api import (
     make_available,
     provision,
     wait_for_state,
+    wait_until,
 )
 from tests.support.stack import Stack
 
@@ -85,3 +86,60 @@ def test_a_firmware_update_services_a_deployed_node_and_returns_it(stack: Stack)
         if e["event_type"] == "service_step" and " started" in e["event"]
     ]
     assert started == ["firmware.update", "management.reset_bios"]
+
+
+RAID = {"logical_disks": [{"raid_level": "1", "size_gb": 100, "is_root_volume": True}]}
+CREATE_RAID = {"interface": "raid", "step": "create_configuration"}
+
+
+def _history_events(client: TestClient, uuid: str) -> list[str]:
+    answer = client.get(f"/v1/nodes/{uuid}/history?detail=true", headers=LATEST).json()
+    return [str(e["event"]) for e in answer["history"]]
+
+
+def _slow_raid_service(client: TestClient, delay: float) -> str:
+    """An active node servicing a non-abortable asynchronous step of ``delay`` seconds."""
+    uuid = _active(client)
+    patch = [{"op": "add", "path": "/driver_info/fake_step_delay", "value": delay}]
+    assert client.patch(f"/v1/nodes/{uuid}", json=patch, headers=LATEST).status_code == 200
+    raid = client.put(f"/v1/nodes/{uuid}/states/raid", json=RAID, headers=LATEST)
+    assert raid.status_code == 204, raid.text
+    assert provision(client, uuid, "service", service_steps=[CREATE_RAID]).status_code == 202
+    wait_for_state(client, uuid, "service wait")
+    return uuid
+
+
+def test_abort_in_service_wait_returns_the_node_to_active(stack: Stack) -> None:
+    """As Ironic's abort: through ``service failed`` to ``active``, the step let finish
+    first when it cannot be interrupted."""
+    client = stack.client
+    uuid = _slow_raid_service(client, delay=2)
+    assert provision(client, uuid, "abort").status_code == 202
+    wait_until(
+        "abort_after to be recorded",
+        lambda: bool(get_node(client, uuid)["service_step"].get("abort_after")),
+    )
+    node = wait_for_state(client, uuid, "active")
+    assert node["service_step"] == {}
+    assert "after the non-abortable step finished" in node["last_error"]
+    assert len(node["raid_config"]["logical_disks"]) == 1, "the step ran to its end"
+    events = _history_events(client, uuid)
+    assert any("service wait -> service failed" in e for e in events), events
+    assert any("service failed -> active" in e for e in events), events
+    progress = client.get(f"/v1/nodes/{uuid}/progress", headers=LATEST).json()
+    assert not progress.get("flow"), "nothing of the aborted servicing is kept"
+
+
+def test_abort_in_service_failed_returns_the_node_to_active(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    uuid = _active(client)
+    reset = {"interface": "management", "step": "reset_bios"}
+    fail = [{"op": "add", "path": "/driver_info/fake_fail_steps", "value": "management.reset_bios"}]
+    assert client.patch(f"/v1/nodes/{uuid}", json=fail, headers=LATEST).status_code == 200
+    assert provision(client, uuid, "service", service_steps=[reset]).status_code == 202
+    failed = wait_for_state(client, uuid, "service failed")
+    assert "management.reset_bios" in failed["last_error"]
+    assert provision(client, uuid, "abort").status_code == 202
+    node = wait_for_state(client, uuid, "active")
+    assert "management.reset_bios" in node["last_error"], "the failure stays to be read"
+    assert node["maintenance"] is False

@@ -176,7 +176,7 @@ def schedule_poll(task: NodeTask, delay: float) -> None:
 
 def fail(task: NodeTask, kind: StepFlow, message: str) -> None:
     """End the flow in its failure state with ``message`` in ``last_error``."""
-    changes: dict[str, object] = {"last_error": message, kind.column.key: {}}
+    changes: dict[str, Any] = {"last_error": message, kind.column.key: {}}
     if kind.maintenance_on_failure:
         changes.update(maintenance=True, maintenance_reason=message, fault=f"{kind.name} failure")
     task.record(f"{kind.name}_failed", message, history.ERROR)
@@ -250,9 +250,16 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
     task.transition(states.DONE)
 
 
-def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None = None) -> None:
+def poll(
+    task: NodeTask,
+    kind: StepFlow,
+    timeout: float,
+    finish: Finish | None = None,
+    aborted: Finish | None = None,
+) -> None:
     """The node waits on an asynchronous step: finish it, time it out (``timeout`` seconds
-    without a sign of progress, the flow's bound) or check again."""
+    without a sign of progress, the flow's bound) or check again. ``aborted``: what takes
+    the node on after an abort that waited for this step (see ``abort``)."""
     plan, index = _current(task, kind)
     if index >= len(plan):
         task.transition(states.RESUME)
@@ -287,7 +294,7 @@ def poll(task: NodeTask, kind: StepFlow, timeout: float, finish: Finish | None =
     _step_done(task, kind, step)
     _set_index(task, index + 1)
     if kind.shown(task.node).get("abort_after"):
-        abort(task, kind, step, after=True)
+        abort(task, kind, step, after=True, then=aborted)
         return
     task.transition(states.RESUME)
     run(task, kind, finish)
@@ -314,9 +321,15 @@ def _steps_changed(
 
 
 def abort(
-    task: NodeTask, kind: StepFlow, step: step_plans.Step | None, *, after: bool = False
+    task: NodeTask,
+    kind: StepFlow,
+    step: step_plans.Step | None,
+    *,
+    after: bool = False,
+    then: Finish | None = None,
 ) -> None:
-    """Stop the flow at the operator's request."""
+    """Stop the flow at the operator's request: into its failure state, or only through
+    it when ``then`` takes the node on from there (servicing goes back to ``active``)."""
     if step is not None and not after:
         task.ctx.drivers.interface(task.node, step.interface).abort_step(task, step.step)
     where = f" during {step.name}" if step else ""
@@ -325,7 +338,9 @@ def abort(
         message = f"{message} (after the non-abortable step finished)"
     task.record(f"{kind.name}_aborted", message, history.WARNING)
     changes: dict[str, Any] = {"last_error": message, kind.column.key: {}}
-    task.transition(states.ABORT, note=message, **changes)
+    task.transition(states.ABORT, note=message, passing=then is not None, **changes)
+    if then is not None:
+        then(task)
 
 
 def current_step(task: NodeTask, kind: StepFlow) -> step_plans.Step | None:

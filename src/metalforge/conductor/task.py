@@ -300,7 +300,13 @@ class NodeTask:
         self._with_transition.append(func)
 
     def transition(
-        self, event: str, *, note: str | None = None, severity: str = history.INFO, **changes: Any
+        self,
+        event: str,
+        *,
+        note: str | None = None,
+        severity: str = history.INFO,
+        passing: bool = False,
+        **changes: Any,
     ) -> None:
         """Move the node through ``event`` with ``changes`` and what else changed, in one write.
 
@@ -308,13 +314,21 @@ class NodeTask:
         the flow parks the node (a stable, failure, wait or hold state), the
         release of the reservation, so nobody sees the new state while it is
         still locked; the release hooks run in the same transaction, and so do
-        those given to ``with_next_transition``.
+        those given to ``with_next_transition``. ``passing``: the node only
+        passes through the new state (another transition follows in this task),
+        so the reservation is kept even where the flow would park.
         """
         with self._writing:
-            self._transition(event, note, severity, changes)
+            self._transition(event, note, severity, changes, release=not passing)
 
     def _transition(
-        self, event: str, note: str | None, severity: str, changes: dict[str, Any]
+        self,
+        event: str,
+        note: str | None,
+        severity: str,
+        changes: dict[str, Any],
+        *,
+        release: bool = True,
     ) -> None:
         for key, value in changes.items():
             setattr(self._node, key, value)
@@ -330,7 +344,7 @@ class NodeTask:
                     conductor=self.ctx.hostname,
                     note=note,
                     severity=severity,
-                    release=True,
+                    release=release,
                     earlier_history=entries,
                 )
             except transitions.TransitionConflict as exc:

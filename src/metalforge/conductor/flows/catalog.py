@@ -91,6 +91,16 @@ def flow_of(state: str) -> FlowSpec | None:
     return _FLOW_OF.get(state)
 
 
+AFTER_ABORT_FROM: Mapping[str, Hook] = MappingProxyType(
+    {
+        spec.failure_state: spec.after_abort
+        for spec in SPECS
+        if spec.failure_state is not None and spec.after_abort is not None
+    }
+)
+"""Failure states an ``abort`` leaves through its flow's ``after_abort``."""
+
+
 DETACHED: Mapping[str, DetachedFlow] = MappingProxyType(
     {flow.work_kind: flow for flow in (allocation.SPEC,)}
 )

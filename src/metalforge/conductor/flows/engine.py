@@ -75,7 +75,11 @@ def abort(task: NodeTask) -> None:
         spec = catalog.flow_of(state)
         if step is None and spec is not None and spec.on_abort is not None:
             spec.on_abort(task)
-        stepflow.abort(task, kind, step)
+        stepflow.abort(task, kind, step, then=spec.after_abort if spec is not None else None)
+        return
+    after_abort = catalog.AFTER_ABORT_FROM.get(state)
+    if after_abort is not None:
+        after_abort(task)
         return
     if states.ABORT in states.allowed_events(state):
         spec = catalog.flow_of(state)

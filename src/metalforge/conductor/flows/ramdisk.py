@@ -95,7 +95,12 @@ def check_ready(task: NodeTask, boot: RamdiskBoot) -> None:
 def finish(task: NodeTask, boot: RamdiskBoot) -> None:
     """After the last step: stop the ramdisk the flow booted (nothing if none was)."""
     if task.progress.ramdisk_prepared:
-        boot.tear_down(deploy_interface(task), task)
+        tear_down(task, boot)
+
+
+def tear_down(task: NodeTask, boot: RamdiskBoot) -> None:
+    """Stop the ramdisk (raises ``DriverError``)."""
+    boot.tear_down(deploy_interface(task), task)
 
 
 def stop_while_booting(task: NodeTask, boot: RamdiskBoot) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from metalforge import states
-from metalforge.conductor import step_plans, stepflow
+from metalforge.conductor import history, step_plans, stepflow
 from metalforge.conductor.flows import ramdisk
 from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
@@ -89,7 +89,7 @@ def service_wait(task: NodeTask) -> None:
     if not stepflow.has_plan(task, stepflow.SERVICE):
         ramdisk.check_ready(task, RAMDISK)
         return
-    stepflow.poll(task, stepflow.SERVICE, _timeout(task), _finish)
+    stepflow.poll(task, stepflow.SERVICE, _timeout(task), _finish, _back_to_the_instance)
 
 
 def _finish(task: NodeTask) -> None:
@@ -126,6 +126,29 @@ def _intent(admission: Admission) -> Intent:
     )
 
 
+def _back_to_the_instance(task: NodeTask) -> None:
+    """An aborted servicing (or ``abort`` in ``service failed``) ends in ``active``: a
+    ramdisk booted for it is stopped and the instance booted again, as Ironic's abort
+    does. If that fails the node stays in ``service failed`` with the reason."""
+    progress = task.progress
+    booted = progress.flow == stepflow.SERVICE.name and (
+        progress.ramdisk_prepared or progress.ramdisk_booting_since is not None
+    )
+    if booted:
+        try:
+            ramdisk.tear_down(task, RAMDISK)
+        except DriverError as exc:
+            message = f"Servicing aborted, but the node could not boot its instance: {exc}"
+            task.record("service_abort", message, history.ERROR)
+            task.node.last_error = message
+            task.save()
+            return
+    last_error = task.node.last_error
+    stepflow.clear_plan(task, stepflow.SERVICE)
+    message = "Servicing aborted by the operator; the node is active"
+    task.transition(states.ABORT, note=message, last_error=last_error or message)
+
+
 RAMDISK = ramdisk.RamdiskBoot(
     kind=stepflow.SERVICE,
     purpose="servicing",
@@ -159,5 +182,6 @@ SPEC = FlowSpec(
     },
     step_flow=stepflow.SERVICE,
     timeout_setting="clean_callback_timeout",
-    on_abort=lambda task: ramdisk.stop_while_booting(task, RAMDISK),
+    failure_state=states.SERVICE_FAILED,
+    after_abort=_back_to_the_instance,
 )

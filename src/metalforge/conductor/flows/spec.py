@@ -144,6 +144,13 @@ class FlowSpec:
     on_abort: Hook | None = None
     """Run when the operator aborts the flow while no step runs (cleaning stops a
     ramdisk that is still booting); it records, rather than raises, what fails."""
+    failure_state: str | None = None
+    """The state the flow fails into, when ``after_abort`` acts there too."""
+    after_abort: Hook | None = None
+    """Takes the node on from an abort instead of leaving it in the failure state: run
+    after an abort in a wait or hold state, and for ``abort`` in ``failure_state``
+    (servicing returns the node to its instance and to ``active``, as Ironic does).
+    It makes the node's last transition itself."""
     on_fail: Callable[[NodeTask, str], None] | None = None
     """Run when the flow fails for a reason no step reported (an unexpected error, a
     request given up on), before the ``fail`` transition, with the message."""

@@ -343,12 +343,17 @@ class AgentDeploy(DeployInterface):
             task.record("erasure", erasure.describe(record))
 
     def abort_step(self, task: DriverTask, method: str) -> None:
-        # The agent cannot stop a running step; powering the node off does.
+        # The agent cannot stop a running step; powering the node off does (a reboot,
+        # on a node that must never be switched off).
         set_info(task, agent_command=None)
         try:
-            self._stop_ramdisk(task)
+            if task.node.disable_power_off:
+                power_of(task).set_power_state(task, REBOOT)
+                leave_ramdisk(task)
+            else:
+                self._stop_ramdisk(task)
         except DriverError as exc:
-            task.record("agent", f"could not power off to abort {method}: {exc}", "WARNING")
+            task.record("agent", f"could not stop the agent to abort {method}: {exc}", "WARNING")
 
     # Deploying -------------------------------------------------------------
 
