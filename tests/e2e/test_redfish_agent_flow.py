@@ -126,6 +126,13 @@ def _enroll(env: Environment, vnode: VirtualNode) -> None:
     _wait_state(env, vnode.name, MANAGEABLE)
 
 
+def _available(env: Environment, vnode: VirtualNode) -> None:
+    """Enrolled, then cleaned by the agent into ``available``."""
+    _enroll(env, vnode)
+    env.cli.run("node", "provide", vnode.name)
+    _wait_state(env, vnode.name, AVAILABLE)
+
+
 def _fill_disks(vnode: VirtualNode) -> None:
     """Data and a partition table on every disk, so that erasing them shows."""
     for disk in vnode.disks:
@@ -148,6 +155,20 @@ def _whole_disk_image(path: Path) -> slice:
         handle.seek(MIB)
         handle.write(os.urandom(2 * MIB))
     return slice(MIB, 3 * MIB)
+
+
+def _set_image(
+    env: Environment, vnode: VirtualNode, name: str, checksum: str | None = None
+) -> None:
+    """Point the node's instance at the served image ``name`` (its own sha256 unless
+    ``checksum`` is given)."""
+    if checksum is None:
+        checksum = hashlib.sha256((env.image_dir / name).read_bytes()).hexdigest()
+    env.cli.run(
+        "node", "set", vnode.name,
+        "--instance-info", f"image_source={env.images}/{name}",
+        "--instance-info", f"image_checksum=sha256:{checksum}",
+    )  # fmt: skip
 
 
 def _records(env: Environment, name: str) -> list[dict[str, Any]]:
@@ -215,12 +236,7 @@ def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:  # no
     image_file = env.image_dir / "disk.raw"
     partition = _whole_disk_image(image_file)
     image = image_file.read_bytes()
-    checksum = hashlib.sha256(image).hexdigest()
-    env.cli.run(
-        "node", "set", vnode.name,
-        "--instance-info", f"image_source={env.images}/disk.raw",
-        "--instance-info", f"image_checksum=sha256:{checksum}",
-    )  # fmt: skip
+    _set_image(env, vnode, "disk.raw")
     env.cli.run("node", "deploy", vnode.name)
     node = _wait_state(env, vnode.name, ACTIVE)
     assert node["power_state"] == "power on"
@@ -282,16 +298,9 @@ def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
     env: Environment,
 ) -> None:
     vnode = env.lab.nodes[2]
-    _enroll(env, vnode)
-    env.cli.run("node", "provide", vnode.name)
-    _wait_state(env, vnode.name, AVAILABLE)
-    image_file = env.image_dir / "tampered.raw"
-    _whole_disk_image(image_file)
-    env.cli.run(
-        "node", "set", vnode.name,
-        "--instance-info", f"image_source={env.images}/tampered.raw",
-        "--instance-info", f"image_checksum=sha256:{'0' * 64}",
-    )  # fmt: skip
+    _available(env, vnode)
+    _whole_disk_image(env.image_dir / "tampered.raw")
+    _set_image(env, vnode, "tampered.raw", checksum="0" * 64)
     env.cli.run("node", "deploy", vnode.name)
     deadline = time.monotonic() + 60
     node = get_node(env.stack.client, vnode.name)
@@ -382,17 +391,11 @@ def test_an_active_node_is_serviced_by_the_agent_and_boots_its_instance_again(
     env: Environment,
 ) -> None:
     vnode = env.lab.nodes[5]
-    _enroll(env, vnode)
-    env.cli.run("node", "provide", vnode.name)
-    _wait_state(env, vnode.name, AVAILABLE)
+    _available(env, vnode)
     image_file = env.image_dir / "serviced.raw"
     partition = _whole_disk_image(image_file)
     image = image_file.read_bytes()
-    env.cli.run(
-        "node", "set", vnode.name,
-        "--instance-info", f"image_source={env.images}/serviced.raw",
-        "--instance-info", f"image_checksum=sha256:{hashlib.sha256(image).hexdigest()}",
-    )  # fmt: skip
+    _set_image(env, vnode, "serviced.raw")
     env.cli.run("node", "deploy", vnode.name)
     _wait_state(env, vnode.name, ACTIVE)
     env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")

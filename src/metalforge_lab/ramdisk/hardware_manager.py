@@ -89,6 +89,17 @@ def _record(device: str, serial: str, method: str, started: float) -> dict[str, 
     }
 
 
+_BURNIN_DISKS = {
+    "step": "burnin_disks",
+    "priority": 0,
+    "interface": "deploy",
+    "reboot_requested": False,
+    "abortable": True,
+    "argsinfo": {"seconds": {"description": "How long to read the disks.", "required": False}},
+}
+"""A clean step and, since it only reads, a service step too."""
+
+
 class MetalforgeLabHardwareManager(hardware.HardwareManager):
     """Loop devices as disks, the network namespace's interfaces as NICs."""
 
@@ -205,32 +216,12 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
                 "reboot_requested": False,
                 "abortable": True,
             },
-            {
-                "step": "burnin_disks",
-                "priority": 0,
-                "interface": "deploy",
-                "reboot_requested": False,
-                "abortable": True,
-                "argsinfo": {
-                    "seconds": {"description": "How long to read the disks.", "required": False}
-                },
-            },
+            _BURNIN_DISKS,
         ]
 
     def get_service_steps(self, node, ports):
         """What an active node may run without losing its instance: the read-only burn-in."""
-        return [
-            {
-                "step": "burnin_disks",
-                "priority": 0,
-                "interface": "deploy",
-                "reboot_requested": False,
-                "abortable": True,
-                "argsinfo": {
-                    "seconds": {"description": "How long to read the disks.", "required": False}
-                },
-            },
-        ]
+        return [_BURNIN_DISKS]
 
     def get_deploy_steps(self, node, ports):
         return [
