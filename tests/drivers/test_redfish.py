@@ -691,11 +691,20 @@ def test_api_power_manage_and_inspect(stack: Stack, bmc: Bmc) -> None:
     assert _wait_power_settled(stack, node["uuid"])["power_state"] == POWER_ON
     assert bmc.system(system)["PowerState"] == "On"
 
+    # The BIOS is flashed behind metalforge's back: inspection reads the new version.
+    path = bmc.emulator.system_path(system.uuid)
+    bmc.post(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        {"ImageURI": "https://fw.example.com/bios.bin", "Targets": [path]},
+    )
     assert provision(stack.client, node["uuid"], "inspect").status_code == 202
     inspected = wait_for_state(stack.client, node["uuid"], "manageable")
     assert inspected["properties"]["cpus"] == 8
     assert inspected["properties"]["local_gb"] == 99
     assert inspected["driver_internal_info"]["inspected_macs"] == list(system.macs)
+    firmware = stack.client.get(f"/v1/nodes/{node['uuid']}/firmware", headers=LATEST).json()
+    bios = next(c for c in firmware["firmware"] if c["component"] == "bios")
+    assert (bios["initial_version"], bios["current_version"]) == ("1.0.0", "1.1.0")
 
 
 def test_api_bios_settings_are_read_at_verify_and_after_each_step(stack: Stack, bmc: Bmc) -> None:

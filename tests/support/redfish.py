@@ -72,14 +72,24 @@ class Bmc:
 
     def get(self, path: str) -> dict[str, Any]:
         """A raw GET on the emulator (with the BMC's credentials), bypassing sushy."""
-        request = urllib.request.Request(f"{self.address}{path}")
+        with urllib.request.urlopen(self._request(path), timeout=10) as answer:
+            body: dict[str, Any] = json.loads(answer.read())
+        return body
+
+    def post(self, path: str, body: dict[str, Any]) -> None:
+        """A raw POST on the emulator: what another tool, not metalforge, does to the BMC."""
+        request = self._request(path, json.dumps(body).encode())
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+
+    def _request(self, path: str, data: bytes | None = None) -> urllib.request.Request:
+        request = urllib.request.Request(f"{self.address}{path}", data=data)
         if self.users:
             user, password = next(iter(self.users.items()))
             token = b64encode(f"{user}:{password}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            body: dict[str, Any] = json.loads(answer.read())
-        return body
+        return request
 
     def system(self, system: FakeSystem, sub: str = "") -> dict[str, Any]:
         return self.get(self.emulator.system_path(system.uuid) + sub)

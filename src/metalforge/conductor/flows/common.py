@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from metalforge import states
 from metalforge.conductor import history, step_plans
 from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import NO_FLOW
-from metalforge.drivers.base import DeployInterface, PowerInterface
+from metalforge.drivers.base import (
+    BiosInterface,
+    DeployInterface,
+    DriverError,
+    FirmwareInterface,
+    PowerInterface,
+)
 
 
 def power(task: NodeTask) -> PowerInterface:
@@ -16,6 +24,22 @@ def power(task: NodeTask) -> PowerInterface:
 
 def deploy_interface(task: NodeTask) -> DeployInterface:
     return task.ctx.drivers.interface_of(task.node, DeployInterface, "clean or deploy")
+
+
+def read_from_bmc(task: NodeTask, family: Literal["bios", "firmware"]) -> None:
+    """Read the BIOS settings (or firmware versions) while the BMC is known to answer
+    (verification, the end of an inspection), so the API shows them current. A BMC that
+    cannot report them fails nothing (the node's history says so); no-bios and
+    no-firmware read nothing."""
+    iface = task.ctx.drivers.interface(task.node, family)
+    what = "BIOS settings" if family == "bios" else "firmware versions"
+    try:
+        if isinstance(iface, BiosInterface):
+            iface.cache_bios_settings(task)
+        elif isinstance(iface, FirmwareInterface):
+            iface.cache_firmware_components(task)
+    except DriverError as exc:
+        task.record(family, f"{what} could not be read: {exc}", history.WARNING)
 
 
 def fail(task: NodeTask, message: str, note: str | None = None) -> None:

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 from metalforge import inspection_states as ins
 from metalforge import states
 from metalforge.conductor.bmc_retry import retried
+from metalforge.conductor.flows.common import read_from_bmc
 from metalforge.conductor.flows.inspection_events import WORK_KIND, event_payload
 from metalforge.conductor.flows.inspection_record import (
     db_now,
@@ -141,6 +142,7 @@ def inspect(task: NodeTask) -> None:
     reported = moved(moved(record, ins.WAIT), ins.CONTINUE)
     done = moved(reported, ins.FINISH, finished_at=db_now(task))
     task.with_next_transition(saving(done))
+    read_from_bmc(task, "firmware")
     task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
 
 

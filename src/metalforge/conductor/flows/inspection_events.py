@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from metalforge import inspection_states as ins
 from metalforge import states
 from metalforge.conductor import history, inspection_report
+from metalforge.conductor.flows.common import read_from_bmc
 from metalforge.conductor.flows.inspection_record import (
     db_now,
     end_in_error,
@@ -185,6 +186,8 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
     task.record("inspection", f"inspection finished; ports created: {created}")
     if task.node.provision_state == states.INSPECTING:
         task.with_next_transition(write)
+        # Some BMCs report a NIC's firmware only while the machine is on, as it is now.
+        read_from_bmc(task, "firmware")
         task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
     else:
         task.write_fenced(write)
