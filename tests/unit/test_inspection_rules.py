@@ -1,0 +1,287 @@
+"""The inspection rules engine on its own: reading rules, references, operators, order."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from metalforge.inspection_rules import references
+from metalforge.inspection_rules.actions import Subject
+from metalforge.inspection_rules.engine import RulesFailed, apply
+from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
+
+INVENTORY: dict[str, Any] = {
+    "cpu": {"count": 8, "model_name": "Xeon Gold 6338", "architecture": "x86_64"},
+    "memory": {"physical_mb": 65536},
+    "system_vendor": {"product_name": "PowerEdge R650", "manufacturer": "Dell"},
+    "bmc_address": "10.0.0.15",
+    "interfaces": [{"name": "eno1", "mac_address": "52:54:00:12:34:56"}],
+    "disks": [{"name": "/dev/sda", "size": 480 * 1024**3}],
+    "boot": {"current_boot_mode": "uefi"},
+    "secrets": {"bmc_password": "hunter2"},
+}
+PORT = "1be26c0b-03f2-4d2d-ae87-c02d7f33c123"
+
+
+def subject(**node: Any) -> Subject:
+    fields = {
+        "uuid": "9e4a4c1d-8f0e-4b8f-a6d2-7f1f1b3c0001",
+        "name": "node-1",
+        "driver": "redfish",
+        "properties": {},
+        "driver_info": {"redfish_password": "s3cret"},
+        "extra": {},
+        **node,
+    }
+    return Subject(
+        node=fields,
+        traits=[],
+        ports={PORT: {"uuid": PORT, "address": "52:54:00:12:34:56", "extra": {}}},
+        inventory=copy.deepcopy(INVENTORY),
+        plugin_data={},
+    )
+
+
+def rule(
+    actions: list[dict[str, Any]], conditions: list[dict[str, Any]] | None = None, **kw: Any
+) -> Rule:
+    return parse_rule({"actions": actions, "conditions": conditions or [], **kw})
+
+
+# -- reading rules ------------------------------------------------------------------
+
+
+def test_a_rule_keeps_its_arguments_as_given_to_show_them_back() -> None:
+    """Ironic's API suite posts list arguments and loops, and reads them back unchanged."""
+    conditions = [
+        {
+            "op": "eq",
+            "args": ["{inventory.system.product_name}", "{item}"],
+            "loop": ["product_name_1", "product_name_2"],
+            "multiple": "any",
+        }
+    ]
+    actions = [
+        {
+            "op": "set-attribute",
+            "args": ["{item[path]}", "{item[value]}"],
+            "loop": [{"path": "/driver_info/ipmi_username", "value": "admin"}],
+        }
+    ]
+    parsed = parse_rule({"conditions": conditions, "actions": actions})
+    assert parsed.shown_conditions == conditions
+    assert parsed.shown_actions == actions
+    # eq, lt and gt given a list compare the list.
+    assert parsed.conditions[0].args == {
+        "values": ["{inventory.system.product_name}", "{item}"],
+        "force_strings": False,
+    }
+    plain = parse_rule(
+        {"conditions": [{"op": "eq", "args": ["{{ inventory.cpu.count }}", 8]}],
+         "actions": [{"op": "log", "args": ["CPU model updated via rule."]}]}
+    )  # fmt: skip
+    assert plain.shown_conditions == [{"op": "eq", "args": ["{{ inventory.cpu.count }}", 8]}]
+    assert (plain.priority, plain.phase, plain.sensitive) == (0, "main", False)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"actions": []}, "at least one action"),
+        ({"conditions": []}, "actions is required"),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}}], "priority": -1}, "negative"),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}}], "priority": 10000}, "9999"),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}}], "priority": 5000.5}, "integer"),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}}], "phase": "early"}, "Invalid phase"),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}}], "scope": "x"}, "unknown field"),
+        ({"actions": [{"op": "launch", "args": {}}]}, "unknown op 'launch'"),
+        ({"actions": [{"op": "log", "args": {}}]}, "missing required argument(s): msg"),
+        ({"actions": [{"op": "log", "args": {"msg": "x", "colour": 1}}]}, "unexpected"),
+        ({"actions": [{"op": "log", "args": "x"}]}, "list or an object"),
+        ({"actions": [{"op": "log", "args": {"msg": "x", "level": "loud"}}]}, "level"),
+        (
+            {"actions": [{"op": "log", "args": {"msg": "x"}}],
+             "conditions": [{"op": "matches", "args": {"value": "x", "regex": "("}}]},
+            "invalid regular expression",
+        ),
+        (
+            {"actions": [{"op": "log", "args": {"msg": "x"}}],
+             "conditions": [{"op": "in-net", "args": {"address": "x", "subnet": "10.0/99"}}]},
+            "not a subnet",
+        ),
+        ({"actions": [{"op": "log", "args": {"msg": "{inventry[cpu]}"}}]}, "'inventry'"),
+        ({"actions": [{"op": "log", "args": {"msg": "{item}"}}]}, "only in a loop"),
+        ({"actions": [{"op": "log", "args": {"msg": "{node.instance_uuid}"}}]}, "cannot read"),
+        ({"actions": [{"op": "log", "args": {"msg": "{node.__class__}"}}]}, "cannot read"),
+        ({"actions": [{"op": "log", "args": {"msg": "{inventory!r}"}}]}, "not supported"),
+        ({"actions": [{"op": "set-attribute", "args": ["/driver", "ipmi"]}]}, "cannot change"),
+        ({"actions": [{"op": "set-attribute", "args": ["/name/x", "y"]}]}, "cannot change"),
+        ({"actions": [{"op": "api-call", "args": {"url": "http://x"}}]}, "not supported"),
+        (
+            {"actions": [{"op": "log", "args": {"msg": "x"}, "loop": list(range(1001))}]},
+            "at most 1000",
+        ),
+        ({"actions": [{"op": "log", "args": {"msg": "x"}, "invert": True}]}, "unknown key"),
+    ],
+)  # fmt: skip
+def test_a_bad_rule_is_refused_naming_what_is_wrong(body: dict[str, Any], message: str) -> None:
+    with pytest.raises(RuleInvalid) as raised:
+        parse_rule(body)
+    assert message in str(raised.value)
+
+
+def test_built_in_rules_may_have_any_priority() -> None:
+    body = {"actions": [{"op": "log", "args": {"msg": "x"}}], "priority": 20000}
+    assert parse_rule(body, built_in=True).priority == 20000
+
+
+# -- references ----------------------------------------------------------------------
+
+
+def test_references_read_data_only_and_mask_secrets() -> None:
+    scope = references.Scope(INVENTORY, {"extra": [1, 2]}, {"uuid": "u-1", "driver_info": {}})
+    render = references.render
+    assert render("{inventory[cpu][count]} cpus", scope) == "8 cpus"
+    assert render("{inventory.cpu.model_name}", scope) == "Xeon Gold 6338"
+    assert render("{inventory[interfaces][0][name]}", scope) == "eno1"
+    assert render("{plugin_data[extra][1]}", scope) == "2"
+    assert render("{node.uuid}", scope) == "u-1"
+    assert render("{{literal}}", scope) == "{literal}"
+    assert render("{inventory[secrets][bmc_password]}", scope) == "******"
+    assert render("{inventory[nothing]}", scope) == "{inventory[nothing]}"
+    assert references.render_or_none("{inventory[nothing]}", scope) is None
+    assert render({"k": ["{inventory[bmc_address]}"]}, scope) == {"k": ["10.0.0.15"]}
+    assert render(8, scope) == 8
+
+
+# -- operators and the engine ----------------------------------------------------------
+
+
+def op(operator: str, **args: Any) -> dict[str, Any]:
+    return {"op": operator, "args": args}
+
+
+MODEL = "{inventory[cpu][model_name]}"
+PRODUCT = "{inventory[system_vendor][product_name]}"
+R6X0 = ["PowerEdge R640", "PowerEdge R650"]
+
+
+@pytest.mark.parametrize(
+    ("condition", "holds"),
+    [
+        (op("eq", values=["{inventory[cpu][count]}", "8"]), True),
+        (op("eq", values=[8, 8]), True),
+        (op("!eq", values=[8, 8]), False),
+        (op("gt", values=[16, 8, 4]), True),
+        (op("lt", values=[1, 3, 2]), False),
+        (op("lt", values=["{inventory[memory][physical_mb]}", 131072]), True),
+        (op("is-empty", value="{inventory[missing]}"), True),
+        (op("is-empty", value=MODEL), False),
+        (op("is-none", value="{inventory[missing]}"), True),
+        (op("is-true", value="yes"), True),
+        (op("is-false", value=0), True),
+        (op("in-net", address="{inventory[bmc_address]}", subnet="10.0.0.0/24"), True),
+        (op("in-net", address="not-an-ip", subnet="10.0.0.0/24"), False),
+        (op("matches", value=MODEL, regex="Xeon.*"), True),
+        (op("matches", value=MODEL, regex="Gold"), False),
+        (op("contains", value=MODEL, regex="Gold"), True),
+        (op("one-of", value="{inventory[boot][current_boot_mode]}", values=["bios", "uefi"]), True),
+        ({**op("eq"), "args": [PRODUCT, "{item}"], "loop": R6X0, "multiple": "any"}, True),
+        ({**op("eq"), "args": [PRODUCT, "{item}"], "loop": R6X0, "multiple": "all"}, False),
+        ({**op("eq", values=[PRODUCT, "{item}"]), "loop": R6X0[::-1], "multiple": "last"}, False),
+    ],
+)
+def test_conditions(condition: dict[str, Any], holds: bool) -> None:
+    target = subject()
+    applied = apply(
+        [rule([{"op": "add-trait", "args": {"name": "CUSTOM_X"}}], [condition])], target
+    )
+    assert applied[0].matched is holds
+    assert (target.traits == ["CUSTOM_X"]) is holds
+
+
+def test_actions_change_the_subject() -> None:
+    target = subject(properties={"capabilities": "boot_mode:bios"})
+    mac = "52:54:00:12:34:56"
+    actions = [
+        op("set-attribute", path="/properties/cpu_model", value=MODEL),
+        {"op": "set-attribute", "args": ["driver_info.redfish_address", "https://{inventory[bmc_address]}"]},
+        op("extend-attribute", path="/extra/tags", value="gpu", unique=True),
+        op("extend-attribute", path="/extra/tags", value="gpu", unique=True),
+        op("del-attribute", path="/driver_info/redfish_password"),
+        op("set-capability", name="boot_mode", value="{inventory[boot][current_boot_mode]}"),
+        op("set-capability", name="cpu_vt", value="true"),
+        op("unset-capability", name="cpu_vt"),
+        op("add-trait", name="CUSTOM_GOLD"),
+        op("add-trait", name="CUSTOM_TEMP"),
+        op("remove-trait", name="CUSTOM_TEMP"),
+        op("set-plugin-data", path="rack.row", value="B"),
+        op("extend-plugin-data", path="seen", value=1),
+        op("unset-plugin-data", path="rack.row"),
+        op("set-port-attribute", port_id=mac, path="/physical_network", value="fabric-a"),
+        op("set-port-attribute", port_id=PORT, path="/extra/switch", value="leaf-1"),
+        op("log", msg="{inventory[cpu][count]} cpus", level="WARNING"),
+    ]  # fmt: skip
+    applied = apply([rule(actions, description="fleet facts")], target)
+    node = target.node
+    assert node["properties"]["cpu_model"] == "Xeon Gold 6338"
+    assert node["properties"]["capabilities"] == "boot_mode:uefi"
+    assert node["driver_info"] == {"redfish_address": "https://10.0.0.15"}
+    assert node["extra"] == {"tags": ["gpu"]}
+    assert target.traits == ["CUSTOM_GOLD"]
+    assert target.plugin_data == {"rack": {}, "seen": [1]}
+    assert target.ports[PORT]["physical_network"] == "fabric-a"
+    assert target.ports[PORT]["extra"] == {"switch": "leaf-1"}
+    assert target.changed_fields == {"properties", "driver_info", "extra", "traits"}
+    assert target.changed_ports == {PORT}
+    assert applied[0].log == (("warning", "8 cpus"),)
+    assert "fleet facts" in applied[0].rule
+
+
+def test_looped_actions_run_once_per_item() -> None:
+    target = subject()
+    actions = [
+        {
+            "op": "set-attribute",
+            "args": ["{item[path]}", "{item[value]}"],
+            "loop": [
+                {"path": "/driver_info/ipmi_username", "value": "admin"},
+                {"path": "/driver_info/ipmi_address", "value": "{inventory[bmc_address]}"},
+            ],
+        }
+    ]
+    apply([rule(actions)], target)
+    assert target.node["driver_info"]["ipmi_username"] == "admin"
+    assert target.node["driver_info"]["ipmi_address"] == "10.0.0.15"
+
+
+def test_rules_run_by_priority_and_a_fail_stops_them() -> None:
+    low = rule([{"op": "add-trait", "args": {"name": "CUSTOM_LOW"}}], priority=1)
+    small = rule(
+        [{"op": "fail", "args": {"msg": "only {inventory[memory][physical_mb]} MiB"}}],
+        [{"op": "lt", "args": {"values": ["{inventory[memory][physical_mb]}", 131072]}}],
+        priority=50,
+        description="memory floor",
+    )
+    high = rule([{"op": "add-trait", "args": {"name": "CUSTOM_HIGH"}}], priority=90)
+    target = subject()
+    with pytest.raises(RulesFailed) as raised:
+        apply([low, small, high], target)
+    # fail's message is shown as written; the rule is named.
+    assert "memory floor" in str(raised.value)
+    assert "only {inventory[memory][physical_mb]} MiB" in str(raised.value)
+    assert target.traits == ["CUSTOM_HIGH"], "the higher rule ran first, the lower never"
+
+
+def test_a_rule_that_cannot_run_fails_the_inspection_naming_it() -> None:
+    bad = rule([{"op": "set-port-attribute", "args": ["aa:bb:cc:dd:ee:ff", "/extra/x", 1]}])
+    with pytest.raises(RulesFailed, match="has no port"):
+        apply([bad], subject())
+    renamed = rule([{"op": "set-port-attribute", "args": [PORT, "/address", "x"]}])
+    with pytest.raises(RulesFailed, match="cannot change a port's address"):
+        apply([renamed], subject())
+    rendered = rule([{"op": "set-attribute", "args": ["{item}", "x"], "loop": ["/driver"]}])
+    with pytest.raises(RulesFailed, match="cannot change the node's driver"):
+        apply([rendered], subject())
