@@ -54,6 +54,7 @@ class World:
     connector: str
     target: str
     runbook: str
+    rule: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -103,6 +104,7 @@ def make_world(stack: Stack) -> World:
     ]
     portgroup = _ok(client.post("/v1/portgroups", json={"node_uuid": node}, headers=h), 201)["uuid"]
     runbook = _ok(client.post("/v1/runbooks", json=_runbook_body(OWNER), headers=h), 201)["uuid"]
+    rule = _ok(client.post("/v1/inspection_rules", json=_rule_body(), headers=h), 201)["uuid"]
     return World(
         node,
         port,
@@ -114,6 +116,7 @@ def make_world(stack: Stack) -> World:
         connector,
         target,
         runbook,
+        rule,
     )
 
 
@@ -121,6 +124,10 @@ def _runbook_body(owner: str | None = None) -> dict[str, Any]:
     step = {"interface": "raid", "step": "delete_configuration", "args": {}, "order": 1}
     body = {"name": f"CUSTOM_R{uuid.uuid4().hex[:8].upper()}", "steps": [step]}
     return {**body, "owner": owner} if owner else body
+
+
+def _rule_body() -> dict[str, Any]:
+    return {"actions": [{"op": "add-trait", "args": {"name": "CUSTOM_SEEN"}}]}
 
 
 def _connector_body(node: str) -> dict[str, Any]:
@@ -333,6 +340,21 @@ REQUESTS: dict[tuple[str, str], Request] = {
         f"/v1/nodes/{w.node}/servicing/steps",
         None,
     ),
+    ("GET", "/v1/inspection_rules"): lambda w: ("/v1/inspection_rules", None),
+    ("GET", "/v1/inspection_rules/{rule_uuid}"): lambda w: (
+        f"/v1/inspection_rules/{w.rule}",
+        None,
+    ),
+    ("POST", "/v1/inspection_rules"): lambda w: ("/v1/inspection_rules", _rule_body()),
+    ("PATCH", "/v1/inspection_rules/{rule_uuid}"): lambda w: (
+        f"/v1/inspection_rules/{w.rule}",
+        [{"op": "replace", "path": "/priority", "value": 5}],
+    ),
+    ("DELETE", "/v1/inspection_rules/{rule_uuid}"): lambda w: (
+        f"/v1/inspection_rules/{w.rule}",
+        None,
+    ),
+    ("DELETE", "/v1/inspection_rules"): lambda w: ("/v1/inspection_rules", None),
     ("GET", "/v1/runbooks"): lambda w: ("/v1/runbooks", None),
     ("GET", "/v1/runbooks/{runbook_ident}"): lambda w: (f"/v1/runbooks/{w.runbook}", None),
     ("POST", "/v1/runbooks"): lambda w: ("/v1/runbooks", _runbook_body()),
@@ -567,6 +589,12 @@ IRONIC_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/nodes/{node_ident}/vmedia"): "baremetal:node:vmedia:get",
     ("DELETE", "/v1/nodes/{node_ident}/vmedia"): "baremetal:node:vmedia:detach",
     ("GET", "/v1/nodes/{node_ident}/firmware"): "baremetal:node:firmware:get",
+    ("GET", "/v1/inspection_rules"): "baremetal:inspection_rule:get",
+    ("GET", "/v1/inspection_rules/{rule_uuid}"): "baremetal:inspection_rule:get",
+    ("POST", "/v1/inspection_rules"): "baremetal:inspection_rule:create",
+    ("PATCH", "/v1/inspection_rules/{rule_uuid}"): "baremetal:inspection_rule:update",
+    ("DELETE", "/v1/inspection_rules/{rule_uuid}"): "baremetal:inspection_rule:delete",
+    ("DELETE", "/v1/inspection_rules"): "baremetal:inspection_rule:delete",
     ("GET", "/v1/runbooks"): "baremetal:runbook:list_all",
     ("GET", "/v1/runbooks/{runbook_ident}"): "baremetal:runbook:get",
     ("POST", "/v1/runbooks"): "baremetal:runbook:create",

@@ -285,3 +285,6 @@ def test_a_rule_that_cannot_run_fails_the_inspection_naming_it() -> None:
     rendered = rule([{"op": "set-attribute", "args": ["{item}", "x"], "loop": ["/driver"]}])
     with pytest.raises(RulesFailed, match="cannot change the node's driver"):
         apply([rendered], subject())
+    escaped = rule([{"op": "set-attribute", "args": ["{{ /properties/cpu_model }}", "x"]}])
+    with pytest.raises(RulesFailed, match="does not name a node field"):
+        apply([escaped], subject())

@@ -19,6 +19,7 @@ from metalforge.api.routes import (
     drivers,
     events,
     inspection,
+    inspection_rules,
     metrics,
     netboot,
     node_bios,
@@ -70,6 +71,7 @@ RESOURCE_ROUTERS = (
     vendor_passthru.router,
     deploy_templates.router,
     runbooks.router,
+    inspection_rules.router,
     allocations.router,
     events.router,
 )

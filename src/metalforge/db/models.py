@@ -404,6 +404,26 @@ class VolumeTarget(TimestampMixin, Base):
     node: Mapped[Node] = relationship(lazy="joined")
 
 
+class InspectionRule(TimestampMixin, Base):
+    """An operator's inspection rule (``metalforge.inspection_rules``), stored as given.
+
+    ``conditions`` and ``actions`` are kept as the API was given them (arguments
+    listed or named), checked whole by ``inspection_rules.grammar`` before they
+    are written, and read back through it.
+    """
+
+    __tablename__ = "inspection_rules"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    description: Mapped[str | None] = mapped_column(String(255))
+    priority: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    phase: Mapped[str] = mapped_column(String(16), nullable=False, default="main")
+    sensitive: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    conditions: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+    actions: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+
+
 class DeployTemplate(TimestampMixin, Base):
     """Named deploy steps, selected for a deployment by a trait of the same name."""
 

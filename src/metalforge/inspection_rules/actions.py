@@ -80,6 +80,8 @@ def _container_for(root: Any, keys: list[str], what: str) -> dict[str, Any]:
 
 
 def _node_keys(subject: Subject, path: Any) -> list[str]:
+    if not isinstance(path, str) or "{" in path or "}" in path:
+        raise ActionError(f"path {path!r} does not name a node field")
     try:
         keys = check_node_path(path, "path")
     except RuleInvalid as exc:

@@ -332,9 +332,9 @@ def check_node_path(path: Any, where: str) -> list[str]:
     """The keys of a path into the node, if an action may write there."""
     if not isinstance(path, str):
         raise RuleInvalid(f"{where}: path must be a string")
-    keys = split_path(path) if not references.has_reference(path) else []
-    if references.has_reference(path):
-        return keys  # known once rendered; checked again then
+    if "{" in path or "}" in path:
+        return []  # a template: known once rendered, and checked again then
+    keys = split_path(path)
     if not keys:
         raise RuleInvalid(f"{where}: path must name a node field")
     if keys[0] not in NODE_FIELDS_SET:

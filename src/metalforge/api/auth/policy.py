@@ -330,6 +330,15 @@ RULES: tuple[Rule, ...] = (
     Rule("baremetal:deploy_template:create", SYSTEM_ADMIN, "Create a deploy template."),
     Rule("baremetal:deploy_template:delete", SYSTEM_ADMIN, "Delete a deploy template."),
     Rule("baremetal:deploy_template:update", SYSTEM_ADMIN, "Change a deploy template."),
+    Rule("baremetal:inspection_rule:get", SYSTEM_READER, "List and show inspection rules."),
+    Rule(
+        "baremetal:inspection_rule:list_all",
+        SYSTEM_READER,
+        "List every inspection rule (kept for Ironic's policy files; list checks get).",
+    ),
+    Rule("baremetal:inspection_rule:create", SYSTEM_ADMIN, "Create an inspection rule."),
+    Rule("baremetal:inspection_rule:update", SYSTEM_ADMIN, "Change an inspection rule."),
+    Rule("baremetal:inspection_rule:delete", SYSTEM_ADMIN, "Delete inspection rules."),
 )
 RULE_NAMES = frozenset(rule.name for rule in RULES)
 

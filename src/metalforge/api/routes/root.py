@@ -24,6 +24,7 @@ COLLECTIONS: dict[str, Version] = {
     "deploy_templates": (1, 55),
     "shards": (1, 82),
     "runbooks": (1, 92),
+    "inspection_rules": (1, 96),
 }
 """Collections this service serves, and the version that introduced each."""
 
