@@ -75,7 +75,7 @@ def test_conditions_and_actions_are_shown_back_as_given(sqlite_stack: Stack) -> 
 def test_a_patch_replaces_priority_conditions_and_actions(sqlite_stack: Stack) -> None:
     client = sqlite_stack.client
     created = _create(client)
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "replace", "path": "/priority", "value": 200},
         {
             "op": "replace",
