@@ -407,6 +407,9 @@ class InspectionSettings(BaseModel):
     discovery_driver: str = "fake-hardware"
     """The driver of discovered nodes (``ipmi`` or ``redfish`` record the reported BMC
     address in ``ipmi_address``/``redfish_address``); it must be enabled."""
+    built_in_rules: Path | None = None
+    """A YAML (or JSON) list of inspection rules applied with the API's on every
+    inspection, read at each one (``docs/inspection.md``); the API does not show them."""
 
     @model_validator(mode="after")
     def _check_ports(self) -> InspectionSettings:

@@ -243,12 +243,25 @@ def _port(subject: Subject, args: Mapping[str, Any]) -> tuple[str, dict[str, Any
     return uuid, found, keys
 
 
+_PORT_TYPES: Final[Mapping[str, Callable[[Any], bool]]] = {
+    "extra": lambda v: isinstance(v, dict),
+    "local_link_connection": lambda v: isinstance(v, dict),
+    "physical_network": lambda v: v is None or (isinstance(v, str) and len(v) <= 64),
+    "pxe_enabled": lambda v: isinstance(v, bool),
+    "is_smartnic": lambda v: isinstance(v, bool),
+}
+
+
 def _set_port_attribute(subject: Subject, args: Mapping[str, Any]) -> None:
     _, port, keys = _port(subject, args)
     value = copy.deepcopy(args["value"])
     if len(keys) == 1:
+        if not _PORT_TYPES[keys[0]](value):
+            raise ActionError(f"{value!r} is not a valid {keys[0]} for a port")
         port[keys[0]] = value
         return
+    if not isinstance(port.get(keys[0]), dict):
+        raise ActionError(f"a port's {keys[0]} is not an object")
     _container_for(port.setdefault(keys[0], {}), keys[1:], str(args["path"]))[keys[-1]] = value
 
 

@@ -82,25 +82,28 @@ CONDITIONS: Final[Mapping[str, Signature]] = {
 ACTIONS: Final[Mapping[str, Signature]] = {
     "fail": _sig("msg"),
     "log": _sig("msg", {"level": "info"}, "msg"),
-    "set-attribute": _sig("path value", rendered="value"),
-    "extend-attribute": _sig("path value", {"unique": False}, "value"),
-    "del-attribute": _sig("path"),
-    "set-capability": _sig("name value", rendered="value"),
-    "unset-capability": _sig("name"),
-    "add-trait": _sig("name"),
-    "remove-trait": _sig("name"),
-    "set-plugin-data": _sig("path value", rendered="value"),
-    "extend-plugin-data": _sig("path value", {"unique": False}, "value"),
-    "unset-plugin-data": _sig("path"),
-    "set-port-attribute": _sig("port_id path value", rendered="value"),
-    "extend-port-attribute": _sig("port_id path value", {"unique": False}, "value"),
-    "del-port-attribute": _sig("port_id path"),
+    "set-attribute": _sig("path value", rendered="path value"),
+    "extend-attribute": _sig("path value", {"unique": False}, "path value"),
+    "del-attribute": _sig("path", rendered="path"),
+    "set-capability": _sig("name value", rendered="name value"),
+    "unset-capability": _sig("name", rendered="name"),
+    "add-trait": _sig("name", rendered="name"),
+    "remove-trait": _sig("name", rendered="name"),
+    "set-plugin-data": _sig("path value", rendered="path value"),
+    "extend-plugin-data": _sig("path value", {"unique": False}, "path value"),
+    "unset-plugin-data": _sig("path", rendered="path"),
+    "set-port-attribute": _sig("port_id path value", rendered="port_id path value"),
+    "extend-port-attribute": _sig("port_id path value", {"unique": False}, "port_id path value"),
+    "del-port-attribute": _sig("port_id path", rendered="port_id path"),
     "api-call": _sig(
         "url",
         {"headers": None, "proxies": None, "timeout": 5, "retries": 3, "backoff_factor": 0.3},
         "url",
     ),
 }
+"""Every action and its arguments. References render in every argument but ``fail``'s
+message (Ironic renders only values and messages; a path, a name or a port given
+literally renders to itself, so the wider rule changes nothing for Ironic's rules)."""
 REFUSED_ACTIONS: Final[Mapping[str, str]] = {
     "api-call": "api-call is not supported: rules run on reports from unauthenticated "
     "ramdisks, and a call to an address taken from a report would let any machine on "

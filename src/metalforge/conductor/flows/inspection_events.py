@@ -21,7 +21,6 @@ inspection is stale and changes nothing.
 from __future__ import annotations
 
 import dataclasses
-import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
 from metalforge import states
-from metalforge.conductor import history, inspection_report
+from metalforge.conductor import history, inspection_report, inspection_rules
 from metalforge.conductor.flows.common import read_from_bmc
 from metalforge.conductor.flows.inspection_record import (
     db_now,
@@ -163,21 +162,31 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
     except inspection_report.ReportRejected as exc:
         end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}", power_off=power_off)
         return
+    properties_before = task.node.properties
     task.node.properties = outcome.properties
     for warning in outcome.warnings:
         task.record("inspection", warning, history.WARNING)
+    try:
+        ruled = inspection_rules.run(task, outcome)
+    except inspection_rules.RulesFailed as exc:
+        task.node.properties = properties_before
+        end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}", power_off=power_off)
+        return
+    plugin_data = ruled.subject.plugin_data if ruled is not None else outcome.plugin_data
     if power_off:
         stop_ramdisk(task, record)
     finished = moved(record, ins.FINISH, finished_at=db_now(task), error=None)
     node_id, node_uuid = task.node.id, task.node.uuid
 
     def write(session: Session) -> None:
-        _write_ports(session, node_id, outcome)
+        _write_ports(session, node_id, outcome, ruled)
+        if ruled is not None:
+            inspection_rules.write(session, node_id, ruled)
         introspections.store_processed(
             session,
             node_uuid,
             outcome.inventory,
-            outcome.plugin_data,
+            plugin_data,
             report=raw,
         )
         introspections.save(session, finished)
@@ -193,18 +202,16 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
         task.write_fenced(write)
 
 
-def _write_ports(session: Session, node_id: int, outcome: inspection_report.Outcome) -> None:
+def _write_ports(
+    session: Session,
+    node_id: int,
+    outcome: inspection_report.Outcome,
+    ruled: inspection_rules.RuleRun | None,
+) -> None:
     now = utcnow()
     for mac, pxe in outcome.create_ports:
-        session.add(
-            Port(
-                uuid=str(uuidlib.uuid4()),
-                address=mac,
-                node_id=node_id,
-                pxe_enabled=pxe,
-                created_at=now,
-            )
-        )
+        fields = {"pxe_enabled": pxe, **inspection_rules.new_port_fields(ruled, mac)}
+        session.add(Port(address=mac, node_id=node_id, created_at=now, **fields))
     for mac, pxe in outcome.set_pxe.items():
         session.execute(
             update(Port)
