@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from metalforge import inspection_states as ins
-from metalforge.conductor import inspection_sweeps
+from metalforge.conductor import inspection_report, inspection_sweeps
 from metalforge.conductor.flows import inspection_events
 from metalforge.db import introspections, queue
 from metalforge.db.introspections import Record
@@ -176,6 +176,28 @@ def test_reapply_processes_the_stored_report_again(stack: Stack) -> None:
     again = _record(stack, node["uuid"])
     assert again.state == ins.FINISHED
     assert get_node(stack.client, node["uuid"])["provision_state"] == "manageable"
+
+
+def test_a_reapply_that_raises_ends_in_error_and_can_be_started_again(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _inspected(stack)
+    record = _record(stack, node["uuid"])
+    real = inspection_report.process
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("processing broke")
+
+    monkeypatch.setattr(inspection_report, "process", broken)
+    _queue_event(stack, node["uuid"], ins.REAPPLY, record.generation)
+    wait_until("the reapply to fail", lambda: _record(stack, node["uuid"]).state == ins.ERROR)
+    failed = _record(stack, node["uuid"])
+    assert "processing broke" in (failed.error or "")
+    assert get_node(stack.client, node["uuid"])["provision_state"] == "manageable"
+
+    monkeypatch.setattr(inspection_report, "process", real)
+    _queue_event(stack, node["uuid"], ins.REAPPLY, failed.generation)
+    wait_until("the reapply again", lambda: _record(stack, node["uuid"]).state == ins.FINISHED)
 
 
 def test_the_sweep_forgets_deleted_nodes_and_expires_raw_reports(

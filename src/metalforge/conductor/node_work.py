@@ -58,11 +58,19 @@ ABORT: NodeWork[NoPayload] = NodeWork(
 POWER: NodeWork[PowerChange] = NodeWork(
     "power", PowerChange, _run_power, _power_failed, lambda d: d.power
 )
+def _inspection_failed(task: NodeTask, message: str) -> None:
+    """An introspection event that raised or was given up on: its record ends in error
+    (a reapply or a discovered node's processing too, whose node is not inspecting),
+    and the inspection fails like any flow."""
+    if not inspection_events.ended_in_error(task, message):
+        engine.fail_flow(task, message)
+
+
 INSPECTION: NodeWork[inspection_events.InspectionEvent] = NodeWork(
     inspection_events.WORK_KIND,
     inspection_events.InspectionEvent,
     inspection_events.run_event,
-    engine.fail_flow,
+    _inspection_failed,
     lambda d: d.inspection,
 )
 """Apply an introspection event; one given up on fails the inspection like any flow."""

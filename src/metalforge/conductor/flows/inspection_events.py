@@ -88,6 +88,21 @@ def run_event(task: NodeTask, queued: InspectionEvent) -> None:
         raise ValueError(f"unknown introspection event {name!r}")
 
 
+def ended_in_error(task: NodeTask, message: str) -> bool:
+    """An event that raised, or was given up on: the record, if processing or reapplying,
+    ends in ``error`` with ``message`` so the next start is not refused for ever.
+    True when that also failed the node's inspection (nothing more to do)."""
+    record = record_of(task)
+    if record is None or record.state not in ins.ACTIVE:
+        return False
+    step = ins.advance(record.state, ins.FAIL)
+    if step.refused or step.target is None:
+        return False
+    failing = task.node.provision_state in (states.INSPECTING, states.INSPECT_WAIT)
+    end_in_error(task, record, ins.FAIL, message, power_off=False)
+    return failing
+
+
 def _continue(task: NodeTask, record: Record) -> None:
     step = ins.advance(record.state, ins.CONTINUE)
     if step.refused and record.state == ins.ERROR:
