@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from metalforge.inspection_rules import references
+from metalforge.inspection_rules import inspector, references
 from metalforge.inspection_rules.actions import Subject
 from metalforge.inspection_rules.engine import RulesFailed, apply
 from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
@@ -288,3 +288,106 @@ def test_a_rule_that_cannot_run_fails_the_inspection_naming_it() -> None:
     escaped = rule([{"op": "set-attribute", "args": ["{{ /properties/cpu_model }}", "x"]}])
     with pytest.raises(RulesFailed, match="does not name a node field"):
         apply([escaped], subject())
+
+
+# -- ironic-inspector's format ---------------------------------------------------------
+
+
+def inspector_rule(
+    actions: list[dict[str, Any]], conditions: list[dict[str, Any]] | None = None, **kw: Any
+) -> Rule:
+    return inspector.parse_rule({"actions": actions, "conditions": conditions or [], **kw})
+
+
+def test_inspector_paths_find_every_value() -> None:
+    data = {"macs": ["a", "b"], "interfaces": {"eno1": {"ip": "10.0.0.5"}, "eno2": {"ip": None}}}
+    assert inspector.find(inspector.parse_path("macs"), data) == [["a", "b"]]
+    assert inspector.find(inspector.parse_path("macs[*]"), data) == ["a", "b"]
+    assert inspector.find(inspector.parse_path("macs[1]"), data) == ["b"]
+    assert inspector.find(inspector.parse_path("interfaces.*.ip"), data) == ["10.0.0.5", None]
+    assert inspector.find(inspector.parse_path("nothing.here"), data) == []
+
+
+@pytest.mark.parametrize(
+    ("conditions", "holds"),
+    [
+        ([{"op": "eq", "field": "memory_mb", "value": 32768}], True),
+        ([{"op": "ge", "field": "cpus", "value": 8}], True),
+        ([{"op": "lt", "field": "memory_mb", "value": 1024.5}], False),
+        ([{"op": "ne", "field": "cpu_arch", "value": "x86_64", "invert": True}], True),
+        ([{"op": "eq", "field": "inventory.cpu.architecture", "value": "x86_64"}], True),
+        ([{"op": "matches", "field": "inventory.cpu.model_name", "value": "Xeon.*"}], True),
+        ([{"op": "contains", "field": "inventory.cpu.model_name", "value": "Gold"}], True),
+        ([{"op": "in-net", "field": "ipmi_address", "value": "10.0.0.0/24"}], True),
+        ([{"op": "is-empty", "field": "inventory.nothing"}], True),
+        ([{"op": "eq", "field": "inventory.nothing", "value": 1}], False),
+        ([{"op": "eq", "field": "inventory.nothing", "value": 1, "invert": True}], False),
+        ([{"op": "eq", "field": "node://driver", "value": "redfish"}], True),
+        (
+            [{"op": "eq", "field": "inventory.interfaces[*].name", "value": "eth9",
+              "multiple": "any"}],
+            False,
+        ),
+        (
+            [{"op": "eq", "field": "inventory.interfaces[*].name", "value": "eno1",
+              "multiple": "all"}],
+            True,
+        ),
+    ],
+)  # fmt: skip
+def test_inspector_conditions(conditions: list[dict[str, Any]], holds: bool) -> None:
+    target = subject(properties={"cpus": 8, "memory_mb": 32768, "cpu_arch": "x86_64"})
+    applied = apply(
+        [inspector_rule([{"action": "add-trait", "name": "CUSTOM_X"}], conditions)], target
+    )
+    assert applied[0].matched is holds
+
+
+def test_inspector_actions_and_scope() -> None:
+    target = subject(properties={"capabilities": "boot_mode:bios,x:1", "inspection_scope": "gpu"})
+    actions = [
+        {"action": "set-attribute", "path": "/driver_info/ipmi_address",
+         "value": "{data[inventory][bmc_address]}"},
+        {"action": "set-capability", "name": "x", "value": None},
+        {"action": "set-capability", "name": "boot_mode", "value": "uefi"},
+        {"action": "extend-attribute", "path": "/extra/seen", "value": "{data[macs]}",
+         "unique": True},
+        {"action": "add-trait", "name": "CUSTOM_GPU"},
+    ]  # fmt: skip
+    apply([inspector_rule(actions, scope="gpu")], target)
+    assert target.node["driver_info"]["ipmi_address"] == "10.0.0.15"
+    assert target.node["properties"]["capabilities"] == "boot_mode:uefi"
+    assert target.traits == ["CUSTOM_GPU"]
+    other = subject(properties={"inspection_scope": "storage"})
+    assert apply([inspector_rule(actions, scope="gpu")], other)[0].matched is False
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"actions": []}, "should be non-empty"),
+        ({"actions": [{"action": "explode"}]}, "Validation failed for actions"),
+        ({"actions": [{"action": "fail"}]}, "missing required parameter(s): message"),
+        ({"actions": [{"action": "fail", "message": "x", "colour": 1}]}, "unexpected"),
+        (
+            {"actions": [{"action": "fail", "message": "x"}],
+             "conditions": [{"op": "eq", "field": "ftp://x", "value": 1}]},
+            "Unsupported scheme for field: ftp",
+        ),
+        (
+            {"actions": [{"action": "fail", "message": "x"}],
+             "conditions": [{"op": "matches", "field": "x", "value": "("}]},
+            "invalid regular expression",
+        ),
+        (
+            {"actions": [{"action": "fail", "message": "x"}],
+             "conditions": [{"op": "eq", "field": "a..b", "value": 1}]},
+            "Unable to parse field JSON path",
+        ),
+        ({"actions": [{"action": "fail", "message": "x"}], "scope": "s" * 256}, "Invalid scope"),
+    ],
+)  # fmt: skip
+def test_a_bad_inspector_rule_is_refused(body: dict[str, Any], message: str) -> None:
+    with pytest.raises(RuleInvalid) as raised:
+        inspector.parse_rule(body)
+    assert message in str(raised.value)

@@ -16,11 +16,12 @@ rules did, for the node's history.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from metalforge.inspection_rules import actions, conditions, references
+from metalforge.inspection_rules import actions, conditions, inspector, references
 from metalforge.inspection_rules.grammar import ACTIONS, CONDITIONS, Rule, Step
 
 
@@ -54,20 +55,41 @@ def apply(rules: Sequence[Rule], subject: actions.Subject) -> list[Applied]:
     applied = []
     for rule in ordered([r for r in rules if r.phase == "main"]):
         name = name_of(rule)
-        scope = references.Scope(subject.inventory, subject.plugin_data, subject.node)
+        scope = _scope(rule, subject)
         try:
-            if not all(_holds(step, scope) for step in rule.conditions):
+            if not _applies(rule, scope, subject):
                 applied.append(Applied(name, matched=False))
                 continue
             before = len(subject.log)
             for step in rule.actions:
-                _act(step, subject)
+                _act(step, subject, scope)
         except actions.InspectionFailed as exc:
             raise RulesFailed(f"rule {name} failed the inspection: {exc}") from None
         except (conditions.ConditionError, actions.ActionError) as exc:
             raise RulesFailed(f"rule {name} could not be applied: {exc}") from None
         applied.append(Applied(name, matched=True, log=tuple(subject.log[before:])))
     return applied
+
+
+def _scope(rule: Rule, subject: actions.Subject) -> references.Scope:
+    data = None
+    if rule.dialect == "inspector":
+        properties = subject.node.get("properties") or {}
+        data = inspector.introspection_data(subject.inventory, subject.plugin_data, properties)
+    return references.Scope(subject.inventory, subject.plugin_data, subject.node, data=data)
+
+
+def _applies(rule: Rule, scope: references.Scope, subject: actions.Subject) -> bool:
+    """The rule's scope (an inspector rule's) and all its conditions hold."""
+    if rule.scope is not None:
+        properties = subject.node.get("properties") or {}
+        if properties.get("inspection_scope") != rule.scope:
+            return False
+    if not all(
+        inspector.holds(check, scope.data or {}, subject.node) for check in rule.field_checks
+    ):
+        return False
+    return all(_holds(step, scope) for step in rule.conditions)
 
 
 def _items(loop: tuple[Any, ...] | Mapping[str, Any], scope: references.Scope) -> Iterator[Any]:
@@ -113,10 +135,9 @@ def _holds(step: Step, scope: references.Scope) -> bool:
     return result != step.negated
 
 
-def _act(step: Step, subject: actions.Subject) -> None:
+def _act(step: Step, subject: actions.Subject, scope: references.Scope) -> None:
     act = actions.OPERATORS[step.op]
     rendered = ACTIONS[step.op].rendered
-    scope = references.Scope(subject.inventory, subject.plugin_data, subject.node)
     if step.loop is None:
         act(subject, _args(step, scope, rendered))
         return
@@ -125,4 +146,4 @@ def _act(step: Step, subject: actions.Subject) -> None:
 
 
 def _in_loop(scope: references.Scope, item: Any) -> references.Scope:
-    return references.Scope(scope.inventory, scope.plugin_data, scope.node, item, in_loop=True)
+    return dataclasses.replace(scope, item=item, in_loop=True)

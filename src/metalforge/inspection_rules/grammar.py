@@ -127,6 +127,19 @@ class Step:
 
 
 @dataclass(frozen=True)
+class FieldCheck:
+    """One condition of an ironic-inspector rule (``inspection_rules.inspector``)."""
+
+    op: str
+    scheme: str
+    """``data`` (the introspection data) or ``node``."""
+    path: tuple[str | int, ...]
+    value: Any
+    invert: bool
+    multiple: str
+
+
+@dataclass(frozen=True)
 class Rule:
     """A rule as the engine runs it and the API shows it."""
 
@@ -141,6 +154,13 @@ class Rule:
     """The conditions as given (arguments as listed or named), for the API to show."""
     shown_actions: list[dict[str, Any]]
     built_in: bool = False
+    field_checks: tuple[FieldCheck, ...] = ()
+    """An inspector rule's conditions (checked with ``conditions``)."""
+    scope: str | None = None
+    """An inspector rule's scope: it applies only to nodes whose
+    ``properties.inspection_scope`` is this text."""
+    dialect: Literal["ironic", "inspector"] = "ironic"
+    """Whose format the rule was given in (an inspector rule's values read ``{data[...]}``)."""
 
 
 _BODY_KEYS = frozenset(

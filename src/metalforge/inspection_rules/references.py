@@ -174,6 +174,8 @@ class Scope:
     node: Mapping[str, Any]
     item: Any = None
     in_loop: bool = False
+    data: Mapping[str, Any] | None = None
+    """ironic-inspector's ``data`` (its rules' values name it), when such a rule runs."""
 
 
 def resolve(field: Field, scope: Scope) -> Any:
@@ -185,6 +187,8 @@ def resolve(field: Field, scope: Scope) -> Any:
     }
     if scope.in_loop:
         roots[LOOP_ROOT] = scope.item
+    if scope.data is not None:
+        roots["data"] = scope.data
     if field.root not in roots:
         raise Missing(field.text)
     value = roots[field.root]
