@@ -345,7 +345,7 @@ def test_inspector_conditions(conditions: list[dict[str, Any]], holds: bool) -> 
 
 def test_inspector_actions_and_scope() -> None:
     target = subject(properties={"capabilities": "boot_mode:bios,x:1", "inspection_scope": "gpu"})
-    actions = [
+    actions: list[dict[str, Any]] = [
         {"action": "set-attribute", "path": "/driver_info/ipmi_address",
          "value": "{data[inventory][bmc_address]}"},
         {"action": "set-capability", "name": "x", "value": None},
