@@ -111,3 +111,53 @@ def test_baremetal_node_inspect_wait_on_fake_hardware(live_server: LiveServer) -
     assert len(ports) == 1
     # The same inspection as the inspector API sees it.
     assert introspection.json("status", "inspected")["state"] == "finished"
+
+
+INSPECTOR_RULES = [
+    {
+        "description": "x86 machines get a trait",
+        "conditions": [{"op": "eq", "field": "cpu_arch", "value": "x86_64"}],
+        "actions": [
+            {"action": "add-trait", "name": "CUSTOM_X86"},
+            {"action": "set-capability", "name": "boot_mode", "value": "uefi"},
+        ],
+    },
+    {
+        "description": "small machines fail",
+        "conditions": [{"op": "lt", "field": "memory_mb", "value": 16384}],
+        "actions": [{"action": "fail", "message": "too little memory"}],
+    },
+]
+
+
+def test_rules_imported_with_the_inspector_cli_act_on_an_inspection(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    cli, introspection = _clients(live_server)
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps(INSPECTOR_RULES))
+    imported = introspection.json("rule", "import", str(rules_file))
+    assert [row["Description"] for row in imported] == [r["description"] for r in INSPECTOR_RULES]
+    listed = introspection.json("rule", "list")
+    assert {row["UUID"] for row in listed} == {row["UUID"] for row in imported}
+    shown = introspection.json("rule", "show", imported[0]["UUID"])
+    assert shown["conditions"] == [
+        {"op": "eq", "field": "cpu_arch", "value": "x86_64", "multiple": "any", "invert": False}
+    ]
+    # An Ironic-format rule beside them, through the baremetal CLI.
+    actions = json.dumps([{"op": "set-attribute", "args": ["/extra/rack", "B7"]}])
+    cli.run("inspection", "rule", "create", "--actions", actions, "--description", "rack")
+
+    _manageable(cli, "ruled-1")
+    introspection.run("start", "--wait", "ruled-1")
+    node = cli.json("node", "show", "ruled-1")
+    assert node["provision_state"] == "manageable", node["last_error"]
+    assert cli.json("node", "trait", "list", "ruled-1") == [{"traits": "CUSTOM_X86"}]
+    assert "boot_mode:uefi" in node["properties"]["capabilities"]
+    assert node["extra"]["rack"] == "B7"
+
+    introspection.run("rule", "delete", imported[0]["UUID"])
+    assert len(introspection.json("rule", "list")) == 1
+    introspection.run("rule", "purge")
+    assert introspection.json("rule", "list") == []
+    assert len(cli.json("inspection", "rule", "list")) == 1, "purge leaves Ironic's rules"

@@ -18,7 +18,7 @@ from metalforge import inspection_states as ins
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.policy import Policy
-from metalforge.api.inspector import routes
+from metalforge.api.inspector import routes, rules
 from metalforge.api.inspector.app import PUBLIC_PATHS, create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.models import Node
@@ -55,7 +55,7 @@ def test_version_discovery_and_headers(inspector: TestClient) -> None:
     assert root.json()["versions"][0]["id"] == "1.18"
     assert (root.headers[MIN], root.headers[MAX]) == ("1.0", "1.18")
     v1 = inspector.get("/v1")
-    assert {r["name"] for r in v1.json()["resources"]} == {"introspection", "continue"}
+    assert {r["name"] for r in v1.json()["resources"]} == {"introspection", "continue", "rules"}
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def authz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Tes
 
 def _routes() -> list[tuple[str, str, APIRoute]]:
     found = []
-    for route in routes.router.routes:
+    for route in [*routes.router.routes, *rules.router.routes]:
         assert isinstance(route, APIRoute)
         assert route.methods is not None
         for method in route.methods:

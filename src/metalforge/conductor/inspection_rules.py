@@ -28,6 +28,7 @@ from metalforge.db.models import InspectionRule, NodeTrait, Port, utcnow
 from metalforge.inspection_rules import engine, references
 from metalforge.inspection_rules.actions import PORT_FIELDS, Subject
 from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
+from metalforge.inspection_rules.stored import rule_of
 from metalforge.redaction import mask_secrets
 
 RulesFailed = engine.RulesFailed
@@ -66,22 +67,9 @@ _RULE_KEYS = frozenset(
 
 
 def stored(session: Session) -> list[Rule]:
-    """The API's rules, in the order they were created."""
+    """The rules both APIs stored, in the order they were created."""
     rows = session.scalars(select(InspectionRule).order_by(InspectionRule.id))
-    return [
-        parse_rule(
-            {
-                "uuid": row.uuid,
-                "description": row.description,
-                "priority": row.priority,
-                "phase": row.phase,
-                "sensitive": row.sensitive,
-                "conditions": row.conditions,
-                "actions": row.actions,
-            }
-        )
-        for row in rows
-    ]
+    return [rule_of(row) for row in rows]
 
 
 @dataclass

@@ -58,6 +58,8 @@ ABORT: NodeWork[NoPayload] = NodeWork(
 POWER: NodeWork[PowerChange] = NodeWork(
     "power", PowerChange, _run_power, _power_failed, lambda d: d.power
 )
+
+
 def _inspection_failed(task: NodeTask, message: str) -> None:
     """An introspection event that raised or was given up on: its record ends in error
     (a reapply or a discovered node's processing too, whose node is not inspecting),

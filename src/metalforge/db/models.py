@@ -422,6 +422,11 @@ class InspectionRule(TimestampMixin, Base):
     sensitive: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     conditions: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
     actions: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+    dialect: Mapped[str] = mapped_column(String(16), nullable=False, default="ironic")
+    """``ironic`` (``/v1/inspection_rules``) or ``inspector`` (port 5050's ``/v1/rules``):
+    the format ``conditions`` and ``actions`` are in."""
+    scope: Mapped[str | None] = mapped_column(String(255))
+    """An inspector rule's scope (see ``inspection_rules.inspector``)."""
 
 
 class DeployTemplate(TimestampMixin, Base):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Select, delete, select
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.db.models import InspectionRule, utcnow
 from metalforge.errors import bad_request, conflict, not_found
+from metalforge.inspection_rules import inspector
 from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
 from metalforge.services import lookup
 from metalforge.services.context import Services
@@ -37,52 +38,64 @@ PATCH = PatchPolicy(
 """What a PATCH may change (the UUID and the timestamps are the service's)."""
 
 
-def parsed(body: Mapping[str, Any]) -> Rule:
-    """``body`` read as a rule: a 400 naming what is wrong."""
+Dialect = Literal["ironic", "inspector"]
+
+
+def parsed(body: Mapping[str, Any], dialect: Dialect = "ironic") -> Rule:
+    """``body`` read as a rule in ``dialect``'s format: a 400 naming what is wrong."""
     try:
-        return parse_rule(body)
+        return parse_rule(body) if dialect == "ironic" else inspector.parse_rule(body)
     except RuleInvalid as exc:
         raise bad_request(str(exc)) from None
 
 
-def rule_of(row: InspectionRule) -> Rule:
-    """A stored rule as the engine runs it (stored rules were checked when written)."""
-    return parse_rule(
-        {
-            "uuid": row.uuid,
-            "description": row.description,
-            "priority": row.priority,
-            "phase": row.phase,
-            "sensitive": row.sensitive,
-            "conditions": row.conditions,
-            "actions": row.actions,
-        }
+def find_rule(session: Session, ident: str, dialect: Dialect = "ironic") -> InspectionRule:
+    """One rule of ``dialect`` (the other API's rules are not found through this one)."""
+    if dialect == "ironic":
+        ident = lookup.check_uuid(ident, "inspection_rule_uuid")
+    row = session.scalar(
+        select(InspectionRule).where(
+            InspectionRule.uuid == ident, InspectionRule.dialect == dialect
+        )
     )
-
-
-def find_rule(session: Session, ident: str) -> InspectionRule:
-    rule_uuid = lookup.check_uuid(ident, "inspection_rule_uuid")
-    row = session.scalar(select(InspectionRule).where(InspectionRule.uuid == rule_uuid))
     if row is None:
-        raise not_found(f"Rule {rule_uuid} could not be found.")
+        if dialect == "ironic":
+            raise not_found(f"Rule {ident} could not be found.")
+        raise not_found(f"Rule {ident} was not found")
     return row
 
 
-def listing(phase: str | None) -> Select[Any]:
-    stmt = select(InspectionRule)
+def listing(phase: str | None, dialect: Dialect = "ironic") -> Select[Any]:
+    stmt = select(InspectionRule).where(InspectionRule.dialect == dialect)
     return stmt if phase is None else stmt.where(InspectionRule.phase == phase)
 
 
-def create_rule(svc: Services, body: Mapping[str, Any]) -> InspectionRule:
+def _uuid_for(rule: Rule, dialect: Dialect) -> str:
+    if rule.uuid is None:
+        return str(uuidlib.uuid4())
+    if dialect == "ironic":
+        return lookup.check_uuid(rule.uuid)
+    if not lookup.is_uuid(rule.uuid):
+        raise bad_request("Invalid UUID value")
+    return rule.uuid
+
+
+def create_rule(
+    svc: Services, body: Mapping[str, Any], dialect: Dialect = "ironic"
+) -> InspectionRule:
     """Store a new rule: 400 for a rule that does not read, 409 for a UUID in use."""
-    rule = parsed(body)
-    rule_uuid = lookup.check_uuid(rule.uuid) if rule.uuid else str(uuidlib.uuid4())
-    taken = conflict(f"A rule with UUID {rule_uuid} already exists.")
+    rule = parsed(body, dialect)
+    rule_uuid = _uuid_for(rule, dialect)
+    taken = conflict(
+        f"A rule with UUID {rule_uuid} already exists."
+        if dialect == "ironic"
+        else f"Rule with UUID {rule_uuid} already exists"
+    )
     try:
         with svc.db.write() as session:
             if session.scalar(select(InspectionRule.id).where(InspectionRule.uuid == rule_uuid)):
                 raise taken
-            row = InspectionRule(uuid=rule_uuid)
+            row = InspectionRule(uuid=rule_uuid, dialect=dialect)
             _store(row, rule)
             session.add(row)
             session.flush()
@@ -98,6 +111,7 @@ def _store(row: InspectionRule, rule: Rule) -> None:
     row.sensitive = rule.sensitive
     row.conditions = rule.shown_conditions
     row.actions = rule.shown_actions
+    row.scope = rule.scope
 
 
 def patch_rule(
@@ -127,12 +141,12 @@ def patch_rule(
     return row
 
 
-def delete_rule(svc: Services, ident: str) -> None:
+def delete_rule(svc: Services, ident: str, dialect: Dialect = "ironic") -> None:
     with svc.db.write() as session:
-        session.delete(find_rule(session, ident))
+        session.delete(find_rule(session, ident, dialect))
 
 
-def delete_all(svc: Services) -> None:
-    """Every stored rule (built-in ones are not stored, and stay)."""
+def delete_all(svc: Services, dialect: Dialect = "ironic") -> None:
+    """Every stored rule of ``dialect`` (built-in ones are not stored, and stay)."""
     with svc.db.write() as session:
-        session.execute(delete(InspectionRule))
+        session.execute(delete(InspectionRule).where(InspectionRule.dialect == dialect))

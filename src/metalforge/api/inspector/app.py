@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.auth.middleware import AuthMiddleware, build_authenticator
 from metalforge.api.guards import RequestGuardMiddleware
-from metalforge.api.inspector import errors, routes
+from metalforge.api.inspector import errors, routes, rules
 from metalforge.api.inspector.versions import InspectorVersionMiddleware
 from metalforge.api.wiring import ApiServices
 
@@ -28,6 +28,7 @@ def create_inspector_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     errors.install(app)
     app.include_router(routes.router)
+    app.include_router(rules.router)
     api = services.settings.api
     app.add_middleware(
         AuthMiddleware,

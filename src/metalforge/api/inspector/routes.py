@@ -64,7 +64,7 @@ def versions(request: Request) -> JSONResponse:
 @router.get("/v1")
 @router.get("/v1/")
 def resources(request: Request) -> JSONResponse:
-    names = ("introspection", "continue")
+    names = ("introspection", "continue", "rules")
     return JSONResponse(
         {
             "resources": [

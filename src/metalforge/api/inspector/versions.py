@@ -38,6 +38,12 @@ def _requested(scope: Scope) -> tuple[int, int] | str:
     return MAX_VERSION
 
 
+def requested_version(scope: Scope) -> tuple[int, int]:
+    """The version a request asked for (the middleware already refused a bad one)."""
+    found = _requested(scope)
+    return MAX_VERSION if isinstance(found, str) else found
+
+
 class InspectorVersionMiddleware:
     """Pure ASGI, outermost: refuses bad versions and stamps the range on every response."""
 

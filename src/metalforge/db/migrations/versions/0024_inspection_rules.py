@@ -29,6 +29,8 @@ def upgrade() -> None:
         sa.Column("sensitive", sa.Boolean(), nullable=False),
         sa.Column("conditions", JsonType, nullable=False),
         sa.Column("actions", JsonType, nullable=False),
+        sa.Column("dialect", sa.String(length=16), nullable=False),
+        sa.Column("scope", sa.String(length=255), nullable=True),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
