@@ -255,34 +255,66 @@ def test_an_event_for_a_deleted_node_is_retried_then_dropped(stack: Stack) -> No
     assert record.generation == 1
 
 
-def test_a_stopping_conductor_leaves_the_throttle_wait_and_gives_its_items_back(
+def test_nodes_wait_for_their_power_on_turn_unlocked_abortable_and_not_timed_out(
     db_url: str,
 ) -> None:
+    """Three inspections and an hour between power-ons: one node powers on, the two
+    others wait for their turns in ``inspect wait`` without holding their reservation.
+    One of them is aborted at once; the wait does not count against the timeout, so
+    the sweep that fails the powered-on node (its ramdisk never reports) leaves the
+    third waiting for its turn, which comes when the clock reaches it."""
+    clock = AdjustableClock()
     settings = test_settings(db_url)
     settings.conductor.inspection.power_on_interval = 3600.0
-    stack = start_stack(settings)
-    stopped = False
+    stack = start_stack(settings, clock=clock)
     try:
-        nodes = [_manageable(stack, driver_info={"fake_step_delay": 3600}) for _ in range(3)]
+        nodes = [_manageable(stack, driver_info={"fake_step_delay": 7200}) for _ in range(3)]
         for node in nodes:
             assert provision(stack.client, node["uuid"], "inspect").status_code == 202
 
-        def states() -> list[tuple[str, bool]]:
+        def parked() -> bool:
             shown = [get_node(stack.client, n["uuid"]) for n in nodes]
-            return sorted((n["provision_state"], n["reservation"] is not None) for n in shown)
+            return all(
+                n["provision_state"] == "inspect wait" and not n["reservation"] for n in shown
+            )
 
-        # One node powers on at once; the two others wait an hour for their turn.
-        wanted = [("inspect wait", False), ("inspecting", True), ("inspecting", True)]
-        wait_until("one powered on, two waiting their turn", lambda: states() == wanted)
-        assert stack.conductor.stop(timeout=30) is True
-        stopped = True
-        assert states() == [("inspect wait", False), ("inspecting", False), ("inspecting", False)]
-        assert _pending(stack), "the interrupted items went back to the queue"
+        wait_until("every node in inspect wait, none locked", parked)
+        records = {n["uuid"]: _record(stack, n["uuid"]) for n in nodes}
+        powered = [u for u, r in records.items() if r.power_on_at is None]
+        turns = sorted((r.power_on_at, u) for u, r in records.items() if r.power_on_at)
+        assert len(powered) == 1, records
+        assert len(turns) == 2, records
+        (_, aborted), (_, last) = turns
+
+        assert provision(stack.client, aborted, "abort").status_code == 202
+        failed = wait_for_state(stack.client, aborted, "inspect failed")
+        assert _record(stack, aborted).state == ins.ERROR
+        assert failed["reservation"] is None
+
+        role = "inspection-timeouts"
+        clock.advance(stack.settings.conductor.inspection.timeout + 1)
+        wait_until(
+            "the powered-on node to time out",
+            lambda: (
+                inspection_sweeps.time_out_inspections(term_of(stack.conductor, role)) == 0
+                and get_node(stack.client, powered[0])["provision_state"] == "inspect failed"
+            ),
+        )
+        assert get_node(stack.client, last)["provision_state"] == "inspect wait"
+        assert _record(stack, last).state == ins.STARTING, "its wait is not timed out"
+
+        # The turns come: the last node powers on into its ramdisk.
+        clock.advance(2 * 3600)
+        stack.conductor.ctx.waker.notify()
+        wait_until(
+            "the last node to power on",
+            lambda: (
+                _record(stack, last).state == ins.WAITING
+                and get_node(stack.client, last)["power_state"] == "power on"
+            ),
+        )
     finally:
-        if not stopped:
-            stack.conductor.stop()
-        stack.close_client()
-        stack.db.dispose()
+        stack.stop()
 
 
 def test_a_report_redelivered_while_processing_ends_in_error_saying_why(stack: Stack) -> None:

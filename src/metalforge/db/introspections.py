@@ -31,6 +31,8 @@ class Record:
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     error: str | None = None
+    power_on_at: dt.datetime | None = None
+    """The throttle's turn this inspection powers the node on at (it waits, unlocked)."""
 
     @property
     def finished(self) -> bool:
@@ -49,6 +51,7 @@ def _record(row: Introspection) -> Record:
         started_at=row.started_at,
         finished_at=row.finished_at,
         error=row.error,
+        power_on_at=row.power_on_at,
     )
 
 
@@ -67,6 +70,7 @@ def save(session: Session, record: Record) -> None:
         "started_at": record.started_at,
         "finished_at": record.finished_at,
         "error": record.error,
+        "power_on_at": record.power_on_at,
         "updated_at": now_for(session),
     }
     if row is None:

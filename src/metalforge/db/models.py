@@ -678,6 +678,8 @@ class Introspection(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    power_on_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """The power-on turn the inspection was given by the throttle, while it waits for it."""
 
 
 class InspectionData(Base):

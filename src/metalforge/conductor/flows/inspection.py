@@ -27,6 +27,7 @@ with the node, and how an inspection ends in error, is
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from sqlalchemy import select
@@ -92,15 +93,46 @@ def _intent(admission: Admission) -> Intent:
 
 
 # -- the inspecting state ----------------------------------------------------
-def _take_power_on_turn(task: NodeTask) -> None:
-    """Wait for this power-on's turn in the cluster-wide throttle (interruptible)."""
+SHORT_TURN_WAIT = 30.0
+"""Seconds of a power-on turn waited for holding the node (the power-on then lands on its
+slot exactly); a longer wait lets the node go until its turn."""
+
+
+def _take_power_on_turn(task: NodeTask, record: Record) -> bool:
+    """Whether the node may power on now; otherwise it waits for its turn in the
+    cluster-wide throttle in ``inspect wait``, unlocked (an abort reaches it), and the
+    inspection's timeout counts from the turn, not from the request."""
     interval = task.settings.inspection.power_on_interval
-    if interval <= 0:
-        return
+    if interval <= 0 or record.power_on_at is not None:
+        return True  # no throttle, or the turn given earlier has come
     with task.ctx.db.write() as session:
         slot = throttle.next_slot(session, throttle.POWER_ON, interval)
         wait = (slot - now_for(session)).total_seconds()
-    task.sleep(wait)
+    if wait <= SHORT_TURN_WAIT:
+        task.sleep(wait)
+        return True
+    waiting = dataclasses.replace(record, power_on_at=slot, started_at=slot)
+    node_id, host = task.node.id, task.ctx.hostname
+
+    def write(session: Session) -> None:
+        introspections.save(session, waiting)
+        queue.enqueue_provision(session, node_id, preferred_owner=host, not_before=slot)
+
+    task.with_next_transition(write)
+    turn = slot.isoformat(timespec="seconds")
+    task.transition(states.WAIT, note=f"waiting for its power-on turn at {turn}")
+    return False
+
+
+def _turn_came(task: NodeTask) -> None:
+    """inspect wait: a node waiting for its power-on turn goes on when it comes (a node
+    waiting for its ramdisk's report waits for the report)."""
+    record = record_of(task)
+    if record is None or record.state != ins.STARTING or record.power_on_at is None:
+        return
+    if db_now(task) < record.power_on_at:
+        return  # woken early (another item): the queued one comes at the turn
+    task.transition(states.RESUME, note="its power-on turn has come")
 
 
 def _port_macs(task: NodeTask) -> list[str]:
@@ -129,8 +161,8 @@ def inspect(task: NodeTask) -> None:
         if iface.boots_ramdisk and not record.manage_boot:
             outcome = "wait"  # someone else boots the ramdisk
         else:
-            if iface.boots_ramdisk:
-                _take_power_on_turn(task)
+            if iface.boots_ramdisk and not _take_power_on_turn(task, record):
+                return
             outcome = retried(task, "inspect", lambda: iface.inspect_hardware(task))
     except DriverError as exc:
         end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}")
@@ -191,7 +223,10 @@ SPEC = FlowSpec(
     states={
         states.INSPECTING: FlowState(hook=inspect, agent_may_look_up=True),
         states.INSPECT_WAIT: FlowState(
-            agent_may_look_up=True, power_changes_allowed=True, abort_since=(1, 41)
+            hook=_turn_came,
+            agent_may_look_up=True,
+            power_changes_allowed=True,
+            abort_since=(1, 41),
         ),
     },
     timeout_setting=None,
