@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metalforge.inspection_rules import inspector, references
 from metalforge.inspection_rules.actions import Subject
 from metalforge.inspection_rules.engine import RulesFailed, apply
-from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
+from metalforge.inspection_rules.grammar import ACTIONS, CONDITIONS, Rule, RuleInvalid, parse_rule
 
 INVENTORY: dict[str, Any] = {
     "cpu": {"count": 8, "model_name": "Xeon Gold 6338", "architecture": "x86_64"},
@@ -391,3 +394,105 @@ def test_a_bad_inspector_rule_is_refused(body: dict[str, Any], message: str) -> 
     with pytest.raises(RuleInvalid) as raised:
         inspector.parse_rule(body)
     assert message in str(raised.value)
+
+
+# -- hostile input -----------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+OPS = st.sampled_from([*CONDITIONS, *(f"!{op}" for op in CONDITIONS), *ACTIONS, "nope"])
+TEMPLATES = st.sampled_from(
+    ["{inventory[cpu][count]}", "{item}", "{node.uuid}", "{plugin_data[x]}", "{{", "}", "{", "x"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.fixed_dictionaries(
+        {},
+        optional={
+            "conditions": st.lists(
+                st.fixed_dictionaries(
+                    {"op": OPS},
+                    optional={
+                        "args": JSON | st.lists(TEMPLATES | JSON),
+                        "loop": JSON,
+                        "multiple": JSON,
+                    },
+                ),
+                max_size=3,
+            ),
+            "actions": st.lists(
+                st.fixed_dictionaries(
+                    {"op": OPS},
+                    optional={
+                        "args": JSON | st.dictionaries(st.text(max_size=8), TEMPLATES | JSON),
+                        "loop": JSON,
+                    },
+                ),
+                max_size=3,
+            ),
+            "priority": JSON,
+            "phase": JSON,
+            "sensitive": JSON,
+            "description": JSON,
+        },
+    ),
+    inventory=st.dictionaries(st.text(max_size=8), JSON, max_size=5),
+)
+def test_any_rule_is_refused_or_runs_and_any_report_only_fails_it(
+    body: dict[str, Any], inventory: dict[str, Any]
+) -> None:
+    """Whatever a client stores and whatever a ramdisk reports: a ``RuleInvalid`` or a
+    rule, and running it changes the subject or fails the inspection, nothing else."""
+    try:
+        parsed = parse_rule(body)
+    except RuleInvalid:
+        return
+    target = subject()
+    target.inventory = inventory
+    with contextlib.suppress(RulesFailed):
+        apply([parsed], target)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.fixed_dictionaries(
+        {},
+        optional={
+            "conditions": st.lists(
+                st.fixed_dictionaries(
+                    {"op": OPS, "field": st.text(max_size=12) | JSON},
+                    optional={"value": JSON, "invert": JSON, "multiple": JSON},
+                ),
+                max_size=3,
+            ),
+            "actions": st.lists(
+                st.fixed_dictionaries(
+                    {"action": OPS},
+                    optional={"message": JSON, "path": JSON, "value": JSON, "name": JSON},
+                ),
+                max_size=3,
+            ),
+            "scope": JSON,
+            "uuid": JSON,
+        },
+    ),
+    inventory=st.dictionaries(st.text(max_size=8), JSON, max_size=5),
+)
+def test_any_inspector_rule_is_refused_or_runs(
+    body: dict[str, Any], inventory: dict[str, Any]
+) -> None:
+    try:
+        parsed = inspector.parse_rule(body)
+    except RuleInvalid:
+        return
+    target = subject()
+    target.inventory = inventory
+    with contextlib.suppress(RulesFailed):
+        apply([parsed], target)
