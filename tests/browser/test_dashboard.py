@@ -11,7 +11,9 @@ the page, never for a time.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 from selenium import webdriver
@@ -30,6 +32,7 @@ from tests.browser import (
     wait,
 )
 from tests.support.auth import ADMIN, READER
+from tests.support.redfish import serve_directory
 from tests.support.stack import LiveServer
 
 pytestmark = pytest.mark.slow
@@ -324,7 +327,7 @@ def test_a_deployed_node_is_flashed_and_serviced_from_its_page(
 
 
 def test_refused_day_two_requests_are_shown_and_media_is_mounted(
-    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api, tmp_path: Path
 ) -> None:
     uuid = deployed_node_page(page, server, admin_api, "day-two-media")
 
@@ -345,17 +348,20 @@ def test_refused_day_two_requests_are_shown_and_media_is_mounted(
     wait(page).until(ec.text_to_be_present_in_element((By.ID, "error-banner"), "(400)"))
     assert "deploy.erase_devices" in text_of(page, "#error-banner")
 
-    # Virtual media: attach an ISO to the CD drive, then eject it.
-    click(page, "#action-vmedia-attach")
-    visible(page, "#confirm-dialog[open]")
-    fill(page, "#confirm-input-image_url", "https://images.example.com/rescue.iso")
-    dialog_ok(page)
-    visible(page, '#node-vmedia[data-inserted="true"]')
-    assert "https://images.example.com/rescue.iso" in text_of(page, "#vmedia-table")
+    # Virtual media: attach an ISO (served here; metalforge fetches it) to the CD drive,
+    # then eject it.
+    (tmp_path / "rescue.iso").write_bytes(b"an ISO")
+    with contextlib.contextmanager(serve_directory)(tmp_path) as images:
+        image = f"{images}/rescue.iso"
+        click(page, "#action-vmedia-attach")
+        visible(page, "#confirm-dialog[open]")
+        fill(page, "#confirm-input-image_url", image)
+        dialog_ok(page)
+        visible(page, '#node-vmedia[data-inserted="true"]')
+    # The BMC is given the copy metalforge serves (image_download_source "local").
+    assert "/boot/images/" in text_of(page, "#vmedia-table")
     drives = admin_api.call("GET", f"/v1/nodes/{uuid}/vmedia")
-    assert [d["image"] for d in drives if d["inserted"]] == [
-        "https://images.example.com/rescue.iso"
-    ]
+    assert [d["inserted"] for d in drives].count(True) == 1
     confirm(page, "#action-vmedia-detach")
     visible(page, '#node-vmedia[data-inserted="false"]')
     assert not any(d["inserted"] for d in admin_api.call("GET", f"/v1/nodes/{uuid}/vmedia"))
