@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from metalforge import inspection_states as ins
+from metalforge.api.inspector.app import create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.models import InspectionData
 from tests.support.api import (
@@ -319,3 +322,36 @@ def test_a_report_that_cannot_be_stored_is_400_and_changes_nothing(stack: Stack)
     assert get_node(stack.client, node["uuid"])["provision_state"] == "inspect wait"
     good = stack.client.post("/v1/continue_inspection", json=_report())
     assert good.status_code == 202, good.text
+
+
+def test_the_inspector_api_returns_the_data_as_ironic_inspector_stores_it(stack: Stack) -> None:
+    """ironic-inspector's processing adds the scheduling keys, the interfaces and the BMC
+    addresses beside the inventory, read from the inventory (``0.0.0.0`` is no address)."""
+    node = _waiting(stack)
+    report = _report(bmc_address="0.0.0.0", bmc_v6address="fd00::5")
+    report["inventory"]["cpu"]["count"] = "4"  # as some ramdisks send it
+    assert stack.client.post("/v1/continue_inspection", json=report).status_code == 202
+    wait_for_state(stack.client, node["uuid"], "manageable")
+    # An operator's later edit of a property does not change what the data says.
+    edit = [{"op": "replace", "path": "/properties/memory_mb", "value": 1}]
+    assert stack.client.patch(f"/v1/nodes/{node['uuid']}", json=edit).status_code == 200
+    inspector = TestClient(create_inspector_app(stack.app.state.services))
+    data = inspector.get(f"/v1/introspection/{node['uuid']}/data").json()
+    eth0 = {"ip": "192.0.2.5", "mac": MAC, "client_id": None, "pxe": True}
+    assert {k: data[k] for k in ("cpus", "cpu_arch", "memory_mb", "local_gb")} == {
+        "cpus": 4,
+        "cpu_arch": "aarch64",
+        "memory_mb": 8192,
+        "local_gb": 20,
+    }
+    assert (data["ipmi_address"], data["ipmi_v6address"]) == (None, "fd00::5")
+    assert data["macs"] == [MAC]
+    assert data["boot_interface"] == MAC
+    assert data["root_disk"]["name"] == "/dev/vda"
+    assert data["interfaces"] == data["all_interfaces"] == {"eth0": eth0}
+    assert data["inventory"]["cpu"]["count"] == "4"  # the inventory as it came
+    # Ironic's face keeps Ironic's plugin data: local_gb, none of the inspector's own keys.
+    plugin = stack.client.get(f"/v1/nodes/{node['uuid']}/inventory", headers=LATEST).json()
+    assert plugin["plugin_data"]["local_gb"] == 20
+    assert "cpus" not in plugin["plugin_data"]
+    assert "interfaces" not in plugin["plugin_data"]

@@ -255,9 +255,8 @@ def process(
         new_props["cpus"] = cpus
     root = _root_disk(report, properties)
     # No disk large enough to install on: a diskless node, as Ironic records it.
-    new_props["local_gb"] = (
-        0 if root is None else _local_gb(root, settings.disk_partitioning_spacing)
-    )
+    local_gb = 0 if root is None else _local_gb(root, settings.disk_partitioning_spacing)
+    new_props["local_gb"] = local_gb
 
     pxe_mac = _pxe_mac(report)
     everything, all_macs = _interfaces(report, pxe_mac)
@@ -306,6 +305,7 @@ def process(
         valid_interfaces=valid,
         macs=[i["mac"] for i in valid.values()],
         root_disk=root,
+        local_gb=local_gb,
         boot_interface=pxe_mac,
     )
     return Outcome(

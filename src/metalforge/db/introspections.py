@@ -133,7 +133,7 @@ def expire_raw_data(session: Session, older_than: dt.datetime) -> int:
 
 # -- data ------------------------------------------------------------------
 DERIVED_KEYS = frozenset(
-    {"all_interfaces", "valid_interfaces", "macs", "root_disk", "boot_interface"}
+    {"all_interfaces", "valid_interfaces", "macs", "root_disk", "local_gb", "boot_interface"}
 )
 """The keys processing adds to a report's plugin data; the rest of it is the report's own."""
 

@@ -74,8 +74,7 @@ def apply(rules: Sequence[Rule], subject: actions.Subject) -> list[Applied]:
 def _scope(rule: Rule, subject: actions.Subject) -> references.Scope:
     data = None
     if rule.dialect == "inspector":
-        properties = subject.node.get("properties") or {}
-        data = inspector.introspection_data(subject.inventory, subject.plugin_data, properties)
+        data = inspector.introspection_data(subject.inventory, subject.plugin_data)
     return references.Scope(subject.inventory, subject.plugin_data, subject.node, data=data)
 
 

@@ -283,17 +283,63 @@ def render_data(value: Any, data: Mapping[str, Any]) -> Any:
 
 
 def introspection_data(
-    inventory: Mapping[str, Any], plugin_data: Mapping[str, Any], properties: Mapping[str, Any]
+    inventory: Mapping[str, Any], plugin_data: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """What ironic-inspector's rules read as the data: the report, the inventory and what
-    processing adds (``cpus``, ``memory_mb``, ``local_gb``, ``cpu_arch``, ``macs``,
-    ``interfaces``, ``all_interfaces``, ``ipmi_address``, ``root_disk``...)."""
+    """The introspection data as ironic-inspector stores and its rules read it: the
+    report, the inventory and what its processing adds (``cpus``, ``cpu_arch``,
+    ``memory_mb``, ``local_gb``, ``interfaces``, ``all_interfaces``, ``macs``,
+    ``ipmi_address``, ``ipmi_v6address``, ``root_disk``, ``boot_interface``).
+
+    Read from the inventory, never from the node's properties, so an operator's later
+    edit of a property, or another rule's, does not change what the data says."""
     data = dict(plugin_data)
     data["inventory"] = inventory
-    data["interfaces"] = plugin_data.get("valid_interfaces", {})
-    data["ipmi_address"] = inventory.get("bmc_address")
-    data["ipmi_v6address"] = inventory.get("bmc_v6address")
-    for key in ("cpus", "memory_mb", "local_gb", "cpu_arch"):
-        if key in properties:
-            data[key] = properties[key]
+    data["all_interfaces"] = _interfaces(plugin_data.get("all_interfaces"))
+    data["interfaces"] = _interfaces(plugin_data.get("valid_interfaces"))
+    data["ipmi_address"] = _known(inventory.get("bmc_address"), ("", "0.0.0.0"))
+    data["ipmi_v6address"] = _known(inventory.get("bmc_v6address"), ("", "::/0"))
+    cpu = inventory.get("cpu")
+    if isinstance(cpu, Mapping):
+        count = _whole(cpu.get("count"))
+        if count is not None:
+            data["cpus"] = count
+            if "architecture" in cpu:
+                data["cpu_arch"] = str(cpu["architecture"])
+    memory = inventory.get("memory")
+    if isinstance(memory, Mapping):
+        physical = _whole(memory.get("physical_mb"))
+        if physical is not None:
+            data["memory_mb"] = physical
     return data
+
+
+def _interfaces(found: Any) -> dict[str, Any]:
+    """Interfaces by name as ironic-inspector records them: ``pxe`` where Ironic says
+    ``pxe_enabled``."""
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        name: {
+            "ip": iface.get("ip"),
+            "mac": iface.get("mac"),
+            "client_id": iface.get("client_id"),
+            "pxe": bool(iface.get("pxe_enabled")),
+        }
+        for name, iface in found.items()
+        if isinstance(iface, Mapping)
+    }
+
+
+def _known(address: Any, unknown: tuple[str, ...]) -> Any:
+    """None for what ipmitool answers when it does not know the BMC's address."""
+    return None if address in unknown else address
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as ``int()`` reads it (``"8"``, ``8.0``), or None where it cannot."""
+    if not isinstance(value, (bool, int, float, str)):
+        return None
+    try:
+        return int(value)
+    except (ValueError, OverflowError):
+        return None

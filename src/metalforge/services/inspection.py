@@ -30,6 +30,7 @@ from metalforge.db.engine import now_for
 from metalforge.db.introspections import Data, Record
 from metalforge.db.models import Introspection, Node, NodeHistory, Port, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
+from metalforge.inspection_rules import inspector as inspector_rules
 from metalforge.services import fencing, lookup, nodes, provisioning
 from metalforge.services.context import Services
 from metalforge.services.microversion import NEWEST as LATEST
@@ -299,7 +300,7 @@ def data(svc: Services, ident: str, *, processed: bool) -> dict[str, Any]:
         record = _record_of(session, _node(session, ident))
         stored = introspections.load_data(session, record.node_uuid)
     if processed and stored is not None and stored.inventory is not None:
-        return {**(stored.plugin_data or {}), "inventory": stored.inventory}
+        return inspector_rules.introspection_data(stored.inventory, stored.plugin_data or {})
     if not processed and stored is not None and stored.raw is not None:
         return stored.raw
     raise not_found(f"Introspection data not found for node {record.node_uuid}")
