@@ -30,6 +30,7 @@ from metalforge.drivers.base import (
     REBOOT,
     SOFT_POWER_OFF,
     SOFT_REBOOT,
+    Collected,
     DriverError,
     ReadOnlyTask,
     StepFailed,
@@ -446,28 +447,31 @@ def test_network_data_goes_on_the_iso_which_is_ejected_when_the_ramdisk_stops(
 # -- inspection ----------------------------------------------------------------
 
 
-def test_inspection_reads_cpus_memory_disks_and_macs(bmc: Bmc) -> None:
+def test_inspection_reads_the_bmc_into_an_agent_inventory(bmc: Bmc) -> None:
     with_disk = next(s for s in (bmc.take(), bmc.take()) if s.disks_gib)
     task = Task(bmc.driver_info(with_disk))
-    task.node.properties = {"capabilities": "boot_mode:uefi", "local_gb": 1}
-    assert INSPECT.inspect_hardware(task) == "done"
-    assert task.node.properties == {
-        "capabilities": "boot_mode:uefi",
-        "cpus": 8,
-        "cpu_arch": "x86_64",
-        "memory_mb": 16384,
-        "local_gb": 99,
-    }
-    assert task.node.driver_internal_info["inspected_macs"] == [m.lower() for m in with_disk.macs]
+    task.node.properties = {"local_gb": 1}
+    collected = INSPECT.inspect_hardware(task)
+    assert isinstance(collected, Collected)
+    inventory = collected.report["inventory"]
+    assert inventory["cpu"] == {"count": 8, "architecture": "x86_64"}
+    assert inventory["memory"] == {"physical_mb": 16384}
+    assert [d["size"] for d in inventory["disks"]] == [100 * 1024**3]
+    # The emulator names each NIC by its MAC.
+    assert inventory["interfaces"] == [
+        {"name": mac, "mac_address": mac.lower()} for mac in with_disk.macs
+    ]
+    assert inventory["system_vendor"] == {"manufacturer": "Sushy Emulator"}
+    assert inventory["boot"]["current_boot_mode"] in ("uefi", "bios")
+    assert task.node.properties == {"local_gb": 1}  # the conductor's processing sets them
 
 
-def test_inspection_leaves_local_gb_when_the_bmc_reports_no_disks(bmc: Bmc) -> None:
+def test_inspection_of_a_bmc_that_reports_no_storage_lists_no_disks(bmc: Bmc) -> None:
     without = next(s for s in (bmc.take(), bmc.take()) if not s.disks_gib)
-    task = Task(bmc.driver_info(without))
-    task.node.properties = {"local_gb": 40}
-    INSPECT.inspect_hardware(task)
-    assert task.node.properties["local_gb"] == 40
-    assert task.node.properties["memory_mb"] == 16384
+    collected = INSPECT.inspect_hardware(Task(bmc.driver_info(without)))
+    assert isinstance(collected, Collected)
+    assert "disks" not in collected.report["inventory"]
+    assert collected.report["inventory"]["memory"] == {"physical_mb": 16384}
 
 
 # -- BIOS ----------------------------------------------------------------------
@@ -701,10 +705,53 @@ def test_api_power_manage_and_inspect(stack: Stack, bmc: Bmc) -> None:
     inspected = wait_for_state(stack.client, node["uuid"], "manageable")
     assert inspected["properties"]["cpus"] == 8
     assert inspected["properties"]["local_gb"] == 99
-    assert inspected["driver_internal_info"]["inspected_macs"] == list(system.macs)
+    # Processed as an agent's report is: a port per NIC, the inventory stored.
+    ports = stack.client.get(f"/v1/nodes/{node['uuid']}/ports", headers=LATEST).json()["ports"]
+    assert [p["address"] for p in ports] == [m.lower() for m in system.macs]
+    stored = stack.client.get(f"/v1/nodes/{node['uuid']}/inventory", headers=LATEST).json()
+    assert stored["inventory"]["memory"] == {"physical_mb": 16384}
+    assert stored["plugin_data"]["local_gb"] == 99
     firmware = stack.client.get(f"/v1/nodes/{node['uuid']}/firmware", headers=LATEST).json()
     bios = next(c for c in firmware["firmware"] if c["component"] == "bios")
     assert (bios["initial_version"], bios["current_version"]) == ("1.0.0", "1.1.0")
+
+
+def test_inspection_rules_act_on_an_out_of_band_inspection(stack: Stack, bmc: Bmc) -> None:
+    """Rules see the inventory read from the BMC, as Ironic's redfish inspection runs
+    them; a ``fail`` rule fails the inspection with its message."""
+    rules = [
+        {
+            "description": "big memory",
+            "conditions": [{"op": "!lt", "args": ["{inventory[memory][physical_mb]}", 16384]}],
+            "actions": [
+                {"op": "add-trait", "args": {"name": "CUSTOM_BIG_MEMORY"}},
+                {
+                    "op": "set-capability",
+                    "args": {"name": "vendor", "value": "{inventory[system_vendor][manufacturer]}"},
+                },
+            ],
+        },
+        {
+            "description": "no disk",
+            "conditions": [{"op": "is-empty", "args": ["{inventory[disks]}"]}],
+            "actions": [{"op": "fail", "args": {"msg": "a machine without disks"}}],
+        },
+    ]
+    for rule in rules:
+        made = stack.client.post("/v1/inspection_rules", json=rule, headers=LATEST)
+        assert made.status_code == 201, made.text
+    with_disk, without = sorted((bmc.take(), bmc.take()), key=lambda s: not s.disks_gib)
+    nodes = [_redfish_node(stack, bmc.driver_info(s)) for s in (with_disk, without)]
+    for node in nodes:
+        assert provision(stack.client, node["uuid"], "manage").status_code == 202
+        wait_for_state(stack.client, node["uuid"], "manageable")
+        assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+    done = wait_for_state(stack.client, nodes[0]["uuid"], "manageable")
+    traits = stack.client.get(f"/v1/nodes/{done['uuid']}/traits", headers=LATEST).json()
+    assert traits["traits"] == ["CUSTOM_BIG_MEMORY"]
+    assert "vendor:Sushy Emulator" in done["properties"]["capabilities"]
+    failed = wait_for_state(stack.client, nodes[1]["uuid"], "inspect failed")
+    assert "a machine without disks" in failed["last_error"]
 
 
 def test_api_bios_settings_are_read_at_verify_and_after_each_step(stack: Stack, bmc: Bmc) -> None:

@@ -496,6 +496,15 @@ class SimulatedReport:
     report: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Collected:
+    """What an out-of-band inspection read from the BMC, as a ramdisk's report
+    (``{"inventory": ...}`` in the agent's format): the conductor processes it as it
+    processes one, so properties, ports and inspection rules work the same both ways."""
+
+    report: dict[str, Any]
+
+
 class InspectInterface(Interface):
     interface_type = "inspect"
 
@@ -504,9 +513,9 @@ class InspectInterface(Interface):
     later. Such power-ons take their turn from the cluster-wide throttle."""
 
     @abstractmethod
-    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
-        """Collect properties (``done``), or boot the node into the inspection ramdisk
-        (``wait``: its report continues the inspection)."""
+    def inspect_hardware(self, task: DriverTask) -> Literal["wait"] | Collected:
+        """Boot the node into the inspection ramdisk (``wait``: its report continues
+        the inspection), or read what the BMC knows (``Collected``)."""
 
     def simulated_report(self, task: DriverTask, macs: Sequence[str]) -> SimulatedReport | None:
         """The report a simulated ramdisk will post after ``inspect_hardware`` answered

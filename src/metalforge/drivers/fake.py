@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from metalforge.db import bios_settings
 from metalforge.db.firmware_components import Reported
@@ -502,7 +502,7 @@ class FakeInspect(FakeMixin, InspectInterface):
             ),
         }
 
-    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+    def inspect_hardware(self, task: DriverTask) -> Literal["wait"]:
         if "inspect.inspect_hardware" in _failing(task):
             raise DriverError("fake-hardware was told to fail inspect.inspect_hardware")
         task.node.power_state = POWER_ON

@@ -12,7 +12,8 @@ it.
   record is ``starting`` before the client's next poll.
 - The ``inspecting`` hook takes the cluster-wide power-on turn, asks the
   inspect interface to boot the ramdisk and applies ``wait`` with the
-  move to ``inspect wait``. Out-of-band interfaces finish at once.
+  move to ``inspect wait``. An out-of-band interface reads the BMC instead;
+  what it read is stored and queued as a report that has just come.
 - The ramdisk's report is stored by the API with an ``inspection`` work
   item (``continue``); the worker that runs it processes the report and
   applies ``finish`` with the move to ``manageable``. That item, the timeout
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,7 +38,6 @@ from sqlalchemy.orm import Session
 from metalforge import inspection_states as ins
 from metalforge import states
 from metalforge.conductor.bmc_retry import retried
-from metalforge.conductor.flows.common import read_from_bmc
 from metalforge.conductor.flows.inspection_events import WORK_KIND, event_payload
 from metalforge.conductor.flows.inspection_record import (
     db_now,
@@ -53,7 +54,7 @@ from metalforge.db import introspections, queue, throttle
 from metalforge.db.engine import now_for
 from metalforge.db.introspections import Record
 from metalforge.db.models import Port, utcnow
-from metalforge.drivers.base import DriverError, InspectInterface
+from metalforge.drivers.base import Collected, DriverError, SimulatedReport
 from metalforge.errors import bad_request
 
 ABORTED = "Canceled by operator"
@@ -159,7 +160,7 @@ def inspect(task: NodeTask) -> None:
     try:
         iface = interface(task)
         if iface.boots_ramdisk and not record.manage_boot:
-            outcome = "wait"  # someone else boots the ramdisk
+            outcome: Literal["wait"] | Collected = "wait"  # someone else boots the ramdisk
         else:
             if iface.boots_ramdisk and not _take_power_on_turn(task, record):
                 return
@@ -167,32 +168,31 @@ def inspect(task: NodeTask) -> None:
     except DriverError as exc:
         end_in_error(task, record, ins.FAIL, f"Inspection failed: {exc}")
         return
-    if outcome == "wait":
-        _wait_for_report(task, iface, record)
+    if isinstance(outcome, Collected):
+        # Out of band: what the BMC knows is processed as a ramdisk's report is, by the
+        # same durable work item (properties, ports, rules, stored data).
+        _wait_for_report(task, record, SimulatedReport(0.0, outcome.report))
         return
-    # Out of band: the interface was its own ramdisk, and its report is processed.
-    reported = moved(moved(record, ins.WAIT), ins.CONTINUE)
-    done = moved(reported, ins.FINISH, finished_at=db_now(task))
-    task.with_next_transition(saving(done))
-    read_from_bmc(task, "firmware")
-    task.transition(states.DONE, inspection_finished_at=utcnow(), last_error=None)
-
-
-def _wait_for_report(task: NodeTask, iface: InspectInterface, record: Record) -> None:
-    waiting = moved(record, ins.WAIT)
     simulated = iface.simulated_report(task, _port_macs(task)) if record.manage_boot else None
+    _wait_for_report(task, record, simulated)
+
+
+def _wait_for_report(task: NodeTask, record: Record, report: SimulatedReport | None) -> None:
+    """inspect wait until the report comes; one already known is queued to be processed
+    (after the simulated ramdisk's delay)."""
+    waiting = moved(record, ins.WAIT)
     node_id, node_uuid = task.node.id, task.node.uuid
 
     def write(session: Session) -> None:
         introspections.save(session, waiting)
-        if simulated is not None:
-            introspections.store_raw(session, node_uuid, simulated.report)
+        if report is not None:
+            introspections.store_raw(session, node_uuid, report.report)
             queue.enqueue(
                 session,
                 WORK_KIND,
                 node_id,
                 event_payload(ins.CONTINUE, waiting),
-                not_before=now_for(session) + dt.timedelta(seconds=simulated.delay),
+                not_before=now_for(session) + dt.timedelta(seconds=report.delay),
             )
 
     task.with_next_transition(write)

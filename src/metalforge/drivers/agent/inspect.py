@@ -11,8 +11,10 @@ times out) the node is powered off and the agent's session ended.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from metalforge.drivers.agent.session import boot_of, boot_ramdisk, power_of, stop_ramdisk
-from metalforge.drivers.base import DriverTask, InspectInterface, StepOutcome
+from metalforge.drivers.base import DriverTask, InspectInterface
 
 
 class AgentInspect(InspectInterface):
@@ -25,7 +27,7 @@ class AgentInspect(InspectInterface):
         boot_of(task)
         power_of(task)
 
-    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+    def inspect_hardware(self, task: DriverTask) -> Literal["wait"]:
         boot_ramdisk(task, "inspection")
         return "wait"
 

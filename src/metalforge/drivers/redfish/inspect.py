@@ -1,14 +1,13 @@
 """``redfish`` inspection, out of band: what the BMC knows about the system.
 
-Sets the node's ``cpus`` (logical CPUs: the processors' threads, or
-``ProcessorSummary.Count`` when the processors do not say), ``cpu_arch``,
-``memory_mb`` and, when the BMC reports disks (SimpleStorage), ``local_gb``
-from the largest disk minus 1 GiB for partitioning, as Ironic does. A
-property the BMC does not report is left as it was.
-
-The NICs' MAC addresses are recorded in
-``driver_internal_info.inspected_macs`` (lowercase, sorted): drivers have no
-database access, so creating ports for them is left to the caller.
+What the BMC reports becomes an inventory in the agent's format: the CPU
+count (logical CPUs: the processors' threads, or ``ProcessorSummary.Count``
+when the processors do not say) and architecture, the memory, the drives
+(Storage, else SimpleStorage), the NICs, the vendor and the boot mode. The
+conductor processes it as it processes an agent's report, as Ironic's redfish
+inspection runs its hooks and rules on the inventory it builds: properties
+(``local_gb`` from the root disk, a diskless node's 0), a port per NIC,
+inspection rules and the stored data.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 import sushy
 from sushy import exceptions as sushy_errors
 
-from metalforge.drivers.base import DriverTask, InspectInterface, StepOutcome
+from metalforge.drivers.base import Collected, DriverTask, InspectInterface
 from metalforge.drivers.redfish import connection
 
 _ARCH = {
@@ -29,7 +28,10 @@ _ARCH = {
     sushy.ProcessorArchitecture.POWER: "ppc64le",
 }
 _32_BIT = {sushy.InstructionSet.X86: "i686", sushy.InstructionSet.ARM_A32: "armv7l"}
-GIB = 1024**3
+_BOOT_MODES = {
+    sushy.BootSourceOverrideMode.UEFI: "uefi",
+    sushy.BootSourceOverrideMode.LEGACY: "bios",
+}
 
 
 def _cpus(system: Any) -> tuple[int | None, str | None]:
@@ -53,27 +55,71 @@ def _cpus(system: Any) -> tuple[int | None, str | None]:
     return count, arch
 
 
-def _local_gb(system: Any) -> int | None:
-    try:
-        largest = system.simple_storage.max_size_bytes
-    except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
-        return None
-    if not largest:
-        return None
-    # Leave a GiB for the partition table and the config drive, as Ironic does.
-    return max(0, int(largest // GIB) - 1)
+def _disks(system: Any) -> list[dict[str, Any]] | None:
+    """The drives the BMC reports (Storage, else SimpleStorage, as Ironic reads them),
+    as the agent lists disks; None when it reports neither. Many BMCs advertise a
+    collection they then fail to serve: that one is passed over."""
+    for collection, listed in (("storage", "drives"), ("simple_storage", "devices")):
+        try:
+            disks = [
+                {"name": str(drive.name or drive.identity), "size": int(drive.capacity_bytes)}
+                for member in getattr(system, collection).get_members()
+                for drive in getattr(member, listed) or ()
+                if drive.capacity_bytes
+            ]
+        except sushy_errors.SushyError:
+            continue
+        if disks:
+            return disks
+    return None
 
 
-def _macs(system: Any) -> list[str]:
+def _interfaces(system: Any) -> list[dict[str, Any]]:
     try:
         members = system.ethernet_interfaces.get_members()
     except (sushy_errors.MissingAttributeError, sushy_errors.ResourceNotFoundError):
         return []
-    return sorted({str(nic.mac_address).lower() for nic in members if nic.mac_address})
+    return [
+        {"name": str(nic.identity), "mac_address": str(nic.mac_address).lower()}
+        for nic in members
+        if nic.mac_address
+    ]
+
+
+def _vendor(system: Any) -> dict[str, str]:
+    found = {
+        "manufacturer": system.manufacturer,
+        "product_name": system.model,
+        "serial_number": system.serial_number,
+    }
+    return {key: str(value) for key, value in found.items() if value}
+
+
+def inventory_of(system: Any) -> dict[str, Any]:
+    """What the BMC knows about ``system``, in the agent's inventory format."""
+    cpus, arch = _cpus(system)
+    memory_gib = system.memory_summary.size_gib if system.memory_summary else None
+    inventory: dict[str, Any] = {
+        "cpu": {"count": cpus or 0, "architecture": arch or ""},
+        "interfaces": _interfaces(system),
+    }
+    if memory_gib:
+        inventory["memory"] = {"physical_mb": int(memory_gib * 1024)}
+    disks = _disks(system)
+    if disks is not None:
+        inventory["disks"] = disks
+    vendor = _vendor(system)
+    if vendor:
+        inventory["system_vendor"] = vendor
+    mode = _BOOT_MODES.get(system.boot.mode) if system.boot else None
+    if mode is not None:
+        inventory["boot"] = {"current_boot_mode": mode}
+    return inventory
 
 
 class RedfishInspect(InspectInterface):
-    """Read CPUs, memory, disks and NICs from the BMC; no ramdisk is booted."""
+    """Read CPUs, memory, disks and NICs from the BMC; no ramdisk is booted. What it
+    reads is processed as an agent's report is (properties, ports, rules, stored data)."""
 
     name = "redfish"
 
@@ -83,25 +129,7 @@ class RedfishInspect(InspectInterface):
     def properties(self) -> dict[str, str]:
         return dict(connection.PROPERTIES)
 
-    def inspect_hardware(self, task: DriverTask) -> StepOutcome:
+    def inspect_hardware(self, task: DriverTask) -> Collected:
         with connection.system(task, "inspect the hardware") as system:
-            cpus, arch = _cpus(system)
-            memory_gib = system.memory_summary.size_gib if system.memory_summary else None
-            local_gb = _local_gb(system)
-            macs = _macs(system)
-        found: dict[str, Any] = {
-            "cpus": cpus,
-            "cpu_arch": arch,
-            "memory_mb": int(memory_gib * 1024) if memory_gib else None,
-            "local_gb": local_gb,
-        }
-        task.node.properties = {
-            **task.node.properties,
-            **{key: value for key, value in found.items() if value is not None},
-        }
-        task.node.driver_internal_info = {
-            **task.node.driver_internal_info,
-            "inspected_macs": macs,
-        }
-        task.record("inspection", f"redfish inspection found {found} and {len(macs)} NIC(s)")
-        return "done"
+            inventory = inventory_of(system)
+        return Collected({"inventory": inventory})
