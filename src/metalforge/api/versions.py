@@ -16,6 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metalforge.api.errors import error_body, routing_error_body, send_json_error
+from metalforge.services import lookup
 from metalforge.services.microversion import NEWEST
 from metalforge.services.microversion import Version as Version
 from metalforge.services.microversion import fmt as fmt
@@ -103,6 +104,7 @@ class VersionMiddleware:
             await send_json_error(send, 406, body, extra)
             return
         scope.setdefault("state", {})["version"] = version
+        scope_path = scope["path"]
         scope = _without_json_suffix(scope, headers, version)
         request_id = f"req-{uuid.uuid4()}".encode()
         given = headers.get(REQUEST_ID_HEADER, b"").decode("latin-1")
@@ -118,7 +120,11 @@ class VersionMiddleware:
             (b"openstack-request-id", request_id),
         ]
 
-        await _serve_with_headers(self.app, scope, receive, send, extra_headers)
+        dropped = lookup.JSON_SUFFIX_DROPPED.set(scope["path"] != scope_path)
+        try:
+            await _serve_with_headers(self.app, scope, receive, send, extra_headers)
+        finally:
+            lookup.JSON_SUFFIX_DROPPED.reset(dropped)
 
 
 JSON_SUFFIX_UNTIL: Version = (1, 90)
@@ -130,8 +136,9 @@ def _without_json_suffix(scope: Scope, headers: dict[bytes, bytes], version: Ver
 
     Ironic once read ``.json`` as a content type; up to 1.90 it still strips
     it from any path when the client named such a version (not when it named
-    none). Unlike Ironic, a resource whose own name ends in ``.json`` is then
-    not found by that name.
+    none). A node, port group, allocation or deploy template not found by the
+    shortened name is then looked for by its whole name
+    (``lookup.JSON_SUFFIX_DROPPED``), as Ironic does.
     """
     named = any(h in headers for h in VERSION_REQUEST_HEADERS)
     path: str = scope["path"].rstrip("/")

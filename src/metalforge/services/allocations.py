@@ -126,6 +126,7 @@ class _Checked:
 # -- finding --------------------------------------------------------------------
 
 
+@lookup.json_suffix_fallback
 def find_allocation(session: Session, ident: str) -> Allocation:
     """By UUID or by name; 404 otherwise."""
     allocation = session.scalar(select(Allocation).where(lookup.allocation_where(ident)))

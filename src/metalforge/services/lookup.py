@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import re
 import uuid as uuidlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Row, Select, bindparam, or_, select
 from sqlalchemy.orm import Session
@@ -106,6 +107,34 @@ def allocation_where(ident: str) -> ColumnElement[bool]:
     return Allocation.name == ident
 
 
+JSON_SUFFIX_DROPPED: ContextVar[bool] = ContextVar("json_suffix_dropped", default=False)
+"""Whether this request's path lost a ``.json`` suffix (microversion 1.90 or older; the
+API's version middleware sets it)."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def json_suffix_fallback(
+    find: Callable[Concatenate[Any, str, P], T],
+) -> Callable[Concatenate[Any, str, P], T]:
+    """``find`` by ``ident``, then, when that is a 404 and the path lost a ``.json``
+    suffix, by ``ident`` with the suffix: the resource may be named ``x.json``. Ironic
+    looks the same way up to 1.90."""
+
+    @functools.wraps(find)
+    def finding(db: Any, ident: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return find(db, ident, *args, **kwargs)
+        except RequestError as exc:
+            if exc.status != 404 or not JSON_SUFFIX_DROPPED.get():
+                raise
+        return find(db, f"{ident}.json", *args, **kwargs)
+
+    return finding
+
+
+@json_suffix_fallback
 def find_node(session: Session, ident: str, version: Version, *, for_update: bool = False) -> Node:
     """The node named by UUID or (from 1.5) name; 404 otherwise.
 
@@ -147,6 +176,7 @@ def _row_query(columns: tuple[str, ...], by_name: bool) -> Select[Any]:
     return select(*(table.c[name] for name in columns)).where(key == bindparam("b_ident"))
 
 
+@json_suffix_fallback
 def find_node_row(
     db: Session | Connection, ident: str, version: Version, columns: Sequence[str]
 ) -> Row[Any]:

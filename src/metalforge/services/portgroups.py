@@ -116,6 +116,7 @@ def spec_from(body: PortgroupCreate, uuid: str | None) -> PortgroupSpec:
     )
 
 
+@lookup.json_suffix_fallback
 def find_portgroup(session: Session, ident: str) -> Portgroup:
     group = session.scalar(select(Portgroup).where(lookup.portgroup_where(ident)))
     if group is None:

@@ -81,6 +81,7 @@ def spec_of(template: DeployTemplate) -> TemplateSpec:
     return copy.deepcopy(TemplateSpec(template.name, steps, template.extra, template.uuid))
 
 
+@lookup.json_suffix_fallback
 def find_template(session: Session, ident: str) -> DeployTemplate:
     """By UUID or by name; 404 otherwise."""
     if lookup.is_uuid(ident):

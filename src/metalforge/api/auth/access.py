@@ -295,6 +295,7 @@ def _read_port_access(connection: Connection, ident: str, version: Version) -> N
     return NodeAccess(row.owner, row.lessee)
 
 
+@lookup.json_suffix_fallback
 def _read_portgroup_access(connection: Connection, ident: str) -> NodeAccess:
     """The owner and lessee of the port group's node."""
     query = (
@@ -324,6 +325,7 @@ def _read_volume_access(connection: Connection, kind: volume.Kind, ident: str) -
     return NodeAccess(row.owner, row.lessee)
 
 
+@lookup.json_suffix_fallback
 def _allocation_owner(connection: Connection, ident: str) -> str | None:
     query = select(Allocation.owner).where(lookup.allocation_where(ident))
     row = connection.execute(query).first()
