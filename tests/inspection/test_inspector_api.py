@@ -22,7 +22,7 @@ from metalforge.api.inspector import routes, rules
 from metalforge.api.inspector.app import PUBLIC_PATHS, create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.models import Node
-from tests.support.api import create_node, provision, wait_for_state
+from tests.support.api import LATEST, create_node, provision, wait_for_state
 from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
 from tests.support.stack import Stack, start_stack
 
@@ -138,14 +138,84 @@ def test_the_ramdisk_callback_answers_200_with_the_uuid(
     wait_for_state(stack.client, node["uuid"], "manageable")
     bad = inspector.post("/v1/continue", json=[1])
     assert bad.status_code == 400
-    assert "Invalid inspection data" in _message(bad)
+    assert _message(bad) == "Invalid data: expected a JSON object, got list"
+
+
+HOOKS = "The following failures happened during running pre-processing hooks:"
+
+
+def test_answers_in_ironic_inspectors_words(stack: Stack, inspector: TestClient) -> None:
+    """What ``tools/inspector_oracle.py`` found ironic-inspector 12.5 answering."""
+    unknown = str(uuid.uuid4())
+    expected = {
+        ("POST", f"/v1/introspection/{unknown}"): f"Node {unknown} was not found in Ironic",
+        ("GET", f"/v1/introspection/{unknown}"): f"Could not find node {unknown} in cache",
+        ("POST", f"/v1/introspection/{unknown}/abort"): f"Could not find node {unknown} in cache",
+        ("GET", f"/v1/introspection/{unknown}/data"): (
+            f"Introspection data not found for node {unknown}, processed=True"
+        ),
+    }
+    for (method, path), text in expected.items():
+        answer = inspector.request(method, path)
+        assert (answer.status_code, _message(answer)) == (404, text), path
+
+    mac = "52:54:00:77:00:09"
+    node = create_node(stack.client, driver_info={"fake_step_delay": 3600})
+    uuid_ = node["uuid"]
+    made = stack.client.post("/v1/ports", json={"address": mac, "node_uuid": uuid_}, headers=LATEST)
+    assert made.status_code == 201
+    assert provision(stack.client, uuid_, "manage").status_code == 202
+    wait_for_state(stack.client, uuid_, "manageable")
+    never = inspector.post(f"/v1/introspection/{uuid_}/data/unprocessed")
+    assert (never.status_code, _message(never)) == (
+        404,
+        f"Introspection data not found for node {uuid_}, processed=False",
+    )
+    listed = inspector.post(f"/v1/introspection/{uuid_}/data/unprocessed", json=[1])
+    assert _message(listed) == "Invalid data: expected a JSON object, got list"
+
+    # A report nobody waits for: the 400 names what was looked up.
+    inventory = {"interfaces": [{"name": "eth0", "mac_address": mac}], "bmc_address": "192.0.2.7"}
+    stray = {"inventory": inventory}
+    refused = inspector.post("/v1/continue", json=stray)
+    assert (refused.status_code, _message(refused)) == (
+        400,
+        f"{HOOKS}\nLook up error: Could not find a node for attributes "
+        f"{{'bmc_address': ['192.0.2.7'], 'mac': ['{mac}']}}",
+    )
+    empty = inspector.post("/v1/continue", json={"x": 1})
+    assert _message(empty).startswith(f"{HOOKS}\nPreprocessing hook validate_interfaces")
+
+    # Finished, then started again: its data is gone from this API until the new
+    # report (ironic-inspector deletes it at the start), and a reapply finds none.
+    assert inspector.post(f"/v1/introspection/{uuid_}?manage_boot=false").status_code == 202
+    wait_for_state(stack.client, uuid_, "inspect wait")
+    hardware = {"cpu": {"count": 1, "architecture": "x86_64"}, "memory": {"physical_mb": 2048}}
+    report = {"inventory": {**inventory, **hardware}}
+    assert inspector.post("/v1/continue", json=report).status_code == 200
+    wait_for_state(stack.client, uuid_, "manageable")
+    assert inspector.get(f"/v1/introspection/{uuid_}/data").status_code == 200
+    assert inspector.post(f"/v1/introspection/{uuid_}?manage_boot=false").status_code == 202
+    wait_for_state(stack.client, uuid_, "inspect wait")
+    hidden = inspector.get(f"/v1/introspection/{uuid_}/data")
+    assert (hidden.status_code, _message(hidden)) == (
+        404,
+        f"Introspection data not found for node {uuid_}, processed=True",
+    )
+    assert inspector.post(f"/v1/introspection/{uuid_}/data/unprocessed").status_code == 404
+    # Ironic's API still shows the inventory it has.
+    kept = stack.client.get(f"/v1/nodes/{uuid_}/inventory", headers=LATEST)
+    assert kept.status_code == 200
 
 
 def test_start_refusals(stack: Stack, inspector: TestClient) -> None:
     enrolled = create_node(stack.client)
     refused = inspector.post(f"/v1/introspection/{enrolled['uuid']}")
     assert refused.status_code == 400
-    assert "Invalid provision state for introspection: enroll" in _message(refused)
+    assert _message(refused) == (
+        'Invalid provision state for introspection: "enroll", valid states are '
+        "\"['manageable', 'inspect failed', 'inspecting']\""
+    )
     boolean = inspector.post(f"/v1/introspection/{enrolled['uuid']}?manage_boot=maybe")
     assert boolean.status_code == 400
 

@@ -83,6 +83,38 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
     return node
 
 
+def continue_for_inspector(svc: Services, report: object) -> Node:
+    """ironic-inspector's ``/v1/continue``: ``continue_inspection``, refusing as
+    ironic-inspector words it (a report that finds no node is its 400 naming what was
+    looked up, not Ironic's 404)."""
+    if not isinstance(report, dict):
+        kind = "NoneType" if report is None else type(report).__name__
+        raise bad_request(f"Invalid data: expected a JSON object, got {kind}")
+    inventory = report.get("inventory")
+    if not isinstance(inventory, dict) or not inventory:
+        raise bad_request(
+            f"{HOOK_FAILURES}\nPreprocessing hook validate_interfaces: Hardware inventory "
+            f"is empty or missing\n{_lookup_error([], [])}"
+        )
+    try:
+        return continue_inspection(svc, report, None)
+    except RequestError as exc:
+        if exc.status != 404:
+            raise
+    checked = inspection_report.check_shape(report)
+    macs = inspection_report.macs_of(checked)
+    bmcs = inspection_report.bmc_addresses_of(checked)
+    raise bad_request(f"{HOOK_FAILURES}\n{_lookup_error(bmcs, macs)}")
+
+
+HOOK_FAILURES = "The following failures happened during running pre-processing hooks:"
+
+
+def _lookup_error(bmcs: list[str], macs: list[str]) -> str:
+    attributes = {"bmc_address": bmcs, "mac": macs}
+    return f"Look up error: Could not find a node for attributes {attributes}"
+
+
 REPORTABLE = (ins.STARTING, ins.WAITING)
 """Records a report may be for: waiting, or still starting (the ramdisk was quicker than
 the conductor's commit; the report is refused with a 409, which the agent retries)."""
@@ -228,8 +260,28 @@ STARTABLE_PROVISION_STATES = (states.MANAGEABLE, states.INSPECT_FAILED, states.I
 """Where ``POST /v1/introspection/{node}`` may start (or repeat the start of) an inspection."""
 
 
-def _node(session: Session, ident: str) -> Node:
-    return lookup.find_node(session, ident, LATEST)
+def _node(session: Session, ident: str, unknown: str | None = None) -> Node:
+    """The node by UUID or name; an unknown one is 404 ``unknown`` (ironic-inspector's
+    words differ by route), else Ironic's."""
+    try:
+        return lookup.find_node(session, ident, LATEST)
+    except RequestError as exc:
+        if exc.status != 404 or unknown is None:
+            raise
+        raise not_found(unknown) from None
+
+
+def _not_in_cache(ident: str) -> str:
+    return f"Could not find node {ident} in cache"
+
+
+def _no_data(ident: str, processed: bool) -> RequestError:
+    return not_found(f"Introspection data not found for node {ident}, processed={processed}")
+
+
+NEW_INSPECTION = (ins.STARTING, ins.WAITING)
+"""Records of an inspection whose report has not come: ironic-inspector drops a node's
+data when a new inspection starts, so its API shows none until the new report."""
 
 
 def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> None:
@@ -240,12 +292,13 @@ def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> No
     still starting; an ``enroll`` node must be managed first.
     """
     with svc.db.read() as session:
-        node = _node(session, ident)
+        node = _node(session, ident, f"Node {ident} was not found in Ironic")
         record = introspections.load(session, node.uuid)
     if node.provision_state not in STARTABLE_PROVISION_STATES:
+        valid = list(STARTABLE_PROVISION_STATES)
         raise bad_request(
-            f"Invalid provision state for introspection: {node.provision_state}, valid states "
-            f"are {', '.join(STARTABLE_PROVISION_STATES)}"
+            f'Invalid provision state for introspection: "{node.provision_state}", valid '
+            f'states are "{valid}"'
         )
     if node.provision_state == states.INSPECTING:
         if record is not None and record.state == ins.STARTING:
@@ -260,13 +313,13 @@ def start(svc: Services, ident: str, manage_boot: bool, actor: str | None) -> No
 def _record_of(session: Session, node: Node) -> Record:
     record = introspections.load(session, node.uuid)
     if record is None:
-        raise not_found(f"Could not find node {node.uuid} in cache")
+        raise not_found(_not_in_cache(node.uuid))
     return record
 
 
 def status(svc: Services, ident: str) -> Record:
     with svc.db.read() as session:
-        return _record_of(session, _node(session, ident))
+        return _record_of(session, _node(session, ident, _not_in_cache(ident)))
 
 
 def statuses(svc: Services, marker: str | None, limit: int, wanted: list[str]) -> list[Record]:
@@ -288,7 +341,7 @@ def abort(svc: Services, ident: str, actor: str | None) -> None:
     if record.state not in ins.ACTIVE:
         return  # nothing runs: like ironic-inspector, an abort then changes nothing
     if record.state != ins.WAITING:
-        raise conflict(f"The inspection is {record.state} and cannot be aborted now")
+        raise conflict("Node is locked, please, retry later")
     provisioning.start(
         svc, record.node_uuid, LATEST, FlowRequest(verb=states.ABORT, target="abort"), actor
     )
@@ -297,22 +350,41 @@ def abort(svc: Services, ident: str, actor: str | None) -> None:
 def data(svc: Services, ident: str, *, processed: bool) -> dict[str, Any]:
     """What the inspection stored: processed (inventory and what was derived) or as received."""
     with svc.db.read() as session:
-        record = _record_of(session, _node(session, ident))
-        stored = introspections.load_data(session, record.node_uuid)
+        node = _node(
+            session, ident, f"Introspection data not found for node {ident}, processed={processed}"
+        )
+        stored = _data_of(session, node)
     if processed and stored is not None and stored.inventory is not None:
         return inspector_rules.introspection_data(stored.inventory, stored.plugin_data or {})
     if not processed and stored is not None and stored.raw is not None:
         return stored.raw
-    raise not_found(f"Introspection data not found for node {record.node_uuid}")
+    raise _no_data(node.uuid, processed)
+
+
+def _data_of(session: Session, node: Node) -> Data | None:
+    """The node's stored data as the inspector API shows it: none while a new inspection
+    waits for its report."""
+    record = introspections.load(session, node.uuid)
+    if record is None or record.state in NEW_INSPECTION:
+        return None
+    return introspections.load_data(session, node.uuid)
 
 
 def reapply(svc: Services, ident: str, report: object | None) -> None:
     """Process the stored report again (or ``report``, which replaces it)."""
+    if report is not None and not isinstance(report, dict):
+        raise bad_request(f"Invalid data: expected a JSON object, got {type(report).__name__}")
     with svc.db.write() as session:
         node = _node(session, ident)
+        if report is None:
+            stored = _data_of(session, node)
+            if stored is None or stored.raw is None:
+                raise _no_data(node.uuid, False)
         fencing.check_unlocked(session, node)
         record = _record_of(session, node)
         if not ins.allowed(record.state, ins.REAPPLY):
+            if record.state in ins.ACTIVE - {ins.WAITING}:
+                raise conflict("Node locked, please, try again later")
             raise bad_request(f"Cannot reapply while the inspection is {record.state}")
         if report is not None:
             try:
@@ -320,10 +392,6 @@ def reapply(svc: Services, ident: str, report: object | None) -> None:
             except inspection_report.ReportRejected as exc:
                 raise bad_request(f"Invalid introspection data: {exc}") from None
             introspections.store_raw(session, node.uuid, inspection_report.kept(checked))
-        else:
-            stored = introspections.load_data(session, node.uuid)
-            if stored is None or stored.raw is None:
-                raise not_found(f"Introspection data not found for node {node.uuid}")
         svc.queue_for(
             session, node, node_work.INSPECTION, inspection_events.event(ins.REAPPLY, record)
         )

@@ -169,5 +169,5 @@ def reapply(node_id: str, request: Request, report: Any = Body(default=None)) ->
 
 @router.post("/v1/continue")
 def ramdisk_continue(request: Request, report: Any = Body(default=None)) -> JSONResponse:
-    node = inspection.continue_inspection(services(request), storable_report(report), None)
+    node = inspection.continue_for_inspector(services(request), storable_report(report))
     return JSONResponse({"uuid": node.uuid})
