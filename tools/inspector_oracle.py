@@ -11,8 +11,9 @@ Starts, each on free loopback ports and in one private temporary directory:
 Then drives one node per case on both sides into the same place (never
 inspected, waiting for its ramdisk, finished, aborted, failed; ``available``
 or ``enroll`` rather than ``manageable``) and sends the same start, abort,
-reapply or ``/v1/continue`` request to each inspector API, comparing the
-status code and the error message (UUIDs and MACs replaced by placeholders).
+reapply, ``/v1/continue``, status or data request to each inspector API,
+comparing the status code and the error message (UUIDs and MACs replaced by
+placeholders), and for processed data what processing derived.
 Prints a line per case and exits 1 if any differs (2 if a server would not
 start). The servers' logs stay in the directory printed at the end.
 
@@ -197,6 +198,7 @@ def report(mac: str) -> dict[str, Any]:
             "boot": {"current_boot_mode": "bios", "pxe_interface": mac},
         },
         "boot_interface": mac,
+        "root_disk": {"name": "/dev/vda", "size": 20 * 1024**3},  # the agent's own choice
     }
 
 
@@ -228,8 +230,32 @@ def proceed(side: Side, ident: str, mac: str) -> Answer:
     return side.send("POST", "/v1/continue", report(mac))
 
 
+DERIVED = (
+    "cpus",
+    "cpu_arch",
+    "memory_mb",
+    "local_gb",
+    "macs",
+    "ipmi_address",
+    "ipmi_v6address",
+    "boot_interface",
+    "interfaces",
+    "all_interfaces",
+)
+"""What ironic-inspector's processing adds to the data beside the inventory."""
+
+
 def processed_data(side: Side, ident: str, mac: str) -> Answer:
-    return side.send("GET", f"/v1/introspection/{ident}/data")
+    """The processed data's code, and what processing derived (the root disk by name and
+    size, interfaces without the fields a ramdisk may add)."""
+    code, data = _call(f"{side.inspector}/v1/introspection/{ident}/data")
+    if code != 200:
+        return Answer(code, _message(data))
+    derived = {key: data.get(key) for key in DERIVED}
+    root = data.get("root_disk") or {}
+    derived["root_disk"] = {"name": root.get("name"), "size": root.get("size")}
+    derived["inventory is the report's"] = data.get("inventory") == report(mac)["inventory"]
+    return Answer(code, _MAC.sub("<mac>", json.dumps(derived, sort_keys=True)))
 
 
 def status(side: Side, ident: str, mac: str) -> Answer:
