@@ -13,11 +13,14 @@ ports and stored inventory are checked against the virtual hardware.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from metalforge.api.inspector.app import create_inspector_app
 from metalforge_lab import demo
 from metalforge_lab.lab import Lab
 from tests.clients.conftest import BAREMETAL, BaremetalCli
@@ -49,9 +52,32 @@ def lab_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabStack]:
         assert not lab.errors, lab.errors
 
 
+FIRST_DISK = {"path": "/extra/first_disk", "value": "{inventory[disks][0][name]}"}
+IRONIC_RULE = {
+    "conditions": [{"op": "eq", "args": ["{inventory[cpu][count]}", 2]}],
+    "actions": [
+        {"op": "add-trait", "args": {"name": "CUSTOM_TWO_CPUS"}},
+        {"op": "set-attribute", "args": FIRST_DISK},
+    ],
+}
+INSPECTOR_RULE = {
+    "description": "2 GiB machines",
+    "conditions": [{"op": "eq", "field": "memory_mb", "value": 2048}],
+    "actions": [{"action": "set-capability", "name": "memory_checked", "value": "{data[cpus]}"}],
+}
+
+
 def test_inspect_wait_fills_properties_ports_and_inventory(lab_stack: LabStack) -> None:
     lab, stack, cli = lab_stack
     vnode = lab.nodes[0]
+    # Rules in both formats act on what the real agent reports.
+    cli.run(
+        "inspection", "rule", "create",
+        "--conditions", json.dumps(IRONIC_RULE["conditions"]),
+        "--actions", json.dumps(IRONIC_RULE["actions"]),
+    )  # fmt: skip
+    inspector = TestClient(create_inspector_app(stack.app.state.services))
+    assert inspector.post("/v1/rules", json=INSPECTOR_RULE).status_code == 200  # below 1.6
     cli.run(*redfish_node_args(vnode), "--inspect-interface", "agent")
     cli.run("port", "create", vnode.mac, "--node", vnode.name)
     cli.run("node", "manage", vnode.name, "--wait", "60")
@@ -75,3 +101,7 @@ def test_inspect_wait_fills_properties_ports_and_inventory(lab_stack: LabStack) 
     assert vnode.mac in {i["mac_address"] for i in reported["interfaces"]}
     assert {d.serial for d in vnode.disks} <= {d.get("serial") for d in reported["disks"]}
     assert vnode.agent_starts >= 1
+
+    assert cli.json("node", "trait", "list", vnode.name) == [{"traits": "CUSTOM_TWO_CPUS"}]
+    assert node["extra"]["first_disk"] == reported["disks"][0]["name"]
+    assert "memory_checked:2" in node["properties"]["capabilities"]

@@ -314,7 +314,7 @@ def test_inspector_paths_find_every_value() -> None:
 @pytest.mark.parametrize(
     ("conditions", "holds"),
     [
-        ([{"op": "eq", "field": "memory_mb", "value": 32768}], True),
+        ([{"op": "eq", "field": "memory_mb", "value": 65536}], True),  # the inventory says
         ([{"op": "ge", "field": "cpus", "value": 8}], True),
         ([{"op": "lt", "field": "memory_mb", "value": 1024.5}], False),
         ([{"op": "ne", "field": "cpu_arch", "value": "x86_64", "invert": True}], True),
@@ -339,7 +339,7 @@ def test_inspector_paths_find_every_value() -> None:
     ],
 )  # fmt: skip
 def test_inspector_conditions(conditions: list[dict[str, Any]], holds: bool) -> None:
-    target = subject(properties={"cpus": 8, "memory_mb": 32768, "cpu_arch": "x86_64"})
+    target = subject(properties={"cpus": 2, "memory_mb": 32768, "cpu_arch": "aarch64"})
     applied = apply(
         [inspector_rule([{"action": "add-trait", "name": "CUSTOM_X"}], conditions)], target
     )
