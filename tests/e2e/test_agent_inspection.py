@@ -77,7 +77,7 @@ def test_inspect_wait_fills_properties_ports_and_inventory(lab_stack: LabStack) 
         "--actions", json.dumps(IRONIC_RULE["actions"]),
     )  # fmt: skip
     inspector = TestClient(create_inspector_app(stack.app.state.services))
-    assert inspector.post("/v1/rules", json=INSPECTOR_RULE).status_code == 200  # below 1.6
+    assert inspector.post("/v1/rules", json=INSPECTOR_RULE).status_code == 201
     cli.run(*redfish_node_args(vnode), "--inspect-interface", "agent")
     cli.run("port", "create", vnode.mac, "--node", vnode.name)
     cli.run("node", "manage", vnode.name, "--wait", "60")
