@@ -94,9 +94,9 @@ def test_errors_name_the_problem(live_server: LiveServer) -> None:
     cli, introspection = _clients(live_server)
     cli.json("node", "create", "--driver", "fake-hardware", "--name", "enrolled")
     refused = introspection.run("start", "enrolled", ok=False)
-    assert "Invalid provision state for introspection: \"enroll\"" in refused.output
+    assert 'Invalid provision state for introspection: "enroll"' in refused.output
     missing = introspection.run("status", "no-such-node", ok=False)
-    assert "could not be found" in missing.output
+    assert "Could not find node no-such-node in cache" in missing.output
 
 
 def test_baremetal_node_inspect_wait_on_fake_hardware(live_server: LiveServer) -> None:

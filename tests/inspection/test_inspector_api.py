@@ -72,9 +72,10 @@ def test_bad_versions(inspector: TestClient, value: str, status: int, text: str)
 
 
 def test_unknown_node_and_unknown_path(inspector: TestClient) -> None:
-    missing = inspector.get(f"/v1/introspection/{uuid.uuid4()}")
+    unknown = uuid.uuid4()
+    missing = inspector.get(f"/v1/introspection/{unknown}")
     assert missing.status_code == 404
-    assert "could not be found" in _message(missing)
+    assert _message(missing) == f"Could not find node {unknown} in cache"
     nowhere = inspector.get("/v2/anything")
     assert nowhere.status_code == 404
     assert nowhere.headers[MAX] == "1.18"
