@@ -12,12 +12,20 @@ from pathlib import Path
 import pytest
 
 from metalforge.db.engine import Database
+from metalforge.drivers.bmc_guard import GUARD
 from metalforge_lab.postgres import PostgresCluster
 from tests.support.migrated import prepare
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 IN_CI = bool(os.environ.get("CI"))
 _counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_bmc_guard() -> None:
+    """Each test starts with every BMC's breaker closed: one test's dead address (a closed
+    port another test may reuse) must not make another's calls fail fast."""
+    GUARD.reset()
 
 
 @pytest.fixture(scope="session")

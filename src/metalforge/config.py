@@ -451,6 +451,24 @@ class WorkDeadlines(BaseModel):
     """A vendor passthru call."""
 
 
+class BmcGuardSettings(BaseModel):
+    """How metalforge spares each BMC (``drivers.bmc_guard``), the same for every BMC."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent: int = Field(default=1, ge=1, le=32)
+    """Calls to one BMC (by address) at once; BMCs serve few sessions, and several nodes
+    behind one BMC (a chassis, the Redfish emulator) share its limit."""
+    slot_wait: float = Field(default=20.0, gt=0, le=300.0)
+    """Seconds a call waits for a free slot before it fails as "BMC busy" (a
+    ``BmcUnavailable``, so idempotent actions retry within ``bmc_retry_budget``)."""
+    failures_to_open: int = Field(default=3, ge=1, le=100)
+    """Consecutive calls that cannot reach a BMC after which its circuit breaker opens."""
+    cooldown: float = Field(default=60.0, gt=0, le=3600.0)
+    """Seconds calls to a BMC whose breaker opened fail at once, before one probe is let
+    through."""
+
+
 def _step_priorities(value: object) -> object:
     """``["deploy.erase_devices:0"]`` (the configuration's form) -> ``{"deploy.erase_devices": 0}``.
 
@@ -507,6 +525,8 @@ class ConductorSettings(BaseModel):
     deadline still bounds it: a retry never outlives its item."""
     bmc_retry_interval: float = Field(default=2.0, gt=0, le=60.0)
     """Seconds before the first retry of a BMC that did not answer; doubled each time."""
+    bmc_guard: BmcGuardSettings = Field(default_factory=BmcGuardSettings)
+    """Per-BMC call limit and circuit breaker (``drivers.bmc_guard``)."""
     max_abandoned_calls: int = Field(default=64, ge=1)
     """Abandoned calls (past their item's deadline) still running after which this
     conductor claims no more work until some end: their threads stay bounded."""

@@ -28,6 +28,7 @@ from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database
 from metalforge.db.notify import Notifier
 from metalforge.drivers import failures
+from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.pxe_filter.dhcp import DhcpError
 from metalforge.pxe_filter.setup import build_filter_host
@@ -76,6 +77,7 @@ def build_api(
         services.notify = notify
     # An API process calls BMCs too (the boot device): its failures count with the rest.
     db.also_flush(failures.FAILURES)
+    GUARD.configure(settings.conductor.bmc_guard)
     try:
         return create_app(services)
     except ValueError as exc:

@@ -81,8 +81,15 @@ ALLOCATION_DURATION = Metric(
 BMC_ERRORS = Metric(
     "metalforge_bmc_errors",
     "Failed calls to BMCs, by protocol (redfish, ipmi) and kind (timeout, connection, "
-    "auth, refused, protocol).",
+    "auth, refused, protocol; busy and circuit_open: refused by metalforge itself, "
+    "sparing a BMC at its limit or one that stopped answering).",
     ("protocol", "kind"),
+)
+BMC_BREAKER_TRIPS = Metric(
+    "metalforge_bmc_breaker_trips",
+    "Times a BMC failed to answer often enough in a row that calls to it were refused "
+    "for a cooling period, by protocol.",
+    ("protocol",),
 )
 AGENT_ERRORS = Metric(
     "metalforge_agent_errors",
@@ -105,6 +112,7 @@ METRICS: tuple[Metric, ...] = (
     ALLOCATIONS_FINISHED,
     ALLOCATION_DURATION,
     BMC_ERRORS,
+    BMC_BREAKER_TRIPS,
     AGENT_ERRORS,
     HTTP_DURATION,
 )

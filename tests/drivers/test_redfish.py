@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,11 +31,13 @@ from metalforge.drivers.base import (
     REBOOT,
     SOFT_POWER_OFF,
     SOFT_REBOOT,
+    BmcUnavailable,
     Collected,
     DriverError,
     ReadOnlyTask,
     StepFailed,
 )
+from metalforge.drivers.bmc_guard import GUARD, BreakerOpen
 from metalforge.drivers.redfish import (
     RedfishBios,
     RedfishInspect,
@@ -578,6 +581,27 @@ def test_unreachable_bmc_names_the_address_and_the_reason() -> None:
         f"Redfish BMC at {address} is unreachable (connection refused) "
         "while trying to read the power state"
     )
+
+
+def test_a_bmc_that_keeps_refusing_connections_trips_its_breaker_and_is_not_called() -> None:
+    port = free_port()
+    address = f"http://127.0.0.1:{port}"
+    task = Task({"redfish_address": address, "redfish_system_id": "/redfish/v1/Systems/x"})
+    failures_to_open = GUARD.settings.failures_to_open
+    for _ in range(failures_to_open):
+        with pytest.raises(BmcUnavailable, match="unreachable"):
+            POWER.get_power_state(task)
+    # Something listens there now, and answers: the guard does not even try it.
+    with socket.create_server(("127.0.0.1", port)) as listener:
+        listener.settimeout(0.2)
+        with pytest.raises(BreakerOpen, match=f"failed to answer {failures_to_open} times"):
+            POWER.get_power_state(task)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    # Another node's BMC is unaffected.
+    other = Task({"redfish_address": f"http://127.0.0.1:{free_port()}"})
+    with pytest.raises(BmcUnavailable, match="unreachable"):
+        POWER.get_power_state(other)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from metalforge.conductor.leadership import Leadership
 from metalforge.coordination.election import build_elector
 from metalforge.db import queue
 from metalforge.drivers import failures
+from metalforge.drivers.bmc_guard import GUARD
 
 LOG = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class ConductorProcess:
         self.register()
         # The BMC and agent failures this process's drivers count go out with the rest.
         self.ctx.db.also_flush(failures.FAILURES)
+        GUARD.configure(self.ctx.settings.bmc_guard)
         self.leadership.start()
         loops: list[tuple[str, Callable[[], None]]] = [
             ("dispatcher", self.dispatcher.loop),

@@ -9,7 +9,7 @@ never the BMC's message.
 
 from __future__ import annotations
 
-from metalforge.tallies import AGENT_ERRORS, BMC_ERRORS, Tally
+from metalforge.tallies import AGENT_ERRORS, BMC_BREAKER_TRIPS, BMC_ERRORS, Tally
 
 FAILURES = Tally()
 """This process's failed BMC and agent calls since the last flush."""
@@ -18,8 +18,14 @@ FAILURES = Tally()
 def bmc_failed(protocol: str, kind: str) -> None:
     """A call to a BMC failed: ``protocol`` is ``redfish`` or ``ipmi``; ``kind`` one of
     ``timeout``, ``connection``, ``auth``, ``refused`` (the BMC answered with an error)
-    or ``protocol`` (an answer that could not be used)."""
+    or ``protocol`` (an answer that could not be used); ``busy`` and ``circuit_open`` when
+    the BMC guard refused the call (``bmc_guard``)."""
     FAILURES.count(BMC_ERRORS, (protocol, kind))
+
+
+def bmc_breaker_opened(protocol: str) -> None:
+    """A BMC's circuit breaker opened: calls to it are refused for a cooling period."""
+    FAILURES.count(BMC_BREAKER_TRIPS, (protocol,))
 
 
 def agent_failed(kind: str) -> None:

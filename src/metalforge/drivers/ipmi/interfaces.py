@@ -37,6 +37,7 @@ from metalforge.drivers.base import (
     ManagementInterface,
     PowerInterface,
 )
+from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.ipmi import protocol
 from metalforge.drivers.ipmi.client import SESSIONS, CallPolicy
 from metalforge.drivers.ipmi.settings import IpmiSettings, parse_settings
@@ -67,12 +68,13 @@ class _IpmiInterface:
 
     @staticmethod
     def _call(task: DriverTask, settings: IpmiSettings, operation: Any) -> Any:
-        return SESSIONS.call(
-            settings.bmc,
-            operation,
-            CallPolicy(settings.retries, settings.timeout),
-            pause=task.sleep,
-        )
+        with GUARD.call("ipmi", str(settings.bmc)):
+            return SESSIONS.call(
+                settings.bmc,
+                operation,
+                CallPolicy(settings.retries, settings.timeout),
+                pause=task.sleep,
+            )
 
 
 class IpmiPower(_IpmiInterface, PowerInterface):

@@ -17,7 +17,9 @@ A ``sushy.Sushy`` client costs a GET of the service root (and a session
 login), so one client per (address, username, password, verify) is kept and
 shared between threads; it is dropped after a connection or credential
 failure so the next call starts afresh. Every request has a connect and a
-read timeout, so a dead BMC cannot hold a node's reservation for long.
+read timeout, so a dead BMC cannot hold a node's reservation for long, and
+every use of a BMC goes through ``bmc_guard`` (a limit on calls at once, a
+circuit breaker for a BMC that stopped answering).
 
 Errors: every sushy or requests failure leaves this module as ``DriverError``
 whose message names the BMC and what went wrong (unreachable and why,
@@ -41,6 +43,7 @@ import sushy
 from sushy import exceptions as sushy_errors
 
 from metalforge.drivers.base import BmcUnavailable, DriverError, DriverTask
+from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.failures import bmc_failed
 
 SYSTEMS_PREFIX = "/redfish/v1/Systems/"
@@ -350,7 +353,7 @@ def system(task: DriverTask, doing: str) -> Iterator[Any]:
     ``doing`` completes "while trying to ..." in messages, e.g. "power on".
     """
     info = parse_driver_info(task.node.driver_info)
-    with redfish_errors(info, doing):
+    with GUARD.call("redfish", info.address), redfish_errors(info, doing):
         root = CONNECTIONS.client(info)
         yield _get_system(info, root)
 
@@ -360,7 +363,7 @@ def root_and_system(task: DriverTask, doing: str) -> Iterator[tuple[Any, Any]]:
     """The BMC's ``sushy`` root and the node's System, for calls that need both (an update
     through the UpdateService, a task monitor); errors in the block become ``DriverError``."""
     info = parse_driver_info(task.node.driver_info)
-    with redfish_errors(info, doing):
+    with GUARD.call("redfish", info.address), redfish_errors(info, doing):
         root = CONNECTIONS.client(info)
         yield root, _get_system(info, root)
 
@@ -373,7 +376,7 @@ def event_service(task: DriverTask, doing: str) -> Iterator[Any]:
     a message saying so, naming the BMC.
     """
     info = parse_driver_info(task.node.driver_info)
-    with redfish_errors(info, doing):
+    with GUARD.call("redfish", info.address), redfish_errors(info, doing):
         root = CONNECTIONS.client(info)
         try:
             service = root.get_event_service()

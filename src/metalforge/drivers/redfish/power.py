@@ -68,20 +68,25 @@ def _reset_for(target: str, current: Any) -> Any | None:
     raise DriverError(f"unknown power target {target!r}")
 
 
-def wait_for_power(task: DriverTask, system: Any, wanted: str, timeout: float, doing: str) -> None:
-    """Poll ``system`` until it reports ``wanted`` (power on/off) or ``timeout`` expires."""
+def wait_for_power(task: DriverTask, wanted: str, timeout: float, doing: str) -> None:
+    """Poll the node's power state until it is ``wanted`` (power on/off) or ``timeout`` expires.
+
+    Each poll is a call of its own, so the BMC's slot (``bmc_guard``) is free
+    between polls for the other nodes behind the same BMC.
+    """
     final = _FINAL[wanted]
     deadline = task.now() + timeout
     delay = POLL_FIRST
     while True:
-        system.refresh()
-        if system.power_state == final:
+        with connection.system(task, f"read the power state after {doing}") as system:
+            state = system.power_state
+        if state == final:
             return
         remaining = deadline - task.now()
         if remaining <= 0:
             raise DriverError(
                 f"Timed out after {timeout:g} s waiting for the node to reach {wanted!r} "
-                f"after {doing}; the BMC still reports {_state_name(system.power_state)!r}"
+                f"after {doing}; the BMC still reports {_state_name(state)!r}"
             )
         task.sleep(min(delay, remaining))
         delay = min(delay * 2, POLL_MAX)
@@ -120,4 +125,4 @@ class RedfishPower(PowerInterface):
             else:
                 system.reset_system(reset)
                 doing = _state_name(reset)
-            wait_for_power(task, system, wanted, timeout or DEFAULT_TIMEOUT, doing)
+        wait_for_power(task, wanted, timeout or DEFAULT_TIMEOUT, doing)
