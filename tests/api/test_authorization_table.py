@@ -55,6 +55,7 @@ class World:
     target: str
     runbook: str
     rule: str
+    baseline: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -105,6 +106,9 @@ def make_world(stack: Stack) -> World:
     portgroup = _ok(client.post("/v1/portgroups", json={"node_uuid": node}, headers=h), 201)["uuid"]
     runbook = _ok(client.post("/v1/runbooks", json=_runbook_body(OWNER), headers=h), 201)["uuid"]
     rule = _ok(client.post("/v1/inspection_rules", json=_rule_body(), headers=h), 201)["uuid"]
+    baseline = _ok(client.post("/v1/firmware_baselines", json=_baseline_body(), headers=h), 201)[
+        "uuid"
+    ]
     return World(
         node,
         port,
@@ -117,6 +121,7 @@ def make_world(stack: Stack) -> World:
         target,
         runbook,
         rule,
+        baseline,
     )
 
 
@@ -128,6 +133,11 @@ def _runbook_body(owner: str | None = None) -> dict[str, Any]:
 
 def _rule_body() -> dict[str, Any]:
     return {"actions": [{"op": "add-trait", "args": {"name": "CUSTOM_SEEN"}}]}
+
+
+def _baseline_body() -> dict[str, Any]:
+    component = {"component": "bios", "version": "2.1", "url": "http://images.example/bios"}
+    return {"name": f"b-{uuid.uuid4().hex[:8]}", "components": [component]}
 
 
 def _connector_body(node: str) -> dict[str, Any]:
@@ -147,6 +157,20 @@ def _patch_extra() -> list[dict[str, Any]]:
 
 
 REQUESTS: dict[tuple[str, str], Request] = {
+    ("GET", "/v1/firmware_baselines"): lambda w: ("/v1/firmware_baselines", None),
+    ("GET", "/v1/firmware_baselines/{baseline_ident}"): lambda w: (
+        f"/v1/firmware_baselines/{w.baseline}",
+        None,
+    ),
+    ("GET", "/v1/firmware_baselines/{baseline_ident}/drift"): lambda w: (
+        f"/v1/firmware_baselines/{w.baseline}/drift",
+        None,
+    ),
+    ("POST", "/v1/firmware_baselines"): lambda w: ("/v1/firmware_baselines", _baseline_body()),
+    ("DELETE", "/v1/firmware_baselines/{baseline_ident}"): lambda w: (
+        f"/v1/firmware_baselines/{w.baseline}",
+        None,
+    ),
     ("GET", "/metrics"): lambda w: ("/metrics", None),
     ("GET", "/v1/nodes"): lambda w: ("/v1/nodes", None),
     ("GET", "/v1/nodes/detail"): lambda w: ("/v1/nodes/detail", None),
@@ -661,6 +685,11 @@ OWN_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/nodes/{node_ident}/progress"): "baremetal:node:get",
     ("GET", "/v1/nodes/{node_ident}/servicing/steps"): "baremetal:node:get",
     ("GET", "/v1/events"): "baremetal:node:list_all",
+    ("GET", "/v1/firmware_baselines"): "metalforge:firmware_baseline:get",
+    ("GET", "/v1/firmware_baselines/{baseline_ident}"): "metalforge:firmware_baseline:get",
+    ("GET", "/v1/firmware_baselines/{baseline_ident}/drift"): "metalforge:firmware_baseline:get",
+    ("POST", "/v1/firmware_baselines"): "metalforge:firmware_baseline:create",
+    ("DELETE", "/v1/firmware_baselines/{baseline_ident}"): "metalforge:firmware_baseline:delete",
 }
 """Routes Ironic does not have, and the rule each is guarded by."""
 

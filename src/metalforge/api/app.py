@@ -18,6 +18,7 @@ from metalforge.api.routes import (
     deploy_templates,
     drivers,
     events,
+    firmware_baselines,
     inspection,
     inspection_rules,
     metrics,
@@ -72,6 +73,7 @@ RESOURCE_ROUTERS = (
     deploy_templates.router,
     runbooks.router,
     inspection_rules.router,
+    firmware_baselines.router,
     allocations.router,
     events.router,
 )

@@ -31,6 +31,7 @@ class _Figures(Collector):
         yield from _conductors(self.figures)
         yield from _allocations_and_inspections(self.figures)
         yield from _filter_hosts(self.figures)
+        yield from _firmware_drift(self.figures)
         yield from _event_totals(self.figures)
 
 
@@ -99,6 +100,18 @@ def _conductors(figures: ClusterFigures) -> Iterator[Metric]:
         age.add_metric([c.hostname], c.heartbeat_age)
     yield up
     yield age
+
+
+def _firmware_drift(figures: ClusterFigures) -> Iterator[Metric]:
+    drifted = GaugeMetricFamily(
+        "metalforge_firmware_drift_nodes",
+        "Nodes a firmware baseline covers whose component is older than the baseline's, "
+        "differs from it or is unknown, by baseline, component and status.",
+        labels=["baseline", "component", "status"],
+    )
+    for (baseline, component, status), count in sorted(figures.firmware_drift.items()):
+        drifted.add_metric([baseline, component, status], count)
+    yield drifted
 
 
 def _allocations_and_inspections(figures: ClusterFigures) -> Iterator[Metric]:

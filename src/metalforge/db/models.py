@@ -429,6 +429,22 @@ class InspectionRule(TimestampMixin, Base):
     """An inspector rule's scope (see ``inspection_rules.inspector``)."""
 
 
+class FirmwareBaseline(TimestampMixin, Base):
+    """The firmware versions one vendor's and model's machines should run
+    (``services.firmware_baselines``; drift is worked out by ``firmware_drift``)."""
+
+    __tablename__ = "firmware_baselines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str] = mapped_column(String(255), unique=True, nullable=False)
+    description: Mapped[str | None] = mapped_column(String(255))
+    vendor: Mapped[str | None] = mapped_column(String(255))
+    model: Mapped[str | None] = mapped_column(String(255))
+    components: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+    """``[{"component", "version", "url", "wait"}]``, checked whole before it is stored."""
+
+
 class DeployTemplate(TimestampMixin, Base):
     """Named deploy steps, selected for a deployment by a trait of the same name."""
 

@@ -37,6 +37,14 @@ class FirmwareUpdate:
     wait: int = 0
 
 
+def _scheme(url: str) -> str | None:
+    """The URL's scheme; None for a string no URL parser reads (``http://[x``)."""
+    try:
+        return urlsplit(url).scheme
+    except ValueError:
+        return None
+
+
 def parse_settings(settings: Any) -> list[FirmwareUpdate]:
     """The updates ``settings`` asks for; ``StepFailed`` naming the first thing wrong."""
     if not isinstance(settings, list) or not settings:
@@ -54,7 +62,7 @@ def parse_settings(settings: Any) -> list[FirmwareUpdate]:
                 f"invalid argument settings: component {component!r} is not one of "
                 f"{', '.join(COMPONENTS)}"
             )
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+        if not isinstance(url, str) or _scheme(url) not in ("http", "https"):
             raise StepFailed(f"invalid argument settings: url {url!r} is not an http(s) URL")
         if not isinstance(wait, int) or isinstance(wait, bool) or not 0 <= wait <= MAX_WAIT:
             raise StepFailed(

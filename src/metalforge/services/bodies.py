@@ -227,3 +227,24 @@ class NodeCreate(Body):
     rescue_interface: str | None = None
     storage_interface: str | None = None
     vendor_interface: str | None = None
+
+
+class BaselineComponent(Body):
+    """One component of a firmware baseline: the version wanted and the image that has it."""
+
+    component: StrictStr = Field(min_length=1, max_length=255)
+    version: StrictStr = Field(min_length=1, max_length=255)
+    url: StrictStr = Field(min_length=1, max_length=2048)
+    wait: StrictInt = Field(default=0, ge=0, le=3600)
+    """Seconds to wait after flashing it (a BMC that resets itself answers nothing for a while)."""
+
+
+class FirmwareBaselineCreate(Body):
+    """``POST /v1/firmware_baselines`` (metalforge's own resource)."""
+
+    uuid: StrictStr | None = None
+    name: StrictStr = Field(min_length=1, max_length=255)
+    description: StrictStr | None = Field(default=None, max_length=255)
+    vendor: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    model: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    components: list[BaselineComponent] = Field(min_length=1, max_length=64)

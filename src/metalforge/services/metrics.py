@@ -29,6 +29,7 @@ from metalforge.db.models import (
     WorkItem,
 )
 from metalforge.drivers.base import HEALTH_STATES
+from metalforge.services import firmware_baselines
 from metalforge.services.context import Services
 
 LOG = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class ClusterFigures:
     health: dict[str, int]
     """Nodes by the health their BMC reports (``unknown``: it says nothing)."""
     filter_hosts: list[FilterHostFigure]
+    firmware_drift: dict[tuple[str, str, str], int]
+    """Nodes off each firmware baseline, by (baseline, component, status)."""
     totals: list[tuple[str, str, str, float]]
     """The event counters' and histograms' rows (``db.tallies.totals``)."""
 
@@ -152,6 +155,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         ).all()
         health_rows = session.execute(select(Node.health, func.count()).group_by(Node.health)).all()
         filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
+        drift = firmware_baselines.drift_counts(session)
         totals = db_tallies.totals(session.connection())
     return ClusterFigures(
         nodes=[
@@ -184,6 +188,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
             )
             for h in filter_rows
         ],
+        firmware_drift=drift,
         totals=totals,
     )
 

@@ -273,6 +273,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("baremetal:conductor:get", SYSTEM_READER, "List and show conductors."),
     Rule("baremetal:metrics:get", SYSTEM_READER, "Read the cluster's figures (GET /metrics)."),
+    Rule(
+        "metalforge:firmware_baseline:get",
+        SYSTEM_READER,
+        "List and show firmware baselines and their drift reports.",
+    ),
+    Rule("metalforge:firmware_baseline:create", SYSTEM_ADMIN, "Create a firmware baseline."),
+    Rule("metalforge:firmware_baseline:delete", SYSTEM_ADMIN, "Delete a firmware baseline."),
     Rule("baremetal:allocation:get", ALLOCATION_READER, "Show an allocation."),
     Rule("baremetal:allocation:list", API_READER, "List the project's allocations."),
     Rule("baremetal:allocation:list_all", SYSTEM_READER, "List every allocation."),
