@@ -581,6 +581,10 @@ class ConductorSettings(BaseModel):
     """The same, for deploy steps."""
     default_resource_class: str | None = None
     """Resource class given to nodes created without one."""
+    rollout_interval: float = Field(default=2.0, ge=0, le=300.0)
+    """Seconds between rounds of the conductor that advances rollouts (one at a time:
+    the ``rollouts`` singleton role): how soon a finished node's wave moves on. 0: this
+    conductor never advances them (others may)."""
     default_portgroup_mode: str = "active-backup"
     """Bonding mode given to port groups created without one (Ironic's default)."""
     inspection: InspectionSettings = Field(default_factory=InspectionSettings)

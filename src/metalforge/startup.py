@@ -18,9 +18,12 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.registration import HostnameInUse
 from metalforge.config import Settings
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.services import rollouts
+from metalforge.services.context import Services
 
 
 class StartupError(SystemExit):
@@ -73,7 +76,17 @@ def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) 
     ctx = ConductorContext(
         hostname=settings.conductor.hostname, db=db, drivers=registry, settings=settings.conductor
     )
-    return ConductorProcess(ctx)
+    # Rollouts start flows as provision requests do: through the services, from a
+    # singleton task of the conductors.
+    svc = Services(
+        settings=settings,
+        db=db,
+        drivers=registry,
+        directory=ConductorDirectory(db, settings.conductor.heartbeat_timeout),
+        notify=ctx.waker.notify,
+    )
+    advancing = [rollouts.task(svc)] if settings.conductor.rollout_interval > 0 else []
+    return ConductorProcess(ctx, tasks=advancing)
 
 
 def private_state_dir(settings: Settings) -> None:

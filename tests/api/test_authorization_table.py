@@ -56,6 +56,7 @@ class World:
     runbook: str
     rule: str
     baseline: str
+    rollout: str
 
 
 def _ok(response: Any, *codes: int) -> Any:
@@ -109,6 +110,7 @@ def make_world(stack: Stack) -> World:
     baseline = _ok(client.post("/v1/firmware_baselines", json=_baseline_body(), headers=h), 201)[
         "uuid"
     ]
+    rollout = _ok(client.post("/v1/rollouts", json=_rollout_body(node), headers=h), 201)["uuid"]
     return World(
         node,
         port,
@@ -122,6 +124,7 @@ def make_world(stack: Stack) -> World:
         runbook,
         rule,
         baseline,
+        rollout,
     )
 
 
@@ -138,6 +141,10 @@ def _rule_body() -> dict[str, Any]:
 def _baseline_body() -> dict[str, Any]:
     component = {"component": "bios", "version": "2.1", "url": "http://images.example/bios"}
     return {"name": f"b-{uuid.uuid4().hex[:8]}", "components": [component]}
+
+
+def _rollout_body(node: str) -> dict[str, Any]:
+    return {"action": {"verb": "manage"}, "selector": {"nodes": [node]}}
 
 
 def _connector_body(node: str) -> dict[str, Any]:
@@ -157,6 +164,21 @@ def _patch_extra() -> list[dict[str, Any]]:
 
 
 REQUESTS: dict[tuple[str, str], Request] = {
+    ("GET", "/v1/rollouts"): lambda w: ("/v1/rollouts", None),
+    ("GET", "/v1/rollouts/{rollout_ident}"): lambda w: (f"/v1/rollouts/{w.rollout}", None),
+    ("POST", "/v1/rollouts"): lambda w: ("/v1/rollouts", _rollout_body(w.node)),
+    ("POST", "/v1/rollouts/{rollout_ident}/pause"): lambda w: (
+        f"/v1/rollouts/{w.rollout}/pause",
+        None,
+    ),
+    ("POST", "/v1/rollouts/{rollout_ident}/resume"): lambda w: (
+        f"/v1/rollouts/{w.rollout}/resume",
+        None,
+    ),
+    ("POST", "/v1/rollouts/{rollout_ident}/abort"): lambda w: (
+        f"/v1/rollouts/{w.rollout}/abort",
+        None,
+    ),
     ("GET", "/v1/firmware_baselines"): lambda w: ("/v1/firmware_baselines", None),
     ("GET", "/v1/firmware_baselines/{baseline_ident}"): lambda w: (
         f"/v1/firmware_baselines/{w.baseline}",
@@ -690,6 +712,12 @@ OWN_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/firmware_baselines/{baseline_ident}/drift"): "metalforge:firmware_baseline:get",
     ("POST", "/v1/firmware_baselines"): "metalforge:firmware_baseline:create",
     ("DELETE", "/v1/firmware_baselines/{baseline_ident}"): "metalforge:firmware_baseline:delete",
+    ("GET", "/v1/rollouts"): "metalforge:rollout:get",
+    ("GET", "/v1/rollouts/{rollout_ident}"): "metalforge:rollout:get",
+    ("POST", "/v1/rollouts"): "metalforge:rollout:create",
+    ("POST", "/v1/rollouts/{rollout_ident}/pause"): "metalforge:rollout:update",
+    ("POST", "/v1/rollouts/{rollout_ident}/resume"): "metalforge:rollout:update",
+    ("POST", "/v1/rollouts/{rollout_ident}/abort"): "metalforge:rollout:update",
 }
 """Routes Ironic does not have, and the rule each is guarded by."""
 

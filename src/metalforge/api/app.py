@@ -38,6 +38,7 @@ from metalforge.api.routes import (
     nodes,
     portgroups,
     ports,
+    rollouts,
     root,
     runbooks,
     shards,
@@ -74,6 +75,7 @@ RESOURCE_ROUTERS = (
     runbooks.router,
     inspection_rules.router,
     firmware_baselines.router,
+    rollouts.router,
     allocations.router,
     events.router,
 )

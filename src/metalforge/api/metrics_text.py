@@ -32,6 +32,7 @@ class _Figures(Collector):
         yield from _allocations_and_inspections(self.figures)
         yield from _filter_hosts(self.figures)
         yield from _firmware_drift(self.figures)
+        yield from _rollouts(self.figures)
         yield from _event_totals(self.figures)
 
 
@@ -112,6 +113,17 @@ def _firmware_drift(figures: ClusterFigures) -> Iterator[Metric]:
     for (baseline, component, status), count in sorted(figures.firmware_drift.items()):
         drifted.add_metric([baseline, component, status], count)
     yield drifted
+
+
+def _rollouts(figures: ClusterFigures) -> Iterator[Metric]:
+    nodes = GaugeMetricFamily(
+        "metalforge_rollout_nodes",
+        "Nodes of live rollouts (pending, running, paused) by their state in the rollout.",
+        labels=["state"],
+    )
+    for state, count in sorted(figures.rollout_nodes.items()):
+        nodes.add_metric([state], count)
+    yield nodes
 
 
 def _allocations_and_inspections(figures: ClusterFigures) -> Iterator[Metric]:

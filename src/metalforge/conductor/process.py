@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from metalforge.conductor import (
@@ -32,7 +32,7 @@ from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.dispatch import Dispatcher
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.spec import DetachedFlow
-from metalforge.conductor.leadership import Leadership
+from metalforge.conductor.leadership import Leadership, SingletonTask
 from metalforge.coordination.election import build_elector
 from metalforge.db import queue
 from metalforge.drivers import failures
@@ -44,7 +44,9 @@ LOG = logging.getLogger(__name__)
 class ConductorProcess:
     """One conductor: call ``start`` then ``stop``."""
 
-    def __init__(self, ctx: ConductorContext) -> None:
+    def __init__(self, ctx: ConductorContext, tasks: Sequence[SingletonTask] = ()) -> None:
+        """``tasks``: singleton tasks beyond the conductor's own, from the layers above it
+        (advancing rollouts)."""
         self.ctx = ctx
         self._threads: list[threading.Thread] = []
         self.dispatcher = Dispatcher(ctx)
@@ -56,7 +58,7 @@ class ConductorProcess:
         self.leadership = Leadership(
             ctx,
             build_elector(ctx.db, ctx.hostname, ctx.dead_after, ctx.settings.coordination),
-            (*inspection_sweeps.TASKS, *housekeeping.TASKS),
+            (*inspection_sweeps.TASKS, *housekeeping.TASKS, *tasks),
             ctx.settings.coordination,
             on_fatal=self._lost_coordination,
         )

@@ -445,6 +445,70 @@ class FirmwareBaseline(TimestampMixin, Base):
     """``[{"component", "version", "url", "wait"}]``, checked whole before it is stored."""
 
 
+class Rollout(TimestampMixin, Base):
+    """One change rolled out over many nodes in waves (``services.rollouts``).
+
+    Its progress is its rows: the rollout's state and each node's
+    (``RolloutNode``), advanced by one conductor at a time (the ``rollouts``
+    singleton role), so the death of any process loses nothing.
+    """
+
+    __tablename__ = "rollouts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, nullable=False)
+    name: Mapped[str | None] = mapped_column(String(255), unique=True)
+    state: Mapped[str] = mapped_column(String(15), nullable=False, index=True)
+    action: Mapped[dict[str, Any]] = mapped_column(JsonType, nullable=False)
+    """What runs on each node: ``{"kind": "runbook"|"baseline"|"provide"|"inspect", ...}``."""
+    selector: Mapped[dict[str, Any]] = mapped_column(JsonType, nullable=False)
+    """The selector as given (the nodes it matched are the rollout's rows)."""
+    canary: Mapped[int] = mapped_column(Integer, nullable=False)
+    batch: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_failures: Mapped[int] = mapped_column(Integer, nullable=False)
+    canary_approved: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    """Resumed after the canary: the waves may start."""
+    window_start: Mapped[int | None] = mapped_column(Integer)
+    window_end: Mapped[int | None] = mapped_column(Integer)
+    """Hours (UTC, 0-23) between which nodes may start; none: at any time."""
+    created_by: Mapped[str | None] = mapped_column(String(255))
+    paused_reason: Mapped[str | None] = mapped_column(String(255))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class RolloutNode(Base):
+    """One node of a rollout: the request its flow is started with, and how it ended.
+
+    ``claim`` is the node's id while the rollout may still act on the node, and
+    unique: the database itself refuses one node in two live rollouts.
+    """
+
+    __tablename__ = "rollout_nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(
+        ForeignKey("rollouts.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    node_id: Mapped[int] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    node_uuid: Mapped[str] = mapped_column(String(36), nullable=False)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    wave: Mapped[int] = mapped_column(Integer, nullable=False)
+    """0: the canary; then 1, 2... of at most ``batch`` nodes each."""
+    state: Mapped[str] = mapped_column(String(15), nullable=False)
+    verb: Mapped[str] = mapped_column(String(15), nullable=False)
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+    disable_ramdisk: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(String(15))
+    """The node's provision state when its flow ended."""
+    error: Mapped[str | None] = mapped_column(Text)
+    claim: Mapped[int | None] = mapped_column(Integer, unique=True)
+
+
 class DeployTemplate(TimestampMixin, Base):
     """Named deploy steps, selected for a deployment by a trait of the same name."""
 

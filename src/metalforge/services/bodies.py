@@ -248,3 +248,47 @@ class FirmwareBaselineCreate(Body):
     vendor: StrictStr | None = Field(default=None, min_length=1, max_length=255)
     model: StrictStr | None = Field(default=None, min_length=1, max_length=255)
     components: list[BaselineComponent] = Field(min_length=1, max_length=64)
+
+
+class RolloutSelector(Body):
+    """Which nodes a rollout covers: every given criterion must hold (none given: refused)."""
+
+    nodes: list[StrictStr] | None = Field(default=None, min_length=1, max_length=10_000)
+    """Node UUIDs or names, in the order they should go."""
+    resource_class: StrictStr | None = Field(default=None, max_length=80)
+    traits: list[StrictStr] | None = Field(default=None, min_length=1, max_length=50)
+    """Every one of these traits."""
+    conductor_group: StrictStr | None = Field(default=None, max_length=255)
+    owner: StrictStr | None = Field(default=None, max_length=255)
+    provision_state: StrictStr | None = Field(default=None, max_length=15)
+    name_pattern: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    """A shell-style pattern (``rack4-*``) the node's name must match."""
+    drifted_from: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    """A firmware baseline (UUID or name): the nodes its drift report lists."""
+
+
+class RolloutAction(Body):
+    """What a rollout runs on each node: exactly one of these."""
+
+    runbook: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    baseline: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    verb: Literal["manage", "provide", "inspect"] | None = None
+
+
+class RolloutWindow(Body):
+    """Hours (UTC) between which nodes may start: 22 to 6 spans midnight."""
+
+    start_hour: StrictInt = Field(ge=0, le=23)
+    end_hour: StrictInt = Field(ge=0, le=23)
+
+
+class RolloutCreate(Body):
+    """``POST /v1/rollouts`` (metalforge's own resource)."""
+
+    name: StrictStr | None = Field(default=None, min_length=1, max_length=255)
+    action: RolloutAction
+    selector: RolloutSelector
+    canary: StrictInt = Field(default=0, ge=0, le=1000)
+    batch: StrictInt = Field(default=1, ge=1, le=1000)
+    max_failures: StrictInt = Field(default=0, ge=0, le=10_000)
+    window: RolloutWindow | None = None

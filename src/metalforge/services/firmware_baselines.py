@@ -204,9 +204,14 @@ def _report(baseline: FirmwareBaseline, candidates: Sequence[_Candidate]) -> Dri
 def drift_report(svc: Services, ident: str) -> DriftReport:
     """The nodes a baseline covers that do not run its versions (404 for no such baseline)."""
     with svc.db.read() as session:
-        baseline = find_baseline(session, ident)
-        session.expunge(baseline)
-        return _report(baseline, _candidates(session))
+        report = drift_report_in(session, ident)
+        session.expunge(report.baseline)
+        return report
+
+
+def drift_report_in(session: Session, ident: str) -> DriftReport:
+    """``drift_report`` in the caller's transaction (a rollout's selector and updates)."""
+    return _report(find_baseline(session, ident), _candidates(session))
 
 
 def drift_counts(session: Session) -> dict[tuple[str, str, str], int]:

@@ -29,7 +29,7 @@ from metalforge.db.models import (
     WorkItem,
 )
 from metalforge.drivers.base import HEALTH_STATES
-from metalforge.services import firmware_baselines
+from metalforge.services import firmware_baselines, rollouts
 from metalforge.services.context import Services
 
 LOG = logging.getLogger(__name__)
@@ -86,6 +86,8 @@ class ClusterFigures:
     filter_hosts: list[FilterHostFigure]
     firmware_drift: dict[tuple[str, str, str], int]
     """Nodes off each firmware baseline, by (baseline, component, status)."""
+    rollout_nodes: dict[str, int]
+    """Nodes of live rollouts by their state in them."""
     totals: list[tuple[str, str, str, float]]
     """The event counters' and histograms' rows (``db.tallies.totals``)."""
 
@@ -156,6 +158,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         health_rows = session.execute(select(Node.health, func.count()).group_by(Node.health)).all()
         filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
         drift = firmware_baselines.drift_counts(session)
+        in_rollouts = rollouts.node_counts(session)
         totals = db_tallies.totals(session.connection())
     return ClusterFigures(
         nodes=[
@@ -189,6 +192,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
             for h in filter_rows
         ],
         firmware_drift=drift,
+        rollout_nodes=in_rollouts,
         totals=totals,
     )
 

@@ -28,7 +28,7 @@ from metalforge.errors import bad_request, conflict
 from metalforge.services import fencing, lookup, runbooks
 from metalforge.services.caller import Caller
 from metalforge.services.context import Services
-from metalforge.services.microversion import Version, fmt
+from metalforge.services.microversion import NEWEST, Version, fmt
 
 REQUEST_FIELDS = ALL
 """Every optional field of a provision request (the route checks versions and policy)."""
@@ -74,19 +74,42 @@ def start(
     with svc.db.write() as session:
         node = lookup.load_node(session, ident, version)
         fencing.check_unlocked(session, node)
-        if request.runbook is not None:
-            _check_allowed(node, request)
-            request = _with_runbook(session, node, request, verb, version, caller)
-        admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
-        for guard in verb.guards:
-            guard(admission)
-        _check_allowed(node, request)
+        admission = _admitted(svc, session, node, verb, version, request, caller)
         if request.verb == states.ABORT:
             _abort(svc, admission, version, actor)
         else:
             _move(svc, admission, verb, actor, request_id)
     svc.notify()
     return node.uuid
+
+
+def check(svc: Services, session: Session, node: Node, request: FlowRequest) -> None:
+    """Refuse, as ``start`` would, a request for ``node`` that is to be made later (a
+    rollout's), without starting anything: its fields, guards, state and checks."""
+    verb = verb_of(request.verb)
+    check_fields(request, verb)
+    admission = _admitted(svc, session, node, verb, NEWEST, request, None)
+    for each in verb.checks:
+        each(admission)
+
+
+def _admitted(
+    svc: Services,
+    session: Session,
+    node: Node,
+    verb: Verb,
+    version: Version,
+    request: FlowRequest,
+    caller: Caller | None,
+) -> Admission:
+    if request.runbook is not None:
+        _check_allowed(node, request)
+        request = _with_runbook(session, node, request, verb, version, caller)
+    admission = Admission(session, node, request, svc.drivers, svc.settings.conductor)
+    for guard in verb.guards:
+        guard(admission)
+    _check_allowed(node, request)
+    return admission
 
 
 def _with_runbook(

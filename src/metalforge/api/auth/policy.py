@@ -279,6 +279,13 @@ RULES: tuple[Rule, ...] = (
         "List and show firmware baselines and their drift reports.",
     ),
     Rule("metalforge:firmware_baseline:create", SYSTEM_ADMIN, "Create a firmware baseline."),
+    Rule("metalforge:rollout:get", SYSTEM_READER, "List and show rollouts."),
+    Rule(
+        "metalforge:rollout:create",
+        SYSTEM_MEMBER,
+        "Create a rollout (the caller must also be allowed to change each node's provision state).",
+    ),
+    Rule("metalforge:rollout:update", SYSTEM_MEMBER, "Pause, resume or abort a rollout."),
     Rule("metalforge:firmware_baseline:delete", SYSTEM_ADMIN, "Delete a firmware baseline."),
     Rule("baremetal:allocation:get", ALLOCATION_READER, "Show an allocation."),
     Rule("baremetal:allocation:list", API_READER, "List the project's allocations."),

@@ -1,0 +1,595 @@
+"""Rollouts: one change (a runbook, a firmware baseline, ``provide`` or ``inspect``) rolled
+out over many nodes in waves, with a canary, a failure budget and an operator's hand on it.
+
+Creating one (``create_rollout``) settles everything up front, so bad input
+is refused (400, nothing stored) before any node moves: the selector is
+resolved into a fixed list of nodes (none matched: 400); for each node the
+request its flow will be started with is built (a runbook's steps as the
+caller may use them on that node, a baseline's updates for the components
+that node has drifted on) and checked as a provision request would be (the
+node's state, the steps' arguments), and the caller must be allowed to
+change each node's provision state. Each node is *claimed* by a unique
+column of its row, so two live rollouts never hold one node (409 naming the
+other).
+
+A rollout is then advanced by one conductor at a time (``advance``, the
+``rollouts`` singleton task; its writes check the leader's term), from its
+rows alone, so the death of any process loses nothing:
+
+- the canary (wave 0, ``canary`` nodes) starts first; once it has finished
+  the rollout pauses for an operator's ``resume``;
+- then waves of at most ``batch`` nodes, each once the previous has
+  finished, only within the ``window`` of hours when one is set;
+- a node succeeds when its flow brings it to the flow's end state
+  (``manageable`` after cleaning or inspection, ``active`` after servicing,
+  ``available`` after ``provide``); it fails when the flow fails (the node is
+  left as the flow leaves it: ``clean failed``, ``service failed``...) or
+  it ends anywhere else. A failed node is counted, never retried;
+- more than ``max_failures`` failed nodes stop the rollout (``failed``);
+  ``abort`` stops it (``stopped``). Either way, no node starts any more and
+  the ones under way finish their flow;
+- a node whose start was lost (the process died between recording it and
+  starting the flow, or the node was locked at that moment) is started again
+  on the next round: a node counts as started only once its provision state
+  changed after the rollout started it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import logging
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, exists, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from metalforge import states
+from metalforge.conductor.leadership import LeaderTerm, SingletonTask
+from metalforge.db.models import Node, NodeTrait, Rollout, RolloutNode, utcnow
+from metalforge.errors import RequestError, bad_request, conflict, not_found
+from metalforge.services import firmware_baselines, lookup, provisioning, runbooks
+from metalforge.services.bodies import RolloutAction, RolloutCreate, RolloutSelector
+from metalforge.services.caller import Caller, NodeTarget
+from metalforge.services.context import Services
+from metalforge.services.microversion import NEWEST
+
+LOG = logging.getLogger(__name__)
+
+# Rollout states.
+PENDING = "pending"
+RUNNING = "running"
+PAUSED = "paused"
+STOPPED = "stopped"
+FAILED = "failed"
+DONE = "done"
+LIVE = (PENDING, RUNNING, PAUSED)
+"""States in which nodes may still start."""
+ROLLOUT_STATES = (PENDING, RUNNING, PAUSED, STOPPED, FAILED, DONE)
+
+# A node's part in a rollout.
+N_PENDING = "pending"
+N_RUNNING = "running"
+N_SUCCEEDED = "succeeded"
+N_FAILED = "failed"
+N_SKIPPED = "skipped"
+NODE_STATES = (N_PENDING, N_RUNNING, N_SUCCEEDED, N_FAILED, N_SKIPPED)
+
+SET_PROVISION_STATE = "baremetal:node:set_provision_state"
+END_STATE = {
+    states.MANAGE: states.MANAGEABLE,
+    states.CLEAN: states.MANAGEABLE,
+    states.SERVICE: states.ACTIVE,
+    states.PROVIDE: states.AVAILABLE,
+    states.INSPECT: states.MANAGEABLE,
+}
+"""Where each verb's flow leaves a node that went through it well."""
+CANARY_DONE = "the canary finished: resume to roll out to the other nodes"
+
+Write = Callable[[], AbstractContextManager[Session]]
+"""Opens a write transaction (the leader's, whose commit checks its term)."""
+
+
+def not_found_error(ident: str) -> RequestError:
+    return not_found(f"Rollout {ident} could not be found.")
+
+
+def _where(ident: str) -> Any:
+    if lookup.is_uuid(ident):
+        return Rollout.uuid == str(uuidlib.UUID(ident))
+    return Rollout.name == ident
+
+
+def find_rollout(session: Session, ident: str) -> Rollout:
+    """By UUID or name; 404 otherwise."""
+    found = session.scalar(select(Rollout).where(_where(ident)))
+    if found is None:
+        raise not_found_error(ident)
+    return found
+
+
+def listing(state: str | None) -> Select[Any]:
+    stmt = select(Rollout)
+    if state is not None:
+        if state not in ROLLOUT_STATES:
+            raise bad_request(
+                f"Invalid rollout state {state!r}: one of {', '.join(ROLLOUT_STATES)}"
+            )
+        stmt = stmt.where(Rollout.state == state)
+    return stmt
+
+
+def rows_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[RolloutNode]]:
+    """Each rollout's nodes, in their order."""
+    found: dict[int, list[RolloutNode]] = {i: [] for i in rollout_ids}
+    if not rollout_ids:
+        return found
+    stmt = (
+        select(RolloutNode)
+        .where(RolloutNode.rollout_id.in_(rollout_ids))
+        .order_by(RolloutNode.rollout_id, RolloutNode.position)
+    )
+    for row in session.scalars(stmt):
+        found[row.rollout_id].append(row)
+    return found
+
+
+def node_counts(session: Session) -> dict[str, int]:
+    """Nodes of live rollouts by their state in it, for ``GET /metrics``."""
+    counts = dict.fromkeys(NODE_STATES, 0)
+    live = select(Rollout.id).where(Rollout.state.in_(LIVE))
+    for state, count in session.execute(
+        select(RolloutNode.state, func.count())
+        .where(RolloutNode.rollout_id.in_(live))
+        .group_by(RolloutNode.state)
+    ):
+        counts[state] = int(count)
+    return counts
+
+
+# -- creating ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The request one node's flow will be started with (none: nothing to do there)."""
+
+    node: Node
+    verb: str | None
+    steps: list[dict[str, Any]]
+    disable_ramdisk: bool
+
+
+def _matched(session: Session, selector: RolloutSelector) -> list[Node]:
+    """The nodes ``selector`` picks, in its order (the listed ones as listed, else by id)."""
+    criteria = selector.model_dump(exclude_none=True)
+    if not criteria:
+        raise bad_request("Invalid rollout: the selector must name at least one criterion")
+    stmt = select(Node)
+    for column in ("resource_class", "conductor_group", "owner", "provision_state"):
+        value = criteria.get(column)
+        if value is not None:
+            stmt = stmt.where(getattr(Node, column) == value)
+    for trait in selector.traits or []:
+        stmt = stmt.where(exists().where(NodeTrait.node_id == Node.id, NodeTrait.trait == trait))
+    if selector.drifted_from is not None:
+        report = firmware_baselines.drift_report_in(session, selector.drifted_from)
+        stmt = stmt.where(Node.uuid.in_([n.node_uuid for n in report.nodes]))
+    found = list(session.scalars(stmt.order_by(Node.id)))
+    if selector.name_pattern is not None:
+        found = [n for n in found if n.name and fnmatch.fnmatchcase(n.name, selector.name_pattern)]
+    if selector.nodes is not None:
+        found = _in_listed_order(session, selector.nodes, found)
+    if not found:
+        raise bad_request("Invalid rollout: the selector matches no node")
+    return found
+
+
+def _in_listed_order(session: Session, listed: Sequence[str], found: Sequence[Node]) -> list[Node]:
+    by_id = {n.id: n for n in found}
+    ordered: list[Node] = []
+    for ident in listed:
+        node = lookup.find_node_or_none(session, ident, NEWEST)
+        if node is None:
+            raise bad_request(f"Invalid rollout: node {ident} could not be found")
+        if node.id in by_id and node not in ordered:
+            ordered.append(node)
+    return ordered
+
+
+def _steps_verb(node: Node, what: str) -> str:
+    """Manual cleaning for a manageable node, servicing for an active one."""
+    if node.provision_state == states.MANAGEABLE:
+        return states.CLEAN
+    if node.provision_state == states.ACTIVE:
+        return states.SERVICE
+    raise bad_request(
+        f"Invalid rollout: node {node.uuid} is {node.provision_state}; {what} runs on "
+        "manageable nodes (manual cleaning) or active ones (servicing)"
+    )
+
+
+def _plan(
+    session: Session, node: Node, action: RolloutAction, caller: Caller, updates: _Updates
+) -> _Plan:
+    if action.verb is not None:
+        return _Plan(node, action.verb, [], False)
+    if action.runbook is not None:
+        verb = _steps_verb(node, f"runbook {action.runbook}")
+        expansion = runbooks.expand(session, action.runbook, node, NEWEST, caller)
+        return _Plan(node, verb, [dict(s) for s in expansion.steps], expansion.disable_ramdisk)
+    settings = updates.for_node(node.uuid)
+    if not settings:
+        return _Plan(node, None, [], False)
+    verb = _steps_verb(node, f"firmware baseline {updates.baseline}")
+    step = {"interface": "firmware", "step": "update", "args": {"settings": settings}}
+    return _Plan(node, verb, [step], True)
+
+
+@dataclass(frozen=True)
+class _Updates:
+    """A baseline's updates per node: only the components that node has drifted on."""
+
+    baseline: str
+    by_node: dict[str, list[dict[str, Any]]]
+
+    def for_node(self, node_uuid: str) -> list[dict[str, Any]]:
+        return self.by_node.get(node_uuid, [])
+
+    @classmethod
+    def of(cls, session: Session, ident: str | None) -> _Updates:
+        if ident is None:
+            return cls("", {})
+        report = firmware_baselines.drift_report_in(session, ident)
+        settings = {s["component"]: s for s in firmware_baselines.update_settings(report.baseline)}
+        return cls(
+            report.baseline.name,
+            {
+                node.node_uuid: [settings[d.component] for d in node.components]
+                for node in report.nodes
+            },
+        )
+
+
+def flow_request(verb: str, steps: Sequence[dict[str, Any]], disable_ramdisk: bool) -> Any:
+    """The provision request a rollout makes for one node."""
+    given: set[str] = set()
+    fields: dict[str, Any] = {}
+    if verb == states.CLEAN:
+        given.add("clean_steps")
+        fields["clean_steps"] = tuple(steps)
+    elif verb == states.SERVICE:
+        given.add("service_steps")
+        fields["service_steps"] = tuple(steps)
+    if disable_ramdisk:
+        given.add("disable_ramdisk")
+        fields["disable_ramdisk"] = True
+    return provisioning.FlowRequest(verb=verb, target=verb, given=frozenset(given), **fields)
+
+
+def _holders(session: Session, node_ids: Sequence[int]) -> list[str]:
+    rows = session.execute(
+        select(Rollout.uuid, RolloutNode.node_uuid)
+        .join(Rollout, Rollout.id == RolloutNode.rollout_id)
+        .where(RolloutNode.claim.in_(node_ids))
+    ).all()
+    return [f"node {node} is in rollout {rollout}" for rollout, node in rows]
+
+
+def create_rollout(
+    svc: Services, body: RolloutCreate, caller: Caller, actor: str | None
+) -> Rollout:
+    """Resolve, plan and check everything, then store the rollout (see the module docstring)."""
+    action = body.action
+    if sum(x is not None for x in (action.runbook, action.baseline, action.verb)) != 1:
+        raise bad_request("Invalid rollout: the action must name one of runbook, baseline, verb")
+    if body.name is not None:
+        lookup.check_name(body.name)
+    try:
+        with svc.db.write() as session:
+            if body.name is not None and session.scalar(
+                select(Rollout.id).where(Rollout.name == body.name)
+            ):
+                raise conflict(f"A rollout with name {body.name} already exists.")
+            if action.runbook is not None:
+                runbooks.find_runbook(session, action.runbook)  # named wrongly: said first
+            nodes = _matched(session, body.selector)
+            updates = _Updates.of(session, action.baseline)
+            plans = []
+            for node in nodes:
+                caller.require(SET_PROVISION_STATE, NodeTarget.of(node))
+                plan = _plan(session, node, action, caller, updates)
+                if plan.verb is not None:
+                    request = flow_request(plan.verb, plan.steps, plan.disable_ramdisk)
+                    provisioning.check(svc, session, node, request)
+                plans.append(plan)
+            held = _holders(session, [n.id for n in nodes])
+            if held:
+                raise conflict("Nodes are already in a live rollout: " + "; ".join(held))
+            rollout = _store(session, body, plans, actor)
+    except IntegrityError:  # a concurrent create claimed one of the nodes first
+        raise conflict("Nodes are already in a live rollout created at the same time") from None
+    except RequestError as exc:
+        if exc.status != 404:
+            raise
+        # A runbook or baseline the body names that does not exist: the body is wrong.
+        raise bad_request(f"Invalid rollout: {exc.message}") from None
+    return rollout
+
+
+def _store(
+    session: Session,
+    body: RolloutCreate,
+    plans: Sequence[_Plan],
+    actor: str | None,
+) -> Rollout:
+    rollout = Rollout(
+        uuid=str(uuidlib.uuid4()),
+        name=body.name,
+        state=PENDING,
+        action=body.action.model_dump(exclude_none=True),
+        selector=body.selector.model_dump(exclude_none=True),
+        canary=body.canary,
+        batch=body.batch,
+        max_failures=body.max_failures,
+        canary_approved=False,
+        window_start=body.window.start_hour if body.window else None,
+        window_end=body.window.end_hour if body.window else None,
+        created_by=actor,
+    )
+    session.add(rollout)
+    session.flush()
+    to_run = [p for p in plans if p.verb is not None]
+    waves = _waves(len(to_run), body.canary, body.batch)
+    now = utcnow()
+    for position, plan in enumerate(plans):
+        row = RolloutNode(
+            rollout_id=rollout.id,
+            node_id=plan.node.id,
+            node_uuid=plan.node.uuid,
+            position=position,
+            verb=plan.verb or "",
+            steps=plan.steps,
+            disable_ramdisk=plan.disable_ramdisk,
+        )
+        if plan.verb is None:
+            row.state, row.wave, row.finished_at = N_SKIPPED, -1, now
+            row.error = "already at the baseline"
+        else:
+            row.state, row.wave, row.claim = N_PENDING, next(waves), plan.node.id
+        session.add(row)
+    session.flush()
+    return rollout
+
+
+def _waves(count: int, canary: int, batch: int) -> Iterator[int]:
+    """The wave of each node in turn: 0 for the canary, then 1, 2... of ``batch`` each."""
+    for index in range(count):
+        if index < canary:
+            yield 0
+        else:
+            yield 1 + (index - canary) // batch
+
+
+# -- the operator's hand ----------------------------------------------------
+
+
+def pause(svc: Services, ident: str) -> Rollout:
+    """No node starts until ``resume``; the ones under way finish."""
+    return _change(svc, ident, (PENDING, RUNNING), PAUSED, "paused by an operator")
+
+
+def resume(svc: Services, ident: str) -> Rollout:
+    """Carry on (after the canary: start the waves)."""
+    return _change(svc, ident, (PAUSED,), RUNNING, None)
+
+
+def abort(svc: Services, ident: str) -> Rollout:
+    """Stop for good: no node starts any more; the ones under way finish their flow."""
+    return _change(svc, ident, LIVE, STOPPED, None)
+
+
+def _change(
+    svc: Services,
+    ident: str,
+    allowed: Sequence[str],
+    new: str,
+    reason: str | None,
+) -> Rollout:
+    with svc.db.write() as session:
+        rollout = find_rollout(session, ident)
+        if rollout.state not in allowed:
+            raise conflict(
+                f"Rollout {rollout.uuid} is {rollout.state}; it can be made {new} only when "
+                f"{' or '.join(allowed)}"
+            )
+        if rollout.state == PAUSED and new == RUNNING and rollout.paused_reason == CANARY_DONE:
+            rollout.canary_approved = True
+        rollout.state = new
+        rollout.paused_reason = reason
+        rollout.updated_at = utcnow()
+        if new == STOPPED:
+            _skip_pending(session, rollout, "the rollout was aborted")
+        session.flush()
+    svc.notify()
+    return rollout
+
+
+def _skip_pending(session: Session, rollout: Rollout, why: str) -> None:
+    session.execute(
+        update(RolloutNode)
+        .where(RolloutNode.rollout_id == rollout.id, RolloutNode.state == N_PENDING)
+        .values(state=N_SKIPPED, claim=None, error=why, finished_at=utcnow())
+    )
+
+
+# -- advancing --------------------------------------------------------------
+
+
+def _verdict(row: RolloutNode, node: Node) -> tuple[str, str | None]:
+    """A running node's state in the rollout now: (node state, error); ``pending`` means
+    its start was lost and it is to be started again."""
+    state = node.provision_state
+    if state in states.BUSY_STATES:
+        return N_RUNNING, None
+    info = states.STATES.get(state)
+    if info is not None and info.failure:
+        return N_FAILED, node.last_error or f"its flow failed: the node is {state}"
+    moved = node.provision_updated_at is not None and (
+        row.started_at is None or node.provision_updated_at >= row.started_at
+    )
+    if not moved:
+        return N_PENDING, None
+    if state == END_STATE.get(row.verb):
+        return N_SUCCEEDED, None
+    return N_FAILED, f"the node left the rollout's flow: it is {state}"
+
+
+def _window_open(rollout: Rollout, now: dt.datetime) -> bool:
+    start, end = rollout.window_start, rollout.window_end
+    if start is None or end is None:
+        return True
+    hour = now.hour
+    return start <= hour < end if start <= end else hour >= start or hour < end
+
+
+@dataclass(frozen=True)
+class _Start:
+    row_id: int
+    node_uuid: str
+    verb: str
+    steps: list[dict[str, Any]]
+    disable_ramdisk: bool
+
+
+def advance(svc: Services, write: Write | None = None) -> None:
+    """One round over every rollout that is live or still has nodes under way."""
+    opener = write or svc.db.write
+    with svc.db.read() as session:
+        under_way = select(RolloutNode.rollout_id).where(RolloutNode.state == N_RUNNING)
+        ids = list(
+            session.scalars(
+                select(Rollout.id)
+                .where(Rollout.state.in_(LIVE) | Rollout.id.in_(under_way))
+                .order_by(Rollout.id)
+            )
+        )
+    for rollout_id in ids:
+        try:
+            _advance_one(svc, opener, rollout_id)
+        except Exception:  # one rollout's trouble must not stop the others
+            LOG.exception("advancing rollout %d failed", rollout_id)
+
+
+def _advance_one(svc: Services, write: Write, rollout_id: int) -> None:
+    with write() as session:
+        rollout = session.get(Rollout, rollout_id)
+        if rollout is None:
+            return
+        rows = rows_of(session, [rollout_id])[rollout_id]
+        starts = _settle(session, rollout, rows)
+        starts += _next_wave(rollout, rows)
+        _finish_if_over(rollout, rows)
+    for start in starts:
+        _start(svc, write, rollout, start)
+
+
+def _settle(session: Session, rollout: Rollout, rows: Sequence[RolloutNode]) -> list[_Start]:
+    """Record how the nodes under way are doing; the ones whose start was lost."""
+    again = []
+    now = utcnow()
+    for row in rows:
+        if row.state != N_RUNNING:
+            continue
+        node = session.get(Node, row.node_id)
+        if node is None:
+            continue
+        verdict, error = _verdict(row, node)
+        if verdict == N_PENDING:
+            row.started_at = now
+            again.append(_Start(row.id, row.node_uuid, row.verb, row.steps, row.disable_ramdisk))
+        elif verdict != N_RUNNING:
+            row.state, row.error, row.outcome = verdict, error, node.provision_state
+            row.finished_at, row.claim = now, None
+    failed = sum(1 for r in rows if r.state == N_FAILED)
+    if rollout.state in (PENDING, RUNNING, PAUSED) and failed > rollout.max_failures:
+        rollout.state = FAILED
+        rollout.last_error = f"{failed} nodes failed, more than the {rollout.max_failures} allowed"
+        rollout.updated_at = now
+        _skip_pending(session, rollout, "the rollout failed")
+        session.flush()
+        for row in rows:
+            session.refresh(row)
+    return again
+
+
+def _next_wave(rollout: Rollout, rows: Sequence[RolloutNode]) -> list[_Start]:
+    """Mark the next wave's nodes started, when the last one has finished."""
+    if rollout.state == PENDING:
+        rollout.state = RUNNING
+    if rollout.state != RUNNING or not _window_open(rollout, utcnow()):
+        return []
+    open_rows = [r for r in rows if r.state in (N_PENDING, N_RUNNING)]
+    if not open_rows:
+        return []
+    wave = min(r.wave for r in open_rows)
+    current = [r for r in open_rows if r.wave == wave]
+    if any(r.state == N_RUNNING for r in current):
+        return []
+    if wave > 0 and rollout.canary > 0 and not rollout.canary_approved:
+        rollout.state, rollout.paused_reason = PAUSED, CANARY_DONE
+        rollout.updated_at = utcnow()
+        return []
+    now = utcnow()
+    starts = []
+    for row in current:
+        row.state, row.started_at = N_RUNNING, now
+        starts.append(_Start(row.id, row.node_uuid, row.verb, row.steps, row.disable_ramdisk))
+    return starts
+
+
+def _finish_if_over(rollout: Rollout, rows: Sequence[RolloutNode]) -> None:
+    if any(r.state in (N_PENDING, N_RUNNING) for r in rows):
+        return
+    if rollout.state in (PENDING, RUNNING):
+        rollout.state = DONE
+    if rollout.finished_at is None and rollout.state in (DONE, STOPPED, FAILED):
+        rollout.finished_at = utcnow()
+        rollout.updated_at = rollout.finished_at
+
+
+def _start(svc: Services, write: Write, rollout: Rollout, start: _Start) -> None:
+    """Start one node's flow; a refusal fails the node, a lock leaves it for the next round."""
+    actor = f"rollout {rollout.uuid}" + (f" by {rollout.created_by}" if rollout.created_by else "")
+    request = flow_request(start.verb, start.steps, start.disable_ramdisk)
+    try:
+        provisioning.start(svc, start.node_uuid, NEWEST, request, actor)
+    except RequestError as exc:
+        if exc.status == 409:  # locked for a moment (a power sync): the next round retries
+            return
+        LOG.info("rollout %s: node %s refused: %s", rollout.uuid, start.node_uuid, exc.message)
+        with write() as session:
+            session.execute(
+                update(RolloutNode)
+                .where(RolloutNode.id == start.row_id)
+                .values(
+                    state=N_FAILED,
+                    error=f"its flow could not start: {exc.message}",
+                    finished_at=utcnow(),
+                    claim=None,
+                )
+            )
+
+
+def task(svc: Services) -> SingletonTask:
+    """The conductors' singleton task that advances rollouts, its writes under the term."""
+
+    def run(term: LeaderTerm) -> None:
+        advance(svc, term.write)
+
+    return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run)

@@ -1,0 +1,368 @@
+"""``/v1/rollouts``: a change rolled out over fake-hardware nodes in waves.
+
+Most tests advance the rollout themselves (``rollouts.advance``, what the
+conductors' singleton task calls each round), on a stack whose conductor
+advances none (``rollout_interval`` 0), so each round is one the test
+chose; the nodes' flows run on the stack's conductor as always. The last
+tests let the conductor's own task do it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from metalforge.db.models import RolloutNode
+from metalforge.services import rollouts
+from metalforge.services.context import Services
+from tests.support.api import (
+    LATEST,
+    create_node,
+    error_text,
+    get_node,
+    provision,
+    wait_for_state,
+    wait_until,
+)
+from tests.support.stack import Stack, start_stack, test_settings
+
+BIOS = {"component": "bios", "version": "1.0.1", "url": "http://images.example.com/bios"}
+BIOS_UPDATE = {"component": "bios", "url": "http://images.example.com/bios"}
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    running = start_stack(test_settings(f"sqlite:///{tmp_path}/mf.sqlite", rollout_interval=0))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _svc(stack: Stack) -> Services:
+    svc: Services = stack.app.state.services
+    return svc
+
+
+def _manageable(client: TestClient, name: str, **driver_info: Any) -> str:
+    node = create_node(client, name=name, driver_info=driver_info)
+    assert provision(client, node["uuid"], "manage").status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    return str(node["uuid"])
+
+
+def _create(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/rollouts", json=body, headers=LATEST)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def _show(client: TestClient, ident: str) -> dict[str, Any]:
+    response = client.get(f"/v1/rollouts/{ident}", headers=LATEST)
+    assert response.status_code == 200, response.text
+    shown: dict[str, Any] = response.json()
+    return shown
+
+
+def _by_node(shown: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["node_uuid"]: n for n in shown["nodes"]}
+
+
+def _act(client: TestClient, ident: str, what: str) -> Any:
+    return client.post(f"/v1/rollouts/{ident}/{what}", headers=LATEST)
+
+
+def _five_nodes_and_a_baseline(client: TestClient) -> dict[str, str]:
+    """n1 to n5, manageable, n3 told to fail its firmware update; baseline ``q4``."""
+    uuids = {
+        name: _manageable(
+            client, name, **({"fake_fail_steps": ["firmware.update"]} if name == "n3" else {})
+        )
+        for name in ("n1", "n2", "n3", "n4", "n5")
+    }
+    baseline = client.post(
+        "/v1/firmware_baselines", json={"name": "q4", "components": [BIOS]}, headers=LATEST
+    )
+    assert baseline.status_code == 201, baseline.text
+    return uuids
+
+
+def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: Stack) -> None:
+    client, svc = stack.client, _svc(stack)
+    uuids = _five_nodes_and_a_baseline(client)
+    created = _create(
+        client,
+        name="bios-q4",
+        action={"baseline": "q4"},
+        selector={"drifted_from": "q4"},
+        canary=1,
+        batch=2,
+        max_failures=1,
+    )
+    assert created["state"] == "pending"
+    assert [n["wave"] for n in created["nodes"]] == [0, 1, 1, 2, 2]
+    assert (created["node_counts"]["pending"], created["nodes"][0]["verb"]) == (5, "clean")
+
+    rollouts.advance(svc)  # the canary starts
+    shown = _show(client, "bios-q4")
+    assert shown["state"] == "running"
+    assert _by_node(shown)[uuids["n1"]]["state"] == "running"
+    wait_for_state(client, uuids["n1"], "manageable")
+    rollouts.advance(svc)  # the canary succeeded: wait for the operator
+    shown = _show(client, "bios-q4")
+    assert (shown["state"], shown["paused_reason"]) == ("paused", rollouts.CANARY_DONE)
+    assert _by_node(shown)[uuids["n1"]]["state"] == "succeeded"
+    assert _by_node(shown)[uuids["n2"]]["state"] == "pending"
+    rollouts.advance(svc)
+    assert _show(client, "bios-q4")["state"] == "paused", "a paused rollout starts nothing"
+
+    assert _act(client, "bios-q4", "resume").json()["state"] == "running"
+    rollouts.advance(svc)  # wave 1: n2 and n3
+    wait_for_state(client, uuids["n2"], "manageable")
+    failed = wait_for_state(client, uuids["n3"], "clean failed")
+    assert "firmware.update" in failed["last_error"]
+    assert _act(client, "bios-q4", "pause").json()["paused_reason"] == "paused by an operator"
+    rollouts.advance(svc)  # the wave is settled, but the rollout is paused
+    shown = _by_node(_show(client, "bios-q4"))
+    assert shown[uuids["n3"]]["state"] == "failed"
+    assert shown[uuids["n3"]]["outcome"] == "clean failed"
+    assert "firmware.update" in shown[uuids["n3"]]["error"]
+    assert shown[uuids["n4"]]["state"] == "pending"
+    assert get_node(client, uuids["n4"])["provision_state"] == "manageable"
+
+    _act(client, "bios-q4", "resume")
+    rollouts.advance(svc)  # one failure is within the budget: wave 2
+    for name in ("n4", "n5"):
+        wait_for_state(client, uuids[name], "manageable")
+    rollouts.advance(svc)
+    shown = _show(client, "bios-q4")
+    assert shown["state"] == "done"
+    assert shown["finished_at"] is not None
+    assert shown["node_counts"] == {
+        "pending": 0,
+        "running": 0,
+        "succeeded": 4,
+        "failed": 1,
+        "skipped": 0,
+    }
+    _check_afterwards(client, created["uuid"], uuids)
+
+
+def _check_afterwards(client: TestClient, rollout: str, uuids: dict[str, str]) -> None:
+    """Only the failed node is off the baseline; each flow says who asked; the nodes are free."""
+    drift = client.get("/v1/firmware_baselines/q4/drift", headers=LATEST).json()
+    assert [n["node_name"] for n in drift["nodes"]] == ["n3"]
+    url = f"/v1/nodes/{uuids['n2']}/history?detail=true"
+    history = client.get(url, headers=LATEST).json()["history"]
+    assert any((h["user"] or "").startswith(f"rollout {rollout}") for h in history)
+    again = _create(client, action={"verb": "provide"}, selector={"nodes": [uuids["n1"]]})
+    assert again["node_counts"]["pending"] == 1
+
+
+def test_more_failures_than_the_budget_stop_the_rollout(stack: Stack) -> None:
+    client, svc = stack.client, _svc(stack)
+    failing = [_manageable(client, f"f{n}", fake_fail_steps=["firmware.update"]) for n in (1, 2)]
+    spare = _manageable(client, "spare")
+    step = {"interface": "firmware", "step": "update", "args": {"settings": [BIOS_UPDATE]}}
+    runbook = client.post(
+        "/v1/runbooks",
+        json={"name": "CUSTOM_FLASH", "steps": [{**step, "order": 1}]},
+        headers=LATEST,
+    )
+    assert runbook.status_code == 201, runbook.text
+    client.put(f"/v1/runbooks/{runbook.json()['uuid']}/traits/CUSTOM_FLASH", headers=LATEST)
+    for uuid in [*failing, spare]:
+        client.put(f"/v1/nodes/{uuid}/traits/CUSTOM_FLASH", headers=LATEST)
+    created = _create(
+        client,
+        action={"runbook": "CUSTOM_FLASH"},
+        selector={"traits": ["CUSTOM_FLASH"]},
+        batch=2,
+        max_failures=1,
+    )
+    rollouts.advance(svc)
+    for uuid in failing:
+        wait_for_state(client, uuid, "clean failed")
+    rollouts.advance(svc)
+    shown = _show(client, created["uuid"])
+    assert shown["state"] == "failed"
+    assert shown["last_error"] == "2 nodes failed, more than the 1 allowed"
+    spare_row = _by_node(shown)[spare]
+    assert (spare_row["state"], spare_row["error"]) == ("skipped", "the rollout failed")
+    assert get_node(client, spare)["provision_state"] == "manageable"
+    assert _act(client, created["uuid"], "resume").status_code == 409
+
+
+def test_abort_lets_the_nodes_under_way_finish_and_starts_no_other(stack: Stack) -> None:
+    client, svc = stack.client, _svc(stack)
+    nodes = [_manageable(client, f"a{n}") for n in range(3)]
+    created = _create(client, action={"verb": "inspect"}, selector={"nodes": nodes})
+    rollouts.advance(svc)
+    aborted = _act(client, created["uuid"], "abort").json()
+    assert aborted["state"] == "stopped"
+    assert [n["state"] for n in aborted["nodes"]] == ["running", "skipped", "skipped"]
+    wait_for_state(client, nodes[0], "manageable")
+    rollouts.advance(svc)
+    shown = _show(client, created["uuid"])
+    assert [n["state"] for n in shown["nodes"]] == ["succeeded", "skipped", "skipped"]
+    assert shown["finished_at"] is not None
+    assert _act(client, created["uuid"], "abort").status_code == 409
+
+
+def test_a_start_lost_with_its_conductor_is_made_again(stack: Stack) -> None:
+    """The node was recorded as started, then the process died before starting its flow."""
+    client, svc = stack.client, _svc(stack)
+    node = _manageable(client, "lost")
+    created = _create(client, action={"verb": "provide"}, selector={"nodes": [node]})
+    # Recorded after the node's last change, as a round records it before it starts it.
+    started = dt.datetime.fromisoformat(get_node(client, node)["provision_updated_at"])
+    started += dt.timedelta(seconds=1)
+    with stack.db.write() as session:
+        session.execute(
+            update(RolloutNode)
+            .where(RolloutNode.node_uuid == node)
+            .values(state="running", started_at=started)
+        )
+    rollouts.advance(svc)  # still manageable, unchanged since: started again
+    wait_for_state(client, node, "available")
+    rollouts.advance(svc)
+    assert _show(client, created["uuid"])["state"] == "done"
+
+
+def test_two_live_rollouts_never_hold_one_node(stack: Stack) -> None:
+    client = stack.client
+    node = _manageable(client, "shared")
+    first = _create(client, action={"verb": "inspect"}, selector={"nodes": [node]})
+    response = client.post(
+        "/v1/rollouts",
+        json={"action": {"verb": "provide"}, "selector": {"name_pattern": "sha*"}},
+        headers=LATEST,
+    )
+    assert response.status_code == 409
+    assert f"node {node} is in rollout {first['uuid']}" in error_text(response)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ({"action": {"verb": "inspect"}, "selector": {}}, "at least one criterion"),
+        (
+            {"action": {"verb": "inspect"}, "selector": {"name_pattern": "none-*"}},
+            "the selector matches no node",
+        ),
+        (
+            {"action": {"verb": "inspect", "runbook": "X"}, "selector": {"name_pattern": "*"}},
+            "one of runbook, baseline, verb",
+        ),
+        ({"action": {}, "selector": {"name_pattern": "*"}}, "one of runbook, baseline, verb"),
+        ({"action": {"verb": "deploy"}, "selector": {"name_pattern": "*"}}, "verb"),
+        ({"action": {"verb": "inspect"}, "selector": {"name_pattern": "*"}, "batch": 0}, "batch"),
+        (
+            {"action": {"verb": "inspect"}, "selector": {"name_pattern": "*"}, "canary": -1},
+            "canary",
+        ),
+        (
+            {"action": {"verb": "provide"}, "selector": {"name_pattern": "bad-*"}},
+            "can not be performed",
+        ),
+        (
+            {"action": {"runbook": "CUSTOM_NONE"}, "selector": {"name_pattern": "bad-*"}},
+            "CUSTOM_NONE could not be found",
+        ),
+        (
+            {"action": {"baseline": "none-such"}, "selector": {"name_pattern": "bad-*"}},
+            "none-such could not be found",
+        ),
+        (
+            {"action": {"verb": "inspect"}, "selector": {"nodes": [str(uuidlib.uuid4())]}},
+            "could not be found",
+        ),
+        (
+            {
+                "action": {"verb": "inspect"},
+                "selector": {"name_pattern": "*"},
+                "window": {"start_hour": 24, "end_hour": 2},
+            },
+            "start_hour",
+        ),
+        ({"action": {"verb": "inspect"}, "selector": {"colour": "red"}}, "colour"),
+    ],
+)
+def test_bad_rollouts_are_refused_before_anything_runs(
+    stack: Stack, body: dict[str, Any], text: str
+) -> None:
+    client = stack.client
+    node = create_node(client, name=f"bad-{uuidlib.uuid4().hex[:6]}")  # enrolled
+    response = client.post("/v1/rollouts", json=body, headers=LATEST)
+    assert response.status_code == 400, response.text
+    assert text in error_text(response)
+    assert client.get("/v1/rollouts", headers=LATEST).json()["rollouts"] == []
+    assert get_node(client, node["uuid"])["provision_state"] == "enroll"
+
+
+def test_a_runbook_the_node_is_not_approved_for_is_refused(stack: Stack) -> None:
+    client = stack.client
+    _manageable(client, "plain")
+    step = {"interface": "firmware", "step": "update", "args": {"settings": [BIOS_UPDATE]}}
+    made = client.post(
+        "/v1/runbooks", json={"name": "CUSTOM_RB", "steps": [{**step, "order": 1}]}, headers=LATEST
+    ).json()
+    client.put(f"/v1/runbooks/{made['uuid']}/traits/CUSTOM_RB", headers=LATEST)
+    response = client.post(
+        "/v1/rollouts",
+        json={"action": {"runbook": "CUSTOM_RB"}, "selector": {"name_pattern": "plain"}},
+        headers=LATEST,
+    )
+    assert response.status_code == 400
+    assert "has not been approved for use on this node" in error_text(response)
+
+
+def test_listing_filters_by_state_and_shows_counts(stack: Stack) -> None:
+    client = stack.client
+    node = _manageable(client, "listed")
+    created = _create(client, action={"verb": "inspect"}, selector={"nodes": [node]})
+    listed = client.get("/v1/rollouts?state=pending", headers=LATEST).json()["rollouts"]
+    assert listed == [
+        {
+            "uuid": created["uuid"],
+            "name": None,
+            "state": "pending",
+            "node_counts": created["node_counts"],
+            "links": created["links"],
+        }
+    ]
+    assert client.get("/v1/rollouts?state=done", headers=LATEST).json()["rollouts"] == []
+    assert client.get("/v1/rollouts?state=bogus", headers=LATEST).status_code == 400
+    assert client.get("/v1/rollouts/none-such", headers=LATEST).status_code == 404
+    text = client.get("/metrics", headers=LATEST).text
+    assert 'metalforge_rollout_nodes{state="pending"} 1.0' in text
+
+
+def test_the_conductors_advance_rollouts_by_themselves(tmp_path: Path) -> None:
+    settings = test_settings(
+        f"sqlite:///{tmp_path}/mf.sqlite",
+        rollout_interval=0.1,
+        coordination={"election_interval": 0.1, "leader_lease": 2.0},
+    )
+    running = start_stack(settings)
+    try:
+        client = running.client
+        nodes = [_manageable(client, f"auto{n}") for n in range(3)]
+        created = _create(client, action={"verb": "provide"}, selector={"nodes": nodes}, batch=2)
+        wait_until(
+            "the rollout is done",
+            lambda: _show(client, created["uuid"])["state"] == "done",
+            timeout=60,
+        )
+        for node in nodes:
+            assert get_node(client, node)["provision_state"] == "available"
+    finally:
+        running.stop()
