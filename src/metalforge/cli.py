@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from metalforge.config import Settings, load_settings
+from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db import queue
-from metalforge.db.models import PxeFilterHost
+from metalforge.db.models import PxeFilterHost, Rollout, RolloutNode
 from metalforge.db.notify import Listener
+from metalforge.errors import RequestError
 from metalforge.pxe_filter.dhcp import DhcpError
 from metalforge.pxe_filter.service import STATUS_EVERY, host_statuses
 from metalforge.pxe_filter.setup import FilterHost, build_driver, build_filter_host
+from metalforge.services import rollouts
+from metalforge.services.bodies import RolloutCreate, checked
+from metalforge.services.caller import Caller, Target
+from metalforge.services.context import Services
 from metalforge.startup import (
     StartupError,
     build_conductor,
@@ -172,6 +179,86 @@ def render_work_items(found: list[queue.QueueEntry], *, dead: bool) -> str:
     return "\n".join(lines)
 
 
+class HostOperator(Caller):
+    """Whoever runs ``metalforge`` on a service host: with the database's credentials in
+    hand, they may do anything the API would let a system admin do."""
+
+    def may(self, rule: str, target: Target) -> bool:
+        return True
+
+
+def cmd_rollout(settings: Settings, args: argparse.Namespace) -> None:
+    """Rollouts from a service host: the same service functions as ``/v1/rollouts``."""
+    db = open_database(settings)
+    svc = Services(
+        settings=settings,
+        db=db,
+        drivers=build_registry(settings),
+        directory=ConductorDirectory(db, settings.conductor.heartbeat_timeout),
+    )
+    try:
+        if args.action == "list":
+            with db.read() as session:
+                found = list(session.scalars(rollouts.listing(args.state).order_by(Rollout.id)))
+                rows = rollouts.rows_of(session, [r.id for r in found])
+            print(render_rollouts(found, rows))
+            return
+        if args.action == "create":
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            body = checked(RolloutCreate, json.loads(text), "rollout")
+            ident = rollouts.create_rollout(svc, body, HostOperator(), "metalforge-cli").uuid
+        elif args.action in ("pause", "resume", "abort"):
+            ident = getattr(rollouts, args.action)(svc, args.rollout).uuid
+        else:
+            ident = args.rollout
+        with db.read() as session:
+            row = rollouts.find_rollout(session, ident)
+            print(render_rollout(row, rollouts.rows_of(session, [row.id])[row.id]))
+    except RequestError as exc:
+        raise StartupError(exc.message) from exc
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read the rollout: {exc}") from exc
+    finally:
+        db.dispose()
+
+
+def _counts(nodes: list[RolloutNode]) -> str:
+    return " ".join(
+        f"{state}={sum(1 for n in nodes if n.state == state)}" for state in rollouts.NODE_STATES
+    )
+
+
+def render_rollouts(found: list[Rollout], rows: dict[int, list[RolloutNode]]) -> str:
+    if not found:
+        return "no rollouts"
+    lines = [f"{'UUID':<36}  {'NAME':<20}  {'STATE':<8}  NODES"]
+    for row in found:
+        lines.append(
+            f"{row.uuid:<36}  {row.name or '-':<20}  {row.state:<8}  {_counts(rows[row.id])}"
+        )
+    return "\n".join(lines)
+
+
+def render_rollout(row: Rollout, nodes: list[RolloutNode]) -> str:
+    """The rollout and each node's part, as an operator follows it."""
+    lines = [
+        f"rollout {row.uuid}" + (f" ({row.name})" if row.name else ""),
+        f"state: {row.state}" + (f" - {row.paused_reason}" if row.paused_reason else ""),
+        f"action: {json.dumps(row.action, sort_keys=True)}",
+        f"canary {row.canary}, batch {row.batch}, max_failures {row.max_failures}",
+        f"nodes: {_counts(nodes)}",
+    ]
+    if row.last_error:
+        lines.append(f"error: {row.last_error}")
+    lines.append(f"{'NODE':<36}  {'WAVE':>4}  {'STATE':<9}  {'OUTCOME':<15}  ERROR")
+    for node in nodes:
+        lines.append(
+            f"{node.node_uuid:<36}  {node.wave:>4}  {node.state:<9}  "
+            f"{node.outcome or '-':<15}  {node.error or ''}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="metalforge", description=__doc__)
     parser.add_argument("--config", type=Path, help="TOML configuration file")
@@ -189,6 +276,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     replaying = work_sub.add_parser("replay", help="queue a dead-lettered item again")
     replaying.add_argument("item", type=int, help="the work item's id")
+    rollout_parser = sub.add_parser("rollout", help="rollouts over many nodes (docs/rollouts.md)")
+    rollout_sub = rollout_parser.add_subparsers(dest="action", required=True)
+    creating = rollout_sub.add_parser("create", help="create one from a JSON body")
+    creating.add_argument("file", help="the body, as POST /v1/rollouts takes it (- for stdin)")
+    rollout_list = rollout_sub.add_parser("list", help="list rollouts")
+    rollout_list.add_argument("--state", help="only those in this state")
+    for action, text in (
+        ("show", "a rollout and each node's part"),
+        ("pause", "start no node until resumed"),
+        ("resume", "carry on (after the canary: start the waves)"),
+        ("abort", "stop for good; nodes under way finish"),
+    ):
+        rollout_sub.add_parser(action, help=text).add_argument("rollout", help="UUID or name")
     filter_parser = sub.add_parser(
         "pxe-filter", help="this host's PXE filter (beside the inspection DHCP service)"
     )
@@ -216,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         "conductor": cmd_conductor,
         "db": cmd_db_upgrade,
         "work": lambda chosen: cmd_work(chosen, args),
+        "rollout": lambda chosen: cmd_rollout(chosen, args),
         "pxe-filter": lambda chosen: cmd_pxe_filter(chosen, args),
     }
     commands[args.command](settings)

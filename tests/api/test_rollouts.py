@@ -10,6 +10,7 @@ tests let the conductor's own task do it.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +20,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from metalforge import cli
 from metalforge.db.models import RolloutNode
 from metalforge.services import rollouts
 from metalforge.services.context import Services
+from metalforge.startup import StartupError
 from tests.support.api import (
     LATEST,
     create_node,
@@ -366,3 +369,38 @@ def test_the_conductors_advance_rollouts_by_themselves(tmp_path: Path) -> None:
             assert get_node(client, node)["provision_state"] == "available"
     finally:
         running.stop()
+
+
+def test_the_cli_creates_shows_pauses_and_aborts_rollouts(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = stack.client
+    nodes = [_manageable(client, f"cli{n}") for n in range(2)]
+    config = tmp_path / "metalforge.toml"
+    config.write_text(f'[database]\nurl = "{stack.settings.database.url}"\n')
+    body = tmp_path / "rollout.json"
+    body.write_text(
+        json.dumps(
+            {"name": "cli-inspect", "action": {"verb": "inspect"}, "selector": {"nodes": nodes}}
+        )
+    )
+    cli.main(["--config", str(config), "rollout", "create", str(body)])
+    shown = capsys.readouterr().out
+    assert "(cli-inspect)" in shown
+    assert "state: pending" in shown
+    assert all(node in shown for node in nodes)
+    cli.main(["--config", str(config), "rollout", "list"])
+    assert "cli-inspect" in capsys.readouterr().out
+    cli.main(["--config", str(config), "rollout", "pause", "cli-inspect"])
+    assert "state: paused - paused by an operator" in capsys.readouterr().out
+    cli.main(["--config", str(config), "rollout", "abort", "cli-inspect"])
+    out = capsys.readouterr().out
+    assert "state: stopped" in out
+    assert "nodes: pending=0 running=0 succeeded=0 failed=0 skipped=2" in out
+    with pytest.raises(StartupError, match="is stopped"):
+        cli.main(["--config", str(config), "rollout", "resume", "cli-inspect"])
+    body.write_text(json.dumps({"action": {"verb": "inspect"}, "selector": {}}))
+    with pytest.raises(StartupError, match="at least one criterion"):
+        cli.main(["--config", str(config), "rollout", "create", str(body)])
+    cli.main(["--config", str(config), "rollout", "list", "--state", "done"])
+    assert capsys.readouterr().out.strip() == "no rollouts"
