@@ -203,7 +203,8 @@ class Leadership:
         self._run(task, term)
 
     def _run(self, task: SingletonTask, term: LeaderTerm) -> None:
-        LOG.info("singleton %s starts on %s", task.role, term.member)
+        # Every round of every task (some run every few seconds): for debugging only.
+        LOG.debug("singleton %s starts on %s", task.role, term.member)
         try:
             task.run(term)
         except LeaseLost as exc:
@@ -217,7 +218,7 @@ class Leadership:
             except Exception:  # whatever the backend raises, the lease runs out
                 LOG.warning("standing down from %s failed", task.role, exc_info=True)
         finally:
-            LOG.info("singleton %s ends on %s", task.role, term.member)
+            LOG.debug("singleton %s ends on %s", task.role, term.member)
 
     def _forget(self, term: LeaderTerm) -> None:
         """Stop counting on ``term`` (unless a later election already replaced it)."""
