@@ -213,7 +213,8 @@ def cmd_rollout(settings: Settings, args: argparse.Namespace) -> None:
             ident = args.rollout
         with db.read() as session:
             row = rollouts.find_rollout(session, ident)
-            print(render_rollout(row, rollouts.rows_of(session, [row.id])[row.id]))
+            nodes = rollouts.rows_of(session, [row.id])[row.id]
+            print(render_rollout(row, nodes, rollouts.node_names(session, nodes)))
     except RequestError as exc:
         raise StartupError(exc.message) from exc
     except (OSError, ValueError) as exc:
@@ -239,7 +240,7 @@ def render_rollouts(found: list[Rollout], rows: dict[int, list[RolloutNode]]) ->
     return "\n".join(lines)
 
 
-def render_rollout(row: Rollout, nodes: list[RolloutNode]) -> str:
+def render_rollout(row: Rollout, nodes: list[RolloutNode], names: dict[int, str | None]) -> str:
     """The rollout and each node's part, as an operator follows it."""
     lines = [
         f"rollout {row.uuid}" + (f" ({row.name})" if row.name else ""),
@@ -250,11 +251,11 @@ def render_rollout(row: Rollout, nodes: list[RolloutNode]) -> str:
     ]
     if row.last_error:
         lines.append(f"error: {row.last_error}")
-    lines.append(f"{'NODE':<36}  {'WAVE':>4}  {'STATE':<9}  {'OUTCOME':<15}  ERROR")
+    lines.append(f"{'NODE':<36}  {'NAME':<16}  {'WAVE':>4}  {'STATE':<9}  {'OUTCOME':<15}  ERROR")
     for node in nodes:
         lines.append(
-            f"{node.node_uuid:<36}  {node.wave:>4}  {node.state:<9}  "
-            f"{node.outcome or '-':<15}  {node.error or ''}"
+            f"{node.node_uuid:<36}  {names.get(node.node_id) or '-':<16}  {node.wave:>4}  "
+            f"{node.state:<9}  {node.outcome or '-':<15}  {node.error or ''}".rstrip()
         )
     return "\n".join(lines)
 

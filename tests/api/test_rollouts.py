@@ -118,6 +118,7 @@ def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: 
     shown = _show(client, "bios-q4")
     assert shown["state"] == "running"
     assert _by_node(shown)[uuids["n1"]]["state"] == "running"
+    assert _by_node(shown)[uuids["n1"]]["node_name"] == "n1"
     wait_for_state(client, uuids["n1"], "manageable")
     rollouts.advance(svc)  # the canary succeeded: wait for the operator
     shown = _show(client, "bios-q4")
@@ -389,6 +390,7 @@ def test_the_cli_creates_shows_pauses_and_aborts_rollouts(
     assert "(cli-inspect)" in shown
     assert "state: pending" in shown
     assert all(node in shown for node in nodes)
+    assert "cli0" in shown
     cli.main(["--config", str(config), "rollout", "list"])
     assert "cli-inspect" in capsys.readouterr().out
     cli.main(["--config", str(config), "rollout", "pause", "cli-inspect"])

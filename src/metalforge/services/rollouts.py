@@ -139,6 +139,15 @@ def rows_of(session: Session, rollout_ids: Sequence[int]) -> dict[int, list[Roll
     return found
 
 
+def node_names(session: Session, rows: Sequence[RolloutNode]) -> dict[int, str | None]:
+    """The current name of each row's node, by node id (for the views)."""
+    ids = sorted({r.node_id for r in rows})
+    if not ids:
+        return {}
+    found = session.execute(select(Node.id, Node.name).where(Node.id.in_(ids)))
+    return {row.id: row.name for row in found}
+
+
 def node_counts(session: Session) -> dict[str, int]:
     """Nodes of live rollouts by their state in it, for ``GET /metrics``."""
     counts = dict.fromkeys(NODE_STATES, 0)

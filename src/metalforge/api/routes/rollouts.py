@@ -61,9 +61,10 @@ def _when(value: Any) -> str | None:
     return value.isoformat() if value else None
 
 
-def _node_view(row: RolloutNode) -> dict[str, Any]:
+def _node_view(row: RolloutNode, names: dict[int, str | None]) -> dict[str, Any]:
     return {
         "node_uuid": row.node_uuid,
+        "node_name": names.get(row.node_id),
         "wave": row.wave,
         "state": row.state,
         "verb": row.verb or None,
@@ -75,9 +76,13 @@ def _node_view(row: RolloutNode) -> dict[str, Any]:
 
 
 def rollout_view(
-    row: Rollout, nodes: Sequence[RolloutNode], base: str, wanted: list[str] | None = None
+    row: Rollout,
+    nodes: Sequence[RolloutNode],
+    names: dict[int, str | None],
+    base: str,
+    wanted: list[str] | None = None,
 ) -> dict[str, Any]:
-    names = wanted if wanted is not None else [n for n in ROLLOUT_FIELDS if n != "links"]
+    shown = wanted if wanted is not None else [n for n in ROLLOUT_FIELDS if n != "links"]
     derived: dict[str, Callable[[], Any]] = {
         "window": lambda: (
             None
@@ -87,10 +92,10 @@ def rollout_view(
         "node_counts": lambda: {
             state: sum(1 for n in nodes if n.state == state) for state in rollouts.NODE_STATES
         },
-        "nodes": lambda: [_node_view(n) for n in nodes],
+        "nodes": lambda: [_node_view(n, names) for n in nodes],
     }
     body: dict[str, Any] = {}
-    for name in names:
+    for name in shown:
         if name == "links":
             continue
         if name in derived:
@@ -107,7 +112,8 @@ def _shown(svc: Services, ident: str, base: str, wanted: list[str] | None = None
     with svc.db.read() as session:
         row = rollouts.find_rollout(session, ident)
         nodes = rollouts.rows_of(session, [row.id])[row.id]
-        return JSONResponse(rollout_view(row, nodes, base, wanted))
+        names = rollouts.node_names(session, nodes)
+        return JSONResponse(rollout_view(row, nodes, names, base, wanted))
 
 
 @router.get("/rollouts", summary="List rollouts", dependencies=[_GET])
@@ -125,7 +131,8 @@ def list_rollouts(request: Request) -> JSONResponse:
         stmt = listing.paged(rollouts.listing(query.get("state")), session, Rollout, pg)
         found = list(session.scalars(stmt))
         nodes = rollouts.rows_of(session, [r.id for r in found])
-        items = [rollout_view(r, nodes[r.id], base, wanted) for r in found]
+        names = rollouts.node_names(session, [n for rows in nodes.values() for n in rows])
+        items = [rollout_view(r, nodes[r.id], names, base, wanted) for r in found]
     last = found[-1].uuid if found else None
     page_link = listing.next_link(base, "rollouts", query, pg, len(found), last)
     return JSONResponse({"rollouts": items, **page_link})
