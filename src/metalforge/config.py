@@ -462,6 +462,10 @@ class BmcGuardSettings(BaseModel):
     slot_wait: float = Field(default=20.0, gt=0, le=300.0)
     """Seconds a call waits for a free slot before it fails as "BMC busy" (a
     ``BmcUnavailable``, so idempotent actions retry within ``bmc_retry_budget``)."""
+    calls_per_minute: int = Field(default=0, ge=0, le=100_000)
+    """A budget of calls to one BMC a minute (a bucket that refills steadily, so short
+    bursts up to it pass at once); beyond it a call waits for its turn, at most
+    ``slot_wait``, then fails as "BMC busy". 0: no budget (only ``max_concurrent``)."""
     failures_to_open: int = Field(default=3, ge=1, le=100)
     """Consecutive calls that cannot reach a BMC after which its circuit breaker opens."""
     cooldown: float = Field(default=60.0, gt=0, le=3600.0)

@@ -85,6 +85,12 @@ BMC_ERRORS = Metric(
     "sparing a BMC at its limit or one that stopped answering).",
     ("protocol", "kind"),
 )
+BMC_CALL_DURATION = Metric(
+    "metalforge_bmc_call_duration_seconds",
+    "How long calls to BMCs took, from getting a slot to the answer, by protocol.",
+    ("protocol",),
+    (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
 BMC_BREAKER_TRIPS = Metric(
     "metalforge_bmc_breaker_trips",
     "Times a BMC failed to answer often enough in a row that calls to it were refused "
@@ -113,6 +119,7 @@ METRICS: tuple[Metric, ...] = (
     ALLOCATION_DURATION,
     BMC_ERRORS,
     BMC_BREAKER_TRIPS,
+    BMC_CALL_DURATION,
     AGENT_ERRORS,
     HTTP_DURATION,
 )

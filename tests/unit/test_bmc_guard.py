@@ -11,7 +11,13 @@ from metalforge.config import BmcGuardSettings, Settings
 from metalforge.drivers import failures
 from metalforge.drivers.base import BmcUnavailable, DriverError
 from metalforge.drivers.bmc_guard import BmcBusy, BmcGuard, BreakerOpen
-from metalforge.tallies import BMC_BREAKER_TRIPS, BMC_ERRORS, LABEL_SEPARATOR, Tally
+from metalforge.tallies import (
+    BMC_BREAKER_TRIPS,
+    BMC_CALL_DURATION,
+    BMC_ERRORS,
+    LABEL_SEPARATOR,
+    Tally,
+)
 
 ADDRESS = "https://bmc-1.example:443"
 OTHER = "https://bmc-2.example:443"
@@ -191,3 +197,60 @@ def test_settings_refuse_absurd_values() -> None:
             BmcGuardSettings(**bad)
     settings = Settings.model_validate({"conductor": {"bmc_guard": {"max_concurrent": 2}}})
     assert settings.conductor.bmc_guard.max_concurrent == 2
+
+
+class SleepingClock(Clock):
+    """A clock that moves only when the guard sleeps (what it waited is what it asked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_budget_lets_a_burst_through_then_spaces_the_calls() -> None:
+    clock = SleepingClock()
+    guard = BmcGuard(
+        BmcGuardSettings(calls_per_minute=60, slot_wait=5), clock=clock, sleep=clock.sleep
+    )
+    for _ in range(60):
+        with guard.call("redfish", ADDRESS):
+            pass
+    assert clock.slept == []
+    with guard.call("redfish", ADDRESS):
+        pass
+    assert clock.slept == [pytest.approx(1.0)], "one call a second once the burst is spent"
+    with guard.call("redfish", OTHER):
+        pass
+    assert len(clock.slept) == 1, "another BMC has a budget of its own"
+
+
+def test_a_call_that_would_wait_longer_than_slot_wait_for_the_budget_is_busy() -> None:
+    clock = SleepingClock()
+    guard = BmcGuard(
+        BmcGuardSettings(calls_per_minute=6, slot_wait=5), clock=clock, sleep=clock.sleep
+    )
+    for _ in range(6):
+        with guard.call("ipmi", "10.0.0.9:623"):
+            pass
+    spent = "budget of 6 calls a minute is spent"
+    with pytest.raises(BmcBusy, match=spent), guard.call("ipmi", "10.0.0.9:623"):
+        pass
+    assert _counted(BMC_ERRORS.name, ("ipmi", "busy")) == 1
+    assert clock.slept == [], "it did not wait for a budget it could not get in time"
+    clock.now += 10  # one call's worth refilled
+    with guard.call("ipmi", "10.0.0.9:623"):
+        pass
+
+
+def test_each_call_that_ran_is_timed() -> None:
+    guard = _guard(Clock())
+    with guard.call("redfish", ADDRESS):
+        pass
+    _unreachable(guard)
+    assert _counted(BMC_CALL_DURATION.name, ("redfish",)) > 0
+    counted = failures.FAILURES.take()
+    assert counted[(BMC_CALL_DURATION.name, "redfish", "count")] == 2

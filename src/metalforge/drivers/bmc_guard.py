@@ -15,6 +15,9 @@ on a chassis or the Redfish emulator, share its limit):
   waits at most ``slot_wait`` seconds for a free one, then fails with
   ``BmcUnavailable`` (the BMC is busy, so the conductor's bounded retries
   may try again later);
+- with ``calls_per_minute`` set, calls to one BMC draw on a budget that
+  refills steadily (a bucket of that many calls): a call beyond it waits for
+  the budget, at most ``slot_wait`` in all, then fails the same way;
 - after ``failures_to_open`` consecutive calls that could not reach the
   BMC (connection refused, timed out), the breaker opens: calls fail at once
   for ``cooldown`` seconds instead of each waiting for a timeout. The first
@@ -26,8 +29,9 @@ on a chassis or the Redfish emulator, share its limit):
 
 The guard is process-local state, like the protocol clients it guards: each
 conductor protects the BMCs it talks to. Refusals are counted in
-``metalforge_bmc_errors`` (kinds ``busy`` and ``circuit_open``) and every
-opening of a breaker in ``metalforge_bmc_breaker_trips``.
+``metalforge_bmc_errors`` (kinds ``busy`` and ``circuit_open``), every
+opening of a breaker in ``metalforge_bmc_breaker_trips``, and how long each
+call that ran took in ``metalforge_bmc_call_duration_seconds``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 
 from metalforge.config import BmcGuardSettings
 from metalforge.drivers.base import BmcUnavailable
-from metalforge.drivers.failures import bmc_breaker_opened, bmc_failed
+from metalforge.drivers.failures import bmc_breaker_opened, bmc_call_took, bmc_failed
 
 LOG = logging.getLogger(__name__)
 
@@ -65,6 +69,9 @@ class _Bmc:
     """Monotonic time until which calls are refused (0: the breaker is closed)."""
     probing: bool = False
     """A call is trying the BMC after its cooling period; the others still wait it out."""
+    budget: float = -1.0
+    """Calls left in the budget (-1: not filled yet, the bucket starts full)."""
+    refilled_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,11 @@ class BmcGuard:
         self,
         settings: BmcGuardSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._settings = settings or BmcGuardSettings()
         self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._bmcs: dict[str, _Bmc] = {}
 
@@ -154,6 +163,51 @@ class BmcGuard:
             settings.cooldown,
         )
 
+    def _spend(self, bmc: _Bmc, waited: float) -> float | None:
+        """Take one call from the budget: 0 when there was one, else the seconds until there
+        is (None: longer than the caller may still wait)."""
+        per_minute = self._settings.calls_per_minute
+        if not per_minute:
+            return 0.0
+        rate = per_minute / 60.0
+        with self._lock:
+            now = self._clock()
+            if bmc.budget < 0:
+                bmc.budget, bmc.refilled_at = float(per_minute), now
+            bmc.budget = min(float(per_minute), bmc.budget + (now - bmc.refilled_at) * rate)
+            bmc.refilled_at = now
+            if bmc.budget >= 1.0:
+                bmc.budget -= 1.0
+                return 0.0
+            wait = (1.0 - bmc.budget) / rate
+        return wait if waited + wait <= self._settings.slot_wait else None
+
+    def _within_budget(self, protocol: str, address: str, bmc: _Bmc) -> None:
+        waited = 0.0
+        while (wait := self._spend(bmc, waited)) != 0.0:
+            if wait is None:
+                bmc_failed(protocol, "busy")
+                raise BmcBusy(
+                    f"BMC at {address} is busy: its budget of "
+                    f"{self._settings.calls_per_minute} calls a minute is spent"
+                )
+            self._sleep(wait)
+            waited += wait
+
+    def _take_slot(self, protocol: str, address: str, bmc: _Bmc) -> None:
+        """One of the BMC's slots and a call from its budget, or ``BmcBusy``."""
+        if not bmc.slots.acquire(timeout=self._settings.slot_wait):
+            bmc_failed(protocol, "busy")
+            raise BmcBusy(
+                f"BMC at {address} is busy: {self._settings.max_concurrent} call(s) to it "
+                f"did not finish within {self._settings.slot_wait:g} s"
+            )
+        try:
+            self._within_budget(protocol, address, bmc)
+        except BmcBusy:
+            bmc.slots.release()
+            raise
+
     @contextmanager
     def call(self, protocol: str, address: str) -> Iterator[None]:
         """Hold one of the BMC's slots for the block, or fail fast (see the module docstring).
@@ -163,16 +217,15 @@ class BmcGuard:
         """
         bmc = self._bmc(address)
         probe = self._admit(protocol, address, bmc)
-        if not bmc.slots.acquire(timeout=self._settings.slot_wait):
-            if probe:
+        try:
+            self._take_slot(protocol, address, bmc)
+        except BmcBusy:
+            if probe:  # refused before it could probe: the next call may
                 with self._lock:
                     bmc.probing = False
-            bmc_failed(protocol, "busy")
-            raise BmcBusy(
-                f"BMC at {address} is busy: {self._settings.max_concurrent} call(s) to it "
-                f"did not finish within {self._settings.slot_wait:g} s"
-            )
+            raise
         reached = True
+        began = time.monotonic()
         try:
             yield
         except BmcUnavailable:
@@ -180,6 +233,7 @@ class BmcGuard:
             raise
         finally:
             bmc.slots.release()
+            bmc_call_took(protocol, time.monotonic() - began)
             self._record(protocol, address, bmc, reached)
 
     def breakers(self) -> list[BreakerState]:

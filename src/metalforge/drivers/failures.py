@@ -9,10 +9,16 @@ never the BMC's message.
 
 from __future__ import annotations
 
-from metalforge.tallies import AGENT_ERRORS, BMC_BREAKER_TRIPS, BMC_ERRORS, Tally
+from metalforge.tallies import (
+    AGENT_ERRORS,
+    BMC_BREAKER_TRIPS,
+    BMC_CALL_DURATION,
+    BMC_ERRORS,
+    Tally,
+)
 
 FAILURES = Tally()
-"""This process's failed BMC and agent calls since the last flush."""
+"""This process's failed BMC and agent calls (and BMC call durations) since the last flush."""
 
 
 def bmc_failed(protocol: str, kind: str) -> None:
@@ -31,3 +37,8 @@ def bmc_breaker_opened(protocol: str) -> None:
 def agent_failed(kind: str) -> None:
     """A call to a ramdisk agent failed: ``unreachable``, ``busy`` or ``refused``."""
     FAILURES.count(AGENT_ERRORS, (kind,))
+
+
+def bmc_call_took(protocol: str, seconds: float) -> None:
+    """A call to a BMC ended (answered or not) after ``seconds``."""
+    FAILURES.observe(BMC_CALL_DURATION, (protocol,), seconds)
