@@ -105,9 +105,11 @@ def _where(ident: str) -> Any:
     return Rollout.name == ident
 
 
-def find_rollout(session: Session, ident: str) -> Rollout:
-    """By UUID or name; 404 otherwise."""
-    found = session.scalar(select(Rollout).where(_where(ident)))
+def find_rollout(session: Session, ident: str, *, for_update: bool = False) -> Rollout:
+    """By UUID or name; 404 otherwise. ``for_update`` takes its row lock (on PostgreSQL),
+    so an operator's change and a round of ``advance`` take turns."""
+    stmt = select(Rollout).where(_where(ident))
+    found = session.scalar(stmt.with_for_update() if for_update else stmt)
     if found is None:
         raise not_found_error(ident)
     return found
@@ -411,7 +413,7 @@ def _change(
     reason: str | None,
 ) -> Rollout:
     with svc.db.write() as session:
-        rollout = find_rollout(session, ident)
+        rollout = find_rollout(session, ident, for_update=True)
         if rollout.state not in allowed:
             raise conflict(
                 f"Rollout {rollout.uuid} is {rollout.state}; it can be made {new} only when "
@@ -446,14 +448,14 @@ def _verdict(row: RolloutNode, node: Node) -> tuple[str, str | None]:
     state = node.provision_state
     if state in states.BUSY_STATES:
         return N_RUNNING, None
-    info = states.STATES.get(state)
-    if info is not None and info.failure:
-        return N_FAILED, node.last_error or f"its flow failed: the node is {state}"
     moved = node.provision_updated_at is not None and (
         row.started_at is None or node.provision_updated_at >= row.started_at
     )
-    if not moved:
+    if not moved:  # even from a failed state (``manage`` after ``clean failed``)
         return N_PENDING, None
+    info = states.STATES.get(state)
+    if info is not None and info.failure:
+        return N_FAILED, node.last_error or f"its flow failed: the node is {state}"
     if state == END_STATE.get(row.verb):
         return N_SUCCEEDED, None
     return N_FAILED, f"the node left the rollout's flow: it is {state}"
@@ -497,7 +499,7 @@ def advance(svc: Services, write: Write | None = None) -> None:
 
 def _advance_one(svc: Services, write: Write, rollout_id: int) -> None:
     with write() as session:
-        rollout = session.get(Rollout, rollout_id)
+        rollout = session.get(Rollout, rollout_id, with_for_update=True)
         if rollout is None:
             return
         rows = rows_of(session, [rollout_id])[rollout_id]
