@@ -206,7 +206,8 @@ def cmd_rollout(settings: Settings, args: argparse.Namespace) -> None:
         if args.action == "create":
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             body = checked(RolloutCreate, json.loads(text), "rollout")
-            ident = rollouts.create_rollout(svc, body, HostOperator(), "metalforge-cli").uuid
+            created = rollouts.create_rollout(svc, body, HostOperator(), None, "metalforge-cli")
+            ident = created.uuid
         elif args.action in ("pause", "resume", "abort"):
             ident = getattr(rollouts, args.action)(svc, args.rollout).uuid
         else:

@@ -27,11 +27,17 @@ from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
 from metalforge.api.auth.access import Guard
 from metalforge.api.auth.identity import Identity
-from metalforge.api.auth.policy import Policy, allocation_target, node_target, runbook_target
+from metalforge.api.auth.policy import (
+    Policy,
+    allocation_target,
+    node_target,
+    rollout_target,
+    runbook_target,
+)
 from metalforge.api.schemas import PatchOperation
 from metalforge.services import runbooks
 from metalforge.services.node_patch import rules_for
-from tests.support.auth import ADMIN, PERSONAS, Persona, basic_auth_settings
+from tests.support.auth import ADMIN, OWNER_ADMIN, PERSONAS, Persona, basic_auth_settings
 from tests.support.snapshots import Snapshot, restore, snapshot
 from tests.support.stack import Stack, start_stack
 
@@ -110,7 +116,10 @@ def make_world(stack: Stack) -> World:
     baseline = _ok(client.post("/v1/firmware_baselines", json=_baseline_body(), headers=h), 201)[
         "uuid"
     ]
-    rollout = _ok(client.post("/v1/rollouts", json=_rollout_body(node), headers=h), 201)["uuid"]
+    # The owner's project rolls out over its node: the rollout is that project's.
+    rollout = _ok(
+        client.post("/v1/rollouts", json=_rollout_body(node), headers=OWNER_ADMIN.headers), 201
+    )["uuid"]
     return World(
         node,
         port,
@@ -712,7 +721,7 @@ OWN_RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/firmware_baselines/{baseline_ident}/drift"): "metalforge:firmware_baseline:get",
     ("POST", "/v1/firmware_baselines"): "metalforge:firmware_baseline:create",
     ("DELETE", "/v1/firmware_baselines/{baseline_ident}"): "metalforge:firmware_baseline:delete",
-    ("GET", "/v1/rollouts"): "metalforge:rollout:get",
+    ("GET", "/v1/rollouts"): "metalforge:rollout:list_all",
     ("GET", "/v1/rollouts/{rollout_ident}"): "metalforge:rollout:get",
     ("POST", "/v1/rollouts"): "metalforge:rollout:create",
     ("POST", "/v1/rollouts/{rollout_ident}/pause"): "metalforge:rollout:update",
@@ -806,7 +815,7 @@ def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
     assert not stale, f"table entries for routes that do not exist: {stale}"
 
 
-def _kind_for(method: str, path: str, rule: str) -> str:  # noqa: PLR0911 - a decision table
+def _kind_for(method: str, path: str, rule: str) -> str:
     """Where a rule's target must come from: the resource the path names."""
     if rule.endswith(":list_all"):
         return "node_list" if "{node_ident}" in path else "list"
@@ -826,23 +835,22 @@ def _kind_for(method: str, path: str, rule: str) -> str:  # noqa: PLR0911 - a de
         return "body"
     if rule == "baremetal:node:update":
         return "node_fields"
-    if "{node_ident}" in path:
-        return "node"
-    if "{port_ident}" in path:
-        return "port"
-    if "{portgroup_ident}" in path:
-        return "portgroup"
-    if "{connector_uuid}" in path:
-        return "volume_connector"
-    if "{target_uuid}" in path:
-        return "volume_target"
-    if "{allocation_ident}" in path:
-        return "allocation"
     if path == "/v1/runbooks/{runbook_ident}" and method in ("GET", "PATCH"):
         return "runbook_or_public" if method == "GET" else "runbook_fields"
-    if "{runbook_ident}" in path:
-        return "runbook"
-    return "system"
+    return next((kind for param, kind in _PATH_KINDS if param in path), "system")
+
+
+_PATH_KINDS = (
+    ("{node_ident}", "node"),
+    ("{port_ident}", "port"),
+    ("{portgroup_ident}", "portgroup"),
+    ("{connector_uuid}", "volume_connector"),
+    ("{target_uuid}", "volume_target"),
+    ("{allocation_ident}", "allocation"),
+    ("{runbook_ident}", "runbook"),
+    ("{rollout_ident}", "rollout"),
+)
+"""The resource a path names, in the order they are looked for (a node before its port)."""
 
 
 def _caller(persona: Persona) -> Identity:
@@ -880,6 +888,13 @@ def _body_rule(caller: Identity, guard: Guard) -> bool:
     )
 
 
+_OWNED: dict[str, tuple[Callable[[str | None], dict[str, str]], str]] = {
+    "allocation": (allocation_target, "baremetal:allocation:get"),
+    "rollout": (rollout_target, "metalforge:rollout:get"),
+}
+"""Resources owned by a project: the target of their rules, and the rule that reads them."""
+
+
 def expected(  # noqa: PLR0911 - one answer per kind of guard, read as a table
     persona: Persona, guard: Guard, body: Any, path: str = ""
 ) -> tuple[bool, int]:
@@ -894,9 +909,11 @@ def expected(  # noqa: PLR0911 - one answer per kind of guard, read as a table
         if not POLICY.allows("baremetal:node:get", caller, target):
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
-    if guard.kind == "allocation":
-        target = allocation_target(OWNER)
-        if not POLICY.allows("baremetal:allocation:get", caller, target):
+    if guard.kind in _OWNED:
+        # The world's allocation and rollout are the owner's project's; others cannot see them.
+        target_of, read_rule = _OWNED[guard.kind]
+        target = target_of(OWNER)
+        if not POLICY.allows(read_rule, caller, target):
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
     if guard.kind.startswith("runbook"):

@@ -34,6 +34,7 @@ from tests.support.api import (
     wait_for_state,
     wait_until,
 )
+from tests.support.auth import ADMIN, OTHER_ADMIN, OWNER_ADMIN, basic_auth_settings
 from tests.support.stack import Stack, start_stack, test_settings
 
 BIOS = {"component": "bios", "version": "1.0.1", "url": "http://images.example.com/bios"}
@@ -117,8 +118,10 @@ def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: 
     rollouts.advance(svc)  # the canary starts
     shown = _show(client, "bios-q4")
     assert shown["state"] == "running"
-    assert _by_node(shown)[uuids["n1"]]["state"] == "running"
-    assert _by_node(shown)[uuids["n1"]]["node_name"] == "n1"
+    assert {k: _by_node(shown)[uuids["n1"]][k] for k in ("state", "node_name")} == {
+        "state": "running",
+        "node_name": "n1",
+    }
     wait_for_state(client, uuids["n1"], "manageable")
     rollouts.advance(svc)  # the canary succeeded: wait for the operator
     shown = _show(client, "bios-q4")
@@ -406,3 +409,49 @@ def test_the_cli_creates_shows_pauses_and_aborts_rollouts(
         cli.main(["--config", str(config), "rollout", "create", str(body)])
     cli.main(["--config", str(config), "rollout", "list", "--state", "done"])
     assert capsys.readouterr().out.strip() == "no rollouts"
+
+
+def _wait_manageable(client: TestClient, uuid: str, headers: dict[str, str]) -> None:
+    def manageable() -> bool:
+        node = client.get(f"/v1/nodes/{uuid}", headers=headers).json()
+        return bool(node["provision_state"] == "manageable")
+
+    wait_until(f"node {uuid} to be manageable", manageable)
+
+
+def test_a_project_rolls_out_over_the_nodes_it_owns_only(tmp_path: Path) -> None:
+    settings = basic_auth_settings(f"sqlite:///{tmp_path}/mf.sqlite", tmp_path)
+    conductor = settings.conductor.model_copy(update={"rollout_interval": 0})
+    running = start_stack(settings.model_copy(update={"conductor": conductor}))
+    try:
+        client = running.client
+        admin, owner, other = ({**p.headers, **LATEST} for p in (ADMIN, OWNER_ADMIN, OTHER_ADMIN))
+        made = {}
+        for name, project in (("proj-mine", "p-owner"), ("proj-theirs", "p-other")):
+            body = {"name": name, "driver": "fake-hardware", "owner": project}
+            made[name] = client.post("/v1/nodes", json=body, headers=admin).json()["uuid"]
+            client.put(
+                f"/v1/nodes/{made[name]}/states/provision", json={"target": "manage"}, headers=admin
+            )
+        for uuid in made.values():
+            _wait_manageable(client, uuid, admin)
+        chosen = {"action": {"verb": "inspect"}, "selector": {"name_pattern": "proj-*"}}
+        created = client.post("/v1/rollouts", json=chosen, headers=owner)
+        assert created.status_code == 201, created.text
+        rollout = created.json()
+        assert [n["node_uuid"] for n in rollout["nodes"]] == [made["proj-mine"]]
+        listed = {"action": {"verb": "inspect"}, "selector": {"nodes": [made["proj-theirs"]]}}
+        refused = client.post("/v1/rollouts", json=listed, headers=owner)
+        assert refused.status_code == 400
+        assert error_text(refused) == (
+            f"Invalid rollout: node {made['proj-theirs']} could not be found"
+        )
+        url = f"/v1/rollouts/{rollout['uuid']}"
+        assert client.get(url, headers=other).status_code == 404
+        assert client.post(f"{url}/pause", headers=other).status_code == 404
+        assert client.get("/v1/rollouts", headers=other).json()["rollouts"] == []
+        assert len(client.get("/v1/rollouts", headers=owner).json()["rollouts"]) == 1
+        assert len(client.get("/v1/rollouts", headers=admin).json()["rollouts"]) == 1
+        assert client.post(f"{url}/pause", headers=owner).json()["state"] == "paused"
+    finally:
+        running.stop()

@@ -471,6 +471,8 @@ class Rollout(TimestampMixin, Base):
     window_start: Mapped[int | None] = mapped_column(Integer)
     window_end: Mapped[int | None] = mapped_column(Integer)
     """Hours (UTC, 0-23) between which nodes may start; none: at any time."""
+    owner: Mapped[str | None] = mapped_column(String(255), index=True)
+    """The project that created it, over nodes it owns (none: the system scope's)."""
     created_by: Mapped[str | None] = mapped_column(String(255))
     paused_reason: Mapped[str | None] = mapped_column(String(255))
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -8,7 +8,8 @@ request its flow will be started with is built (a runbook's steps as the
 caller may use them on that node, a baseline's updates for the components
 that node has drifted on) and checked as a provision request would be (the
 node's state, the steps' arguments), and the caller must be allowed to
-change each node's provision state. Each node is *claimed* by a unique
+change each node's provision state. A project's rollout only ever selects
+nodes the project owns. Each node is *claimed* by a unique
 column of its row, so two live rollouts never hold one node (409 naming the
 other).
 
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Select, exists, func, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -115,8 +117,20 @@ def find_rollout(session: Session, ident: str, *, for_update: bool = False) -> R
     return found
 
 
-def listing(state: str | None) -> Select[Any]:
+def owner_of(connection: Connection, ident: str) -> str | None:
+    """The rollout's project (none: the system scope's), for an authorization; 404 if none."""
+    row = connection.execute(select(Rollout.owner).where(_where(ident))).first()
+    if row is None:
+        raise not_found_error(ident)
+    owner: str | None = row.owner
+    return owner
+
+
+def listing(state: str | None, project: str | None = None) -> Select[Any]:
+    """Every rollout, or the ones ``project`` created."""
     stmt = select(Rollout)
+    if project is not None:
+        stmt = stmt.where(Rollout.owner == project)
     if state is not None:
         if state not in ROLLOUT_STATES:
             raise bad_request(
@@ -176,12 +190,14 @@ class _Plan:
     disable_ramdisk: bool
 
 
-def _matched(session: Session, selector: RolloutSelector) -> list[Node]:
+def _matched(session: Session, selector: RolloutSelector, project: str | None) -> list[Node]:
     """The nodes ``selector`` picks, in its order (the listed ones as listed, else by id)."""
     criteria = selector.model_dump(exclude_none=True)
     if not criteria:
         raise bad_request("Invalid rollout: the selector must name at least one criterion")
     stmt = select(Node)
+    if project is not None:  # a project rolls out over the nodes it owns, never others
+        stmt = stmt.where(Node.owner == project)
     for column in ("resource_class", "conductor_group", "owner", "provision_state"):
         value = criteria.get(column)
         if value is not None:
@@ -195,18 +211,20 @@ def _matched(session: Session, selector: RolloutSelector) -> list[Node]:
     if selector.name_pattern is not None:
         found = [n for n in found if n.name and fnmatch.fnmatchcase(n.name, selector.name_pattern)]
     if selector.nodes is not None:
-        found = _in_listed_order(session, selector.nodes, found)
+        found = _in_listed_order(session, selector.nodes, found, project)
     if not found:
         raise bad_request("Invalid rollout: the selector matches no node")
     return found
 
 
-def _in_listed_order(session: Session, listed: Sequence[str], found: Sequence[Node]) -> list[Node]:
+def _in_listed_order(
+    session: Session, listed: Sequence[str], found: Sequence[Node], project: str | None
+) -> list[Node]:
     by_id = {n.id: n for n in found}
     ordered: list[Node] = []
     for ident in listed:
         node = lookup.find_node_or_none(session, ident, NEWEST)
-        if node is None:
+        if node is None or (project is not None and node.owner != project):
             raise bad_request(f"Invalid rollout: node {ident} could not be found")
         if node.id in by_id and node not in ordered:
             ordered.append(node)
@@ -293,9 +311,12 @@ def _holders(session: Session, node_ids: Sequence[int]) -> list[str]:
 
 
 def create_rollout(
-    svc: Services, body: RolloutCreate, caller: Caller, actor: str | None
+    svc: Services, body: RolloutCreate, caller: Caller, project: str | None, actor: str | None
 ) -> Rollout:
-    """Resolve, plan and check everything, then store the rollout (see the module docstring)."""
+    """Resolve, plan and check everything, then store the rollout (see the module docstring).
+
+    ``project``: the caller's project when it is not of the system scope; the
+    rollout is then that project's, over nodes it owns only."""
     action = body.action
     if sum(x is not None for x in (action.runbook, action.baseline, action.verb)) != 1:
         raise bad_request("Invalid rollout: the action must name one of runbook, baseline, verb")
@@ -309,7 +330,7 @@ def create_rollout(
                 raise conflict(f"A rollout with name {body.name} already exists.")
             if action.runbook is not None:
                 runbooks.find_runbook(session, action.runbook)  # named wrongly: said first
-            nodes = _matched(session, body.selector)
+            nodes = _matched(session, body.selector, project)
             updates = _Updates.of(session, action.baseline)
             plans = []
             for node in nodes:
@@ -322,7 +343,7 @@ def create_rollout(
             held = _holders(session, [n.id for n in nodes])
             if held:
                 raise conflict("Nodes are already in a live rollout: " + "; ".join(held))
-            rollout = _store(session, body, plans, actor)
+            rollout = _store(session, body, plans, project, actor)
     except IntegrityError:  # a concurrent create claimed one of the nodes first
         raise conflict("Nodes are already in a live rollout created at the same time") from None
     except RequestError as exc:
@@ -337,6 +358,7 @@ def _store(
     session: Session,
     body: RolloutCreate,
     plans: Sequence[_Plan],
+    project: str | None,
     actor: str | None,
 ) -> Rollout:
     rollout = Rollout(
@@ -351,6 +373,7 @@ def _store(
         canary_approved=False,
         window_start=body.window.start_hour if body.window else None,
         window_end=body.window.end_hour if body.window else None,
+        owner=project,
         created_by=actor,
     )
     session.add(rollout)

@@ -24,13 +24,19 @@ from sqlalchemy.orm import Session
 
 from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.middleware import CALLER_KEY
-from metalforge.api.auth.policy import Policy, allocation_target, node_target, runbook_target
+from metalforge.api.auth.policy import (
+    Policy,
+    allocation_target,
+    node_target,
+    rollout_target,
+    runbook_target,
+)
 from metalforge.api.node_view import REDACTED, NodeDisclosure
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import read_only, services
 from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
-from metalforge.services import lookup, runbooks, volume
+from metalforge.services import lookup, rollouts, runbooks, volume
 from metalforge.services.caller import Caller, NodeTarget, RunbookTarget, Target, denied
 
 GuardKind = Literal[
@@ -46,6 +52,7 @@ GuardKind = Literal[
     "runbook",
     "runbook_or_public",
     "runbook_fields",
+    "rollout",
     "list",
     "body",
 ]
@@ -169,6 +176,12 @@ class Guard:
             require(request, self.rule, target)
         elif self.kind.startswith("runbook"):
             self._check_runbook(request, connection, ident)
+        elif self.kind == "rollout":
+            # A project's rollout is concealed from the other projects, as its nodes are.
+            target = rollout_target(rollouts.owner_of(connection, ident))
+            if not allows(request, "metalforge:rollout:get", target):
+                raise rollouts.not_found_error(ident)
+            require(request, self.rule, target)
         else:
             # A record of a node (port, port group, volume record): its node's owner and
             # lessee decide, and a record whose node the caller may not see is missing.
@@ -232,6 +245,7 @@ _PATH_PARAMS = {
     "runbook": "runbook_ident",
     "runbook_or_public": "runbook_ident",
     "runbook_fields": "runbook_ident",
+    "rollout": "rollout_ident",
 }
 _VOLUME_KINDS = {"volume_connector": volume.CONNECTORS, "volume_target": volume.TARGETS}
 

@@ -87,6 +87,8 @@ RUNBOOK_ADMIN = _any(SYSTEM_MEMBER, RUNBOOK_OWNER_MANAGER, "role:service")
 RUNBOOK_READER = _any(SYSTEM_READER, RUNBOOK_OWNER_READER, "role:service")
 RUNBOOK_CREATOR = _any(SYSTEM_MEMBER, "role:manager", "role:service")
 API_READER = "(role:reader) or (role:service)"
+ROLLOUT_OWNER_READER = "role:reader and project_id:%(rollout.owner)s"
+ROLLOUT_OWNER_ADMIN = "(role:admin or role:manager) and project_id:%(rollout.owner)s"
 
 # -- rules --------------------------------------------------------------------
 
@@ -279,13 +281,20 @@ RULES: tuple[Rule, ...] = (
         "List and show firmware baselines and their drift reports.",
     ),
     Rule("metalforge:firmware_baseline:create", SYSTEM_ADMIN, "Create a firmware baseline."),
-    Rule("metalforge:rollout:get", SYSTEM_READER, "List and show rollouts."),
+    Rule("metalforge:rollout:get", _any(SYSTEM_READER, ROLLOUT_OWNER_READER), "Show a rollout."),
+    Rule("metalforge:rollout:list_all", SYSTEM_READER, "List every rollout."),
+    Rule("metalforge:rollout:list", API_READER, "List the project's rollouts."),
     Rule(
         "metalforge:rollout:create",
-        SYSTEM_MEMBER,
-        "Create a rollout (the caller must also be allowed to change each node's provision state).",
+        _any(SYSTEM_MEMBER, "role:admin", "role:manager"),
+        "Create a rollout: a project's over the nodes it owns only, and the caller must "
+        "also be allowed to change each node's provision state.",
     ),
-    Rule("metalforge:rollout:update", SYSTEM_MEMBER, "Pause, resume or abort a rollout."),
+    Rule(
+        "metalforge:rollout:update",
+        _any(SYSTEM_MEMBER, ROLLOUT_OWNER_ADMIN),
+        "Pause, resume or abort a rollout.",
+    ),
     Rule("metalforge:firmware_baseline:delete", SYSTEM_ADMIN, "Delete a firmware baseline."),
     Rule("baremetal:allocation:get", ALLOCATION_READER, "Show an allocation."),
     Rule("baremetal:allocation:list", API_READER, "List the project's allocations."),
@@ -534,3 +543,7 @@ def allocation_target(owner: str | None) -> dict[str, str]:
 
 def runbook_target(owner: str | None) -> dict[str, str]:
     return {"runbook.owner": owner or NOBODY}
+
+
+def rollout_target(owner: str | None) -> dict[str, str]:
+    return {"rollout.owner": owner or NOBODY}

@@ -14,7 +14,14 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
 
 from metalforge.api import listing
-from metalforge.api.auth.access import actor, guard, policy_caller
+from metalforge.api.auth.access import (
+    actor,
+    allows,
+    guard,
+    identity_of,
+    policy_caller,
+    project_scope,
+)
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
 from metalforge.api.wiring import base_url, services
@@ -22,6 +29,7 @@ from metalforge.db.models import Rollout, RolloutNode
 from metalforge.errors import bad_request
 from metalforge.services import rollouts
 from metalforge.services.bodies import RolloutCreate, checked
+from metalforge.services.caller import denied
 from metalforge.services.context import Services
 
 router = APIRouter(tags=["rollouts"])
@@ -53,8 +61,9 @@ ROLLOUT_FIELDS = dict.fromkeys(
 LIST_DEFAULT = ("uuid", "name", "state", "node_counts")
 SORTABLE = {"id", "uuid", "name", "state", "created_at", "updated_at"}
 _ROLLOUT = "rollouts/{rollout_ident}"
-_GET = guard("metalforge:rollout:get")
-_UPDATE = guard("metalforge:rollout:update")
+_GET = guard("metalforge:rollout:get", "rollout")
+_LIST = guard("metalforge:rollout:list_all", "list")
+_UPDATE = guard("metalforge:rollout:update", "rollout")
 
 
 def _when(value: Any) -> str | None:
@@ -116,8 +125,8 @@ def _shown(svc: Services, ident: str, base: str, wanted: list[str] | None = None
         return JSONResponse(rollout_view(row, nodes, names, base, wanted))
 
 
-@router.get("/rollouts", summary="List rollouts", dependencies=[_GET])
-@router.get("/rollouts/", include_in_schema=False, dependencies=[_GET])
+@router.get("/rollouts", summary="List rollouts", dependencies=[_LIST])
+@router.get("/rollouts/", include_in_schema=False, dependencies=[_LIST])
 def list_rollouts(request: Request) -> JSONResponse:
     svc = services(request)
     query = Query(request, ("fields", "detail", "limit", "marker", "sort_key", "sort_dir", "state"))
@@ -128,7 +137,8 @@ def list_rollouts(request: Request) -> JSONResponse:
         wanted = list(LIST_DEFAULT)
     base = base_url(request)
     with svc.db.read() as session:
-        stmt = listing.paged(rollouts.listing(query.get("state")), session, Rollout, pg)
+        chosen = rollouts.listing(query.get("state"), project_scope(request))
+        stmt = listing.paged(chosen, session, Rollout, pg)
         found = list(session.scalars(stmt))
         nodes = rollouts.rows_of(session, [r.id for r in found])
         names = rollouts.node_names(session, [n for rows in nodes.values() for n in rows])
@@ -155,7 +165,12 @@ def create_rollout(request: Request, body: Any = Body(default=None)) -> JSONResp
         raise bad_request("The body must be a JSON object describing the rollout")
     parsed = checked(RolloutCreate, body, "rollout")
     svc = services(request)
-    row = rollouts.create_rollout(svc, parsed, policy_caller(request), actor(request))
+    project = None
+    if not allows(request, "metalforge:rollout:list_all"):
+        project = identity_of(request).project_id
+        if project is None:
+            raise denied("metalforge:rollout:create")
+    row = rollouts.create_rollout(svc, parsed, policy_caller(request), project, actor(request))
     base = base_url(request)
     response = _shown(svc, row.uuid, base)
     response.status_code = 201

@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("canary_approved", sa.Boolean(), nullable=False),
         sa.Column("window_start", sa.Integer(), nullable=True),
         sa.Column("window_end", sa.Integer(), nullable=True),
+        sa.Column("owner", sa.String(length=255), nullable=True),
         sa.Column("created_by", sa.String(length=255), nullable=True),
         sa.Column("paused_reason", sa.String(length=255), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
@@ -44,6 +45,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("name"),
     )
     op.create_index("ix_rollouts_state", "rollouts", ["state"])
+    op.create_index("ix_rollouts_owner", "rollouts", ["owner"])
     op.create_table(
         "rollout_nodes",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
