@@ -365,3 +365,39 @@ def test_refused_day_two_requests_are_shown_and_media_is_mounted(
     confirm(page, "#action-vmedia-detach")
     visible(page, '#node-vmedia[data-inserted="false"]')
     assert not any(d["inserted"] for d in admin_api.call("GET", f"/v1/nodes/{uuid}/vmedia"))
+
+
+def test_the_rollouts_page_follows_a_rollout_and_resumes_it_after_the_canary(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    nodes = [admin_api.manageable(name=f"page-rollout-{n}")["uuid"] for n in range(2)]
+    body = {"action": {"verb": "provide"}, "selector": {"nodes": nodes}, "canary": 1}
+    created = admin_api.call("POST", "/v1/rollouts", body, expect=201)
+    signed_in(page, server.url, ADMIN)
+    open_view(page, "#/rollouts")
+    card = f'section.rollout[data-rollout-uuid="{created["uuid"]}"]'
+    # The page reads the rollout again while it is shown: the canary's end shows unasked.
+    visible(page, f'{card}[data-rollout-state="paused"]')
+    assert "the canary finished" in text_of(page, card)
+    confirm(page, f"#rollout-resume-{created['uuid']}")
+    visible(page, f'{card}[data-rollout-state="done"]')
+    assert "2 succeeded" in text_of(page, card)
+
+
+def test_the_firmware_page_lists_each_baselines_drifted_nodes(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    node = admin_api.manageable(name="drifted-node")
+    component = {"component": "bios", "version": "9.9.9", "url": "http://fw.example.com/b.bin"}
+    baseline = admin_api.call(
+        "POST",
+        "/v1/firmware_baselines",
+        {"name": "page-baseline", "components": [component]},
+        expect=201,
+    )
+    signed_in(page, server.url, ADMIN)
+    open_view(page, "#/firmware")
+    shown = text_of(page, f'section.baseline[data-baseline-uuid="{baseline["uuid"]}"]')
+    assert "drifted-node" in shown
+    assert "9.9.9" in shown
+    assert node["uuid"] in shown
