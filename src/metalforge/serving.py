@@ -25,6 +25,7 @@ from metalforge.api.metrics_port import MetricsPort
 from metalforge.api.wiring import ApiServices
 from metalforge.config import Settings
 from metalforge.coordination.hashring import ConductorDirectory
+from metalforge.db.bmc_breakers import BreakerRecorder
 from metalforge.db.engine import Database
 from metalforge.db.notify import Notifier
 from metalforge.drivers import failures
@@ -77,7 +78,7 @@ def build_api(
         services.notify = notify
     # An API process calls BMCs too (the boot device): its failures count with the rest.
     db.also_flush(failures.FAILURES)
-    GUARD.configure(settings.conductor.bmc_guard)
+    GUARD.configure(settings.conductor.bmc_guard, BreakerRecorder(db, settings.conductor.hostname))
     try:
         return create_app(services)
     except ValueError as exc:

@@ -11,6 +11,8 @@ restart-proof totals and no event costs a write of its own.
 Every metric is declared once below, with its labels and, for a histogram,
 its buckets; label values must come from small fixed sets (states, step
 names, error kinds, route templates), never from node names or messages.
+(The gauges read from the database at each scrape, in ``services.metrics``,
+may name a few things of the moment: a baseline, a BMC whose breaker is open.)
 """
 
 from __future__ import annotations

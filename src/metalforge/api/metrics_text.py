@@ -33,6 +33,7 @@ class _Figures(Collector):
         yield from _filter_hosts(self.figures)
         yield from _firmware_drift(self.figures)
         yield from _rollouts(self.figures)
+        yield from _breakers(self.figures)
         yield from _event_totals(self.figures)
 
 
@@ -113,6 +114,18 @@ def _firmware_drift(figures: ClusterFigures) -> Iterator[Metric]:
     for (baseline, component, status), count in sorted(figures.firmware_drift.items()):
         drifted.add_metric([baseline, component, status], count)
     yield drifted
+
+
+def _breakers(figures: ClusterFigures) -> Iterator[Metric]:
+    open_now = GaugeMetricFamily(
+        "metalforge_bmc_breaker_open",
+        "BMCs whose circuit breaker is open now (calls to them fail at once), by protocol, "
+        "address and the process refusing them; the value is the failures in a row.",
+        labels=["protocol", "address", "holder"],
+    )
+    for breaker in figures.open_breakers:
+        open_now.add_metric([breaker.protocol, breaker.address, breaker.holder], breaker.failures)
+    yield open_now
 
 
 def _rollouts(figures: ClusterFigures) -> Iterator[Metric]:

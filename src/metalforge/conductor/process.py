@@ -35,6 +35,7 @@ from metalforge.conductor.flows.spec import DetachedFlow
 from metalforge.conductor.leadership import Leadership, SingletonTask
 from metalforge.coordination.election import build_elector
 from metalforge.db import queue
+from metalforge.db.bmc_breakers import BreakerRecorder
 from metalforge.drivers import failures
 from metalforge.drivers.bmc_guard import GUARD
 
@@ -68,7 +69,9 @@ class ConductorProcess:
         self.register()
         # The BMC and agent failures this process's drivers count go out with the rest.
         self.ctx.db.also_flush(failures.FAILURES)
-        GUARD.configure(self.ctx.settings.bmc_guard)
+        GUARD.configure(
+            self.ctx.settings.bmc_guard, BreakerRecorder(self.ctx.db, self.ctx.hostname)
+        )
         self.leadership.start()
         loops: list[tuple[str, Callable[[], None]]] = [
             ("dispatcher", self.dispatcher.loop),

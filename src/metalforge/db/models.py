@@ -511,6 +511,21 @@ class RolloutNode(Base):
     claim: Mapped[int | None] = mapped_column(Integer, unique=True)
 
 
+class BmcBreaker(Base):
+    """A BMC whose circuit breaker a process opened (``drivers.bmc_guard``): its row is
+    written when the breaker opens and deleted when it closes, so ``GET /metrics`` of any
+    process shows which BMCs are being spared, by whom, until when."""
+
+    __tablename__ = "bmc_breakers"
+
+    address: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255), primary_key=True)
+    """The process (a conductor's hostname, or ``api``) that refuses calls to it."""
+    protocol: Mapped[str] = mapped_column(String(16), nullable=False)
+    failures: Mapped[int] = mapped_column(Integer, nullable=False)
+    open_until: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 class DeployTemplate(TimestampMixin, Base):
     """Named deploy steps, selected for a deployment by a trait of the same name."""
 

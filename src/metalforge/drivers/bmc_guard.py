@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from metalforge.config import BmcGuardSettings
 from metalforge.drivers.base import BmcUnavailable
@@ -74,6 +75,14 @@ class _Bmc:
     refilled_at: float = 0.0
 
 
+class BreakerListener(Protocol):
+    """Told when a breaker opens or closes (``db.bmc_breakers``: the cluster's view)."""
+
+    def opened(self, protocol: str, address: str, failures: int, cooldown: float) -> None: ...
+
+    def closed(self, address: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class BreakerState:
     """What ``GUARD.breakers()`` reports about one BMC whose breaker is open."""
@@ -97,19 +106,20 @@ class BmcGuard:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._bmcs: dict[str, _Bmc] = {}
+        self._listener: BreakerListener | None = None
 
     @property
     def settings(self) -> BmcGuardSettings:
         return self._settings
 
     def configure(
-        self, settings: BmcGuardSettings, clock: Callable[[], float] | None = None
+        self, settings: BmcGuardSettings, listener: BreakerListener | None = None
     ) -> None:
-        """Apply a service's settings (and forget every BMC: their slots are sized by them)."""
+        """Apply a service's settings (and forget every BMC: their slots are sized by them);
+        ``listener`` is told of each breaker that opens or closes."""
         with self._lock:
             self._settings = settings
-            if clock is not None:
-                self._clock = clock
+            self._listener = listener
             self._bmcs = {}
 
     def reset(self) -> None:
@@ -145,17 +155,25 @@ class BmcGuard:
         settings = self._settings
         with self._lock:
             bmc.probing = False
+            listener = self._listener
             if reached:
-                if bmc.open_until:
-                    LOG.info("BMC at %s answers again; its breaker is closed", address)
+                was_open = bool(bmc.open_until)
                 bmc.failures = 0
                 bmc.open_until = 0.0
-                return
-            bmc.failures += 1
-            if bmc.failures < settings.failures_to_open:
-                return
-            bmc.open_until = self._clock() + settings.cooldown
+            else:
+                bmc.failures += 1
+                if bmc.failures < settings.failures_to_open:
+                    return
+                bmc.open_until = self._clock() + settings.cooldown
+        if reached:
+            if was_open:
+                LOG.info("BMC at %s answers again; its breaker is closed", address)
+                if listener is not None:
+                    listener.closed(address)
+            return
         bmc_breaker_opened(protocol)
+        if listener is not None:
+            listener.opened(protocol, address, bmc.failures, settings.cooldown)
         LOG.warning(
             "BMC at %s failed to answer %d times in a row; refusing calls to it for %g s",
             address,

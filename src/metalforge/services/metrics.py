@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from metalforge import states, tallies
-from metalforge.db import queue
+from metalforge.db import bmc_breakers, queue
 from metalforge.db import tallies as db_tallies
 from metalforge.db.models import (
     Allocation,
@@ -88,6 +88,8 @@ class ClusterFigures:
     """Nodes off each firmware baseline, by (baseline, component, status)."""
     rollout_nodes: dict[str, int]
     """Nodes of live rollouts by their state in them."""
+    open_breakers: list[bmc_breakers.OpenBreaker]
+    """BMCs a process refuses to call for now."""
     totals: list[tuple[str, str, str, float]]
     """The event counters' and histograms' rows (``db.tallies.totals``)."""
 
@@ -159,6 +161,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         filter_rows = session.scalars(select(PxeFilterHost).order_by(PxeFilterHost.hostname)).all()
         drift = firmware_baselines.drift_counts(session)
         in_rollouts = rollouts.node_counts(session)
+        breakers = bmc_breakers.open_now(session, now)
         totals = db_tallies.totals(session.connection())
     return ClusterFigures(
         nodes=[
@@ -193,6 +196,7 @@ def cluster_figures(svc: Services) -> ClusterFigures:
         ],
         firmware_drift=drift,
         rollout_nodes=in_rollouts,
+        open_breakers=breakers,
         totals=totals,
     )
 
