@@ -446,6 +446,13 @@ def test_a_project_rolls_out_over_the_nodes_it_owns_only(tmp_path: Path) -> None
         assert error_text(refused) == (
             f"Invalid rollout: node {made['proj-theirs']} could not be found"
         )
+        step = {"interface": "firmware", "step": "update", "args": {"settings": [BIOS_UPDATE]}}
+        theirs = {"name": "CUSTOM_THEIRS", "owner": "p-other", "steps": [{**step, "order": 1}]}
+        assert client.post("/v1/runbooks", json=theirs, headers=admin).status_code == 201
+        borrowed = {"action": {"runbook": "CUSTOM_THEIRS"}, "selector": {"name_pattern": "proj-*"}}
+        refused = client.post("/v1/rollouts", json=borrowed, headers=owner)
+        assert refused.status_code == 400, refused.text
+        assert "Access was denied" in error_text(refused)
         url = f"/v1/rollouts/{rollout['uuid']}"
         assert client.get(url, headers=other).status_code == 404
         assert client.post(f"{url}/pause", headers=other).status_code == 404

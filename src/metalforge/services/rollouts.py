@@ -347,9 +347,10 @@ def create_rollout(
     except IntegrityError:  # a concurrent create claimed one of the nodes first
         raise conflict("Nodes are already in a live rollout created at the same time") from None
     except RequestError as exc:
-        if exc.status != 404:
+        if exc.status not in (403, 404):
             raise
-        # A runbook or baseline the body names that does not exist: the body is wrong.
+        # A runbook or baseline the body names that does not exist, or that the caller may
+        # not use on a node it selects, or such a node: the body is wrong, nothing ran.
         raise bad_request(f"Invalid rollout: {exc.message}") from None
     return rollout
 
