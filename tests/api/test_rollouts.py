@@ -300,6 +300,14 @@ def test_two_live_rollouts_never_hold_one_node(stack: Stack) -> None:
             },
             "start_hour",
         ),
+        (
+            {
+                "action": {"verb": "inspect"},
+                "selector": {"name_pattern": "*"},
+                "window": {"start_hour": 3, "end_hour": 3},
+            },
+            "an empty window never opens",
+        ),
         ({"action": {"verb": "inspect"}, "selector": {"colour": "red"}}, "colour"),
     ],
 )

@@ -281,6 +281,12 @@ class RolloutWindow(Body):
     start_hour: StrictInt = Field(ge=0, le=23)
     end_hour: StrictInt = Field(ge=0, le=23)
 
+    @model_validator(mode="after")
+    def _not_empty(self) -> RolloutWindow:
+        if self.start_hour == self.end_hour:
+            raise ValueError("start_hour and end_hour must differ (an empty window never opens)")
+        return self
+
 
 class RolloutCreate(Body):
     """``POST /v1/rollouts`` (metalforge's own resource)."""

@@ -485,8 +485,9 @@ def _verdict(row: RolloutNode, node: Node) -> tuple[str, str | None]:
     return N_FAILED, f"the node left the rollout's flow: it is {state}"
 
 
-def _window_open(rollout: Rollout, now: dt.datetime) -> bool:
-    start, end = rollout.window_start, rollout.window_end
+def window_open(start: int | None, end: int | None, now: dt.datetime) -> bool:
+    """Whether ``now`` (UTC) is within the hours ``start`` to ``end`` (none: always);
+    ``22`` to ``6`` spans midnight."""
     if start is None or end is None:
         return True
     hour = now.hour
@@ -567,7 +568,9 @@ def _next_wave(rollout: Rollout, rows: Sequence[RolloutNode]) -> list[_Start]:
     """Mark the next wave's nodes started, when the last one has finished."""
     if rollout.state == PENDING:
         rollout.state = RUNNING
-    if rollout.state != RUNNING or not _window_open(rollout, utcnow()):
+    if rollout.state != RUNNING or not window_open(
+        rollout.window_start, rollout.window_end, utcnow()
+    ):
         return []
     open_rows = [r for r in rows if r.state in (N_PENDING, N_RUNNING)]
     if not open_rows:
