@@ -31,10 +31,12 @@ from metalforge.db.notify import Notifier
 from metalforge.drivers import failures
 from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.drivers.redfish.connection import CONNECTIONS
 from metalforge.pxe_filter.dhcp import DhcpError
 from metalforge.pxe_filter.setup import build_filter_host
 from metalforge.redaction import mask_url
 from metalforge.startup import (
+    SESSION_LOGOUT_WAIT,
     StartupError,
     build_conductor,
     build_registry,
@@ -287,4 +289,5 @@ def cmd_api(settings: Settings) -> None:
     try:
         serve(settings, build_api(settings, db, registry, notify=notify))
     finally:
+        CONNECTIONS.close_all(SESSION_LOGOUT_WAIT)  # BMCs serve few sessions
         db.dispose()  # this process's last counts go to the totals

@@ -22,6 +22,7 @@ from metalforge.coordination.hashring import ConductorDirectory
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.drivers.redfish.connection import CONNECTIONS
 from metalforge.services import rollouts
 from metalforge.services.context import Services
 
@@ -97,11 +98,17 @@ def private_state_dir(settings: Settings) -> None:
         path.chmod(0o700)
 
 
+SESSION_LOGOUT_WAIT = 5.0
+"""Seconds a stopping process gives its BMC sessions' logouts."""
+
+
 def stop_conductor(conductor: ConductorProcess, db: Database) -> None:
     """Stop within ``conductor.shutdown_timeout``: an item still inside a driver call then
     is not waited for (its conductor is offline, others take its node over); the process
     exits without joining its thread."""
     finished = conductor.stop()
+    # BMCs serve few sessions: log this process's out rather than leave them to expire.
+    CONNECTIONS.close_all(SESSION_LOGOUT_WAIT)
     db.dispose()
     if not finished:
         logging.shutdown()

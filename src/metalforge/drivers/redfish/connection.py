@@ -220,8 +220,19 @@ class Connections:
             self._clients.clear()
         _close_later(dropped)
 
+    def close_all(self, timeout: float) -> None:
+        """Log every client out of its BMC before the process ends, waiting at most
+        ``timeout`` seconds (a BMC that does not answer keeps its session until it
+        expires there; the process does not wait for it)."""
+        with self._lock:
+            dropped = list(self._clients.values())
+            self._clients.clear()
+        closing = _close_later(dropped)
+        if closing is not None:
+            closing.join(timeout)
 
-def _close_later(clients: list[Any]) -> None:
+
+def _close_later(clients: list[Any]) -> threading.Thread | None:
     """End the clients' Redfish sessions now, in a thread of their own.
 
     Left to the garbage collector, sushy's ``__del__`` would delete the
@@ -241,8 +252,11 @@ def _close_later(clients: list[Any]) -> None:
             except sushy_errors.SushyError as exc:  # the BMC may be gone: why it was dropped
                 LOG.debug("closing a Redfish session failed: %s", exc)
 
-    if clients:
-        threading.Thread(target=close, name="redfish-close", daemon=True).start()
+    if not clients:
+        return None
+    thread = threading.Thread(target=close, name="redfish-close", daemon=True)
+    thread.start()
+    return thread
 
 
 CONNECTIONS = Connections()
