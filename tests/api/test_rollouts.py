@@ -244,6 +244,37 @@ def test_a_start_lost_with_its_conductor_is_made_again(stack: Stack) -> None:
     assert _show(client, created["uuid"])["state"] == "done"
 
 
+def test_a_baseline_skips_the_nodes_it_is_not_for_and_refuses_a_rollout_with_none_to_do(
+    stack: Stack,
+) -> None:
+    client = stack.client
+    uuids = _five_nodes_and_a_baseline(client)  # q4: any vendor
+    contoso = {"name": "contoso", "vendor": "Contoso", "components": [BIOS]}
+    assert client.post("/v1/firmware_baselines", json=contoso, headers=LATEST).status_code == 201
+    body = {"action": {"baseline": "contoso"}, "selector": {"name_pattern": "n*"}}
+    refused = client.post("/v1/rollouts", json=body, headers=LATEST)
+    assert refused.status_code == 400
+    assert error_text(refused) == (
+        "Invalid rollout: no selected node has anything to do "
+        "(firmware baseline contoso is for another vendor or model)"
+    )
+    # Flashed once, n1 is at q4: the rollout skips it and says why.
+    _flash(client, uuids["n1"])
+    created = _create(client, action={"baseline": "q4"}, selector={"name_pattern": "n[12]"})
+    rows = _by_node(created)
+    assert (rows[uuids["n1"]]["state"], rows[uuids["n1"]]["error"]) == (
+        "skipped",
+        "already at the baseline",
+    )
+    assert rows[uuids["n2"]]["state"] == "pending"
+
+
+def _flash(client: TestClient, uuid: str) -> None:
+    step = {"interface": "firmware", "step": "update", "args": {"settings": [BIOS_UPDATE]}}
+    assert provision(client, uuid, "clean", clean_steps=[step]).status_code == 202
+    wait_for_state(client, uuid, "manageable")
+
+
 def test_two_live_rollouts_never_hold_one_node(stack: Stack) -> None:
     client = stack.client
     node = _manageable(client, "shared")

@@ -147,8 +147,8 @@ class NodeDrift:
 @dataclass(frozen=True)
 class DriftReport:
     baseline: FirmwareBaseline
-    covered: int
-    """Nodes the baseline is for (at the baseline or not)."""
+    covered: frozenset[str]
+    """The UUIDs of the nodes the baseline is for (at the baseline or not)."""
     nodes: list[NodeDrift]
 
 
@@ -189,16 +189,16 @@ def _expected(baseline: FirmwareBaseline) -> dict[str, str]:
 
 def _report(baseline: FirmwareBaseline, candidates: Sequence[_Candidate]) -> DriftReport:
     expected = _expected(baseline)
-    covered = 0
+    covered: set[str] = set()
     drifted = []
     for node in candidates:
         if not firmware_drift.covers(baseline.vendor, baseline.model, node.recorded.values()):
             continue
-        covered += 1
+        covered.add(node.uuid)
         found = firmware_drift.drift(expected, node.recorded)
         if found:
             drifted.append(NodeDrift(node.uuid, node.name, node.provision_state, found))
-    return DriftReport(baseline, covered, drifted)
+    return DriftReport(baseline, frozenset(covered), drifted)
 
 
 def drift_report(svc: Services, ident: str) -> DriftReport:

@@ -188,6 +188,8 @@ class _Plan:
     verb: str | None
     steps: list[dict[str, Any]]
     disable_ramdisk: bool
+    skipped: str | None = None
+    """Why nothing is to be done on the node (``verb`` is then none)."""
 
 
 def _matched(session: Session, selector: RolloutSelector, project: str | None) -> list[Node]:
@@ -252,9 +254,12 @@ def _plan(
         verb = _steps_verb(node, f"runbook {action.runbook}")
         expansion = runbooks.expand(session, action.runbook, node, NEWEST, caller)
         return _Plan(node, verb, [dict(s) for s in expansion.steps], expansion.disable_ramdisk)
+    if node.uuid not in updates.covered:
+        why = f"firmware baseline {updates.baseline} is for another vendor or model"
+        return _Plan(node, None, [], False, why)
     settings = updates.for_node(node.uuid)
     if not settings:
-        return _Plan(node, None, [], False)
+        return _Plan(node, None, [], False, "already at the baseline")
     verb = _steps_verb(node, f"firmware baseline {updates.baseline}")
     step = {"interface": "firmware", "step": "update", "args": {"settings": settings}}
     return _Plan(node, verb, [step], True)
@@ -266,6 +271,7 @@ class _Updates:
 
     baseline: str
     by_node: dict[str, list[dict[str, Any]]]
+    covered: frozenset[str] = frozenset()
 
     def for_node(self, node_uuid: str) -> list[dict[str, Any]]:
         return self.by_node.get(node_uuid, [])
@@ -282,6 +288,7 @@ class _Updates:
                 node.node_uuid: [settings[d.component] for d in node.components]
                 for node in report.nodes
             },
+            report.covered,
         )
 
 
@@ -340,6 +347,13 @@ def create_rollout(
                     request = flow_request(plan.verb, plan.steps, plan.disable_ramdisk)
                     provisioning.check(svc, session, node, request)
                 plans.append(plan)
+            if all(p.verb is None for p in plans):
+                reasons = sorted({p.skipped or "" for p in plans})
+                raise bad_request(
+                    "Invalid rollout: no selected node has anything to do ("
+                    + "; ".join(reasons)
+                    + ")"
+                )
             held = _holders(session, [n.id for n in nodes])
             if held:
                 raise conflict("Nodes are already in a live rollout: " + "; ".join(held))
@@ -394,7 +408,7 @@ def _store(
         )
         if plan.verb is None:
             row.state, row.wave, row.finished_at = N_SKIPPED, -1, now
-            row.error = "already at the baseline"
+            row.error = plan.skipped
         else:
             row.state, row.wave, row.claim = N_PENDING, next(waves), plan.node.id
         session.add(row)

@@ -67,7 +67,7 @@ def drift_view(report: DriftReport) -> dict[str, Any]:
     return {
         "baseline_uuid": report.baseline.uuid,
         "baseline_name": report.baseline.name,
-        "covered_nodes": report.covered,
+        "covered_nodes": len(report.covered),
         "nodes": [
             {
                 "node_uuid": node.node_uuid,
