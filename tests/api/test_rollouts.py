@@ -30,6 +30,7 @@ from tests.support.api import (
     create_node,
     error_text,
     get_node,
+    make_available,
     provision,
     wait_for_state,
     wait_until,
@@ -392,7 +393,9 @@ def test_listing_filters_by_state_and_shows_counts(stack: Stack) -> None:
     assert 'metalforge_rollout_nodes{state="pending"} 1.0' in text
 
 
-def test_the_conductors_advance_rollouts_by_themselves(tmp_path: Path) -> None:
+@pytest.fixture
+def advancing(tmp_path: Path) -> Iterator[Stack]:
+    """A stack whose conductor advances rollouts by itself, every 0.1 s."""
     settings = test_settings(
         f"sqlite:///{tmp_path}/mf.sqlite",
         rollout_interval=0.1,
@@ -400,18 +403,48 @@ def test_the_conductors_advance_rollouts_by_themselves(tmp_path: Path) -> None:
     )
     running = start_stack(settings)
     try:
-        client = running.client
-        nodes = [_manageable(client, f"auto{n}") for n in range(3)]
-        created = _create(client, action={"verb": "provide"}, selector={"nodes": nodes}, batch=2)
-        wait_until(
-            "the rollout is done",
-            lambda: _show(client, created["uuid"])["state"] == "done",
-            timeout=60,
-        )
-        for node in nodes:
-            assert get_node(client, node)["provision_state"] == "available"
+        yield running
     finally:
         running.stop()
+
+
+def _until_done(client: TestClient, ident: str) -> dict[str, Any]:
+    done: dict[str, Any] = wait_until(
+        "the rollout to end",
+        lambda: (shown := _show(client, ident))["state"] == "done" and shown,
+        timeout=60,
+    )
+    return done
+
+
+def test_the_conductors_advance_rollouts_by_themselves(advancing: Stack) -> None:
+    client = advancing.client
+    nodes = [_manageable(client, f"auto{n}") for n in range(3)]
+    created = _create(client, action={"verb": "provide"}, selector={"nodes": nodes}, batch=2)
+    _until_done(client, created["uuid"])
+    for node in nodes:
+        assert get_node(client, node)["provision_state"] == "available"
+
+
+def test_available_nodes_are_flashed_by_manual_cleaning_and_return_to_the_pool(
+    advancing: Stack,
+) -> None:
+    client = advancing.client
+    nodes = [make_available(client, name=f"pool{n}")["uuid"] for n in range(2)]
+    baseline = {"name": "pool-bios", "components": [BIOS]}
+    assert client.post("/v1/firmware_baselines", json=baseline, headers=LATEST).status_code == 201
+    created = _create(client, action={"baseline": "pool-bios"}, selector={"nodes": nodes}, batch=2)
+    assert created["nodes"][0]["verbs"] == ["manage", "clean", "provide"]
+    done = _until_done(client, created["uuid"])
+    assert [n["state"] for n in done["nodes"]] == ["succeeded", "succeeded"]
+    assert [n["outcome"] for n in done["nodes"]] == ["available", "available"]
+    for node in nodes:
+        firmware = client.get(f"/v1/nodes/{node}/firmware", headers=LATEST).json()["firmware"]
+        bios = next(c for c in firmware if c["component"] == "bios")
+        assert bios["current_version"] == "1.0.1"
+    assert (
+        client.get("/v1/firmware_baselines/pool-bios/drift", headers=LATEST).json()["nodes"] == []
+    )
 
 
 def test_the_cli_creates_shows_pauses_and_aborts_rollouts(

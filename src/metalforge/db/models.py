@@ -500,8 +500,13 @@ class RolloutNode(Base):
     wave: Mapped[int] = mapped_column(Integer, nullable=False)
     """0: the canary; then 1, 2... of at most ``batch`` nodes each."""
     state: Mapped[str] = mapped_column(String(15), nullable=False)
-    verb: Mapped[str] = mapped_column(String(15), nullable=False)
+    verbs: Mapped[str] = mapped_column(String(64), nullable=False)
+    """The flows the node goes through, in turn, comma-separated (``manage,clean,provide``
+    for an available node's firmware); empty when it is skipped."""
+    stage: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    """Which of ``verbs`` the node is at."""
     steps: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, nullable=False)
+    """The steps of its ``clean`` or ``service`` flow."""
     disable_ramdisk: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -509,6 +514,16 @@ class RolloutNode(Base):
     """The node's provision state when its flow ended."""
     error: Mapped[str | None] = mapped_column(Text)
     claim: Mapped[int | None] = mapped_column(Integer, unique=True)
+
+    @property
+    def verb(self) -> str:
+        """The flow the node is at (none: skipped)."""
+        plan = self.verbs.split(",") if self.verbs else []
+        return plan[self.stage] if self.stage < len(plan) else ""
+
+    @property
+    def last_stage(self) -> bool:
+        return self.stage >= len(self.verbs.split(",")) - 1
 
 
 class BmcBreaker(Base):

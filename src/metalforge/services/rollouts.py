@@ -185,11 +185,12 @@ class _Plan:
     """The request one node's flow will be started with (none: nothing to do there)."""
 
     node: Node
-    verb: str | None
+    verbs: tuple[str, ...]
+    """The flows it goes through in turn (none: it is skipped)."""
     steps: list[dict[str, Any]]
     disable_ramdisk: bool
     skipped: str | None = None
-    """Why nothing is to be done on the node (``verb`` is then none)."""
+    """Why nothing is to be done on the node."""
 
 
 def _matched(session: Session, selector: RolloutSelector, project: str | None) -> list[Node]:
@@ -233,36 +234,44 @@ def _in_listed_order(
     return ordered
 
 
-def _steps_verb(node: Node, what: str) -> str:
-    """Manual cleaning for a manageable node, servicing for an active one."""
-    if node.provision_state == states.MANAGEABLE:
-        return states.CLEAN
-    if node.provision_state == states.ACTIVE:
-        return states.SERVICE
-    raise bad_request(
-        f"Invalid rollout: node {node.uuid} is {node.provision_state}; {what} runs on "
-        "manageable nodes (manual cleaning) or active ones (servicing)"
-    )
+STEPS_FLOWS = {
+    states.MANAGEABLE: (states.CLEAN,),
+    states.ACTIVE: (states.SERVICE,),
+    # Ironic cleans only manageable nodes by hand: an available one is taken there and
+    # back, and ``provide`` runs its automated cleaning as every return to the pool does.
+    states.AVAILABLE: (states.MANAGE, states.CLEAN, states.PROVIDE),
+}
+"""How steps run on a node, by the state it is in when the rollout is created."""
+
+
+def _steps_verbs(node: Node, what: str) -> tuple[str, ...]:
+    found = STEPS_FLOWS.get(node.provision_state)
+    if found is None:
+        raise bad_request(
+            f"Invalid rollout: node {node.uuid} is {node.provision_state}; {what} runs on "
+            "manageable or available nodes (manual cleaning) or active ones (servicing)"
+        )
+    return found
 
 
 def _plan(
     session: Session, node: Node, action: RolloutAction, caller: Caller, updates: _Updates
 ) -> _Plan:
     if action.verb is not None:
-        return _Plan(node, action.verb, [], False)
+        return _Plan(node, (action.verb,), [], False)
     if action.runbook is not None:
-        verb = _steps_verb(node, f"runbook {action.runbook}")
+        verbs = _steps_verbs(node, f"runbook {action.runbook}")
         expansion = runbooks.expand(session, action.runbook, node, NEWEST, caller)
-        return _Plan(node, verb, [dict(s) for s in expansion.steps], expansion.disable_ramdisk)
+        return _Plan(node, verbs, [dict(s) for s in expansion.steps], expansion.disable_ramdisk)
     if node.uuid not in updates.covered:
         why = f"firmware baseline {updates.baseline} is for another vendor or model"
-        return _Plan(node, None, [], False, why)
+        return _Plan(node, (), [], False, why)
     settings = updates.for_node(node.uuid)
     if not settings:
-        return _Plan(node, None, [], False, "already at the baseline")
-    verb = _steps_verb(node, f"firmware baseline {updates.baseline}")
+        return _Plan(node, (), [], False, "already at the baseline")
+    verbs = _steps_verbs(node, f"firmware baseline {updates.baseline}")
     step = {"interface": "firmware", "step": "update", "args": {"settings": settings}}
-    return _Plan(node, verb, [step], True)
+    return _Plan(node, verbs, [step], True)
 
 
 @dataclass(frozen=True)
@@ -292,20 +301,22 @@ class _Updates:
         )
 
 
-def flow_request(verb: str, steps: Sequence[dict[str, Any]], disable_ramdisk: bool) -> Any:
-    """The provision request a rollout makes for one node."""
-    given: set[str] = set()
-    fields: dict[str, Any] = {}
+def flow_request(
+    verb: str, steps: Sequence[dict[str, Any]], disable_ramdisk: bool
+) -> provisioning.FlowRequest:
+    """The provision request a rollout makes for one node at one of its flows (only
+    ``clean`` and ``service`` take the steps)."""
+    if verb not in (states.CLEAN, states.SERVICE):
+        return provisioning.FlowRequest(verb=verb, target=verb)
+    field = "clean_steps" if verb == states.CLEAN else "service_steps"
+    given = frozenset({field, "disable_ramdisk"} if disable_ramdisk else {field})
     if verb == states.CLEAN:
-        given.add("clean_steps")
-        fields["clean_steps"] = tuple(steps)
-    elif verb == states.SERVICE:
-        given.add("service_steps")
-        fields["service_steps"] = tuple(steps)
-    if disable_ramdisk:
-        given.add("disable_ramdisk")
-        fields["disable_ramdisk"] = True
-    return provisioning.FlowRequest(verb=verb, target=verb, given=frozenset(given), **fields)
+        return provisioning.FlowRequest(
+            verb, verb, given, clean_steps=tuple(steps), disable_ramdisk=disable_ramdisk
+        )
+    return provisioning.FlowRequest(
+        verb, verb, given, service_steps=tuple(steps), disable_ramdisk=disable_ramdisk
+    )
 
 
 def _holders(session: Session, node_ids: Sequence[int]) -> list[str]:
@@ -343,11 +354,11 @@ def create_rollout(
             for node in nodes:
                 caller.require(SET_PROVISION_STATE, NodeTarget.of(node))
                 plan = _plan(session, node, action, caller, updates)
-                if plan.verb is not None:
-                    request = flow_request(plan.verb, plan.steps, plan.disable_ramdisk)
+                if plan.verbs:  # the first flow can be checked now; the others need its end
+                    request = flow_request(plan.verbs[0], plan.steps, plan.disable_ramdisk)
                     provisioning.check(svc, session, node, request)
                 plans.append(plan)
-            if all(p.verb is None for p in plans):
+            if not any(p.verbs for p in plans):
                 reasons = sorted({p.skipped or "" for p in plans})
                 raise bad_request(
                     "Invalid rollout: no selected node has anything to do ("
@@ -393,7 +404,7 @@ def _store(
     )
     session.add(rollout)
     session.flush()
-    to_run = [p for p in plans if p.verb is not None]
+    to_run = [p for p in plans if p.verbs]
     waves = _waves(len(to_run), body.canary, body.batch)
     now = utcnow()
     for position, plan in enumerate(plans):
@@ -402,11 +413,12 @@ def _store(
             node_id=plan.node.id,
             node_uuid=plan.node.uuid,
             position=position,
-            verb=plan.verb or "",
+            verbs=",".join(plan.verbs),
+            stage=0,
             steps=plan.steps,
             disable_ramdisk=plan.disable_ramdisk,
         )
-        if plan.verb is None:
+        if not plan.verbs:
             row.state, row.wave, row.finished_at = N_SKIPPED, -1, now
             row.error = plan.skipped
         else:
@@ -560,6 +572,11 @@ def _settle(session: Session, rollout: Rollout, rows: Sequence[RolloutNode]) -> 
         if node is None:
             continue
         verdict, error = _verdict(row, node)
+        if verdict == N_SUCCEEDED and not row.last_stage:
+            # On to the node's next flow (an available node's: clean, then provide), even
+            # in a paused or stopped rollout: a node under way finishes what it began.
+            row.stage += 1
+            verdict = N_PENDING
         if verdict == N_PENDING:
             row.started_at = now
             again.append(_Start(row.id, row.node_uuid, row.verb, row.steps, row.disable_ramdisk))

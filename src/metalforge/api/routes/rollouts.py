@@ -77,6 +77,7 @@ def _node_view(row: RolloutNode, names: dict[int, str | None]) -> dict[str, Any]
         "wave": row.wave,
         "state": row.state,
         "verb": row.verb or None,
+        "verbs": row.verbs.split(",") if row.verbs else [],
         "outcome": row.outcome,
         "error": row.error,
         "started_at": _when(row.started_at),
