@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from metalforge.config import BmcGuardSettings
 from metalforge.db.engine import Database
 from metalforge.drivers.bmc_guard import GUARD
 from metalforge_lab.postgres import PostgresCluster
@@ -23,9 +24,10 @@ _counter = itertools.count()
 
 @pytest.fixture(autouse=True)
 def _fresh_bmc_guard() -> None:
-    """Each test starts with every BMC's breaker closed: one test's dead address (a closed
-    port another test may reuse) must not make another's calls fail fast."""
-    GUARD.reset()
+    """Each test starts with the default guard and every BMC's breaker closed: one test's
+    dead address (a closed port another may reuse), or the settings of a stack it started,
+    must not make another's calls fail fast."""
+    GUARD.configure(BmcGuardSettings())
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from metalforge.drivers.base import (
 from metalforge.drivers.failures import FAILURES
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower, sessions
 from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
+from metalforge.tallies import BMC_ERRORS
 from metalforge_lab.ipmi_bmc import BmcProcess
 from tests.support.api import LATEST, create_node, error_text, get_node, wait_until
 from tests.support.ipmi import (
@@ -207,7 +208,7 @@ def test_failed_calls_are_counted_by_kind_for_metrics(bmc: BmcProcess) -> None:
     unreachable = driver_info(free_udp_ports(1), ipmi_timeout=0.5, ipmi_retries=0)
     with pytest.raises(NoAnswer):
         POWER.get_power_state(Task(**unreachable))
-    counted = {key[1]: value for key, value in FAILURES.take().items()}
+    counted = {key[1]: value for key, value in FAILURES.take().items() if key[0] == BMC_ERRORS.name}
     assert counted == {"ipmi\x1fauth": 1.0, "ipmi\x1ftimeout": 1.0}
 
 

@@ -62,6 +62,8 @@ class SingletonTask:
     """Seconds between runs, read from the settings."""
     run: Callable[[LeaderTerm], object]
     """One run; its writes go through ``LeaderTerm.write`` so a lost term cannot write."""
+    log_runs: bool = True
+    """Log each run's start and end at info level (debug for a task run every few seconds)."""
 
 
 class Leadership:
@@ -203,8 +205,10 @@ class Leadership:
         self._run(task, term)
 
     def _run(self, task: SingletonTask, term: LeaderTerm) -> None:
-        # Every round of every task (some run every few seconds): for debugging only.
-        LOG.debug("singleton %s starts on %s", task.role, term.member)
+        # Each run is logged (what ran where is the record that one ran at a time), but a
+        # task that runs every few seconds only at debug level.
+        level = logging.INFO if task.log_runs else logging.DEBUG
+        LOG.log(level, "singleton %s starts on %s", task.role, term.member)
         try:
             task.run(term)
         except LeaseLost as exc:
@@ -218,7 +222,7 @@ class Leadership:
             except Exception:  # whatever the backend raises, the lease runs out
                 LOG.warning("standing down from %s failed", task.role, exc_info=True)
         finally:
-            LOG.debug("singleton %s ends on %s", task.role, term.member)
+            LOG.log(level, "singleton %s ends on %s", task.role, term.member)
 
     def _forget(self, term: LeaderTerm) -> None:
         """Stop counting on ``term`` (unless a later election already replaced it)."""

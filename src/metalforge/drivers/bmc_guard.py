@@ -122,11 +122,6 @@ class BmcGuard:
             self._listener = listener
             self._bmcs = {}
 
-    def reset(self) -> None:
-        """Forget every BMC's slots and breaker (tests, and a service's start)."""
-        with self._lock:
-            self._bmcs = {}
-
     def _bmc(self, address: str) -> _Bmc:
         with self._lock:
             found = self._bmcs.get(address)

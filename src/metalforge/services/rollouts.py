@@ -661,4 +661,4 @@ def task(svc: Services) -> SingletonTask:
     def run(term: LeaderTerm) -> None:
         advance(svc, term.write)
 
-    return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run)
+    return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run, log_runs=False)
