@@ -227,8 +227,13 @@ def test_inspections_survive_a_killed_worker_and_a_stopped_leader(  # noqa: PLR0
             times = _power_ons(api)
             print(f"{len(times)} power-ons over {times[-1] - times[0]:.1f}s")
             assert len(times) >= NODES
-            window = 1.0
-            allowed = int(window / POWER_ON_INTERVAL) + 2
+            # Turns are handed out POWER_ON_INTERVAL apart, and a node powers on at its turn
+            # or later, never before: a worker the loaded machine wakes late fires after
+            # its turn, close to the next ones. So a window holds the turns of itself plus
+            # that lateness (half a second is generous on a 2-core machine running the
+            # suite), while without the throttle hundreds would come within it.
+            window, lateness = 1.0, 0.5
+            allowed = int((window + lateness) / POWER_ON_INTERVAL) + 1
             for i, first in enumerate(times):
                 within = sum(1 for t in times[i:] if t < first + window)
                 assert within <= allowed, f"{within} power-ons within {window}s of {first}"
