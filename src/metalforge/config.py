@@ -578,6 +578,15 @@ class ConductorSettings(BaseModel):
     """Seconds to wait for the agent's HTTP API to answer one request."""
     agent_power_off_timeout: float = 30.0
     """Seconds the agent's own power-off (end of a deployment) may take before the BMC's."""
+    fast_track: bool = False
+    """Keep the ramdisk agent running between flows (Ironic's ``fast_track``): an
+    inspection or a cleaning that succeeds leaves the node on with its agent, and the
+    next cleaning or deployment uses that agent instead of rebooting into a new one.
+    A node's ``driver_info/fast_track`` (true or false) overrides this. Needs a
+    provisioning network the agent stays reachable on between flows."""
+    fast_track_timeout: float = Field(default=300.0, gt=0, le=86400.0)
+    """Seconds a kept agent may stay idle (no flow using it) before its node is powered
+    off and the agent's session ended."""
     clean_step_priority_override: StepPriorities = Field(default_factory=dict)
     """Clean steps' priorities instead of their defaults, written as ``interface.step:priority``
     entries (``["deploy.erase_devices:0"]``) and held as ``{"deploy.erase_devices": 0}``."""

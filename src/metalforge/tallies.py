@@ -104,6 +104,19 @@ AGENT_ERRORS = Metric(
     "Failed calls to ramdisk agents, by kind (unreachable, busy, refused).",
     ("kind",),
 )
+AGENT_BOOTS = Metric(
+    "metalforge_agent_boots",
+    "Ramdisk agents a flow started with, by flow (inspect, clean, deploy, service, "
+    "rescue) and how: booted (the node was powered on or rebooted into the ramdisk) or "
+    "kept (fast track: the agent an earlier flow left running, no reboot).",
+    ("flow", "how"),
+)
+POWER_ACTIONS = Metric(
+    "metalforge_power_actions",
+    "Power changes metalforge asked of BMCs, by flow (none: an operator's request or "
+    "the power sync, on a node in no flow) and target (power on, power off, reboot).",
+    ("flow", "target"),
+)
 HTTP_DURATION = Metric(
     "metalforge_http_request_duration_seconds",
     "API requests by method, route template and status, and how long they took.",
@@ -123,6 +136,8 @@ METRICS: tuple[Metric, ...] = (
     BMC_BREAKER_TRIPS,
     BMC_CALL_DURATION,
     AGENT_ERRORS,
+    AGENT_BOOTS,
+    POWER_ACTIONS,
     HTTP_DURATION,
 )
 BY_NAME = {metric.name: metric for metric in METRICS}

@@ -41,7 +41,13 @@ from metalforge.conductor.reservations import acquire
 from metalforge.conductor.task import Interrupted, LockLost, NodeGone, NodeTask
 from metalforge.coordination.hashring import ConductorDirectory, HashRing
 from metalforge.db.models import Node, node_from_row
-from metalforge.drivers.base import DriverError, ManagementInterface, PowerInterface, ReadOnlyTask
+from metalforge.drivers.base import (
+    DriverError,
+    ManagementInterface,
+    PowerInterface,
+    ReadOnlyTask,
+    switch_power,
+)
 from metalforge.errors import NodeLocked
 
 LOG = logging.getLogger(__name__)
@@ -236,7 +242,7 @@ def _resolve(task: NodeTask, reading: _Reading, force: bool, report: SyncReport)
         report.corrected += 1
         return
     try:
-        _power(task.ctx, node).set_power_state(task, recorded)
+        switch_power(task, _power(task.ctx, node), recorded)
     except DriverError as exc:
         task.record(
             EVENT_TYPE, f"{drift}; could not switch it back to {recorded}: {exc}", history.ERROR

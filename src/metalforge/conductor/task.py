@@ -22,6 +22,8 @@ What changed is found by comparing with a snapshot taken after each write
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,8 +39,10 @@ from metalforge.db import (
     bios_settings,
     firmware_components,
     flow_progress,
+    queue,
     step_runs,
 )
+from metalforge.db.engine import now_for
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node, utcnow
 from metalforge.db.tallies import count_on_commit, observed
@@ -190,6 +194,26 @@ class NodeTask:
         with self._writing, self.ctx.db.write() as session:
             self._fence(session)
             agent_sessions.end(session, self._node.id)
+
+    def keep_agent_session(self) -> bool:
+        # The idle check is queued in the same write: a crash after it cannot leave
+        # a kept agent nobody ever powers off.
+        node_id, host = self._node.id, self.ctx.hostname
+        idle = dt.timedelta(seconds=self.settings.fast_track_timeout)
+        with self._writing, self.ctx.db.write() as session:
+            self._fence(session)
+            kept_since = agent_sessions.keep(session, node_id)
+            if kept_since is None:
+                return False
+            queue.enqueue(
+                session,
+                queue.AGENT_IDLE,
+                node_id,
+                dataclasses.asdict(agent_sessions.IdleCheck(kept_since.isoformat())),
+                preferred_owner=host,
+                not_before=now_for(session) + idle,
+            )
+        return True
 
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         """Written with the node's next write (fenced like it): a step that read them saves

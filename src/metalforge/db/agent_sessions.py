@@ -33,6 +33,8 @@ class AgentSessionInfo:
     agent_version: str | None
     verify_ca: str | None
     last_heartbeat_at: dt.datetime | None
+    kept_since: dt.datetime | None = None
+    """A flow ended and kept the agent running for the next one, at this time."""
 
     @property
     def heard_since_boot(self) -> bool:
@@ -54,6 +56,7 @@ def get(session: Session, node_id: int) -> AgentSessionInfo | None:
         agent_version=row.agent_version,
         verify_ca=row.verify_ca,
         last_heartbeat_at=_aware(row.last_heartbeat_at),
+        kept_since=_aware(row.kept_since),
     )
 
 
@@ -73,6 +76,7 @@ _CLEARED = {
     "last_heartbeat_at": None,
     "agent_status": None,
     "agent_status_message": None,
+    "kept_since": None,
 }
 
 
@@ -95,6 +99,47 @@ def end(session: Session, node_id: int) -> None:
     session.connection().execute(
         update(_TABLE).where(_TABLE.c.node_id == node_id).values(**{**_CLEARED, "booted_at": None})
     )
+
+
+@dataclass(frozen=True)
+class IdleCheck:
+    """An ``agent_idle`` work item's payload: the keep it checks (``kept_since``, ISO 8601).
+
+    The item powers the node off only if the agent is still kept from that
+    time: a flow that used it since kept it again (or ended it), and that
+    keep queued its own check. No clocks are compared.
+    """
+
+    kept_since: str
+
+
+def keep(session: Session, node_id: int) -> dt.datetime | None:
+    """The flow that used the agent ended and leaves it running for the next (fast
+    track).
+
+    The token, address and heartbeats stay valid: the agent goes on
+    heartbeating, and the next flow talks to it without a reboot. The mark
+    stays while that flow uses the agent; its end keeps it again (a new
+    time) or ends the session. Returns the time it is kept from (``None``: no
+    running agent's session to keep).
+    """
+    kept_since = utcnow()
+    result = session.connection().execute(
+        update(_TABLE)
+        .where(_TABLE.c.node_id == node_id, _TABLE.c.booted_at.is_not(None))
+        .values(kept_since=kept_since)
+    )
+    return kept_since if result.rowcount == 1 else None
+
+
+def is_kept(session: Session, node_id: int) -> bool:
+    """Whether a flow left the node's agent running for the next one."""
+    kept = session.execute(
+        select(_TABLE.c.node_id).where(
+            _TABLE.c.node_id == node_id, _TABLE.c.kept_since.is_not(None)
+        )
+    ).one_or_none()
+    return kept is not None
 
 
 class NoRamdiskBooted(LookupError):

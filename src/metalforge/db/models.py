@@ -734,6 +734,9 @@ class AgentSession(Base):
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     agent_status: Mapped[str | None] = mapped_column(String(16))
     agent_status_message: Mapped[str | None] = mapped_column(Text)
+    kept_since: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """A flow ended and left the agent running for the next one (fast track), at this
+    time; ``None`` while a flow uses the agent or no agent runs."""
 
 
 class FlowProgressRow(Base):

@@ -412,6 +412,9 @@ def replay(session: Session, item_id: int) -> bool:
     return result.rowcount == 1
 
 
+AGENT_IDLE = "agent_idle"
+"""Power off a node whose kept agent (fast track) stayed idle too long: queued, due at
+its deadline, when a flow keeps the agent (``conductor.kept_agents`` runs it)."""
 PROVISION = "provision"
 """The kind of item that continues a node's provision flow (level-triggered: no payload)."""
 PROVISION_KEY_PREFIX = "provision:"

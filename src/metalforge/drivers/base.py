@@ -24,6 +24,7 @@ from metalforge.db import bios_settings, firmware_components
 from metalforge.db.agent_sessions import AgentSessionInfo
 from metalforge.db.flow_progress import NO_FLOW, FlowProgress
 from metalforge.db.models import Node
+from metalforge.drivers import failures
 from metalforge.drivers.raid import (
     LOGICAL_DISK_PROPERTIES,
     InvalidRaidConfig,
@@ -147,6 +148,10 @@ class DriverTask(Protocol):
     def end_agent_session(self) -> None:
         """The agent is gone (the node powered off or boots its instance)."""
 
+    def keep_agent_session(self) -> bool:
+        """The flow ends and leaves its agent running for the next one (fast track); an
+        idle check is due when it may be powered off. ``False``: no session to keep."""
+
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         """Keep ``settings`` as the node's BIOS settings (what its BMC reports), now."""
 
@@ -221,6 +226,9 @@ class ReadOnlyTask:
 
     def end_agent_session(self) -> None:
         raise DriverError("a read-only task cannot end the agent's session")
+
+    def keep_agent_session(self) -> bool:
+        raise DriverError("a read-only task cannot keep the agent running")
 
     def store_bios_settings(self, settings: Sequence[bios_settings.Setting]) -> None:
         raise DriverError("a read-only task cannot store BIOS settings")
@@ -315,6 +323,16 @@ class PowerInterface(Interface):
     @abstractmethod
     def set_power_state(self, task: DriverTask, target: str, timeout: int | None = None) -> None:
         """Move to ``target`` (one of POWER_TARGETS) and return once it is reached."""
+
+
+def switch_power(
+    task: DriverTask, power: PowerInterface, target: str, timeout: int | None = None
+) -> None:
+    """Move the node to ``target`` through ``power``, counted for ``/metrics`` by flow and
+    target: every power change metalforge makes goes through here, so the counts say
+    how many cycles a flow cost."""
+    power.set_power_state(task, target, timeout)
+    failures.power_switched(task.node.provision_state, target)
 
 
 VMEDIA_DEVICES = ("disk", "cdrom", "floppy")
@@ -526,8 +544,13 @@ class InspectInterface(Interface):
         """The inspection ended (processed, aborted, timed out): power the node off."""
         power = task.interface("power")
         if isinstance(power, PowerInterface):
-            power.set_power_state(task, POWER_OFF, None)
+            switch_power(task, power, POWER_OFF)
             task.node.power_state = power.get_power_state(task)
+
+    def end_inspection(self, task: DriverTask) -> None:
+        """The inspection succeeded: power the node off (an interface that can leave its
+        ramdisk running for the next flow does so here instead)."""
+        self.stop_inspection(task)
 
 
 class RaidInterface(Interface):

@@ -1,4 +1,5 @@
-"""Failed calls to BMCs and ramdisk agents, counted for ``GET /metrics``.
+"""Calls to BMCs and ramdisk agents (failed ones, power changes, agent boots), counted
+for ``GET /metrics``.
 
 The protocol clients have no database and serve every flow, periodic task
 and request alike, so they count into this process's ``FAILURES``; the
@@ -9,11 +10,14 @@ never the BMC's message.
 
 from __future__ import annotations
 
+from metalforge import states
 from metalforge.tallies import (
+    AGENT_BOOTS,
     AGENT_ERRORS,
     BMC_BREAKER_TRIPS,
     BMC_CALL_DURATION,
     BMC_ERRORS,
+    POWER_ACTIONS,
     Tally,
 )
 
@@ -42,3 +46,18 @@ def agent_failed(kind: str) -> None:
 def bmc_call_took(protocol: str, seconds: float) -> None:
     """A call to a BMC ended (answered or not) after ``seconds``."""
     FAILURES.observe(BMC_CALL_DURATION, (protocol,), seconds)
+
+
+def flow_label(provision_state: str) -> str:
+    """The flow a node in ``provision_state`` runs, as the counters name it (``none``)."""
+    return states.FLOW_OF.get(provision_state, "none")
+
+
+def power_switched(provision_state: str, target: str) -> None:
+    """metalforge asked a BMC to move a node in ``provision_state`` to ``target``."""
+    FAILURES.count(POWER_ACTIONS, (flow_label(provision_state), target))
+
+
+def agent_started(provision_state: str, how: str) -> None:
+    """A flow has its agent: ``booted`` (a power cycle into the ramdisk) or ``kept``."""
+    FAILURES.count(AGENT_BOOTS, (flow_label(provision_state), how))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from metalforge import inspection_states as ins
@@ -65,7 +65,12 @@ def desired_state(session: Session, *, discovery: bool) -> FilterState:
         .join(AgentSession, AgentSession.node_id == Node.id)
         .where(
             AgentSession.booted_at.is_not(None),
-            Node.provision_state.in_(sorted(catalog.LOOKUP_STATES)),
+            or_(
+                Node.provision_state.in_(sorted(catalog.LOOKUP_STATES)),
+                # A flow left the agent running for the next (fast track): its
+                # lease must go on being renewed between flows.
+                AgentSession.kept_since.is_not(None),
+            ),
         )
     )
     # A rescued node runs the ramdisk as its tenant's rescue system, with the address

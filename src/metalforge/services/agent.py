@@ -52,7 +52,10 @@ def look_up(
             if found is None:
                 raise _not_found()
             node = found
-        if node.provision_state not in catalog.LOOKUP_STATES:
+        if node.provision_state not in catalog.LOOKUP_STATES and not agent_sessions.is_kept(
+            session, node.id
+        ):
+            # Out of a flow, only an agent a flow left running (fast track) looks up.
             raise _not_found()
         token: str | None = None
         try:

@@ -14,7 +14,7 @@ from metalforge.conductor.bmc_retry import retried
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.common import fail, power
 from metalforge.conductor.task import NodeTask
-from metalforge.drivers.base import DriverError
+from metalforge.drivers.base import DriverError, set_info, switch_power
 
 
 def fail_flow(task: NodeTask, message: str) -> None:
@@ -89,16 +89,28 @@ def abort(task: NodeTask) -> None:
         task.transition(states.ABORT, note=message, last_error=message)
 
 
+def _end_kept_agent(task: NodeTask) -> None:
+    """A power change ends the agent a flow kept running (fast track): it is off, or
+    rebooting into whatever the node boots now, and no flow may count on it."""
+    session = task.agent_session()
+    if session is None or session.kept_since is None:
+        return
+    task.end_agent_session()
+    set_info(task, agent_url=None, agent_version=None, agent_last_heartbeat=None)
+    task.record("agent", "the agent kept for the next flow was ended by the power change")
+
+
 def set_power(task: NodeTask, target: str, timeout: int | None) -> None:
     """Change the power state and record what the hardware reports afterwards."""
     iface = power(task)
     try:
-        retried(task, f"power {target}", lambda: iface.set_power_state(task, target, timeout))
+        retried(task, f"power {target}", lambda: switch_power(task, iface, target, timeout))
         task.node.power_state = retried(
             task, "read the power state", lambda: iface.get_power_state(task)
         )
         task.node.last_error = None
         task.record("power", f"power state set to {task.node.power_state} ({target})")
+        _end_kept_agent(task)
     except DriverError as exc:
         task.node.last_error = f"Failed to change power state to {target!r}: {exc}"
         task.record("power", task.node.last_error, history.ERROR)

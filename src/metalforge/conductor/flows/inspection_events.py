@@ -34,10 +34,10 @@ from metalforge.conductor.flows.common import read_from_bmc
 from metalforge.conductor.flows.inspection_record import (
     db_now,
     end_in_error,
+    finish_ramdisk,
     moved,
     record_of,
     saving,
-    stop_ramdisk,
 )
 from metalforge.conductor.task import NodeTask
 from metalforge.db import introspections
@@ -189,7 +189,7 @@ def _process(task: NodeTask, record: Record, *, power_off: bool) -> None:
         return
     plugin_data = ruled.subject.plugin_data if ruled is not None else outcome.plugin_data
     if power_off:
-        stop_ramdisk(task, record)
+        finish_ramdisk(task, record)
     finished = moved(record, ins.FINISH, finished_at=db_now(task), error=None)
     node_id, node_uuid = task.node.id, task.node.uuid
 

@@ -66,6 +66,19 @@ def stop_ramdisk(task: NodeTask, record: Record) -> None:
         task.record("inspection", f"Could not power the node off: {exc}", history.WARNING)
 
 
+def finish_ramdisk(task: NodeTask, record: Record) -> None:
+    """The inspection succeeded: stop its ramdisk, or leave the agent running for the
+    next flow (fast track); a failure is recorded, not raised."""
+    if not record.manage_boot:
+        return
+    try:
+        iface = interface(task)
+        if iface.boots_ramdisk:
+            iface.end_inspection(task)
+    except DriverError as exc:
+        task.record("inspection", f"Could not power the node off: {exc}", history.WARNING)
+
+
 def end_in_error(
     task: NodeTask, record: Record, event: str, message: str, *, power_off: bool = True
 ) -> None:

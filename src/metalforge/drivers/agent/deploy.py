@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from metalforge.drivers.agent import erasure
+from metalforge.drivers.agent import erasure, fast_track
 from metalforge.drivers.agent.client import (
     AgentBusy,
     AgentClient,
@@ -65,6 +65,7 @@ from metalforge.drivers.base import (
     StepsChanged,
     StepsNotKnown,
     set_info,
+    switch_power,
 )
 from metalforge.drivers.step_declarations import StepDecl, StepKind, deploy_step, parse_argsinfo
 
@@ -91,7 +92,7 @@ class AgentDeploy(DeployInterface):
     boots_ramdisk = True
 
     def validate(self, task: DriverTask) -> None:
-        return None
+        fast_track.enabled(task)  # a fast_track that is neither true nor false is refused
 
     def properties(self) -> dict[str, str]:
         return {}
@@ -108,17 +109,15 @@ class AgentDeploy(DeployInterface):
 
     def prepare_cleaning(self, task: DriverTask) -> StepOutcome:
         set_info(task, erasure_records=[])
-        self._boot_ramdisk(task, "cleaning")
-        return "wait"
+        return fast_track.start(task, "clean", "cleaning")
 
     def check_cleaning_prepared(self, task: DriverTask) -> StepOutcome:
-        if not agent_up(task):
-            return "wait"
-        cache_steps(task, "clean")
-        return "done"
+        return fast_track.agent_ready(task, "clean", "cleaning")
 
     def tear_down_cleaning(self, task: DriverTask) -> None:
-        self._stop_ramdisk(task)
+        """Stop the agent, or (fast track) leave it running for the deployment to come."""
+        if not fast_track.keep(task):
+            self._stop_ramdisk(task)
         boot_of(task).clean_up_instance(task)
 
     def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
@@ -217,11 +216,11 @@ class AgentDeploy(DeployInterface):
             self._lock_down(task)
             leave_ramdisk(task)
             boot_of(task).prepare_instance(task)
-            power.set_power_state(task, REBOOT)
+            switch_power(task, power, REBOOT)
         else:
             self._stop_ramdisk(task)
             boot_of(task).prepare_instance(task)
-            power.set_power_state(task, POWER_ON)
+            switch_power(task, power, POWER_ON)
         task.node.power_state = POWER_ON
         task.record("agent", "the node boots its instance again")
 
@@ -348,7 +347,7 @@ class AgentDeploy(DeployInterface):
         set_info(task, agent_command=None)
         try:
             if task.node.disable_power_off:
-                power_of(task).set_power_state(task, REBOOT)
+                switch_power(task, power_of(task), REBOOT)
                 leave_ramdisk(task)
             else:
                 self._stop_ramdisk(task)
@@ -359,15 +358,12 @@ class AgentDeploy(DeployInterface):
 
     @deploy_step(priority=100, asynchronous=True)
     def deploy(self, task: DriverTask) -> StepOutcome:
-        """Boot the agent ramdisk and wait for its first heartbeat."""
-        self._boot_ramdisk(task, "deployment")
-        return "wait"
+        """Boot the agent ramdisk (or, fast track, use the one cleaning left running) and
+        wait for its heartbeat."""
+        return fast_track.start(task, "deploy", "deployment")
 
     def _check_deploy_boot(self, task: DriverTask) -> StepOutcome:
-        if not agent_up(task):
-            return "wait"
-        cache_steps(task, "deploy")
-        return "done"
+        return fast_track.agent_ready(task, "deploy", "deployment")
 
     @deploy_step(priority=80, asynchronous=True)
     def write_image(self, task: DriverTask) -> StepOutcome:
@@ -462,7 +458,7 @@ class AgentDeploy(DeployInterface):
     @deploy_step(priority=20)
     def boot_instance(self, task: DriverTask) -> None:
         """Power the node on into its instance."""
-        power_of(task).set_power_state(task, POWER_ON)
+        switch_power(task, power_of(task), POWER_ON)
         task.node.power_state = POWER_ON
 
     def tear_down(self, task: DriverTask) -> None:

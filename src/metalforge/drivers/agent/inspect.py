@@ -6,13 +6,15 @@ collector posts its inventory to ``/v1/continue_inspection`` (the ramdisk
 image or its kernel parameters name that URL: ``ipa-inspection-callback-url``,
 or ``ipa-inspection-collectors`` with ``ipa-api-url``), and the conductor
 processes it. Once the report is processed (or the inspection is aborted or
-times out) the node is powered off and the agent's session ended.
+times out) the node is powered off and the agent's session ended, unless
+fast track keeps the agent running for the next flow (``fast_track``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from metalforge.drivers.agent import fast_track
 from metalforge.drivers.agent.session import boot_of, boot_ramdisk, power_of, stop_ramdisk
 from metalforge.drivers.base import DriverTask, InspectInterface
 
@@ -33,3 +35,8 @@ class AgentInspect(InspectInterface):
 
     def stop_inspection(self, task: DriverTask) -> None:
         stop_ramdisk(task)
+
+    def end_inspection(self, task: DriverTask) -> None:
+        """Power off, or (fast track) leave the agent running for the cleaning to come."""
+        if not fast_track.keep(task):
+            stop_ramdisk(task)

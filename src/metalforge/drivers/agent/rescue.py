@@ -36,6 +36,7 @@ from metalforge.drivers.base import (
     StepFailed,
     StepOutcome,
     set_info,
+    switch_power,
 )
 
 PASSWORD = "rescue_password"
@@ -122,11 +123,11 @@ class AgentRescue(RescueInterface):
     def unrescue(self, task: DriverTask) -> None:
         _without_passwords(task)
         power = power_of(task)
-        power.set_power_state(task, POWER_OFF)
+        switch_power(task, power, POWER_OFF)
         task.node.power_state = POWER_OFF
         boot = boot_of(task)
         boot.clean_up_ramdisk(task)
         task.end_agent_session()
         boot.prepare_instance(task)
-        power.set_power_state(task, POWER_ON)
+        switch_power(task, power, POWER_ON)
         task.node.power_state = POWER_ON

@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 from metalforge.db.agent_sessions import AgentSessionInfo
+from metalforge.drivers import failures
 from metalforge.drivers.agent.client import AgentClient
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -21,6 +22,7 @@ from metalforge.drivers.base import (
     StepFailed,
     interface_of,
     set_info,
+    switch_power,
 )
 
 
@@ -38,16 +40,17 @@ def boot_ramdisk(task: DriverTask, purpose: str) -> None:
     boot_of(task).prepare_ramdisk(task)
     power = power_of(task)
     target = REBOOT if power.get_power_state(task) == POWER_ON else POWER_ON
-    power.set_power_state(task, target)
+    switch_power(task, power, target)
     task.node.power_state = POWER_ON
     set_info(task, agent_command=None)
+    failures.agent_started(task.node.provision_state, "booted")
     task.record("agent", f"booting the ramdisk agent for {purpose}")
 
 
 def stop_ramdisk(task: DriverTask) -> None:
     """Power the node off, undo the ramdisk's boot (virtual media is ejected) and end the
     agent's session."""
-    power_of(task).set_power_state(task, POWER_OFF)
+    switch_power(task, power_of(task), POWER_OFF)
     task.node.power_state = POWER_OFF
     leave_ramdisk(task)
 
