@@ -186,7 +186,7 @@ def test_inspect_provide_and_deploy_boot_the_agent_once(env: Environment) -> Non
     assert _metric(env, "metalforge_agent_boots_total", flow="deploy", how="booted") == 0
     # Cleaning switched no power at all; deploying powered the instance on (the agent
     # powered itself off).
-    assert _metric(env, "metalforge_power_actions_total", flow="clean", target="reboot") == 0
+    assert _metric(env, "metalforge_power_actions_total", flow="clean", target="rebooting") == 0
     assert _metric(env, "metalforge_power_actions_total", flow="clean", target="power on") == 0
     _wait_metric(env, "metalforge_power_actions_total", 1, flow="deploy", target="power on")
 

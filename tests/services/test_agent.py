@@ -124,6 +124,23 @@ def test_only_a_node_in_a_lookup_state_is_found(svc: Services) -> None:
         assert _token(svc, node) is None, f"no token may leave for a node in {state}"
 
 
+def test_an_agent_a_flow_kept_running_is_found_out_of_a_flow(svc: Services) -> None:
+    node = _node_in(svc, states.MANAGEABLE)
+    with pytest.raises(RequestError) as refused:
+        _look_up(svc, [MAC])
+    _not_found(refused)
+    with svc.db.write() as session:
+        assert agent_sessions.keep(session, node.id) is not None
+    assert _look_up(svc, [MAC]).token is not None, "fast track: the kept agent looks up"
+    with svc.db.write() as session:
+        agent_sessions.end(session, node.id)
+        assert not agent_sessions.is_kept(session, node.id)
+        assert agent_sessions.keep(session, node.id) is None, "an ended session is not kept"
+    with pytest.raises(RequestError) as refused:
+        _look_up(svc, [MAC])
+    _not_found(refused)
+
+
 def test_a_node_no_conductor_booted_is_not_found(svc: Services) -> None:
     node = _node_in(svc, states.CLEAN_WAIT, booted=False)
     for kwargs in ({"macs": [MAC]}, {"node_uuid": node.uuid}):
