@@ -35,7 +35,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +50,16 @@ from metalforge.states import (
     MANAGEABLE,
     SERVICE_FAILED,
 )
-from metalforge_lab.lab import INSTANCE, Lab, VirtualNode
-from tests.clients.conftest import BAREMETAL, BaremetalCli
+from metalforge_lab.lab import INSTANCE, VirtualNode
 from tests.support.api import LATEST, get_node
 from tests.support.lab import (
     MIB,
-    image_server,
+    AgentLab,
+    agent_lab,
     lab_config,
     nonzero_bytes,
     redfish_node_args,
-    require_lab,
-    served_for_lab,
 )
-from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -71,29 +67,14 @@ HEARTBEAT_TIMEOUT = 6
 """Seconds: the agent heartbeats every 1.8-3.6 s, and a dead one is noticed after 6."""
 
 
-@dataclass
-class Environment:
-    lab: Lab
-    stack: Stack
-    cli: BaremetalCli
-    images: str
-    image_dir: Path
+Environment = AgentLab
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
-    require_lab()
-    if not BAREMETAL.exists():
-        pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
     workdir = tmp_path_factory.mktemp("e2e")
     config = lab_config(workdir / "lab", "e", nodes=6)
-    image_dir = workdir / "images"
-    image_dir.mkdir()
-    with Lab(config) as lab:
-        served = served_for_lab(lab, config, workdir, agent_heartbeat_timeout=HEARTBEAT_TIMEOUT)
-        with served as (stack, server), image_server(image_dir, lab.bridge.address) as images:
-            yield Environment(lab, stack, BaremetalCli(server.url), images, image_dir)
-        assert not lab.errors, lab.errors
+    yield from agent_lab(workdir, config, agent_heartbeat_timeout=HEARTBEAT_TIMEOUT)
 
 
 def _wait_state(env: Environment, name: str, wanted: str, timeout: float = 90) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +26,7 @@ from metalforge_lab import namespaces
 from metalforge_lab.agent_runner import default_ipa_python
 from metalforge_lab.lab import Lab, LabConfig, VirtualNode
 from metalforge_lab.ports import free_port
+from tests.clients.conftest import BAREMETAL, BaremetalCli
 from tests.support.stack import LiveServer, Stack, start_stack, test_settings
 
 IN_CI = bool(os.environ.get("CI"))
@@ -149,3 +151,31 @@ def redfish_node_args(vnode: VirtualNode) -> list[str]:
         "--driver-info", "redfish_password=password",
         "--boot-interface", "pxe", "--deploy-interface", "direct",
     ]  # fmt: skip
+
+
+@dataclass
+class AgentLab:
+    """Virtual nodes running the real agent, metalforge serving them, the ``baremetal``
+    CLI pointed at it and an HTTP server of images on the lab's bridge."""
+
+    lab: Lab
+    stack: Stack
+    cli: BaremetalCli
+    images: str
+    """The image server's base URL."""
+    image_dir: Path
+
+
+def agent_lab(workdir: Path, config: LabConfig, **conductor: Any) -> Iterator[AgentLab]:
+    """Run ``config``'s lab and metalforge for a test module (a fixture's body); the lab
+    must have recorded no error when it stops."""
+    require_lab()
+    if not BAREMETAL.exists():
+        pytest.fail("python-ironicclient's `baremetal` is part of the test dependencies")
+    image_dir = workdir / "images"
+    image_dir.mkdir()
+    with Lab(config) as lab:
+        served = served_for_lab(lab, config, workdir, **conductor)
+        with served as (stack, server), image_server(image_dir, lab.bridge.address) as images:
+            yield AgentLab(lab, stack, BaremetalCli(server.url), images, image_dir)
+        assert not lab.errors, lab.errors

@@ -56,25 +56,22 @@ def db_now(task: NodeTask) -> dt.datetime:
 def stop_ramdisk(task: NodeTask, record: Record) -> None:
     """Stop the ramdisk the inspection booted, if it booted one (an out-of-band
     inspection powered nothing on); a failure is recorded, not raised."""
-    if not record.manage_boot:
-        return
-    try:
-        iface = interface(task)
-        if iface.boots_ramdisk:
-            iface.stop_inspection(task)
-    except DriverError as exc:
-        task.record("inspection", f"Could not power the node off: {exc}", history.WARNING)
+    _end_ramdisk(task, record, lambda iface: iface.stop_inspection(task))
 
 
 def finish_ramdisk(task: NodeTask, record: Record) -> None:
     """The inspection succeeded: stop its ramdisk, or leave the agent running for the
     next flow (fast track); a failure is recorded, not raised."""
+    _end_ramdisk(task, record, lambda iface: iface.end_inspection(task))
+
+
+def _end_ramdisk(task: NodeTask, record: Record, end: Callable[[InspectInterface], None]) -> None:
     if not record.manage_boot:
         return
     try:
         iface = interface(task)
         if iface.boots_ramdisk:
-            iface.end_inspection(task)
+            end(iface)
     except DriverError as exc:
         task.record("inspection", f"Could not power the node off: {exc}", history.WARNING)
 
