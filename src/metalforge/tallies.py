@@ -104,6 +104,22 @@ AGENT_ERRORS = Metric(
     "Failed calls to ramdisk agents, by kind (unreachable, busy, refused).",
     ("kind",),
 )
+PHASE_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+FLOW_DURATION = Metric(
+    "metalforge_flow_duration_seconds",
+    "How long flows took from their request to their end, by kind, result and hardware "
+    "type (deploy, succeeded: the time to active).",
+    ("flow", "result", "hardware_type"),
+    (1.0, 2.5, *FLOW_BUCKETS),
+)
+STATE_DURATION = Metric(
+    "metalforge_state_duration_seconds",
+    "How long nodes stayed in each state of a flow, by flow, state and hardware type: "
+    "the phases (cleaning: a conductor working; clean wait: the agent booting or a step "
+    "running on it...), so the one that dominates shows.",
+    ("flow", "state", "hardware_type"),
+    PHASE_BUCKETS,
+)
 AGENT_BOOTS = Metric(
     "metalforge_agent_boots",
     "Ramdisk agents a flow started with, by flow (inspect, clean, deploy, service, "
@@ -138,6 +154,8 @@ METRICS: tuple[Metric, ...] = (
     AGENT_ERRORS,
     AGENT_BOOTS,
     POWER_ACTIONS,
+    FLOW_DURATION,
+    STATE_DURATION,
     HTTP_DURATION,
 )
 BY_NAME = {metric.name: metric for metric in METRICS}

@@ -173,6 +173,19 @@ def test_event_totals_count_flows_steps_allocations_and_requests(sqlite_stack: S
     node_route = {"method": "GET", "route": "/v1/nodes/{node_ident}", "status": "200"}
     assert _series(after, "metalforge_http_request_duration_seconds_count", **node_route) >= 1
     assert node["provision_state"] == "available"
+    # The flows and their phases are timed, by hardware type.
+    fake = {"hardware_type": "fake-hardware"}
+    cleaned = {"flow": "clean", "result": "succeeded", **fake}
+    assert _series(after, "metalforge_flow_duration_seconds_count", **cleaned) == 1
+    phase = {"flow": "clean", "state": "cleaning", **fake}
+    assert _series(after, "metalforge_state_duration_seconds_count", **phase) >= 1
+    history = sqlite_stack.client.get(
+        f"/v1/nodes/{node['uuid']}/history?detail=true", headers=LATEST
+    ).json()["history"]
+    # Each move says how long the node stayed in the state it left.
+    moves = [e for e in history if " -> " in e["event"]]
+    assert [e["event"] for e in moves][-1] == "cleaning -> available (done)"
+    assert all(e["duration_seconds"] >= 0 for e in moves), moves
 
 
 def test_a_flow_that_fails_is_counted_as_failed(sqlite_stack: Stack) -> None:

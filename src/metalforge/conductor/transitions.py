@@ -9,6 +9,7 @@ concurrent writers that read the same row cannot both win: the second
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -20,8 +21,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 from metalforge import states
 from metalforge.conductor import history
 from metalforge.db.models import Node, utcnow
-from metalforge.db.tallies import count_on_commit, counted
-from metalforge.tallies import FLOWS_FINISHED, FLOWS_STARTED
+from metalforge.db.tallies import count_on_commit, counted, observed
+from metalforge.tallies import FLOW_DURATION, FLOWS_FINISHED, FLOWS_STARTED, STATE_DURATION
 
 _NODES = cast(Table, Node.__table__)
 _MOVE = update(_NODES).where(
@@ -97,6 +98,7 @@ def apply(
     transition = states.find(node.provision_state, event)
     new_state, new_target = states.resolve(transition, node.target_provision_state)
     now = utcnow()
+    flows = states.flow_change(node.provision_state, event, new_state)
     values: dict[str, Any] = {
         "provision_state": new_state,
         "target_provision_state": new_target,
@@ -105,6 +107,8 @@ def apply(
         "updated_at": now,
         **(changes or {}),
     }
+    if flows.started is not None:
+        values["flow_started_at"] = now
     released = release and holder is not None and states.parks(new_state)
     if released:
         values["reservation"] = None
@@ -118,12 +122,14 @@ def apply(
             f"node {node.uuid} changed while moving from {node.provision_state!r} by {event!r}"
         )
     old_state = node.provision_state
+    timing = Timing.of(node)
     if isinstance(node, Node):
         for key, value in values.items():
             set_committed_value(node, key, value)
     text = f"{old_state} -> {new_state} ({event})"
     if note:
         text = f"{text}: {note}"
+    stayed = _seconds_since(timing.entered, now)
     moved = history.entry(
         node.id,
         "provisioning",
@@ -133,15 +139,54 @@ def apply(
         user=user,
         state=new_state,
         target=new_target,
+        duration=stayed,
     )
     history.write(session, [*earlier_history, moved])
-    _count_flows(session, states.flow_change(old_state, event, new_state))
+    _count_flows(session, flows, old_state, timing, stayed, now)
     return Moved(new_state, new_target, values["epoch"], released)
 
 
-def _count_flows(session: Session, change: states.FlowChange) -> None:
-    """Count the flows the move ended and began, once (and if) it commits."""
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """What a transition reads to time the phase it ends (absent on a bare row)."""
+
+    entered: dt.datetime | None
+    """When the node entered the state it leaves (``provision_updated_at``)."""
+    flow_started: dt.datetime | None
+    hardware_type: str
+
+    @classmethod
+    def of(cls, node: NodeRef) -> Timing:
+        return cls(
+            getattr(node, "provision_updated_at", None),
+            getattr(node, "flow_started_at", None),
+            str(getattr(node, "driver", None) or "unknown"),
+        )
+
+
+def _seconds_since(then: dt.datetime | None, now: dt.datetime) -> float | None:
+    return None if then is None else max(0.0, (now - then).total_seconds())
+
+
+def _count_flows(
+    session: Session,
+    change: states.FlowChange,
+    old_state: str,
+    timing: Timing,
+    stayed: float | None,
+    now: dt.datetime,
+) -> None:
+    """Count the flows the move ended and began, and time the phase it ended, once (and
+    if) it commits."""
+    flow = states.FLOW_OF.get(old_state)
+    if flow is not None and stayed is not None:
+        labels = (flow, old_state, timing.hardware_type)
+        count_on_commit(session, observed(STATE_DURATION, labels, stayed))
     if change.ended is not None:
         count_on_commit(session, counted(FLOWS_FINISHED, change.ended))
+        took = _seconds_since(timing.flow_started, now)
+        if took is not None:
+            labels = (*change.ended, timing.hardware_type)
+            count_on_commit(session, observed(FLOW_DURATION, labels, took))
     if change.started is not None:
         count_on_commit(session, counted(FLOWS_STARTED, (change.started,)))

@@ -119,6 +119,8 @@ class Node(TimestampMixin, Base):
     provision_state: Mapped[str] = mapped_column(String(15), nullable=False, index=True)
     target_provision_state: Mapped[str | None] = mapped_column(String(15))
     provision_updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    flow_started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    """When the node's current (or last) flow began: its duration is measured from here."""
     reservation: Mapped[str | None] = mapped_column(String(255), index=True)
     epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     """Fencing token: bumped by every lock acquisition and every provision transition."""
