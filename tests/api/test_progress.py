@@ -68,6 +68,20 @@ def test_a_node_at_rest_has_no_flow(sqlite_stack: Stack) -> None:
     assert body["estimated_seconds_left"] is None
 
 
+def test_the_last_flows_timeline_lists_its_states_with_their_durations(
+    sqlite_stack: Stack,
+) -> None:
+    node = make_available(sqlite_stack.client, name="timed")
+    body = _progress(sqlite_stack, node["uuid"])
+    assert body["flow"] is None, "at rest: the timeline is the last flow's"
+    assert body["flow_started_at"] is not None
+    phases = body["phases"]
+    assert isinstance(phases, list)
+    assert [p["state"] for p in phases] == ["cleaning", "available"], phases
+    assert all(p["seconds"] >= 0 for p in phases)
+    assert phases[0]["entered_at"] >= body["flow_started_at"]
+
+
 def test_estimates_come_from_recent_runs_of_the_same_step(idle_stack: Stack) -> None:
     node = create_node(idle_stack.client)
     with idle_stack.db.write() as session:

@@ -22,6 +22,8 @@ INFO = "INFO"
 WARNING = "WARNING"
 ERROR = "ERROR"
 
+MOVE = "provisioning"
+"""The event type of every provision state change's entry (Ironic's word)."""
 _INSERT = insert(NodeHistory)
 
 

@@ -132,7 +132,7 @@ def apply(
     stayed = _seconds_since(timing.entered, now)
     moved = history.entry(
         node.id,
-        "provisioning",
+        history.MOVE,
         text,
         severity=severity,
         conductor=conductor,

@@ -11,15 +11,18 @@ carried in the event stream, so both say the same.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from metalforge import states
+from metalforge.conductor import history
 from metalforge.db import flow_progress, step_runs
 from metalforge.db.flow_progress import FlowProgress
+from metalforge.db.models import NodeHistory
 from metalforge.services import lookup
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
@@ -54,6 +57,16 @@ class CurrentStep:
 
 
 @dataclass(frozen=True, slots=True)
+class Phase:
+    """One state the node's flow has been through, from its history."""
+
+    state: str
+    entered_at: dt.datetime
+    seconds: float
+    """How long the node stayed there; for the state it is in, how long so far."""
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     node_uuid: str
     provision_state: str
@@ -66,6 +79,10 @@ class Progress:
     current_step: CurrentStep | None
     estimated_seconds_left: float | None
     estimated_finish_at: dt.datetime | None
+    flow_started_at: dt.datetime | None = None
+    phases: tuple[Phase, ...] = ()
+    """The states of the running (or last) flow so far, oldest first: its timeline.
+    Read for ``GET /v1/nodes/{node}/progress`` only; the event stream leaves it out."""
 
     def to_json(self) -> dict[str, Any]:
         """The API's and the event stream's form (times in ISO 8601)."""
@@ -99,6 +116,11 @@ class Progress:
             },
             "estimated_seconds_left": self.estimated_seconds_left,
             "estimated_finish_at": _iso(self.estimated_finish_at),
+            "flow_started_at": _iso(self.flow_started_at),
+            "phases": [
+                {"state": p.state, "entered_at": p.entered_at.isoformat(), "seconds": p.seconds}
+                for p in self.phases
+            ],
         }
 
 
@@ -107,11 +129,45 @@ def _iso(value: dt.datetime | None) -> str | None:
 
 
 def node_progress(svc: Services, ident: str, version: Version) -> Progress:
-    """The progress of node ``ident`` (404 if there is none by that name)."""
+    """The progress of node ``ident`` (404 if there is none by that name), with the
+    timeline of its flow."""
     with svc.db.snapshot() as connection:
-        row = lookup.find_node_row(connection, ident, version, NODE_COLUMNS)
+        row = lookup.find_node_row(connection, ident, version, (*NODE_COLUMNS, "flow_started_at"))
         progress = flow_progress.load(connection, row.id)
-        return progress_of(connection, row, progress, svc.db.now())
+        now = svc.db.now()
+        shown = progress_of(connection, row, progress, now)
+        started = row.flow_started_at
+        if started is None:
+            return shown
+        return dataclasses.replace(
+            shown, flow_started_at=started, phases=_phases(connection, row.id, started, now)
+        )
+
+
+MAX_PHASES = 200
+"""A flow's states shown at most (a cleaning of many steps waits once per step)."""
+
+
+def _phases(
+    connection: Connection, node_id: int, since: dt.datetime, now: dt.datetime
+) -> tuple[Phase, ...]:
+    """The states the node moved into since its flow began, each with how long it stayed."""
+    moves = connection.execute(
+        select(NodeHistory.state, NodeHistory.created_at)
+        .where(
+            NodeHistory.node_id == node_id,
+            NodeHistory.event_type == history.MOVE,
+            NodeHistory.created_at >= since,
+            NodeHistory.state.is_not(None),
+        )
+        .order_by(NodeHistory.id)
+        .limit(MAX_PHASES)
+    ).all()
+    phases: list[Phase] = []
+    for position, (state, entered) in enumerate(moves):
+        left = moves[position + 1][1] if position + 1 < len(moves) else now
+        phases.append(Phase(str(state), entered, max(0.0, (left - entered).total_seconds())))
+    return tuple(phases)
 
 
 def progress_of(
