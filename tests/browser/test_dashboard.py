@@ -159,6 +159,10 @@ def test_admin_confirms_actions_on_the_node_page(
         ec.text_to_be_present_in_element((By.ID, "node-history"), "verifying -> manageable")
     )
     assert "by alice" in page.find_element(By.ID, "node-history").text
+    # The last flow's timeline: one bar per state it went through.
+    visible(page, '#flow-phases li[data-state="manageable"]')
+    bars = page.find_elements(By.CSS_SELECTOR, "#flow-phases li")
+    assert [bar.get_attribute("data-state") for bar in bars] == ["verifying", "manageable"]
 
 
 def test_reader_is_refused_and_sees_why(

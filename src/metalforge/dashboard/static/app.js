@@ -1414,6 +1414,8 @@
     const box = el("div", { className: "progress", dataset: { flow } });
     if (!flow) {
       box.append(el("p", { className: "muted", textContent: "No flow is running." }));
+      const phases = phasesView(progress);
+      if (phases) box.append(el("p", { className: "muted", textContent: "The last flow:" }), phases);
       return box;
     }
     const steps = Array.isArray(progress.steps) ? progress.steps : [];
@@ -1462,7 +1464,42 @@
         }),
       ),
     );
+    const phases = phasesView(progress);
+    if (phases) box.append(phases);
     return box;
+  }
+
+  // The flow's timeline: one bar per state it went through, as wide as the time the
+  // node stayed there, so the phase that dominates shows at a glance.
+  function phasesView(progress) {
+    const phases = (progress && Array.isArray(progress.phases) && progress.phases) || [];
+    if (!phases.length) return null;
+    const total = phases.reduce((sum, p) => sum + (Number(p.seconds) || 0), 0);
+    const seconds = (value) => (value < 10 ? value.toFixed(1) : Math.round(value).toString());
+    return el(
+      "div",
+      { className: "phases" },
+      el("p", { className: "muted", id: "flow-duration", textContent: `${seconds(total)} s in all` }),
+      el(
+        "ol",
+        { id: "flow-phases", className: "phase-bars" },
+        phases.map((phase) => {
+          const share = total > 0 ? (Number(phase.seconds) || 0) / total : 0;
+          const label = `${phase.state}: ${seconds(Number(phase.seconds) || 0)} s`;
+          const bar = el(
+            "li",
+            {
+              dataset: { state: phase.state || "", seconds: String(phase.seconds) },
+              title: `${label} (from ${formatTime(phase.entered_at)})`,
+            },
+            el("span", { textContent: label }),
+          );
+          // Through the CSSOM: the page's policy allows no inline style attributes.
+          bar.style.flexGrow = String(Math.max(share, 0.02));
+          return bar;
+        }),
+      ),
+    );
   }
 
   function timeline(answer) {
