@@ -251,6 +251,25 @@ def test_disable_ramdisk_runs_only_steps_that_need_no_ramdisk(sqlite_stack: Stac
     assert "disable_ramdisk" in failed["last_error"]
 
 
+def test_a_manual_clean_of_steps_that_need_no_ramdisk_boots_none(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = _manageable(client, name="noram-2")
+    bios = _step("management.reset_bios")
+    assert provision(client, "noram-2", "clean", clean_steps=[bios]).status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    assert _steps_logged(client, "noram-2", "finished") == ["management.reset_bios"]
+    events = client.get("/v1/nodes/noram-2/history", headers=LATEST).json()["history"]
+    assert "no requested step needs the ramdisk; none is booted" in [e["event"] for e in events]
+
+    # One step that needs the agent: the ramdisk boots for the whole clean.
+    erase = _step("deploy.erase_devices_metadata")
+    assert provision(client, "noram-2", "clean", clean_steps=[bios, erase]).status_code == 202
+    wait_for_state(client, node["uuid"], "manageable")
+    events = client.get("/v1/nodes/noram-2/history", headers=LATEST).json()["history"]
+    skipped = [e for e in events if e["event"].startswith("no requested step needs the ramdisk")]
+    assert len(skipped) == 1, "the second clean booted the ramdisk"
+
+
 class _AgentLaterDeploy(FakeDeploy):
     """A deploy interface that learns its clean steps from an agent not booted yet."""
 

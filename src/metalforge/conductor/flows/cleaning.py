@@ -7,6 +7,8 @@ the steps the node offers (an agent's only once it reports), run by
 
 from __future__ import annotations
 
+import dataclasses
+
 from metalforge import states
 from metalforge.conductor import step_plans, stepflow
 from metalforge.conductor.flows import ramdisk
@@ -15,7 +17,7 @@ from metalforge.conductor.flows.common import warn_unknown_overrides
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
 from metalforge.db.flow_progress import FlowProgress
-from metalforge.drivers.base import StepsNotKnown
+from metalforge.drivers.base import DriverError, StepsNotKnown
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import bad_request
 
@@ -63,11 +65,41 @@ def _plan(task: NodeTask, manual: bool) -> list[step_plans.Step] | None:
     return plan
 
 
+def _needs_ramdisk(task: NodeTask) -> bool:
+    """Whether a requested manual clean step must run in the agent: one no out-of-band
+    interface offers (the agent's, known once it runs), or one declared as needing it."""
+    try:
+        supported = step_plans.supported_steps(
+            task.ctx.drivers,
+            task.node,
+            stepflow.CLEAN.catalogue,
+            task.ctx.settings.clean_step_priority_override,
+            without_ramdisk=True,
+        )
+        plan = step_plans.requested_plan(supported, list(task.progress.requested))
+        step_plans.check_without_ramdisk(plan)
+    except (step_plans.StepRequestError, StepsNotKnown, DriverError):
+        # Planned again with the agent up, and refused with the reason if it still fails.
+        return True
+    return False
+
+
+def _skip_ramdisk_unless_needed(task: NodeTask) -> None:
+    """A manual clean of out-of-band steps only boots nothing (as ``disable_ramdisk``)."""
+    progress = task.progress
+    if progress.without_ramdisk or progress.ramdisk_prepared or _needs_ramdisk(task):
+        return
+    task.progress = dataclasses.replace(progress, without_ramdisk=True)
+    task.record("clean_plan", "no requested step needs the ramdisk; none is booted")
+
+
 def clean(task: NodeTask) -> None:
     """cleaning: boot the ramdisk if needed, build the plan once, then run it."""
     if not stepflow.has_plan(task, stepflow.CLEAN):
         stepflow.claim(task, stepflow.CLEAN)
         manual = task.node.target_provision_state == states.MANAGEABLE
+        if manual:
+            _skip_ramdisk_unless_needed(task)
         if not manual and not _automated_clean_enabled(task):
             task.record("clean_plan", "automated cleaning is disabled; no steps run")
             stepflow.store_plan(task, stepflow.CLEAN, [])
