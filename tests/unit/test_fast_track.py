@@ -201,6 +201,20 @@ def test_keeping_leaves_the_node_on_only_with_fast_track() -> None:
     off = SessionTask()
     off.session = _session(booted_ago=60, heard_ago=1, kept_ago=None)
     assert fast_track.keep(off) is False
-    AgentDeploy().tear_down_cleaning(off)
+    AgentDeploy().finish_cleaning(off)
     assert off.node.power_state == POWER_OFF
     assert off.session is None
+
+
+def test_a_clean_that_succeeds_keeps_the_agent_and_an_aborted_one_stops_it() -> None:
+    kept = SessionTask({"fast_track": "true"})
+    kept.session = _session(booted_ago=60, heard_ago=1, kept_ago=None)
+    AgentDeploy().finish_cleaning(kept)
+    assert kept.node.power_state == POWER_ON
+    assert kept.session is not None
+    assert kept.session.kept_since is not None
+    aborted = SessionTask({"fast_track": "true"})
+    aborted.session = _session(booted_ago=60, heard_ago=1, kept_ago=None)
+    AgentDeploy().tear_down_cleaning(aborted)
+    assert aborted.node.power_state == POWER_OFF
+    assert aborted.session is None

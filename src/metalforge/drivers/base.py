@@ -490,7 +490,13 @@ class DeployInterface(Interface):
         return "done"
 
     def tear_down_cleaning(self, task: DriverTask) -> None:
-        """Undo ``prepare_cleaning`` once every step succeeded (stop the ramdisk)."""
+        """Undo ``prepare_cleaning`` (stop the ramdisk): the clean was aborted while the
+        ramdisk booted, or (through ``finish_cleaning``) every step succeeded."""
+
+    def finish_cleaning(self, task: DriverTask) -> None:
+        """Every step succeeded: undo ``prepare_cleaning``. An interface whose agent can
+        serve the next flow may leave it running here instead (fast track)."""
+        self.tear_down_cleaning(task)
 
     def prepare_service(self, task: DriverTask) -> StepOutcome:
         """Get an active node ready to run in-band service steps; ``wait`` while a ramdisk

@@ -173,6 +173,7 @@ RAMDISK = ramdisk.RamdiskBoot(
     prepare=lambda deploy, task: deploy.prepare_cleaning(task),
     check=lambda deploy, task: deploy.check_cleaning_prepared(task),
     tear_down=lambda deploy, task: deploy.tear_down_cleaning(task),
+    end=lambda deploy, task: deploy.finish_cleaning(task),
     timeout=_timeout,
 )
 

@@ -34,8 +34,12 @@ class RamdiskBoot:
     prepare: Callable[[DeployInterface, NodeTask], StepOutcome]
     check: Callable[[DeployInterface, NodeTask], StepOutcome]
     tear_down: Callable[[DeployInterface, NodeTask], None]
+    """Stop the ramdisk (an abort while it boots; the end, unless ``end`` is given)."""
     timeout: Callable[[NodeTask], float]
     """Seconds the ramdisk may take to come up (the flow's wait bound)."""
+    end: Callable[[DeployInterface, NodeTask], None] | None = None
+    """After the last step succeeded, if it differs from ``tear_down`` (cleaning may
+    leave the agent running for the next flow)."""
 
 
 def ready(task: NodeTask, boot: RamdiskBoot) -> bool:
@@ -95,7 +99,8 @@ def check_ready(task: NodeTask, boot: RamdiskBoot) -> None:
 def finish(task: NodeTask, boot: RamdiskBoot) -> None:
     """After the last step: stop the ramdisk the flow booted (nothing if none was)."""
     if task.progress.ramdisk_prepared:
-        tear_down(task, boot)
+        end = boot.end or boot.tear_down
+        end(deploy_interface(task), task)
 
 
 def tear_down(task: NodeTask, boot: RamdiskBoot) -> None:

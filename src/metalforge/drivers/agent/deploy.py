@@ -115,6 +115,10 @@ class AgentDeploy(DeployInterface):
         return fast_track.agent_ready(task, "clean", "cleaning")
 
     def tear_down_cleaning(self, task: DriverTask) -> None:
+        self._stop_ramdisk(task)
+        boot_of(task).clean_up_instance(task)
+
+    def finish_cleaning(self, task: DriverTask) -> None:
         """Stop the agent, or (fast track) leave it running for the deployment to come."""
         if not fast_track.keep(task):
             self._stop_ramdisk(task)
