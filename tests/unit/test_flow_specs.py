@@ -23,6 +23,7 @@ from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.node_work import BY_KIND as NODE_WORK
 from metalforge.conductor.work import NodeWork, NoPayload, PayloadError
 from metalforge.config import ConductorSettings
+from metalforge.db import agent_sessions
 from metalforge.db.engine import Database
 from metalforge.db.models import Node
 from metalforge.drivers.step_declarations import StepKind
@@ -176,6 +177,7 @@ _SAMPLE_PAYLOADS: dict[type[Any], Any] = {
     node_settings.SecureBootChange: node_settings.SecureBootChange(False),
     vendor.VendorCall: vendor.VendorCall("send_raw", "POST", {"raw_bytes": "0x00 0x01"}),
     inspection_events.InspectionEvent: inspection_events.InspectionEvent("continue", 3),
+    agent_sessions.IdleCheck: agent_sessions.IdleCheck("2026-12-06T05:18:28.162132+00:00"),
 }
 """One payload of each work kind's type: a new kind needs one here (docs/extending.md)."""
 
