@@ -104,6 +104,27 @@ def start_service(
     raise RuntimeError(f"service did not start; see {workdir / 'service.log'}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds the process has used so far (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def write_transactions(port: int) -> float:
+    """The cluster's committed write transactions so far (``GET /metrics``, which flushes
+    the answering process's counts first)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    for line in text.splitlines():
+        if line.startswith("metalforge_db_write_transactions_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def run_parallel(func: Callable[[int], None], items: Iterable[int], concurrency: int) -> float:
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -400,9 +421,14 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
                 enroll_rate, uuids = enroll(client, args.nodes, args.enroll_concurrency)
                 list_p50, list_p95 = list_latency(client, "/v1/nodes", args.list_rounds)
                 detail_p50, detail_p95 = list_latency(client, "/v1/nodes/detail", args.list_rounds)
+                cpu_before, writes_before = cpu_seconds(proc.pid), write_transactions(port)
                 life_rate, life_p50, life_p95 = lifecycle(
                     client, uuids[: args.lifecycle_nodes], args.lifecycle_concurrency
                 )
+                # The conductor counts right after its commits: let the last ones land.
+                time.sleep(1)
+                life_cpu = (cpu_seconds(proc.pid) - cpu_before) / args.lifecycle_nodes
+                life_writes = (write_transactions(port) - writes_before) / args.lifecycle_nodes
                 alloc_rate = allocate(client, args.lifecycle_nodes, args.lifecycle_concurrency)
                 burst = uuids[args.lifecycle_nodes : args.lifecycle_nodes + args.inspection_nodes]
                 inspect_rate, inspect_p50, inspect_p95 = inspection_burst(
@@ -439,6 +465,9 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
         f"p95 {detail_p95:.0f} ms |",
         f"| lifecycle manage/provide/deploy/undeploy, {args.lifecycle_nodes} nodes, "
         f"{args.lifecycle_concurrency} clients | {life_rate:.1f} nodes/s |",
+        f"| service CPU per node's lifecycle (user and system, from `/proc`) | "
+        f"{life_cpu * 1000:.1f} ms |",
+        f"| write transactions per node's lifecycle | {life_writes:.1f} |",
         f"| one node's manage/provide/deploy/undeploy (polled, {POLL_FIRST * 1000:.0f} ms "
         f"growing to {POLL_MAX * 1000:.0f} ms) | p50 {life_p50 * 1000:.0f} ms, "
         f"p95 {life_p95 * 1000:.0f} ms |",

@@ -133,6 +133,13 @@ POWER_ACTIONS = Metric(
     "the power sync, on a node in no flow) and target (power on, power off, reboot).",
     ("flow", "target"),
 )
+DB_WRITES = Metric(
+    "metalforge_db_write_transactions",
+    "Write transactions committed by the cluster's processes (API and conductors), "
+    "the counters' own flushes excepted: divided by the nodes a run moved, what each "
+    "node's flows cost the database.",
+    (),
+)
 HTTP_DURATION = Metric(
     "metalforge_http_request_duration_seconds",
     "API requests by method, route template and status, and how long they took.",
@@ -156,6 +163,7 @@ METRICS: tuple[Metric, ...] = (
     POWER_ACTIONS,
     FLOW_DURATION,
     STATE_DURATION,
+    DB_WRITES,
     HTTP_DURATION,
 )
 BY_NAME = {metric.name: metric for metric in METRICS}

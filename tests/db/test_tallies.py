@@ -26,7 +26,13 @@ def test_counts_of_a_transaction_are_taken_only_when_it_commits(db: Database) ->
     with pytest.raises(RuntimeError, match="rolled back"):
         _count_then_fail(db)
     db.flush_tally()
-    assert _totals(db) == {("metalforge_flows_started", "clean", ""): 1.0}
+    assert _totals(db) == {
+        ("metalforge_flows_started", "clean", ""): 1.0,
+        # The committed write, not the rolled-back one, nor the flush.
+        ("metalforge_db_write_transactions", "", ""): 1.0,
+    }
+    db.flush_tally()
+    assert _totals(db)[("metalforge_db_write_transactions", "", "")] == 1.0, "flushes count not"
 
 
 def test_two_processes_add_to_the_same_totals(db: Database) -> None:

@@ -30,7 +30,11 @@ from sqlalchemy.pool import NullPool
 from metalforge.db import tallies
 from metalforge.db.clock import DatabaseClock
 from metalforge.db.models import utcnow
-from metalforge.tallies import Tally
+from metalforge.tallies import DB_WRITES, Tally
+
+_UNCOUNTED = "metalforge.uncounted"
+"""``Session.info`` key: the transaction is a counters' flush, not counted as a write
+(each flush would otherwise count one more, and flush again)."""
 
 T = TypeVar("T")
 
@@ -226,6 +230,7 @@ class Database:
             return
         try:
             with self.write() as session:
+                session.info[_UNCOUNTED] = True
                 tallies.store(session.connection(), deltas)
         except Exception:  # re-raised: whatever failed, the counts go back
             self.tally.give_back(deltas)
@@ -274,6 +279,8 @@ class Database:
         try:
             for count in tallies.take_pending(session):
                 count(self.tally)
+            if not session.info.get(_UNCOUNTED):
+                self.tally.count(DB_WRITES, ())
         except Exception:  # committed: a miscounted metric must not make it look failed
             logging.getLogger(__name__).exception("a committed write's counts were lost")
         self._committed()
