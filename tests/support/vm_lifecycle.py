@@ -329,7 +329,7 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
             assert any("kept running for deployment" in line for line in events), events
             if static:
                 assert console.count(f"{agent_ramdisk.MARK} network ") == wanted
-                assert console.count(f" {address} ") >= 4, "the address is not network_data's"
+                assert console.count(f" {address} ") >= wanted, "the address is not network_data's"
                 assert not dnsmasq_log.lines, "nothing answers DHCP on this network"
                 return
             if boot == "ipxe":
