@@ -47,8 +47,6 @@ class Dispatcher:
         self._idle = threading.Condition(self._running_lock)
         self._owed: list[Claimed] = []
         """Claims whose commit failed without saying whether it landed (dispatcher thread only)."""
-        self._filled = False
-        """The last claim took as many items as there were free workers: more may be due."""
 
     def running(self) -> list[int]:
         """The items this conductor's workers are running now."""
@@ -77,9 +75,7 @@ class Dispatcher:
                 claimed = self.dispatch_once()
             except Exception:  # the claiming loop outlives any failure
                 LOG.exception("claiming work failed")
-            # A claim that left workers free found every due item: claiming again at
-            # once would only open an empty write transaction. New work wakes this.
-            if claimed == 0 or not self._filled:
+            if claimed == 0:
                 self.ctx.waker.wait(self.ctx.settings.poll_interval)
 
     def dispatch_once(self) -> int:
@@ -122,7 +118,6 @@ class Dispatcher:
             # Set only once every statement ran: the commit failed, and may have landed.
             self._owed.extend(ready)
             raise
-        self._filled = len(items) >= free
         for _ in range(free - len(ready)):
             self._slots.release()
         for item, node in ready:
