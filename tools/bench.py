@@ -400,7 +400,20 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
         help="run on a throwaway PostgreSQL cluster started for the bench",
     )
     parser.add_argument("--output", type=Path, help="append the Markdown results here")
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the fleet instead: PostgreSQL, 2 API processes behind HAProxy, 3 conductors",
+    )
+    parser.add_argument(
+        "--fleet-scales", default="10000,100000", help="node counts the fleet is measured at"
+    )
     args = parser.parse_args()
+    if args.fleet:
+        import fleet_bench
+
+        fleet_bench.run(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="metalforge-bench-") as tmp:
         workdir = Path(tmp)

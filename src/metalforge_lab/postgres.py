@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from metalforge_lab.ports import free_port
@@ -25,6 +26,16 @@ def _bindir() -> Path | None:
             return Path(candidate)
     found = shutil.which("initdb")
     return Path(found).parent if found else None
+
+
+FAST_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+}
+"""The tests' cluster: nothing it holds must survive a crash of the machine, so it
+skips the flushes that make PostgreSQL durable."""
 
 
 class PostgresCluster:
@@ -50,7 +61,8 @@ class PostgresCluster:
             cmd = ["runuser", "-u", self._user, "--", *cmd]
         return subprocess.run(cmd, check=True, capture_output=True)
 
-    def start(self) -> None:
+    def start(self, settings: Mapping[str, str] | None = None) -> None:
+        """Start the cluster with ``FAST_SETTINGS``, each overridden by ``settings``."""
         self._run(
             str(self.bindir / "initdb"),
             "-D",
@@ -62,9 +74,9 @@ class PostgresCluster:
             "UTF8",
             "--no-sync",
         )
-        options = (
-            f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        chosen = {**FAST_SETTINGS, **(settings or {})}
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} " + " ".join(
+            f"-c {name}={value}" for name, value in chosen.items()
         )
         self._run(
             str(self.bindir / "pg_ctl"),
@@ -89,13 +101,27 @@ class PostgresCluster:
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
-    def execute(self, sql: str) -> None:
+    def execute(self, sql: str, database: str = "postgres") -> None:
         import psycopg
 
         with psycopg.connect(
-            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+            f"host=127.0.0.1 port={self.port} user=postgres dbname={database}", autocommit=True
         ) as conn:
             conn.execute(sql)
+
+    def query(self, sql: str, database: str = "postgres") -> list[tuple[object, ...]]:
+        """The rows of one statement (the bench reads PostgreSQL's own statistics)."""
+        import psycopg
+
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname={database}", autocommit=True
+        ) as conn:
+            return list(conn.execute(sql).fetchall())
+
+    @property
+    def postmaster_pid(self) -> int:
+        """The server's main process (its first line of ``postmaster.pid``)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def stop(self) -> None:
         try:

@@ -1,7 +1,9 @@
-"""``with`` for the lab's peers: started on entry, stopped on exit, even after an error."""
+"""``with`` for the lab's peers: started on entry, stopped on exit, even after an error;
+and the stop of a helper server's process."""
 
 from __future__ import annotations
 
+import subprocess
 from types import TracebackType
 from typing import Self
 
@@ -26,3 +28,15 @@ class StartStop:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM a helper server (redis-server, haproxy), SIGKILL it if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

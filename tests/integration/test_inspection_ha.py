@@ -30,10 +30,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from metalforge_lab.haproxy import HaProxy
 from metalforge_lab.postgres import PostgresCluster
 from tests.support import fleet
 from tests.support.api import wait_until
-from tests.support.haproxy import HaProxy
 from tests.support.processes import ProcessGroup, ServiceProcess, http
 
 NODES = 200

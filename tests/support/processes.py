@@ -31,18 +31,6 @@ STARTUP_TIMEOUT = 30.0
 """Seconds a process gets to become ready; imports alone take a few on a busy machine."""
 
 
-def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """SIGTERM a helper server (redis-server, haproxy), SIGKILL it if it lingers."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def http(
     method: str,
     url: str,

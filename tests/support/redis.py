@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from metalforge_lab.ports import free_port
-from tests.support.processes import terminate
+from metalforge_lab.running import terminate
 
 
 class RedisServer:

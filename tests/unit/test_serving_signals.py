@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from metalforge_lab.ports import free_port
-from tests.support.processes import terminate
+from metalforge_lab.running import terminate
 
 _SCRIPT = textwrap.dedent(
     """
