@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import http.client
+import itertools
 import json
 import math
 import os
@@ -33,11 +34,13 @@ HEADERS = {"Content-Type": "application/json", "X-OpenStack-Ironic-API-Version":
 
 
 class Client:
-    """One keep-alive HTTP connection per thread."""
+    """One keep-alive HTTP connection per thread; ``requests`` counts what was sent."""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self._local = threading.local()
+        self._sent = itertools.count()
+        self.requests = 0
 
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -50,6 +53,7 @@ class Client:
         data = json.dumps(body).encode() if body is not None else None
         for attempt in range(3):
             conn = self._conn()
+            self.requests = next(self._sent) + 1
             try:
                 conn.request(method, path, body=data, headers=HEADERS)
                 response = conn.getresponse()
@@ -236,6 +240,20 @@ def lifecycle(client: Client, uuids: list[str], concurrency: int) -> tuple[float
     latencies.sort()
     p95 = percentile(latencies, 0.95)
     return len(uuids) / took, statistics.median(latencies), p95
+
+
+def get_cost(client: Client, pid: int, uuid: str, count: int, concurrency: int) -> float:
+    """Service CPU seconds one ``GET /v1/nodes/{uuid}`` costs: what each of a client's
+    polls costs the service, so a lifecycle's CPU can be split into polls and work."""
+
+    def one(_i: int) -> None:
+        status, body = client.request("GET", f"/v1/nodes/{uuid}")
+        if status != 200:
+            raise RuntimeError(f"show failed: {status} {body}")
+
+    before = cpu_seconds(pid)
+    run_parallel(one, range(count), concurrency)
+    return (cpu_seconds(pid) - before) / count
 
 
 def allocate(client: Client, count: int, concurrency: int) -> float:
@@ -434,14 +452,19 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
                 enroll_rate, uuids = enroll(client, args.nodes, args.enroll_concurrency)
                 list_p50, list_p95 = list_latency(client, "/v1/nodes", args.list_rounds)
                 detail_p50, detail_p95 = list_latency(client, "/v1/nodes/detail", args.list_rounds)
+                get_cpu = get_cost(client, proc.pid, uuids[-1], 2_000, args.enroll_concurrency)
                 cpu_before, writes_before = cpu_seconds(proc.pid), write_transactions(port)
+                sent_before = client.requests
                 life_rate, life_p50, life_p95 = lifecycle(
                     client, uuids[: args.lifecycle_nodes], args.lifecycle_concurrency
                 )
+                life_requests = (client.requests - sent_before) / args.lifecycle_nodes
                 # The conductor counts right after its commits: let the last ones land.
                 time.sleep(1)
                 life_cpu = (cpu_seconds(proc.pid) - cpu_before) / args.lifecycle_nodes
                 life_writes = (write_transactions(port) - writes_before) / args.lifecycle_nodes
+                # The four state changes are not polls; every other request is one.
+                polls_cpu = (life_requests - 4) * get_cpu
                 alloc_rate = allocate(client, args.lifecycle_nodes, args.lifecycle_concurrency)
                 burst = uuids[args.lifecycle_nodes : args.lifecycle_nodes + args.inspection_nodes]
                 inspect_rate, inspect_p50, inspect_p95 = inspection_burst(
@@ -480,6 +503,11 @@ def main() -> None:  # noqa: PLR0915 - a linear script: parse arguments, run eac
         f"{args.lifecycle_concurrency} clients | {life_rate:.1f} nodes/s |",
         f"| service CPU per node's lifecycle (user and system, from `/proc`) | "
         f"{life_cpu * 1000:.1f} ms |",
+        f"| requests per node's lifecycle (4 state changes, the rest the client's polls) | "
+        f"{life_requests:.1f} |",
+        f"| service CPU per `GET /v1/nodes/{{uuid}}` (one poll) | {get_cpu * 1000:.2f} ms |",
+        f"| service CPU per node's lifecycle less its polls (the two rows above) | "
+        f"{(life_cpu - polls_cpu) * 1000:.1f} ms |",
         f"| write transactions per node's lifecycle | {life_writes:.1f} |",
         f"| one node's manage/provide/deploy/undeploy (polled, {POLL_FIRST * 1000:.0f} ms "
         f"growing to {POLL_MAX * 1000:.0f} ms) | p50 {life_p50 * 1000:.0f} ms, "

@@ -213,6 +213,12 @@ def db_cost(fleet: Fleet) -> DbCost:
     )
 
 
+def _show(client: bench.Client, uuid: str) -> None:
+    status, body = client.request("GET", f"/v1/nodes/{uuid}")
+    if status != 200:
+        raise RuntimeError(f"show failed: {status} {body}")
+
+
 def rss_mib(proc: subprocess.Popen[bytes]) -> float:
     """A process's resident memory in MiB (``VmRSS`` of ``/proc``)."""
     for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
@@ -233,6 +239,8 @@ class ScaleResult:
     life_rate: float = 0.0
     life_ms: tuple[float, float] = (0.0, 0.0)
     life_cost: DbCost = field(default_factory=lambda: DbCost(0, 0, 0, 0, 0))
+    life_requests: float = 0.0
+    get_cost: DbCost = field(default_factory=lambda: DbCost(0, 0, 0, 0, 0))
     alloc_rate: float = 0.0
     inspect_rate: float = 0.0
     inspect_ms: tuple[float, float] = (0.0, 0.0)
@@ -255,11 +263,18 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
         before, since = db_cost(fleet), time.monotonic()
         time.sleep(IDLE_WINDOW)
         result.idle = db_cost(fleet).minus(before).per(time.monotonic() - since)
-        lifecycles = args.lifecycle_nodes
+        gets = 2_000
         before = db_cost(fleet)
+        bench.run_parallel(
+            lambda _i: _show(client, uuids[-1]), range(gets), args.enroll_concurrency
+        )
+        result.get_cost = db_cost(fleet).minus(before).per(gets)
+        lifecycles = args.lifecycle_nodes
+        before, sent = db_cost(fleet), client.requests
         result.life_rate, p50, p95 = bench.lifecycle(
             client, uuids[:lifecycles], args.lifecycle_concurrency
         )
+        result.life_requests = (client.requests - sent) / lifecycles
         result.life_ms = (p50 * 1000, p95 * 1000)
         result.life_cost = db_cost(fleet).minus(before).per(lifecycles)
         result.alloc_rate = bench.allocate(client, lifecycles, args.lifecycle_concurrency)
@@ -322,6 +337,19 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
             "per lifecycle: PostgreSQL CPU / services' CPU",
             [
                 f"{r.life_cost.cpu * 1000:.1f} ms / {r.life_cost.service_cpu * 1000:.1f} ms"
+                for r in results
+            ],
+        ),
+        (
+            "requests per lifecycle (4 state changes, the rest the client's polls)",
+            [f"{r.life_requests:.1f}" for r in results],
+        ),
+        (
+            "per `GET /v1/nodes/{uuid}` (one poll): PostgreSQL CPU / services' CPU / "
+            "transactions / statements",
+            [
+                f"{r.get_cost.cpu * 1000:.2f} ms / {r.get_cost.service_cpu * 1000:.2f} ms / "
+                f"{r.get_cost.transactions:.1f} / {r.get_cost.statements:.1f}"
                 for r in results
             ],
         ),
