@@ -91,6 +91,10 @@ class DbCost:
             self.writes - other.writes,
         )
 
+    def net_of(self, idle: DbCost, seconds: float) -> DbCost:
+        """This cost less what the idle fleet spent over the same ``seconds``."""
+        return self.minus(idle.per(1 / seconds))
+
     def per(self, count: float) -> DbCost:
         return DbCost(
             self.transactions / count,
@@ -191,6 +195,14 @@ def _postgres_cpu(cluster: PostgresCluster) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def spent(fleet: Fleet, before: tuple[DbCost, float], idle: DbCost) -> DbCost:
+    """What the cluster spent since ``before`` (a ``db_cost`` and when it was read),
+    net of the idle load: power syncs and leases run through every phase."""
+    cost, since = before
+    after = db_cost(fleet)
+    return after.minus(cost).net_of(idle, time.monotonic() - since)
+
+
 def db_cost(fleet: Fleet) -> DbCost:
     """The cluster's transactions, statements and CPU, the services' CPU and metalforge's
     own count of write transactions, all so far."""
@@ -211,12 +223,6 @@ def db_cost(fleet: Fleet) -> DbCost:
         service_cpu=sum(bench.cpu_seconds(proc.pid) for proc in fleet.services),
         writes=bench.write_transactions(fleet.proxy.ports["api"]),
     )
-
-
-def _show(client: bench.Client, uuid: str) -> None:
-    status, body = client.request("GET", f"/v1/nodes/{uuid}")
-    if status != 200:
-        raise RuntimeError(f"show failed: {status} {body}")
 
 
 def rss_mib(proc: subprocess.Popen[bytes]) -> float:
@@ -260,23 +266,23 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
         result.enroll_rate, uuids = bench.enroll(client, nodes, args.enroll_concurrency)
         result.list_ms = bench.list_latency(client, "/v1/nodes", args.list_rounds)
         result.detail_ms = bench.list_latency(client, "/v1/nodes/detail", args.list_rounds)
-        before, since = db_cost(fleet), time.monotonic()
-        time.sleep(IDLE_WINDOW)
-        result.idle = db_cost(fleet).minus(before).per(time.monotonic() - since)
+        rest, since = db_cost(fleet), time.monotonic()
+        time.sleep(IDLE_WINDOW)  # no client: what the fleet costs at rest
+        result.idle = db_cost(fleet).minus(rest).per(time.monotonic() - since)
         gets = 2_000
-        before = db_cost(fleet)
+        before = (db_cost(fleet), time.monotonic())
         bench.run_parallel(
-            lambda _i: _show(client, uuids[-1]), range(gets), args.enroll_concurrency
+            lambda _i: bench.poll(client, uuids[-1]), range(gets), args.enroll_concurrency
         )
-        result.get_cost = db_cost(fleet).minus(before).per(gets)
+        result.get_cost = spent(fleet, before, result.idle).per(gets)
         lifecycles = args.lifecycle_nodes
-        before, sent = db_cost(fleet), client.requests
+        before, sent = (db_cost(fleet), time.monotonic()), client.requests
         result.life_rate, p50, p95 = bench.lifecycle(
             client, uuids[:lifecycles], args.lifecycle_concurrency
         )
         result.life_requests = (client.requests - sent) / lifecycles
         result.life_ms = (p50 * 1000, p95 * 1000)
-        result.life_cost = db_cost(fleet).minus(before).per(lifecycles)
+        result.life_cost = spent(fleet, before, result.idle).per(lifecycles)
         result.alloc_rate = bench.allocate(client, lifecycles, args.lifecycle_concurrency)
         burst = uuids[lifecycles : lifecycles + args.inspection_nodes]
         rate, p50, p95 = bench.inspection_burst(
@@ -326,7 +332,7 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
         ),
         ("one node's lifecycle (polled)", [_pair(r.life_ms) for r in results]),
         (
-            "per lifecycle: PostgreSQL transactions (all) / statements",
+            "per lifecycle, net of the idle load: PostgreSQL transactions (all) / statements",
             [f"{r.life_cost.transactions:.1f} / {r.life_cost.statements:.1f}" for r in results],
         ),
         (
@@ -334,7 +340,7 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
             [f"{r.life_cost.writes:.1f}" for r in results],
         ),
         (
-            "per lifecycle: PostgreSQL CPU / services' CPU",
+            "per lifecycle, net of the idle load: PostgreSQL CPU / services' CPU",
             [
                 f"{r.life_cost.cpu * 1000:.1f} ms / {r.life_cost.service_cpu * 1000:.1f} ms"
                 for r in results
@@ -345,8 +351,8 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
             [f"{r.life_requests:.1f}" for r in results],
         ),
         (
-            "per `GET /v1/nodes/{uuid}` (one poll): PostgreSQL CPU / services' CPU / "
-            "transactions / statements",
+            "per status poll (`GET /v1/nodes/{uuid}?fields=` 3 fields): PostgreSQL CPU / "
+            "services' CPU / transactions / statements",
             [
                 f"{r.get_cost.cpu * 1000:.2f} ms / {r.get_cost.service_cpu * 1000:.2f} ms / "
                 f"{r.get_cost.transactions:.1f} / {r.get_cost.statements:.1f}"
