@@ -6,7 +6,9 @@ One PostgreSQL (durable: fsync and synchronous commit on, with
 scale (10,000 and 100,000 nodes by default) it enrolls the nodes, times list
 pages, measures the idle load the fleet puts on the database, runs lifecycles
 and allocations, starts an inspection burst, and reads every process's
-memory. Each phase's cost on the database is read from PostgreSQL's own
+memory. The idle load is measured with the nodes not otherwise used made
+``manageable`` (what the power sync reads). Each phase's cost on the
+database is read from PostgreSQL's own
 statistics (transactions, statements, its processes' CPU), which is what
 ``docs/performance.md`` projects one PostgreSQL's capacity from.
 
@@ -195,6 +197,22 @@ def _postgres_cpu(cluster: PostgresCluster) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def settle(fleet: Fleet, first: int) -> None:
+    """Every node from the ``first``-th on becomes ``manageable``, powered off.
+
+    A fleet at rest is made of managed nodes, which the conductors' power sync
+    reads every interval; enrolled ones it skips. Managing 100,000 nodes
+    through the API would take most of an hour, so the bench writes the end
+    state in SQL (the same one ``manage`` leaves on fake hardware). The nodes
+    before ``first`` stay enrolled for the lifecycle and the inspection burst.
+    """
+    fleet.cluster.execute(
+        "UPDATE nodes SET provision_state = 'manageable', power_state = 'power off' "
+        f"WHERE split_part(name, '-', 2)::int >= {int(first)}",
+        DATABASE,
+    )
+
+
 def spent(fleet: Fleet, before: tuple[DbCost, float], idle: DbCost) -> DbCost:
     """What the cluster spent since ``before`` (a ``db_cost`` and when it was read),
     net of the idle load: power syncs and leases run through every phase."""
@@ -266,6 +284,7 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
         result.enroll_rate, uuids = bench.enroll(client, nodes, args.enroll_concurrency)
         result.list_ms = bench.list_latency(client, "/v1/nodes", args.list_rounds)
         result.detail_ms = bench.list_latency(client, "/v1/nodes/detail", args.list_rounds)
+        settle(fleet, args.lifecycle_nodes + args.inspection_nodes)
         rest, since = db_cost(fleet), time.monotonic()
         time.sleep(IDLE_WINDOW)  # no client: what the fleet costs at rest
         result.idle = db_cost(fleet).minus(rest).per(time.monotonic() - since)

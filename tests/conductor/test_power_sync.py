@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select, update
 
 from metalforge import states
+from metalforge.conductor import power_sync
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.power_sync import ERROR_KEY, SyncReport, sync_power_states
 from metalforge.config import ConductorSettings
@@ -203,6 +204,17 @@ def test_each_node_is_checked_by_the_conductor_the_ring_gives_it(db: Database) -
     first, second = sync_power_states(one), sync_power_states(two)
     assert first.checked + second.checked == len(nodes)
     assert 0 < first.checked < len(nodes)
+
+
+def test_a_share_larger_than_one_read_is_checked_whole(db: Database) -> None:
+    """A conductor's share is read in chunks of whole rows: none is lost between them."""
+    one, two = _context(db, "c1"), _context(db, "c2")
+    count = 3 * power_sync._ROWS_PER_READ
+    nodes = [_node(db, "drifting") for _ in range(count)]
+    first, second = sync_power_states(one), sync_power_states(two)
+    assert first.checked + second.checked == count
+    assert first.checked > power_sync._ROWS_PER_READ
+    assert all(_get(db, n).power_state == POWER_ON for n in nodes)
 
 
 def test_a_node_reserved_during_the_read_is_left_to_its_holder(db: Database) -> None:

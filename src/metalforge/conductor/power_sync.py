@@ -61,6 +61,8 @@ DEFAULT_WORKERS = 8
 """Power reads at once: enough to hide BMC latency, few enough not to swamp a BMC network."""
 
 _NODES = cast(Table, Node.__table__)
+_ROWS_PER_READ = 500
+"""Whole node rows read per statement (bound parameters stay well under every limit)."""
 
 
 @dataclass
@@ -133,24 +135,38 @@ class _ReadTask(ReadOnlyTask):
 
 
 def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[Node]:
-    """The nodes this conductor should check now, as detached copies."""
-    query = select(_NODES).where(
+    """The nodes this conductor should check now, as detached copies.
+
+    Only the four columns the hash ring needs are read for every candidate;
+    whole rows are read for this conductor's share alone. Each conductor of a
+    100,000-node fleet would otherwise decode every node's 70 columns every
+    interval, two thirds of them to throw away.
+    """
+    where = (
         _NODES.c.reservation.is_(None),
         _NODES.c.maintenance.is_(False),
         _NODES.c.target_power_state.is_(None),
         _NODES.c.provision_state.in_(sorted(SYNCED_STATES)),
         _NODES.c.driver.in_(sorted(ctx.drivers.types)),
     )
-    with ctx.db.read() as session:
-        rows = [dict(row._mapping) for row in session.connection().execute(query)]
+    keys = select(_NODES.c.id, _NODES.c.uuid, _NODES.c.driver, _NODES.c.conductor_group)
     rings: dict[tuple[str, str], HashRing] = {}
-    mine = []
-    for row in rows:
-        key = (row["driver"], row["conductor_group"])
-        ring = rings.get(key) or rings.setdefault(key, directory.ring(*key))
-        if ring.owner(row["uuid"]) == ctx.hostname:
-            mine.append(node_from_row(row))
-    return mine
+    mine: list[int] = []
+    rows: list[dict[str, object]] = []
+    with ctx.db.read() as session:
+        connection = session.connection()
+        for row in connection.execute(keys.where(*where)):
+            key = (row.driver, row.conductor_group)
+            ring = rings.get(key) or rings.setdefault(key, directory.ring(*key))
+            if ring.owner(row.uuid) == ctx.hostname:
+                mine.append(row.id)
+        # The conditions are applied again: a node that stopped qualifying since
+        # the keys were read is left out.
+        for start in range(0, len(mine), _ROWS_PER_READ):
+            chunk = mine[start : start + _ROWS_PER_READ]
+            found = connection.execute(select(_NODES).where(_NODES.c.id.in_(chunk), *where))
+            rows.extend(dict(row._mapping) for row in found)
+    return [node_from_row(row) for row in rows]
 
 
 def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
