@@ -4,13 +4,13 @@ One PostgreSQL (durable: fsync and synchronous commit on, with
 ``pg_stat_statements``), three ``metalforge conductor`` processes and two
 ``metalforge api`` processes behind HAProxy, all on this machine. At each
 scale (10,000 and 100,000 nodes by default) it enrolls the nodes, times list
-pages, measures the idle load the fleet puts on the database, runs lifecycles
-and allocations, starts an inspection burst, and reads every process's
-memory. The idle load is measured with the nodes not otherwise used made
-``manageable`` (what the power sync reads). Each phase's cost on the
-database is read from PostgreSQL's own
-statistics (transactions, statements, its processes' CPU), which is what
-``docs/performance.md`` projects one PostgreSQL's capacity from.
+pages, runs lifecycles and allocations and starts an inspection burst; then
+it makes every other node ``manageable`` and measures the fleet at rest (the
+conductors' power sync reads every managed node each minute) and every
+process's memory. Each phase's cost on the database is read from
+PostgreSQL's own statistics (transactions, statements, its processes' CPU),
+which is what ``docs/performance.md`` projects one PostgreSQL's capacity
+from.
 
 Nothing here asserts a time: the figures are recorded, not tested.
 """
@@ -48,7 +48,10 @@ DURABLE = {
 }
 """A production-like cluster: every commit reaches the disk before it is acknowledged."""
 IDLE_WINDOW = 65.0
-"""Seconds the idle load is measured over: longer than one power-sync round (60 s)."""
+"""Seconds the fleet at rest is measured over: longer than one power-sync round (60 s)."""
+BASELINE_WINDOW = 20.0
+"""Seconds the enrolled fleet's background work (leases, heartbeats) is measured over; the
+phases' costs are given net of it."""
 STATS_SETTLE = FLUSH_EVERY + 1.0
 """Seconds to wait before reading the counts: PostgreSQL publishes a backend's statistics
 at most once a second, and each metalforge process adds its counts to the cluster's
@@ -215,7 +218,7 @@ def settle(fleet: Fleet, first: int) -> None:
 
 def spent(fleet: Fleet, before: tuple[DbCost, float], idle: DbCost) -> DbCost:
     """What the cluster spent since ``before`` (a ``db_cost`` and when it was read),
-    net of the idle load: power syncs and leases run through every phase."""
+    net of the background work (``idle``, per second) that runs through every phase."""
     cost, since = before
     after = db_cost(fleet)
     return after.minus(cost).net_of(idle, time.monotonic() - since)
@@ -284,16 +287,15 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
         result.enroll_rate, uuids = bench.enroll(client, nodes, args.enroll_concurrency)
         result.list_ms = bench.list_latency(client, "/v1/nodes", args.list_rounds)
         result.detail_ms = bench.list_latency(client, "/v1/nodes/detail", args.list_rounds)
-        settle(fleet, args.lifecycle_nodes + args.inspection_nodes)
         rest, since = db_cost(fleet), time.monotonic()
-        time.sleep(IDLE_WINDOW)  # no client: what the fleet costs at rest
-        result.idle = db_cost(fleet).minus(rest).per(time.monotonic() - since)
+        time.sleep(BASELINE_WINDOW)  # no client, every node enrolled: nothing to sync
+        baseline = db_cost(fleet).minus(rest).per(time.monotonic() - since)
         gets = 2_000
         before = (db_cost(fleet), time.monotonic())
         bench.run_parallel(
             lambda _i: bench.poll(client, uuids[-1]), range(gets), args.enroll_concurrency
         )
-        result.get_cost = spent(fleet, before, result.idle).per(gets)
+        result.get_cost = spent(fleet, before, baseline).per(gets)
         lifecycles = args.lifecycle_nodes
         before, sent = (db_cost(fleet), time.monotonic()), client.requests
         result.life_rate, p50, p95 = bench.lifecycle(
@@ -301,13 +303,17 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
         )
         result.life_requests = (client.requests - sent) / lifecycles
         result.life_ms = (p50 * 1000, p95 * 1000)
-        result.life_cost = spent(fleet, before, result.idle).per(lifecycles)
+        result.life_cost = spent(fleet, before, baseline).per(lifecycles)
         result.alloc_rate = bench.allocate(client, lifecycles, args.lifecycle_concurrency)
         burst = uuids[lifecycles : lifecycles + args.inspection_nodes]
         rate, p50, p95 = bench.inspection_burst(
             client, inspector, burst, args.lifecycle_concurrency
         )
         result.inspect_rate, result.inspect_ms = rate, (p50 * 1000, p95 * 1000)
+        settle(fleet, args.lifecycle_nodes + args.inspection_nodes)
+        rest, since = db_cost(fleet), time.monotonic()
+        time.sleep(IDLE_WINDOW)  # no client: what the fleet at rest costs
+        result.idle = db_cost(fleet).minus(rest).per(time.monotonic() - since)
         result.api_rss = [rss_mib(proc) for proc in fleet.apis]
         result.conductor_rss = [rss_mib(proc) for proc in fleet.conductors]
     finally:
@@ -334,11 +340,11 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
         ("`GET /v1/nodes?limit=1000`", [_pair(r.list_ms) for r in results]),
         ("`GET /v1/nodes/detail?limit=1000`", [_pair(r.detail_ms) for r in results]),
         (
-            "idle: PostgreSQL transactions / statements per second",
+            "at rest, every other node manageable: PostgreSQL transactions / statements per second",
             [f"{r.idle.transactions:.1f} / {r.idle.statements:.1f}" for r in results],
         ),
         (
-            "idle: PostgreSQL CPU / services' CPU",
+            "at rest: PostgreSQL CPU / services' CPU",
             [
                 f"{r.idle.cpu * 100:.1f}% / {r.idle.service_cpu * 100:.1f}% of a core"
                 for r in results
@@ -351,7 +357,7 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
         ),
         ("one node's lifecycle (polled)", [_pair(r.life_ms) for r in results]),
         (
-            "per lifecycle, net of the idle load: PostgreSQL transactions (all) / statements",
+            "per lifecycle, net of the background work: PostgreSQL transactions (all) / statements",
             [f"{r.life_cost.transactions:.1f} / {r.life_cost.statements:.1f}" for r in results],
         ),
         (
@@ -359,7 +365,7 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
             [f"{r.life_cost.writes:.1f}" for r in results],
         ),
         (
-            "per lifecycle, net of the idle load: PostgreSQL CPU / services' CPU",
+            "per lifecycle, net of the background work: PostgreSQL CPU / services' CPU",
             [
                 f"{r.life_cost.cpu * 1000:.1f} ms / {r.life_cost.service_cpu * 1000:.1f} ms"
                 for r in results
@@ -387,8 +393,8 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
             [f"{r.inspect_rate:.1f} inspections/s" for r in results],
         ),
         ("one inspection in that burst", [_pair(r.inspect_ms) for r in results]),
-        ("resident memory, each API process", [_rss(r.api_rss) for r in results]),
-        ("resident memory, each conductor", [_rss(r.conductor_rss) for r in results]),
+        ("resident memory at rest, each API process", [_rss(r.api_rss) for r in results]),
+        ("resident memory at rest, each conductor", [_rss(r.conductor_rss) for r in results]),
     ]
     if len(results) >= 2:
         small, large = results[0], results[-1]

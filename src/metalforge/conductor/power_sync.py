@@ -7,7 +7,10 @@ conductor checks the idle nodes the hash ring gives it, in three steps:
 1. One read picks the candidates: not reserved, not in maintenance, no power
    change pending, resting in a stable or failure state (a flow would make
    its own power changes meanwhile), and not ``enroll`` (credentials not
-   verified yet, so every read would fail).
+   verified yet, so every read would fail). It reads only what the hash
+   ring needs; the conductor's own share is then read whole, a chunk at a
+   time, and each chunk goes through the next two steps before the next is
+   read, so a conductor's memory does not grow with the fleet.
 2. Their power interfaces are read in parallel on a bounded pool, with no
    database transaction open: a BMC may take seconds to answer, and on
    SQLite a write transaction held that long would stop every writer.
@@ -28,11 +31,12 @@ node's trouble: the periodic loop must keep going.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Table, select
+from sqlalchemy import ColumnElement, Table, select
 
 from metalforge import states
 from metalforge.conductor import history
@@ -134,39 +138,50 @@ class _ReadTask(ReadOnlyTask):
             raise Interrupted("conductor stopping during power state sync")
 
 
-def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[Node]:
-    """The nodes this conductor should check now, as detached copies.
-
-    Only the four columns the hash ring needs are read for every candidate;
-    whole rows are read for this conductor's share alone. Each conductor of a
-    100,000-node fleet would otherwise decode every node's 70 columns every
-    interval, two thirds of them to throw away.
-    """
-    where = (
+def _where(ctx: ConductorContext) -> tuple[ColumnElement[bool], ...]:
+    """What makes a node a candidate: idle, managed, of a hardware type this process runs."""
+    return (
         _NODES.c.reservation.is_(None),
         _NODES.c.maintenance.is_(False),
         _NODES.c.target_power_state.is_(None),
         _NODES.c.provision_state.in_(sorted(SYNCED_STATES)),
         _NODES.c.driver.in_(sorted(ctx.drivers.types)),
     )
+
+
+def _candidates(ctx: ConductorContext, directory: ConductorDirectory) -> list[int]:
+    """The ids of the nodes this conductor should check now.
+
+    Only the four columns the hash ring needs are read for every candidate;
+    ``_chunks`` reads whole rows for this conductor's share alone, a chunk at
+    a time. Each conductor of a 100,000-node fleet would otherwise decode and
+    hold every node's 70 columns every interval, two thirds of them to throw
+    away.
+    """
     keys = select(_NODES.c.id, _NODES.c.uuid, _NODES.c.driver, _NODES.c.conductor_group)
     rings: dict[tuple[str, str], HashRing] = {}
     mine: list[int] = []
-    rows: list[dict[str, object]] = []
     with ctx.db.read() as session:
-        connection = session.connection()
-        for row in connection.execute(keys.where(*where)):
+        for row in session.connection().execute(keys.where(*_where(ctx))):
             key = (row.driver, row.conductor_group)
             ring = rings.get(key) or rings.setdefault(key, directory.ring(*key))
             if ring.owner(row.uuid) == ctx.hostname:
                 mine.append(row.id)
-        # The conditions are applied again: a node that stopped qualifying since
-        # the keys were read is left out.
-        for start in range(0, len(mine), _ROWS_PER_READ):
-            chunk = mine[start : start + _ROWS_PER_READ]
-            found = connection.execute(select(_NODES).where(_NODES.c.id.in_(chunk), *where))
-            rows.extend(dict(row._mapping) for row in found)
-    return [node_from_row(row) for row in rows]
+    return mine
+
+
+def _chunks(ctx: ConductorContext, ids: list[int]) -> Iterator[list[Node]]:
+    """The nodes of ``ids``, ``_ROWS_PER_READ`` at a time, as detached copies.
+
+    The conditions are applied again: a node that stopped being a candidate
+    since its id was read is left out.
+    """
+    for start in range(0, len(ids), _ROWS_PER_READ):
+        chunk = ids[start : start + _ROWS_PER_READ]
+        query = select(_NODES).where(_NODES.c.id.in_(chunk), *_where(ctx))
+        with ctx.db.read() as session:
+            rows = [dict(row._mapping) for row in session.connection().execute(query)]
+        yield [node_from_row(row) for row in rows]
 
 
 def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
@@ -285,24 +300,27 @@ def sync_power_states(
     report = SyncReport()
     # A directory of its own is read once, when the first ring is asked for.
     peers = directory or ConductorDirectory(ctx.db, ctx.settings.heartbeat_timeout, ttl=3600)
-    nodes = _candidates(ctx, peers)
-    if not nodes:
+    ids = _candidates(ctx, peers)
+    if not ids:
         return report
-    with ThreadPoolExecutor(min(workers, len(nodes)), thread_name_prefix="power-sync") as pool:
-        try:
-            readings = list(pool.map(lambda node: _read(ctx, node), nodes))
-        except Interrupted:
-            return report
-        report.checked = len(readings)
-        report.failed = sum(1 for r in readings if r.error is not None)
-        todo = [r for r in readings if r.needs_write]
-        for future in [pool.submit(_act, ctx, r, force) for r in todo]:
+    with ThreadPoolExecutor(min(workers, len(ids)), thread_name_prefix="power-sync") as pool:
+        for nodes in _chunks(ctx, ids):
+            if ctx.stopping.is_set():
+                return report
             try:
-                report.add(future.result())
+                readings = list(pool.map(lambda node: _read(ctx, node), nodes))
             except Interrupted:
-                pass
-            except Exception:  # one node's failure must not stop the others
-                LOG.exception("power state sync of a node failed unexpectedly")
+                return report
+            report.checked += len(readings)
+            report.failed += sum(1 for r in readings if r.error is not None)
+            todo = [r for r in readings if r.needs_write]
+            for future in [pool.submit(_act, ctx, r, force) for r in todo]:
+                try:
+                    report.add(future.result())
+                except Interrupted:
+                    pass
+                except Exception:  # one node's failure must not stop the others
+                    LOG.exception("power state sync of a node failed unexpectedly")
     if report.drifted or report.failed or report.skipped:
         LOG.info("power state sync: %s", report)
     return report
