@@ -32,6 +32,7 @@ SYSLINUX_MBR = Path("/usr/lib/syslinux/mbr/mbr.bin")
 _INIT = f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
+dmesg -n 1  # no kernel message in the middle of the line the test reads
 echo "{MARK}: $(cat /proc/cmdline)"
 poweroff -f
 """
