@@ -102,6 +102,16 @@ class ApiSettings(BaseModel):
     call_hold_seconds: float = Field(default=120.0, gt=0)
     """The longest a synchronous BMC call (setting the boot device) holds a node's
     reservation: past it, requests take the hold as one a dead API process left."""
+    outbound_workers: int = Field(default=16, ge=1, le=256)
+    """Threads that run the requests answered by calling a BMC (the boot device, indicators,
+    listing virtual media, synchronous vendor methods): a pool of their own, so a BMC
+    that is slow to answer never holds a thread that answers other requests."""
+    outbound_per_caller: int = Field(default=4, ge=1, le=256)
+    """Such requests one project (or, for the deployment's own users, one user) may have
+    in flight at once; beyond it they are refused with 503 at once. A call cut off or
+    given up by its client counts until its BMC call ends (``bmc_guard.call_deadline``)."""
+    outbound_queue: int = Field(default=64, ge=0, le=10_000)
+    """Such requests that may wait for a free thread, all callers together; beyond it 503."""
     max_request_body_size: int = Field(default=1024 * 1024, ge=1024)
     """Largest operator request body accepted, in bytes (413 beyond).
 
@@ -304,6 +314,17 @@ class NetbootSettings(BaseModel):
     """Bytes a deploy kernel or ramdisk may have; a larger download is refused."""
     image_fetch_timeout: float = Field(default=60.0, gt=0, le=3600)
     """Seconds a deploy image's server may stay silent (connecting, or between bytes)."""
+    image_fetch_deadline: float = Field(default=1800.0, gt=0, le=86400)
+    """Seconds one image download may take in all; past it the download is cut off. A
+    per-read timeout alone lets a server that sends a byte now and then hold the fetching
+    worker for ever."""
+    image_fetch_min_rate: int = Field(default=65536, ge=0)
+    """Bytes a second a download must average once ``image_fetch_grace`` has passed; a
+    slower one is given up (0: no minimum). The default fetches a 4 GiB image in under
+    18 hours and cuts a trickling server off after the grace."""
+    image_fetch_grace: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds a download may take before ``image_fetch_min_rate`` is checked (a server
+    may be slow to start)."""
     ipxe_retry_delay: int = Field(default=5, ge=1, le=300)
     """Seconds a node's iPXE waits before asking again while its images are fetched."""
 
@@ -449,6 +470,9 @@ class WorkDeadlines(BaseModel):
     """A console, boot mode or secure boot change."""
     vendor: float = Field(default=600.0, gt=0, le=_MAX_DEADLINE)
     """A vendor passthru call."""
+    virtual_media: float = Field(default=2400.0, gt=0, le=_MAX_DEADLINE)
+    """Attaching or ejecting virtual media by hand: the image's download (at most
+    ``netboot.image_fetch_deadline``) and the BMC's calls."""
 
 
 class BmcGuardSettings(BaseModel):
@@ -471,6 +495,12 @@ class BmcGuardSettings(BaseModel):
     cooldown: float = Field(default=60.0, gt=0, le=3600.0)
     """Seconds calls to a BMC whose breaker opened fail at once, before one probe is let
     through."""
+    call_deadline: float = Field(default=100.0, gt=0, le=3600.0)
+    """Seconds one call to a BMC may take in all (connecting, the request, the answer and
+    the client's retries); past it the call's connections are cut and it counts as the
+    BMC not answering. A per-read timeout alone lets a BMC that trickles its answer hold
+    a worker for ever. Keep it under ``api.call_hold_seconds``, so a call the API makes
+    under a node's hold ends before the hold does."""
 
 
 def _step_priorities(value: object) -> object:

@@ -1,7 +1,9 @@
 """``/v1/nodes/{id}/vmedia``: attach, list and detach virtual media by hand.
 
 On fake-hardware, whose pretend BMC holds what was attached; the Redfish
-emulator's drives are in tests/drivers/test_redfish.py.
+emulator's drives are in tests/drivers/test_redfish.py. Attaching and
+detaching answer 204 once queued, as Ironic's do; the node's conductor then
+fetches and attaches, so the tests wait for the drives to show it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.api import LATEST, create_node, error_text, version
+from tests.support.api import LATEST, create_node, error_text, get_node, version, wait_until
 from tests.support.images import image_server
 from tests.support.stack import Stack, start_stack
 from tests.support.stack import test_settings as stack_settings
@@ -31,21 +33,26 @@ def _held(stack: Stack, ident: str) -> dict[str, str | None]:
     return {d["media_types"][0]: d["image"] for d in response.json() if d["inserted"]}
 
 
+def _holds(stack: Stack, ident: str, expected: dict[str, str | None]) -> None:
+    wait_until(f"the drives hold {expected}", lambda: _held(stack, ident) == expected)
+
+
 def test_attach_list_and_detach(sqlite_stack: Stack) -> None:
     uuid = create_node(sqlite_stack.client)["uuid"]
     assert _held(sqlite_stack, uuid) == {}
     assert _attach(sqlite_stack, uuid).status_code == 204
+    _holds(sqlite_stack, uuid, {"CD": ISO})
     stick = "https://images.example.com/tools.img"
     assert _attach(sqlite_stack, uuid, device_type="disk", image_url=stick).status_code == 204
-    assert _held(sqlite_stack, uuid) == {"CD": ISO, "USBStick": stick}
+    _holds(sqlite_stack, uuid, {"CD": ISO, "USBStick": stick})
     listed = sqlite_stack.client.get(f"/v1/nodes/{uuid}/vmedia", headers=LATEST).json()
     assert {"media_types": ["CD", "DVD"], "inserted": True, "image": ISO} in listed
 
     url = f"/v1/nodes/{uuid}/vmedia?device_types=cdrom"
     assert sqlite_stack.client.delete(url, headers=LATEST).status_code == 204
-    assert _held(sqlite_stack, uuid) == {"USBStick": stick}
+    _holds(sqlite_stack, uuid, {"USBStick": stick})
     assert sqlite_stack.client.delete(f"/v1/nodes/{uuid}/vmedia", headers=LATEST).status_code == 204
-    assert _held(sqlite_stack, uuid) == {}
+    _holds(sqlite_stack, uuid, {})
     history = sqlite_stack.client.get(f"/v1/nodes/{uuid}/history", headers=LATEST).json()
     assert any("virtual cdrom attached" in e["event"] for e in history["history"])
 
@@ -82,8 +89,9 @@ def test_versions_and_unknown_device_types(sqlite_stack: Stack) -> None:
 
 
 def test_local_download_serves_metalforge_s_copy(tmp_path: Path, sqlite_url: str) -> None:
-    """``local``: metalforge fetches the image once and gives the BMC its own URL."""
-    content = b"\x00" * 32768 + b"CD001"
+    """``local``: the conductor fetches the image once and gives the BMC metalforge's URL;
+    what cannot be fetched, or is not an image of the drive's kind, is left in last_error."""
+    content = b"\x00" * 32769 + b"CD001\x01" + b"\x00" * 2042
     settings = stack_settings(
         sqlite_url,
         netboot={
@@ -94,18 +102,28 @@ def test_local_download_serves_metalforge_s_copy(tmp_path: Path, sqlite_url: str
     stack = start_stack(settings)
     try:
         uuid = create_node(stack.client)["uuid"]
-        with image_server({"/tools.iso": content}) as served:
+        digest = hashlib.sha256(content).hexdigest()
+        copy = f"http://192.0.2.10:6385/boot/images/{digest}"
+        page = b"# HELP metalforge_nodes Nodes\n" * 2000
+        with image_server({"/tools.iso": content, "/metrics": page}) as served:
             source = f"{served.url}/tools.iso"
             for _ in range(2):
                 answer = _attach(stack, uuid, image_url=source, image_download_source="local")
                 assert answer.status_code == 204, answer.text
+                _holds(stack, uuid, {"CD": copy})
             assert served.requests["/tools.iso"] == 1
-            missing = f"{served.url}/none.iso"
-            refused = _attach(stack, uuid, image_url=missing, image_download_source="local")
-        assert refused.status_code == 400
-        assert "answered 404" in error_text(refused)
-        digest = hashlib.sha256(content).hexdigest()
-        assert _held(stack, uuid) == {"CD": f"http://192.0.2.10:6385/boot/images/{digest}"}
+            for path, reason in (("/none.iso", "answered 404"), ("/metrics", "is not a virtual")):
+                answer = _attach(
+                    stack, uuid, image_url=f"{served.url}{path}", image_download_source="local"
+                )
+                assert answer.status_code == 204, answer.text
+                failed = wait_until(
+                    f"the attach of {path} failed",
+                    lambda: get_node(stack.client, uuid)["last_error"],
+                )
+                assert f"Could not attach device cdrom to node {uuid}" in failed
+                assert reason in failed
+        _holds(stack, uuid, {"CD": copy})
         served_copy = stack.client.get(f"/boot/images/{digest}")
         assert served_copy.status_code == 200
         assert served_copy.content == content

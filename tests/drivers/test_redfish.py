@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from metalforge.config import ConductorSettings, load_settings
+from metalforge.config import BmcGuardSettings, ConductorSettings, load_settings
 from metalforge.db.bios_settings import Setting
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
@@ -69,6 +69,7 @@ from tests.support.redfish import (
     start_redfish_stack,
 )
 from tests.support.stack import FAST_CONDUCTOR, Stack
+from tests.support.stalling import stalling
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -602,6 +603,27 @@ def test_a_bmc_that_keeps_refusing_connections_trips_its_breaker_and_is_not_call
     other = Task({"redfish_address": f"http://127.0.0.1:{free_port()}"})
     with pytest.raises(BmcUnavailable, match="unreachable"):
         POWER.get_power_state(other)
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_bmc_that_never_finishes_answering_is_cut_off_and_trips_its_breaker(mode: str) -> None:
+    """Per-read timeouts alone let such a BMC hold the calling worker for ever: the
+    whole-call deadline ends each call, and the calls count as the BMC not answering."""
+    GUARD.configure(BmcGuardSettings(call_deadline=0.5, failures_to_open=2, cooldown=600))
+    with stalling(mode) as bmc:  # type: ignore[arg-type]
+        task = Task({"redfish_address": bmc.url, "redfish_system_id": "/redfish/v1/Systems/x"})
+        for _ in range(2):
+            with pytest.raises(BmcUnavailable) as caught:
+                POWER.get_power_state(task)
+            assert str(caught.value) == (
+                f"BMC at {bmc.url} did not finish answering within 0.5 s "
+                "(bmc_guard.call_deadline); the call was cut off"
+            )
+        reached = bmc.accepted
+        with pytest.raises(BreakerOpen, match="failed to answer 2 times in a row"):
+            POWER.get_power_state(task)
+        assert bmc.accepted == reached, "an open breaker does not call the BMC"
+        wait_until("every cut connection closed", lambda: bmc.open_connections() == 0)
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.netboot.images import ImageCache, ImageError, ImageKind, looks_like
+from metalforge.netboot.images import FetchPace, ImageCache, ImageError, ImageKind, looks_like
 from tests.support.api import wait_until
 from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
+from tests.support.stalling import stalling
 
 KERNEL = kernel_bytes()
 RAMDISK = ramdisk_bytes()
@@ -176,9 +177,34 @@ def test_a_background_fetch_reports_its_failure_and_is_tried_again(
         (b"\x28\xb5\x2f\xfdrest", ImageKind.RAMDISK, True),
         (b"070701" + b"0" * 100, ImageKind.RAMDISK, True),
         (b"<!DOCTYPE html>", ImageKind.RAMDISK, False),
+        (b"\0" * 0x8001 + b"CD001\x01", ImageKind.OPTICAL, True),
+        (b"\0" * 0x8001 + b"BEA01\x01", ImageKind.OPTICAL, True),
+        (b"\0" * 510 + b"\x55\xaa" + b"\0" * 0x8000, ImageKind.OPTICAL, False),
+        (b"\0" * 510 + b"\x55\xaa", ImageKind.DISK, True),
+        (b"\0" * 512 + b"EFI PART", ImageKind.DISK, True),
+        (b"\0" * 0x8001 + b"CD001\x01", ImageKind.DISK, True),
+        (b"GET / HTTP/1.0\r\n" + b"\0" * 0x8000, ImageKind.DISK, False),
+        (b"# HELP metalforge_nodes\n" + b"x" * 0x8000, ImageKind.OPTICAL, False),
     ],
     # Named, not shown: the same ids in every worker, whatever the bytes.
-    ids=["bzimage", "arm64", "elf", "gzip-cpio", "xz", "zstd", "cpio", "html"],
+    ids=[
+        "bzimage",
+        "arm64",
+        "elf",
+        "gzip-cpio",
+        "xz",
+        "zstd",
+        "cpio",
+        "html",
+        "iso9660",
+        "udf",
+        "mbr-on-cd",
+        "mbr",
+        "gpt",
+        "iso-on-usb",
+        "http-text",
+        "metrics-page",
+    ],
 )
 def test_kinds_are_told_by_their_first_bytes(head: bytes, kind: ImageKind, expected: bool) -> None:
     assert looks_like(kind, head) is expected
@@ -229,3 +255,36 @@ def test_a_failed_build_leaves_nothing_and_is_tried_again(tmp_path: Path) -> Non
 
     image = images.derived("inputs-2", whole)
     assert image.path.read_bytes() == b"whole"
+
+
+def test_a_trickling_server_is_given_up_once_it_is_too_slow(tmp_path: Path) -> None:
+    """One byte now and then keeps every per-read timeout happy: the minimum rate does not."""
+    pace = FetchPace(deadline=600, min_rate=1000, grace=0.5)
+    with stalling("trickle", interval=0.05) as peer:
+        images = cache(tmp_path, pace=pace, timeout=300.0)
+        with pytest.raises(ImageError, match=r"came too slowly: .* under netboot\.image_fetch_min"):
+            images.fetch(f"{peer.url}/slow.iso", ImageKind.OPTICAL)
+    assert list((tmp_path / "blobs").iterdir()) == [], "nothing half-fetched stays"
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_download_that_outlives_its_deadline_is_cut_off(tmp_path: Path, mode: str) -> None:
+    pace = FetchPace(deadline=0.5, min_rate=0, grace=0.1)
+    with stalling(mode) as peer:  # type: ignore[arg-type]
+        images = cache(tmp_path, pace=pace, timeout=300.0)
+        with pytest.raises(ImageError) as caught:
+            images.fetch(f"{peer.url}/stuck.iso", ImageKind.OPTICAL)
+    assert str(caught.value) == (
+        f"virtual CD image {peer.url}/stuck.iso was not fetched within 0.5 s "
+        "(netboot.image_fetch_deadline); cut off"
+    )
+
+
+def test_an_image_cached_as_one_kind_is_checked_again_as_another(tmp_path: Path) -> None:
+    disk = b"\0" * 510 + b"\x55\xaa" + b"\0" * 0x8000
+    with image_server({"/usb.img": disk}) as served:
+        images = cache(tmp_path)
+        source = f"{served.url}/usb.img"
+        assert images.fetch(source, ImageKind.DISK).size == len(disk)
+        with pytest.raises(ImageError, match="is not a virtual CD image"):
+            images.fetch(source, ImageKind.OPTICAL)

@@ -8,6 +8,7 @@ from metalforge.api import errors
 from metalforge.api.agent_endpoint import AgentEndpointFilter, is_agent_path, operator_addresses
 from metalforge.api.auth.middleware import AuthMiddleware, build_authenticator
 from metalforge.api.guards import RequestGuardMiddleware
+from metalforge.api.outbound import OutboundCalls
 from metalforge.api.request_metrics import RequestMetricsMiddleware
 from metalforge.api.routes import (
     agent,
@@ -99,6 +100,7 @@ def create_app(services: ApiServices) -> FastAPI:
         redoc_url=None,
     )
     app.state.services = services
+    app.state.outbound = OutboundCalls(services.settings.api)
     errors.install(app)
     _include_routes(app)
     _add_middleware(app, services)

@@ -36,20 +36,34 @@ def wait_for_lock(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        request: Any = kwargs.get("request")
-        budget = _budget(request)
-        deadline = time.monotonic() + budget
-        delay = 0.01
-        while True:
-            try:
-                return await run_in_threadpool(func, *args, **kwargs)
-            except NodeLocked:
-                if time.monotonic() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.2)
+        return await _retried(
+            kwargs.get("request"), lambda: run_in_threadpool(func, *args, **kwargs)
+        )
 
     return wrapper
+
+
+def await_lock(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """``wait_for_lock`` for a route body that runs where it likes (``outbound.calls_bmc``)."""
+
+    @functools.wraps(func)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await _retried(kwargs.get("request"), lambda: func(*args, **kwargs))
+
+    return wrapper
+
+
+async def _retried(request: Any, attempt: Callable[[], Awaitable[R]]) -> R:
+    deadline = time.monotonic() + _budget(request)
+    delay = 0.01
+    while True:
+        try:
+            return await attempt()
+        except NodeLocked:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
 
 def _budget(request: Request | None) -> float:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work, running
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.flows import catalog
 from metalforge.conductor.reservations import lock, unlock
 from metalforge.conductor.task import NodeGone
 from metalforge.coordination.membership import LIVE_CONDUCTORS, live_cutoff
@@ -29,6 +30,11 @@ from metalforge.db import queue
 from metalforge.errors import NodeLocked
 
 LOG = logging.getLogger(__name__)
+
+KNOWN_KINDS: tuple[str, ...] = tuple(sorted({*node_work.BY_KIND, *catalog.DETACHED}))
+"""The kinds this conductor can run, and so the only ones it claims: during a rolling
+upgrade a newer API may queue a kind an older conductor does not know, and that item
+must wait for a newer conductor rather than be dead-lettered by this one."""
 
 Claimed = tuple[queue.ClaimedItem, dict[str, Any] | None]
 """An item with its node's row as reserved for it (``None``: it holds no node)."""
@@ -110,6 +116,7 @@ class Dispatcher:
                     lease=self.lease,
                     live_owners=live,
                     affinity_grace=dt.timedelta(seconds=self.ctx.settings.affinity_grace),
+                    kinds=KNOWN_KINDS,
                 )
                 ready = self._lock_claimed(session, items)
         except BaseException:  # re-raised: whatever ended it, the slots go back

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from metalforge.conductor import history, kept_agents, node_settings, vendor
+from metalforge.conductor import history, kept_agents, node_settings, vendor, virtual_media
 from metalforge.conductor.flows import engine, inspection_events
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork, NoPayload
@@ -90,6 +90,8 @@ BY_KIND: Mapping[str, NodeWork[Any]] = MappingProxyType(
             INSPECTION,
             vendor.CALL,
             kept_agents.IDLE,
+            virtual_media.ATTACH,
+            virtual_media.EJECT,
         )
     }
 )

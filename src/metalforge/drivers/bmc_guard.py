@@ -18,6 +18,13 @@ on a chassis or the Redfish emulator, share its limit):
 - with ``calls_per_minute`` set, calls to one BMC draw on a budget that
   refills steadily (a bucket of that many calls): a call beyond it waits for
   the budget, at most ``slot_wait`` in all, then fails the same way;
+- every call has a whole-call deadline, ``call_deadline`` seconds for the
+  connection, the request, the answer and every retry together
+  (``call_deadlines``): a BMC that accepts a connection and then never
+  finishes answering, or trickles its answer, is cut off there, and the call
+  counts as the BMC not reached, so a BMC that never answers opens its
+  breaker instead of holding a worker (a conductor's or the API's) for as
+  long as it likes;
 - after ``failures_to_open`` consecutive calls that could not reach the
   BMC (connection refused, timed out), the breaker opens: calls fail at once
   for ``cooldown`` seconds instead of each waiting for a timeout. The first
@@ -44,6 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
+from metalforge import call_deadlines
 from metalforge.config import BmcGuardSettings
 from metalforge.drivers.base import BmcUnavailable
 from metalforge.drivers.failures import bmc_breaker_opened, bmc_call_took, bmc_failed
@@ -240,7 +248,17 @@ class BmcGuard:
         reached = True
         began = time.monotonic()
         try:
-            yield
+            with call_deadlines.within(self._settings.call_deadline) as deadline:
+                try:
+                    yield
+                except Exception as exc:
+                    if not deadline.expired:
+                        raise
+                    bmc_failed(protocol, "deadline")
+                    raise BmcUnavailable(
+                        f"BMC at {address} did not finish answering within "
+                        f"{deadline.seconds:g} s (bmc_guard.call_deadline); the call was cut off"
+                    ) from exc
         except BmcUnavailable:
             reached = False
             raise

@@ -35,7 +35,9 @@ from typing import BinaryIO
 from urllib.parse import urlsplit
 
 import requests
+from urllib3 import exceptions as urllib3_errors
 
+from metalforge import call_deadlines
 from metalforge.config import NetbootSettings
 from metalforge.redaction import mask_url
 
@@ -47,8 +49,16 @@ CHUNK = 1024 * 1024
 class ImageKind(Enum):
     KERNEL = "kernel"
     RAMDISK = "ramdisk"
-    MEDIA = "virtual media image"
-    """An ISO or disk image an operator attaches as virtual media: any content but none."""
+    OPTICAL = "virtual CD image"
+    """An image an operator attaches to a virtual CD drive: ISO 9660 or UDF."""
+    DISK = "virtual disk image"
+    """An image attached to a virtual disk or floppy: a partitioned disk (MBR, GPT, a
+    hybrid ISO), a FAT floppy, or an ISO 9660 image (BMCs take those as USB sticks)."""
+
+    @classmethod
+    def for_device(cls, device_type: str) -> ImageKind:
+        """What an image attached to ``device_type`` (``cdrom``, ``disk``, ``floppy``) is."""
+        return cls.OPTICAL if device_type == "cdrom" else cls.DISK
 
 
 class ImageError(Exception):
@@ -78,17 +88,38 @@ _RAMDISK_MAGIC = (
 )
 
 
+HEAD_SIZE = 0x8800
+"""Bytes of an image read to tell what it is: up to the first volume descriptor of an ISO."""
+
+_VOLUME_DESCRIPTOR = 0x8001
+"""Where an ISO 9660 (``CD001``) or UDF (``BEA01``, ``NSR0x``) volume names its standard."""
+_OPTICAL_MAGIC = (b"CD001", b"BEA01", b"NSR02", b"NSR03")
+
+
+def _is_optical(head: bytes) -> bool:
+    return head[_VOLUME_DESCRIPTOR : _VOLUME_DESCRIPTOR + 5] in _OPTICAL_MAGIC
+
+
+def _is_disk(head: bytes) -> bool:
+    """A boot sector's signature (MBR, a FAT floppy, a hybrid ISO) or a GPT header."""
+    return head[510:512] == b"\x55\xaa" or head[512:520] == b"EFI PART" or _is_optical(head)
+
+
 def looks_like(kind: ImageKind, head: bytes) -> bool:
-    """Whether the first 4 KiB of an image are those of a ``kind``.
+    """Whether the first ``HEAD_SIZE`` bytes of an image are those of a ``kind``.
 
     A kernel is an x86 bzImage (``HdrS`` at 0x202), an arm64 ``Image``
     (``ARM\\x64`` at 0x38) or an EFI executable (``MZ``); a ramdisk is a cpio
-    archive, compressed with anything the kernel unpacks.
+    archive, compressed with anything the kernel unpacks; virtual media are
+    checked by the drive they go into (``ImageKind.OPTICAL``, ``DISK``), so a
+    tenant cannot have metalforge fetch and republish any bytes it likes.
     """
     if kind is ImageKind.KERNEL:
         return head[0x202:0x206] == b"HdrS" or head[0x38:0x3C] == b"ARM\x64" or head[:2] == b"MZ"
-    if kind is ImageKind.MEDIA:
-        return bool(head)
+    if kind is ImageKind.OPTICAL:
+        return _is_optical(head)
+    if kind is ImageKind.DISK:
+        return _is_disk(head)
     return head.startswith(_RAMDISK_MAGIC)
 
 
@@ -110,15 +141,19 @@ class ImageCache:
         allowed_dirs: tuple[Path, ...] = (),
         max_size: int,
         timeout: float,
+        pace: FetchPace | None = None,
         retry_after: float = 30.0,
     ) -> None:
-        """``retry_after``: seconds before a failed background fetch (``prefetch``) of a
-        source is tried again."""
+        """``timeout``: seconds a server may stay silent; ``pace``: how long a whole
+        download may take, and how slow it may be; ``retry_after``: seconds before a failed
+        background fetch (``prefetch``) of a source is tried again."""
         self.root = root
         self.allowed_dirs = tuple(d.resolve() for d in allowed_dirs)
         self.max_size = max_size
         self.timeout = timeout
+        self.pace = pace or FetchPace()
         self.retry_after = retry_after
+        self._session = call_deadlines.session()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._fetching: set[str] = set()
@@ -200,11 +235,11 @@ class ImageCache:
         """
         found = self.cached(source)
         if found is not None:
-            return found
+            return _checked(found, kind, source)
         with self._lock_for(source):
             found = self.cached(source)
             if found is not None:
-                return found
+                return _checked(found, kind, source)
             self.check_source(source)
             image = self._store(source, kind)
             self._remember(source, image)
@@ -291,20 +326,54 @@ class ImageCache:
                 while chunk := src.read(CHUNK):
                     writer.add(chunk)
         else:
+            self._download(source, kind, writer)
+        return writer.finish()
+
+    def _download(self, source: str, kind: ImageKind, writer: _Writer) -> None:
+        """Stream ``source`` into ``writer`` within the pace's deadline and minimum rate.
+
+        ``read1`` hands over whatever has arrived, so a trickle is measured as it
+        comes instead of blocking until a whole chunk is in.
+        """
+        pace = self.pace
+        began = time.monotonic()
+        with call_deadlines.within(pace.deadline) as deadline:
             try:
-                with requests.get(source, stream=True, timeout=self.timeout) as response:
+                with self._session.get(source, stream=True, timeout=self.timeout) as response:
                     if response.status_code != 200:
                         raise ImageError(
                             f"{kind.value} {_shown(source)}: the server answered "
                             f"{response.status_code}"
                         )
-                    for chunk in response.iter_content(CHUNK):
+                    while chunk := response.raw.read1(CHUNK, decode_content=True):
                         writer.add(chunk)
-            except requests.RequestException as exc:
+                        pace.check(writer.size, time.monotonic() - began, kind, source)
+            except (requests.RequestException, urllib3_errors.HTTPError, OSError) as exc:
+                if deadline.expired:
+                    raise ImageError(
+                        f"{kind.value} {_shown(source)} was not fetched within "
+                        f"{pace.deadline:g} s (netboot.image_fetch_deadline); cut off"
+                    ) from None
                 raise ImageError(
                     f"{kind.value} {_shown(source)} could not be fetched: {type(exc).__name__}"
                 ) from None
-        return writer.finish()
+
+
+@dataclass(frozen=True)
+class FetchPace:
+    """How long a download may take, and how slowly it may come (``netboot`` settings)."""
+
+    deadline: float = 1800.0
+    min_rate: int = 65536
+    grace: float = 30.0
+
+    def check(self, size: int, elapsed: float, kind: ImageKind, source: str) -> None:
+        """Give the download up (``ImageError``) when, past the grace, it is too slow."""
+        if self.min_rate and elapsed > self.grace and size < self.min_rate * elapsed:
+            raise ImageError(
+                f"{kind.value} {_shown(source)} came too slowly: {size} bytes in "
+                f"{elapsed:.0f} s, under netboot.image_fetch_min_rate ({self.min_rate} bytes/s)"
+            )
 
 
 class _Writer:
@@ -326,8 +395,8 @@ class _Writer:
                 f"{self.kind.value} {_shown(self.source)} is larger than netboot.max_image_size "
                 f"({self.max_size} bytes)"
             )
-        if len(self.head) < 4096:
-            self.head += chunk[: 4096 - len(self.head)]
+        if len(self.head) < HEAD_SIZE:
+            self.head += chunk[: HEAD_SIZE - len(self.head)]
         self.hash.update(chunk)
         self.out.write(chunk)
 
@@ -338,6 +407,21 @@ class _Writer:
                 f"with {_describe(self.head) or 'nothing (it is empty)'}"
             )
         return self.hash.hexdigest(), self.size
+
+
+def _checked(image: CachedImage, kind: ImageKind, source: str) -> CachedImage:
+    """A cached image, if it is a ``kind`` too (one URL may be asked for as two kinds)."""
+    try:
+        with image.path.open("rb") as blob:
+            head = blob.read(HEAD_SIZE)
+    except OSError as exc:
+        raise ImageError(f"{kind.value} {_shown(source)} cannot be read: {exc}") from None
+    if not looks_like(kind, head):
+        raise ImageError(
+            f"{kind.value} {_shown(source)} is not a {kind.value}: it starts with "
+            f"{_describe(head) or 'nothing (it is empty)'}"
+        )
+    return image
 
 
 def check_source(source: str, allowed_dirs: tuple[Path, ...]) -> None:
@@ -421,6 +505,11 @@ def cache_for(settings: NetbootSettings) -> ImageCache:
                 allowed_dirs=tuple(settings.image_dirs),
                 max_size=settings.max_image_size,
                 timeout=settings.image_fetch_timeout,
+                pace=FetchPace(
+                    settings.image_fetch_deadline,
+                    settings.image_fetch_min_rate,
+                    settings.image_fetch_grace,
+                ),
             )
             _CACHES[root] = cache
         return cache

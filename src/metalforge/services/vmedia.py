@@ -1,15 +1,18 @@
 """Virtual media an operator attaches to a node by hand (API 1.89, listed from 1.93).
 
-As Ironic's, these are synchronous calls to the BMC under the node's
-reservation (``management.held``): a node a conductor holds answers 409,
-and a BMC that fails answers 400 with its reason.
+As Ironic's, attaching and detaching answer 204 once the request is
+checked and queued for the node's conductor, which fetches the image and
+calls the BMC under the node's reservation (``conductor.virtual_media``); a
+failure is left in ``last_error`` and the node's history, and a node a
+conductor holds answers 409. Listing is a read of the BMC, answered at once.
 
 The image reaches the BMC one of two ways (``image_download_source``):
 ``http``, the BMC downloads the URL itself; ``local`` (Ironic's default),
-metalforge fetches it into its image cache (checked against the size limit,
-once per URL) and hands the BMC its own URL, so a BMC on the management
-network needs no route to where the image lives. Only http(s) URLs are
-taken; an image named by a path must be in one of ``netboot.image_dirs``.
+the conductor fetches it into its image cache (checked against the size
+limit, the download's deadline and minimum rate, and that it is an image of
+the drive's kind) and hands the BMC metalforge's own URL, so a BMC on the
+management network needs no route to where the image lives. Only http(s)
+URLs are taken.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from metalforge.conductor.virtual_media import ATTACH, EJECT, AttachMedia, EjectMedia
+from metalforge.conductor.work import NodeWork, P
 from metalforge.drivers.base import VMEDIA_DEVICES, DriverError, ReadOnlyTask, VirtualMedia
 from metalforge.errors import bad_request
-from metalforge.netboot.images import ImageError, ImageKind, cache_for
-from metalforge.services import management
+from metalforge.services import fencing, lookup, management
 from metalforge.services.context import Services
 from metalforge.services.microversion import Version
 
@@ -36,23 +40,44 @@ def check_device_types(device_types: Sequence[str]) -> None:
         )
 
 
-def _served_url(svc: Services, image_url: str, source: str) -> str:
-    """The URL the BMC is given: the image's own, or metalforge's copy of it."""
-    if urlsplit(image_url).scheme not in ("http", "https"):
+def _check_source(svc: Services, image_url: str, source: str) -> None:
+    if source not in DOWNLOAD_SOURCES:
+        raise bad_request(
+            f"Unsupported image_download_source {source!r}; "
+            f"use one of {', '.join(DOWNLOAD_SOURCES)}"
+        )
+    parts = urlsplit(image_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise bad_request(f"Unsupported or missing URL scheme in {image_url!r}: use http(s)")
-    if source == "http":
-        return image_url
-    netboot = svc.settings.conductor.netboot
-    if netboot.http_url is None:
+    if source == "local" and svc.settings.conductor.netboot.http_url is None:
         raise bad_request(
             "image_download_source local needs conductor.netboot.http_url (the address the "
             "BMC downloads metalforge's copy from); set it, or use image_download_source http"
         )
-    try:
-        image = cache_for(netboot).fetch(image_url, ImageKind.MEDIA)
-    except ImageError as exc:
-        raise bad_request(f"Cannot attach virtual media: {exc}") from None
-    return f"{netboot.http_url}/boot/images/{image.digest}"
+
+
+def _queue(
+    svc: Services,
+    ident: str,
+    version: Version,
+    work: NodeWork[P],
+    payload: P,
+    note: str,
+    actor: str | None,
+) -> None:
+    """Check the node can take the request and queue it for its conductor, at once."""
+    with svc.db.write() as session:
+        node = lookup.find_node(session, ident, version)
+        fencing.check_unlocked(session, node)
+        iface = management.interface_of(svc, node)
+        try:
+            iface.validate(ReadOnlyTask(node))
+        except DriverError as exc:
+            raise bad_request(str(exc)) from None
+        fencing.update_node(session, node, {"last_error": None}, race=fencing.REQUEST_RACED)
+        svc.queue_for(session, node, work, payload)
+        fencing.record(session, node, "management", note, actor)
+    svc.notify()
 
 
 def attach(
@@ -64,33 +89,21 @@ def attach(
     download_source: str,
     actor: str | None,
 ) -> None:
-    """Insert the image into the node's ``device_type`` drive, replacing what it held."""
+    """Queue inserting the image into the node's ``device_type`` drive."""
     check_device_types([device_type])
-    if download_source not in DOWNLOAD_SOURCES:
-        raise bad_request(
-            f"Unsupported image_download_source {download_source!r}; "
-            f"use one of {', '.join(DOWNLOAD_SOURCES)}"
-        )
-    served = _served_url(svc, image_url, download_source)
-    doing = "virtual media was being attached"
-    with management.held(svc, ident, version, f"attach virtual media {device_type}", doing) as (
-        task,
-        iface,
-    ):
-        iface.attach_virtual_media(task, device_type, served)
-        task.record("management", f"virtual {device_type} attached by {actor or 'the API'}")
+    _check_source(svc, image_url, download_source)
+    request = AttachMedia(device_type, image_url, download_source, actor)
+    _queue(svc, ident, version, ATTACH, request, f"virtual {device_type} attach requested", actor)
 
 
 def detach(
     svc: Services, ident: str, version: Version, device_types: Sequence[str], actor: str | None
 ) -> None:
-    """Eject the drives of ``device_types`` (every drive when none is named)."""
+    """Queue ejecting the drives of ``device_types`` (every drive when none is named)."""
     check_device_types(device_types)
-    doing = "virtual media was being detached"
-    with management.held(svc, ident, version, "detach virtual media", doing) as (task, iface):
-        iface.detach_virtual_media(task, device_types)
-        which = ", ".join(device_types) or "every drive"
-        task.record("management", f"virtual media ejected ({which}) by {actor or 'the API'}")
+    which = ", ".join(device_types) or "every drive"
+    note = f"virtual media eject ({which}) requested"
+    _queue(svc, ident, version, EJECT, EjectMedia(tuple(device_types), actor), note, actor)
 
 
 def listed(svc: Services, ident: str, version: Version) -> list[VirtualMedia]:

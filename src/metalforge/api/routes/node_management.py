@@ -1,7 +1,8 @@
 """Node management: boot device, NMI (>=1.29) and indicators (``/v1/nodes/{id}/management``).
 
 Synchronous, as in Ironic; what it means to act while a conductor may hold
-the node is in ``services.management``. Indicators are named
+the node is in ``services.management``. Each route that calls the BMC runs
+on the outbound pool (``api.outbound``), never on a request thread. Indicators are named
 ``<id>@<component>`` and, as in Ironic, served at every microversion.
 """
 
@@ -13,7 +14,8 @@ from pydantic import Field
 
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.links import sub_links
-from metalforge.api.locking import wait_for_lock
+from metalforge.api.locking import await_lock
+from metalforge.api.outbound import calls_bmc
 from metalforge.api.schemas import IndicatorStateRequest
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import base_url, services
@@ -33,6 +35,7 @@ class BootDeviceRequest(Body):
     summary="Show the boot device",
     dependencies=[guard("baremetal:node:get_boot_device", "node")],
 )
+@calls_bmc
 def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
     found = management.boot_device(services(request), node_ident, request_version(request))
     return JSONResponse({"boot_device": found.device, "persistent": found.persistent})
@@ -43,6 +46,7 @@ def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
     summary="List the boot devices a node supports",
     dependencies=[guard("baremetal:node:get_boot_device", "node")],
 )
+@calls_bmc
 def get_supported_boot_devices(node_ident: str, request: Request) -> JSONResponse:
     svc, version = services(request), request_version(request)
     supported = management.supported_boot_devices(svc, node_ident, version)
@@ -55,7 +59,8 @@ def get_supported_boot_devices(node_ident: str, request: Request) -> JSONRespons
     summary="Set the boot device",
     dependencies=[guard("baremetal:node:set_boot_device", "node")],
 )
-@wait_for_lock
+@await_lock
+@calls_bmc
 def set_boot_device(node_ident: str, request: Request, body: BootDeviceRequest) -> Response:
     svc, version = services(request), request_version(request)
     management.set_boot_device(svc, node_ident, version, body.boot_device, body.persistent)
@@ -77,7 +82,8 @@ def _gate_nmi(request: Request) -> None:
     summary="Inject a non-maskable interrupt",
     dependencies=[Depends(_gate_nmi), guard("baremetal:node:inject_nmi", "node")],
 )
-@wait_for_lock
+@await_lock
+@calls_bmc
 def inject_nmi(node_ident: str, request: Request) -> Response:
     svc, version = services(request), request_version(request)
     management.inject_nmi(svc, node_ident, version, actor(request))
@@ -89,6 +95,7 @@ def inject_nmi(node_ident: str, request: Request) -> Response:
     summary="List the node's indicators",
     dependencies=[guard("baremetal:node:get_indicator_state", "node")],
 )
+@calls_bmc
 def list_indicators(node_ident: str, request: Request) -> JSONResponse:
     found = indicators.list_indicators(services(request), node_ident, request_version(request))
     return JSONResponse(
@@ -117,6 +124,7 @@ def list_indicators(node_ident: str, request: Request) -> JSONResponse:
     summary="Show an indicator's state",
     dependencies=[guard("baremetal:node:get_indicator_state", "node")],
 )
+@calls_bmc
 def get_indicator(node_ident: str, indicator: str, request: Request) -> JSONResponse:
     svc, version = services(request), request_version(request)
     return JSONResponse({"state": indicators.indicator_state(svc, node_ident, version, indicator)})
@@ -128,7 +136,8 @@ def get_indicator(node_ident: str, indicator: str, request: Request) -> JSONResp
     summary="Set an indicator's state",
     dependencies=[guard("baremetal:node:set_indicator_state", "node")],
 )
-@wait_for_lock
+@await_lock
+@calls_bmc
 def set_indicator(
     node_ident: str, indicator: str, request: Request, body: IndicatorStateRequest
 ) -> Response:

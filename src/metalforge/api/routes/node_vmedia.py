@@ -1,7 +1,8 @@
 """``/v1/nodes/{id}/vmedia``: attach (1.89), detach (1.89) and list (1.93) virtual media.
 
-Synchronous BMC calls, as Ironic's; ``services.vmedia`` says how the image
-reaches the BMC.
+Attaching and detaching are queued for the node's conductor and answered
+204, as Ironic's; listing reads the BMC on the outbound pool
+(``api.outbound``). ``services.vmedia`` says how the image reaches the BMC.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fastapi.responses import JSONResponse
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.gates import absent_before
 from metalforge.api.locking import wait_for_lock
+from metalforge.api.outbound import calls_bmc
 from metalforge.api.params import Query
 from metalforge.api.schemas import VmediaAttachRequest
 from metalforge.api.versions import Version, request_version
@@ -69,6 +71,7 @@ def detach(node_ident: str, request: Request) -> Response:
     summary="List virtual media",
     dependencies=[_LIST_GATE, guard("baremetal:node:vmedia:get", "node")],
 )
+@calls_bmc
 def list_vmedia(node_ident: str, request: Request) -> JSONResponse:
     """A JSON list, as Ironic answers: one object per drive."""
     found = vmedia.listed(services(request), node_ident, request_version(request))

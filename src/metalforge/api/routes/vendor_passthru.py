@@ -16,7 +16,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from metalforge.api.auth.access import actor, guard
-from metalforge.api.locking import wait_for_lock
+from metalforge.api.locking import await_lock
+from metalforge.api.outbound import calls_bmc
 from metalforge.api.params import Query
 from metalforge.api.schemas import PassthruArgs
 from metalforge.api.versions import request_version
@@ -53,7 +54,8 @@ def node_methods(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(found)
 
 
-@wait_for_lock
+@await_lock
+@calls_bmc
 def call_node_method(
     node_ident: str, request: Request, body: PassthruArgs | None = None
 ) -> Response:

@@ -17,7 +17,9 @@ A ``sushy.Sushy`` client costs a GET of the service root (and a session
 login), so one client per (address, username, password, verify) is kept and
 shared between threads; it is dropped after a connection or credential
 failure so the next call starts afresh. Every request has a connect and a
-read timeout, so a dead BMC cannot hold a node's reservation for long, and
+read timeout and every call a whole-call deadline (the guard's
+``call_deadline``, which cuts off a BMC that trickles its answer), so a
+dead BMC cannot hold a node's reservation for long, and
 every use of a BMC goes through ``bmc_guard`` (a limit on calls at once, a
 circuit breaker for a BMC that stopped answering).
 
@@ -40,8 +42,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import sushy
+from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
+from metalforge import call_deadlines
 from metalforge.drivers.base import BmcUnavailable, DriverError, DriverTask
 from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.failures import bmc_failed
@@ -178,6 +182,16 @@ class ClientOptions:
     """Seconds between those tries (sushy sleeps them; keep them short)."""
 
 
+class _DeadlineConnector(sushy_connector.Connector):  # type: ignore[misc]
+    """sushy's connector, whose connections the BMC guard's whole-call deadline cuts
+    (``call_deadlines``): its timeouts are per read, which a trickling BMC outlasts."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        # sushy builds its session here and offers no way to pass one in.
+        call_deadlines.mount(self._session)
+
+
 class Connections:
     """One sushy client per BMC identity, shared by the threads of a service."""
 
@@ -194,16 +208,22 @@ class Connections:
             return found
         # Built outside the lock: a slow BMC must not stall calls to the others.
         opts = self.options
+        url = f"{info.address}/redfish/v1/"
+        connector = _DeadlineConnector(
+            url,
+            verify=info.verify,
+            default_request_timeout=opts.read_timeout,
+            connect_timeout=opts.connect_timeout,
+            server_side_retries=opts.attempts,
+            server_side_retries_delay=opts.retry_delay,
+        )
         created = sushy.Sushy(
-            f"{info.address}/redfish/v1/",
+            url,
             # Empty, not None: requests deprecates non-string Basic credentials.
             username=info.username or "",
             password=info.password or "",
             verify=info.verify,
-            read_timeout=opts.read_timeout,
-            connect_timeout=opts.connect_timeout,
-            server_side_retries=opts.attempts,
-            server_side_retries_delay=opts.retry_delay,
+            connector=connector,
         )
         with self._lock:
             return self._clients.setdefault(info.key, created)

@@ -1,0 +1,86 @@
+"""Whole-call deadlines cut a peer that never finishes answering, on real sockets."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from metalforge import call_deadlines
+from tests.support.stalling import stalling
+
+pytestmark = pytest.mark.timeout(60)
+
+READ_TIMEOUT = 300.0
+"""Longer than the test's own timeout: only the deadline can end these calls."""
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_a_peer_that_never_finishes_is_cut_at_the_deadline(mode: str) -> None:
+    with stalling(mode) as peer, call_deadlines.session() as session:  # type: ignore[arg-type]
+        with (
+            call_deadlines.within(0.5) as deadline,
+            pytest.raises(requests.RequestException),
+        ):
+            session.get(peer.url, timeout=(5, READ_TIMEOUT)).content  # noqa: B018
+        assert deadline.expired
+        assert peer.accepted == 1
+
+
+def test_retries_after_the_deadline_are_cut_as_they_connect() -> None:
+    with stalling("silent") as peer, call_deadlines.session() as session:
+        with call_deadlines.within(0.3) as deadline:
+            for _ in range(3):
+                with pytest.raises(requests.ConnectionError):
+                    session.get(peer.url, timeout=(5, READ_TIMEOUT))
+            assert call_deadlines.expired()
+        assert deadline.expired
+        assert not call_deadlines.expired(), "outside the block no deadline applies"
+
+
+@pytest.fixture
+def answering() -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answering: str) -> None:
+    with call_deadlines.session() as session:
+        with call_deadlines.within(30) as deadline:
+            assert session.get(answering, timeout=5).text == "hello"
+            assert session.get(answering, timeout=5).text == "hello"
+        assert deadline.ended
+        assert not deadline.expired
+        assert deadline.sockets == [], "the descriptors kept to cut are closed with the block"
+        assert session.get(answering, timeout=5).text == "hello"
+
+
+def test_an_inner_block_never_extends_the_outer_deadline() -> None:
+    with call_deadlines.within(5) as outer:
+        with call_deadlines.within(60) as inner:
+            assert inner is outer
+        with call_deadlines.within(1) as shorter:
+            assert shorter is not outer
+            assert call_deadlines.current() is shorter
+        assert call_deadlines.current() is outer
+    assert call_deadlines.current() is None
