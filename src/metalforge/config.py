@@ -535,6 +535,11 @@ class ConductorSettings(BaseModel):
     """Group this conductor serves (nodes with the same ``conductor_group``)."""
     workers: int = 16
     """Threads that run work items in parallel."""
+    workers_per_project: int = Field(default=8, ge=1)
+    """Workers that may run one project's nodes at once (a node's lessee, else its owner;
+    nodes of neither count as one project); the others stay free for other projects, so
+    one tenant's BMCs and image servers, however slow, cannot take every worker. At or
+    above ``workers`` it is no limit."""
     heartbeat_interval: float = 5.0
     """Seconds between conductor heartbeats in the conductors table."""
     heartbeat_timeout: float = 30.0

@@ -4,6 +4,11 @@ Claiming an item and reserving its node are one transaction (on SQLite the
 writes run one at a time, so each one saved is throughput). The dispatcher
 knows which items its workers run: the heartbeat renews only their leases.
 
+At most ``workers_per_project`` of the workers run one project's nodes: an
+item of a project that has its share goes back to the queue, so a tenant
+whose BMCs or image servers are slow cannot take every worker from the
+others.
+
 A claim whose commit fails may still have been committed (the connection
 dropped after the server received the COMMIT): its items and reservations
 are owed back until a later round gives them back, fenced by owner and
@@ -15,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,8 +42,19 @@ KNOWN_KINDS: tuple[str, ...] = tuple(sorted({*node_work.BY_KIND, *catalog.DETACH
 upgrade a newer API may queue a kind an older conductor does not know, and that item
 must wait for a newer conductor rather than be dead-lettered by this one."""
 
+PROJECT_FULL_DELAY = 2.0
+"""Seconds an item whose project has its share of the workers waits before it is claimed
+again (``conductor.workers_per_project``)."""
+
+
+
 Claimed = tuple[queue.ClaimedItem, dict[str, Any] | None]
 """An item with its node's row as reserved for it (``None``: it holds no node)."""
+
+
+def project_of(node: dict[str, Any]) -> str:
+    """Whose share of the workers work on ``node`` draws on: its lessee's, else its owner's."""
+    return str(node.get("lessee") or node.get("owner") or "")
 
 
 class Dispatcher:
@@ -49,6 +66,9 @@ class Dispatcher:
         self._slots = threading.Semaphore(ctx.settings.workers)
         self.lease = dt.timedelta(seconds=ctx.settings.lease_seconds)
         self._running: set[int] = set()
+        self._projects: dict[int, str] = {}
+        """The project each running item's node belongs to (``project_of``)."""
+        self._per_project: Counter[str] = Counter()
         self._running_lock = threading.Lock()
         self._idle = threading.Condition(self._running_lock)
         self._owed: list[Claimed] = []
@@ -130,6 +150,10 @@ class Dispatcher:
         for item, node in ready:
             with self._running_lock:
                 self._running.add(item.id)
+                if node is not None:
+                    project = project_of(node)
+                    self._projects[item.id] = project
+                    self._per_project[project] += 1
             try:
                 self._pool.submit(self._run_guarded, item, node)
             except RuntimeError:
@@ -179,12 +203,23 @@ class Dispatcher:
         """
         host = self.ctx.hostname
         ready: list[Claimed] = []
+        with self._running_lock:
+            taken = Counter(self._per_project)
         for item in sorted(items, key=lambda i: (i.node_id or 0, i.id)):
             if item.kind not in node_work.BY_KIND or item.node_id is None:
                 ready.append((item, None))  # run_item reports it
                 continue
             try:
-                ready.append((item, lock(self.ctx, session, item.node_id)))
+                node = lock(self.ctx, session, item.node_id)
+                project = project_of(node)
+                if taken[project] >= self.ctx.settings.workers_per_project:
+                    # The project has its share of the workers: the item waits for one
+                    # of them to end, and the other projects' work goes first.
+                    unlock(self.ctx, session, item.node_id, int(node["epoch"]))
+                    queue.retry(session, item.id, host, PROJECT_FULL_DELAY, count=False)
+                    continue
+                taken[project] += 1
+                ready.append((item, node))
             except NodeLocked:
                 queue.retry(session, item.id, host, running.LOCKED_RETRY_DELAY, count=False)
             except NodeGone:
@@ -205,6 +240,11 @@ class Dispatcher:
         finally:
             with self._idle:
                 self._running.discard(item.id)
+                project = self._projects.pop(item.id, None)
+                if project is not None:
+                    self._per_project[project] -= 1
+                    if self._per_project[project] <= 0:
+                        del self._per_project[project]
                 self._idle.notify_all()
             self._slots.release()
             self.ctx.waker.notify()
