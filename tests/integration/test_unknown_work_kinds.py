@@ -8,7 +8,6 @@ work it knows; once a conductor that knows the kind runs, that one does it.
 
 from __future__ import annotations
 
-
 import pytest
 from sqlalchemy import select
 
@@ -45,7 +44,7 @@ def test_an_older_conductor_leaves_a_newer_kind_for_a_newer_conductor(
         item = session.scalars(select(WorkItem).where(WorkItem.kind == NEWER_KIND)).one()
         assert (item.state, item.attempts, item.failures) == (queue.PENDING, 0, 0)
     # A newer conductor (this one, knowing every kind again) does it.
-    monkeypatch.setattr(dispatch, "KNOWN_KINDS", older + (NEWER_KIND,))
+    monkeypatch.setattr(dispatch, "KNOWN_KINDS", (*older, NEWER_KIND))
     stack.conductor.ctx.waker.notify()
 
     def attached() -> bool:

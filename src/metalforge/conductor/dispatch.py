@@ -47,7 +47,6 @@ PROJECT_FULL_DELAY = 2.0
 again (``conductor.workers_per_project``)."""
 
 
-
 Claimed = tuple[queue.ClaimedItem, dict[str, Any] | None]
 """An item with its node's row as reserved for it (``None``: it holds no node)."""
 
@@ -148,18 +147,21 @@ class Dispatcher:
         for _ in range(free - len(ready)):
             self._slots.release()
         for item, node in ready:
-            with self._running_lock:
-                self._running.add(item.id)
-                if node is not None:
-                    project = project_of(node)
-                    self._projects[item.id] = project
-                    self._per_project[project] += 1
-            try:
-                self._pool.submit(self._run_guarded, item, node)
-            except RuntimeError:
-                # The pool shut down (the stop began after the claim): give it back here.
-                self._run_guarded(item, node)
+            self._start(item, node)
         return len(items)
+
+    def _start(self, item: queue.ClaimedItem, node: dict[str, Any] | None) -> None:
+        with self._running_lock:
+            self._running.add(item.id)
+            if node is not None:
+                project = project_of(node)
+                self._projects[item.id] = project
+                self._per_project[project] += 1
+        try:
+            self._pool.submit(self._run_guarded, item, node)
+        except RuntimeError:
+            # The pool shut down (the stop began after the claim): give it back here.
+            self._run_guarded(item, node)
 
     def _give_back_owed(self) -> None:
         """Give back the items and reservations of claims whose commit may have landed.
