@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from metalforge import states
 from metalforge.api import node_view
-from metalforge.conductor import node_settings, node_work, stepflow, vendor
+from metalforge.conductor import node_settings, node_work, stepflow, vendor, virtual_media
 from metalforge.conductor.flows import catalog, inspection_events, request_fields
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.conductor.node_work import BY_KIND as NODE_WORK
@@ -178,6 +178,10 @@ _SAMPLE_PAYLOADS: dict[type[Any], Any] = {
     vendor.VendorCall: vendor.VendorCall("send_raw", "POST", {"raw_bytes": "0x00 0x01"}),
     inspection_events.InspectionEvent: inspection_events.InspectionEvent("continue", 3),
     agent_sessions.IdleCheck: agent_sessions.IdleCheck("2026-12-06T05:18:28.162132+00:00"),
+    virtual_media.AttachMedia: virtual_media.AttachMedia(
+        "cdrom", "https://images.example.com/x.iso", "local", "heidi (project p-lessee)"
+    ),
+    virtual_media.EjectMedia: virtual_media.EjectMedia(("cdrom", "floppy"), None),
 }
 """One payload of each work kind's type: a new kind needs one here (docs/extending.md)."""
 
