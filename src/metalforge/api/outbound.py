@@ -84,7 +84,7 @@ class OutboundCalls:
         self._admit(caller)
         try:
             future: Future[R] = self._pool.submit(func)
-        except BaseException:
+        except BaseException:  # re-raised: whatever stopped the submission, the share goes back
             self._release(caller)
             raise
         future.add_done_callback(lambda _: self._release(caller))

@@ -251,7 +251,7 @@ class BmcGuard:
             with call_deadlines.within(self._settings.call_deadline) as deadline:
                 try:
                     yield
-                except Exception as exc:
+                except Exception as exc:  # re-raised as it is unless the deadline cut it
                     if not deadline.expired:
                         raise
                     bmc_failed(protocol, "deadline")
