@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import socket
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -322,6 +322,12 @@ class NetbootSettings(BaseModel):
     """Bytes a second a download must average once ``image_fetch_grace`` has passed; a
     slower one is given up (0: no minimum). The default fetches a 4 GiB image in under
     18 hours and cuts a trickling server off after the grace."""
+    fetch_allowed_networks: list[IPv4Network | IPv6Network] = Field(default_factory=list)
+    """Networks image downloads may reach although they are refused by default: the
+    loopback and link-local networks (metadata services among them), multicast and
+    reserved space, and this host's own addresses (``outbound_http.NEVER_BY_DEFAULT``).
+    Every connection is checked against the address it reached, redirects included.
+    ``["127.0.0.0/8"]`` lets a host serve its deploy images to itself."""
     image_fetch_grace: float = Field(default=30.0, gt=0, le=3600)
     """Seconds a download may take before ``image_fetch_min_rate`` is checked (a server
     may be slow to start)."""

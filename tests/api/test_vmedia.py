@@ -97,6 +97,7 @@ def test_local_download_serves_metalforge_s_copy(tmp_path: Path, sqlite_url: str
         netboot={
             "image_cache_dir": str(tmp_path / "cache"),
             "http_url": "http://192.0.2.10:6385",
+            "fetch_allowed_networks": ["127.0.0.0/8"],
         },
     )
     stack = start_stack(settings)

@@ -10,6 +10,7 @@ answered, and another project's node goes from ``enroll`` to ``active``.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,7 @@ def _settings(tmp_path: Path) -> Settings:
                 update={
                     "image_cache_dir": tmp_path / "images",
                     "http_url": "http://192.0.2.10:6385",
+                    "fetch_allowed_networks": [ipaddress.ip_network("127.0.0.0/8")],
                 }
             ),
         }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
+import ipaddress
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from metalforge.netboot.images import FetchPace, ImageCache, ImageError, ImageKind, looks_like
+from metalforge.outbound_http import NEVER_BY_DEFAULT, PeerPolicy
 from tests.support.api import wait_until
 from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
 from tests.support.stalling import stalling
@@ -32,8 +35,13 @@ def server() -> Iterator[ImageServer]:
         yield served
 
 
+LOOPBACK_ALLOWED = PeerPolicy(NEVER_BY_DEFAULT, [ipaddress.ip_network("127.0.0.0/8")])
+"""The tests' image servers are on this host's loopback, which a deployment refuses."""
+
+
 def cache(root: Path, **options: object) -> ImageCache:
     settings: dict[str, object] = {"max_size": 1024 * 1024, "timeout": 10.0}
+    settings.setdefault("peers", LOOPBACK_ALLOWED)
     settings.update(options)
     return ImageCache(root, **settings)  # type: ignore[arg-type]
 
@@ -288,3 +296,62 @@ def test_an_image_cached_as_one_kind_is_checked_again_as_another(tmp_path: Path)
         assert images.fetch(source, ImageKind.DISK).size == len(disk)
         with pytest.raises(ImageError, match="is not a virtual CD image"):
             images.fetch(source, ImageKind.OPTICAL)
+
+
+def test_by_default_a_download_may_not_reach_this_host(server: ImageServer, tmp_path: Path) -> None:
+    images = cache(tmp_path, peers=PeerPolicy(NEVER_BY_DEFAULT))
+    with pytest.raises(ImageError) as caught:
+        images.fetch(f"{server.url}/vmlinuz", ImageKind.KERNEL)
+    assert str(caught.value) == (
+        f"kernel {server.url}/vmlinuz may not be fetched: 127.0.0.1 is in 127.0.0.0/8, which "
+        "outbound fetches may not reach (netboot.fetch_allowed_networks)"
+    )
+    assert server.requests.get("/vmlinuz", 0) == 0, "refused before a byte was sent"
+
+
+def test_a_redirect_to_a_refused_address_is_refused(tmp_path: Path) -> None:
+    """The first server is allowed, the one it redirects to (this host's loopback) is not."""
+    with image_server({"/vmlinuz": KERNEL}) as inner:
+
+        class Redirect(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", f"{inner.url}/vmlinuz")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        outer = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Redirect)
+        thread = threading.Thread(target=outer.serve_forever, daemon=True)
+        thread.start()
+        try:
+            only_outer = PeerPolicy(NEVER_BY_DEFAULT, [ipaddress.ip_network("127.0.0.2/32")])
+            images = cache(tmp_path, peers=only_outer)
+            source = f"http://127.0.0.2:{outer.server_address[1]}/vmlinuz"
+            with pytest.raises(ImageError, match=r"127\.0\.0\.1 is in 127\.0\.0\.0/8"):
+                images.fetch(source, ImageKind.KERNEL)
+        finally:
+            outer.shutdown()
+            outer.server_close()
+        assert inner.requests.get("/vmlinuz", 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("127.0.0.1", True),
+        ("169.254.169.254", True),
+        ("0.0.0.0", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("fe80::1%eth0", True),
+        ("fd00:ec2::254", True),
+        ("10.20.30.40", False),
+        ("192.0.2.7", False),
+        ("2001:db8::7", False),
+        ("fd12:3456::7", False),
+    ],
+)
+def test_what_is_refused_by_default(address: str, refused: bool) -> None:
+    assert (PeerPolicy(NEVER_BY_DEFAULT).refuses(address) is not None) is refused

@@ -53,6 +53,8 @@ def stack(sqlite_url: str, tmp_path: Path) -> Iterator[Stack]:
             "netboot": {
                 "http_url": HTTP_URL,
                 "image_cache_dir": str(tmp_path / "boot-images"),
+                # The images are served on this host's loopback.
+                "fetch_allowed_networks": ["127.0.0.0/8"],
                 "kernel_append": "console=ttyS0 ipa-debug=1",
             },
         },

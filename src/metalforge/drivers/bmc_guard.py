@@ -20,7 +20,7 @@ on a chassis or the Redfish emulator, share its limit):
   the budget, at most ``slot_wait`` in all, then fails the same way;
 - every call has a whole-call deadline, ``call_deadline`` seconds for the
   connection, the request, the answer and every retry together
-  (``call_deadlines``): a BMC that accepts a connection and then never
+  (``outbound_http``): a BMC that accepts a connection and then never
   finishes answering, or trickles its answer, is cut off there, and the call
   counts as the BMC not reached, so a BMC that never answers opens its
   breaker instead of holding a worker (a conductor's or the API's) for as
@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from metalforge import call_deadlines
+from metalforge import outbound_http
 from metalforge.config import BmcGuardSettings
 from metalforge.drivers.base import BmcUnavailable
 from metalforge.drivers.failures import bmc_breaker_opened, bmc_call_took, bmc_failed
@@ -248,7 +248,7 @@ class BmcGuard:
         reached = True
         began = time.monotonic()
         try:
-            with call_deadlines.within(self._settings.call_deadline) as deadline:
+            with outbound_http.within(self._settings.call_deadline) as deadline:
                 try:
                     yield
                 except Exception as exc:  # re-raised as it is unless the deadline cut it

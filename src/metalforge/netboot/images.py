@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import ipaddress
 import json
 import logging
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -37,7 +39,7 @@ from urllib.parse import urlsplit
 import requests
 from urllib3 import exceptions as urllib3_errors
 
-from metalforge import call_deadlines
+from metalforge import outbound_http
 from metalforge.config import NetbootSettings
 from metalforge.redaction import mask_url
 
@@ -142,18 +144,21 @@ class ImageCache:
         max_size: int,
         timeout: float,
         pace: FetchPace | None = None,
+        peers: outbound_http.PeerPolicy | None = None,
         retry_after: float = 30.0,
     ) -> None:
         """``timeout``: seconds a server may stay silent; ``pace``: how long a whole
-        download may take, and how slow it may be; ``retry_after``: seconds before a failed
-        background fetch (``prefetch``) of a source is tried again."""
+        download may take, and how slow it may be; ``peers``: the addresses a download
+        may reach (default: none that ``NEVER_BY_DEFAULT`` lists); ``retry_after``: seconds
+        before a failed background fetch (``prefetch``) of a source is tried again."""
         self.root = root
         self.allowed_dirs = tuple(d.resolve() for d in allowed_dirs)
         self.max_size = max_size
         self.timeout = timeout
         self.pace = pace or FetchPace()
+        self.peers = peers or outbound_http.PeerPolicy(outbound_http.NEVER_BY_DEFAULT)
         self.retry_after = retry_after
-        self._session = call_deadlines.session()
+        self._session = outbound_http.session()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._fetching: set[str] = set()
@@ -337,7 +342,7 @@ class ImageCache:
         """
         pace = self.pace
         began = time.monotonic()
-        with call_deadlines.within(pace.deadline) as deadline:
+        with outbound_http.reaching(self.peers), outbound_http.within(pace.deadline) as deadline:
             try:
                 with self._session.get(source, stream=True, timeout=self.timeout) as response:
                     if response.status_code != 200:
@@ -349,6 +354,12 @@ class ImageCache:
                         writer.add(chunk)
                         pace.check(writer.size, time.monotonic() - began, kind, source)
             except (requests.RequestException, urllib3_errors.HTTPError, OSError) as exc:
+                refused = outbound_http.refusal()
+                if refused is not None:
+                    raise ImageError(
+                        f"{kind.value} {_shown(source)} may not be fetched: {refused} "
+                        "(netboot.fetch_allowed_networks)"
+                    ) from None
                 if deadline.expired:
                     raise ImageError(
                         f"{kind.value} {_shown(source)} was not fetched within "
@@ -510,6 +521,28 @@ def cache_for(settings: NetbootSettings) -> ImageCache:
                     settings.image_fetch_min_rate,
                     settings.image_fetch_grace,
                 ),
+                peers=outbound_http.PeerPolicy(
+                    (*outbound_http.NEVER_BY_DEFAULT, *_own_networks(settings)),
+                    settings.fetch_allowed_networks,
+                ),
             )
             _CACHES[root] = cache
         return cache
+
+
+def _own_networks(settings: NetbootSettings) -> list[outbound_http.IPNetwork]:
+    """This host's addresses, as its name resolves, and the address nodes reach it on
+    (``http_url``): a tenant's URL must not lead back into metalforge's own services."""
+    hosts = [socket.gethostname()]
+    if settings.http_url:
+        hosts.append(urlsplit(settings.http_url).hostname or "")
+    found: list[outbound_http.IPNetwork] = []
+    for host in filter(None, hosts):
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            continue  # a name that does not resolve leads nowhere
+        for info in infos:
+            address = str(info[4][0]).split("%", 1)[0]
+            found.append(ipaddress.ip_network(address))
+    return found

@@ -45,7 +45,7 @@ import sushy
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
-from metalforge import call_deadlines
+from metalforge import outbound_http
 from metalforge.drivers.base import BmcUnavailable, DriverError, DriverTask
 from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.failures import bmc_failed
@@ -184,12 +184,12 @@ class ClientOptions:
 
 class _DeadlineConnector(sushy_connector.Connector):  # type: ignore[misc]
     """sushy's connector, whose connections the BMC guard's whole-call deadline cuts
-    (``call_deadlines``): its timeouts are per read, which a trickling BMC outlasts."""
+    (``outbound_http``): its timeouts are per read, which a trickling BMC outlasts."""
 
     def __init__(self, url: str, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)
         # sushy builds its session here and offers no way to pass one in.
-        call_deadlines.mount(self._session)
+        outbound_http.mount(self._session)
 
 
 class Connections:

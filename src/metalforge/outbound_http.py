@@ -1,4 +1,4 @@
-"""Whole-call deadlines on outbound HTTP: a peer that trickles or never answers is cut off.
+"""Outbound HTTP to peers a tenant names: whole-call deadlines, and which addresses it may reach.
 
 requests (and so sushy) has only per-read timeouts: a BMC or an image server
 that sends one byte every few seconds, or accepts a connection and never
@@ -19,18 +19,26 @@ the deadline rather than a vague connection reset.
 
 Nothing outside a ``within`` block is watched; a block inside another keeps
 the earlier of the two deadlines.
+
+``reaching(policy)`` restricts, for the block, the addresses this thread's
+connections may reach: each connection is checked once it is connected,
+against the address it actually reached, so a name that resolves to
+another address by the time the connection is made (DNS rebinding) and
+every redirect are checked too. A refused connection is closed before a
+byte is sent; ``refusal()`` says why.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import ipaddress
 import itertools
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +48,26 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 LOG = logging.getLogger(__name__)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+NEVER_BY_DEFAULT: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",  # "this network": 0.0.0.0 reaches the host itself
+        "127.0.0.0/8",  # loopback: the host's own services
+        "169.254.0.0/16",  # link-local, and clouds' metadata services (169.254.169.254)
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, and broadcast
+        "::/128",
+        "::1/128",
+        "fe80::/10",  # link-local
+        "fd00:ec2::254/128",  # a cloud's metadata service on IPv6
+        "ff00::/8",  # multicast
+    )
+)
+"""Where a URL a tenant supplies may never lead unless an operator allows it: the host
+itself, link-local networks and metadata services, multicast and reserved space."""
 
 
 @dataclass(eq=False)
@@ -150,7 +178,73 @@ def expired() -> bool:
     return deadline is not None and (deadline.expired or time.monotonic() >= deadline.at)
 
 
+class PeerPolicy:
+    """Which addresses connections may reach: none of ``refused`` unless in ``allowed``."""
+
+    def __init__(self, refused: Iterable[IPNetwork], allowed: Iterable[IPNetwork] = ()) -> None:
+        self.refused = tuple(refused)
+        self.allowed = tuple(allowed)
+
+    def refuses(self, address: str) -> str | None:
+        """Why ``address`` may not be reached (None: it may)."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return f"{address} is not an IP address"
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if any(ip in network for network in self.allowed):
+            return None
+        for network in self.refused:
+            if ip in network:
+                return f"{ip} is in {network}, which outbound fetches may not reach"
+        return None
+
+
+@dataclass
+class _Reach:
+    policy: PeerPolicy
+    refused: str | None = None
+
+
+def _reach() -> _Reach | None:
+    found: _Reach | None = getattr(_CURRENT, "reach", None)
+    return found
+
+
+@contextlib.contextmanager
+def reaching(policy: PeerPolicy) -> Iterator[None]:
+    """Refuse, in the block, connections to what ``policy`` refuses (see the module)."""
+    outer = _reach()
+    _CURRENT.reach = _Reach(policy)
+    try:
+        yield
+    finally:
+        _CURRENT.reach = outer
+
+
+def refusal() -> str | None:
+    """Why the block's last refused connection was refused (None: none was)."""
+    reach = _reach()
+    return reach.refused if reach is not None else None
+
+
+class PeerRefused(OSError):
+    """A connection reached an address the thread's ``PeerPolicy`` refuses."""
+
+
 def _watch_new(sock: socket.socket) -> None:
+    reach = _reach()
+    if reach is not None:
+        try:
+            peer = str(sock.getpeername()[0])
+        except OSError:
+            peer = "an unknown address"
+        why = reach.policy.refuses(peer)
+        if why is not None:
+            reach.refused = why
+            sock.close()
+            raise PeerRefused(why)
     deadline = current()
     if deadline is not None:
         _WATCHDOG.watch(deadline, sock)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from metalforge import call_deadlines
+from metalforge import outbound_http
 from tests.support.stalling import stalling
 
 pytestmark = pytest.mark.timeout(60)
@@ -20,9 +20,9 @@ READ_TIMEOUT = 300.0
 
 @pytest.mark.parametrize("mode", ["silent", "trickle"])
 def test_a_peer_that_never_finishes_is_cut_at_the_deadline(mode: str) -> None:
-    with stalling(mode) as peer, call_deadlines.session() as session:  # type: ignore[arg-type]
+    with stalling(mode) as peer, outbound_http.session() as session:  # type: ignore[arg-type]
         with (
-            call_deadlines.within(0.5) as deadline,
+            outbound_http.within(0.5) as deadline,
             pytest.raises(requests.RequestException),
         ):
             session.get(peer.url, timeout=(5, READ_TIMEOUT)).content  # noqa: B018
@@ -31,14 +31,14 @@ def test_a_peer_that_never_finishes_is_cut_at_the_deadline(mode: str) -> None:
 
 
 def test_retries_after_the_deadline_are_cut_as_they_connect() -> None:
-    with stalling("silent") as peer, call_deadlines.session() as session:
-        with call_deadlines.within(0.3) as deadline:
+    with stalling("silent") as peer, outbound_http.session() as session:
+        with outbound_http.within(0.3) as deadline:
             for _ in range(3):
                 with pytest.raises(requests.ConnectionError):
                     session.get(peer.url, timeout=(5, READ_TIMEOUT))
-            assert call_deadlines.expired()
+            assert outbound_http.expired()
         assert deadline.expired
-        assert not call_deadlines.expired(), "outside the block no deadline applies"
+        assert not outbound_http.expired(), "outside the block no deadline applies"
 
 
 @pytest.fixture
@@ -65,8 +65,8 @@ def answering() -> Iterator[str]:
 
 
 def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answering: str) -> None:
-    with call_deadlines.session() as session:
-        with call_deadlines.within(30) as deadline:
+    with outbound_http.session() as session:
+        with outbound_http.within(30) as deadline:
             assert session.get(answering, timeout=5).text == "hello"
             assert session.get(answering, timeout=5).text == "hello"
         assert deadline.ended
@@ -76,11 +76,11 @@ def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answer
 
 
 def test_an_inner_block_never_extends_the_outer_deadline() -> None:
-    with call_deadlines.within(5) as outer:
-        with call_deadlines.within(60) as inner:
+    with outbound_http.within(5) as outer:
+        with outbound_http.within(60) as inner:
             assert inner is outer
-        with call_deadlines.within(1) as shorter:
+        with outbound_http.within(1) as shorter:
             assert shorter is not outer
-            assert call_deadlines.current() is shorter
-        assert call_deadlines.current() is outer
-    assert call_deadlines.current() is None
+            assert outbound_http.current() is shorter
+        assert outbound_http.current() is outer
+    assert outbound_http.current() is None
