@@ -594,6 +594,10 @@ class ConductorSettings(BaseModel):
     written to the node's history), so a node switched on by hand is not
     switched off behind the operator's back. Ironic's option of the same name.
     """
+    sync_power_read_deadline: float = Field(default=30.0, gt=0, le=600)
+    """Seconds one node's power read may take during a sync, in all; a BMC that has not
+    answered by then is cut off and its read fails this round (the BMC guard's breaker
+    counts it), so a silent BMC holds a sync worker no longer than this."""
     sync_power_workers: int = 8
     """Power reads at once during a sync: hides BMC latency without flooding the BMC network."""
     enabled_hardware_types: list[str] = Field(

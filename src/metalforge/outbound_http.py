@@ -77,6 +77,8 @@ class Deadline:
     at: float
     """``time.monotonic()`` value past which the block's connections are cut."""
     seconds: float
+    setting: str
+    """The setting the deadline comes from, for messages."""
     expired: bool = False
     ended: bool = False
     sockets: list[socket.socket] = field(default_factory=list)
@@ -155,14 +157,15 @@ def current() -> Deadline | None:
 
 
 @contextlib.contextmanager
-def within(seconds: float) -> Iterator[Deadline]:
-    """Cut every connection this thread opens in the block ``seconds`` from now."""
+def within(seconds: float, setting: str) -> Iterator[Deadline]:
+    """Cut every connection this thread opens in the block ``seconds`` from now
+    (``setting``: where the figure comes from, as messages name it)."""
     outer = current()
     at = time.monotonic() + seconds
     if outer is not None and outer.at <= at:
         yield outer  # the enclosing block ends first: its deadline rules
         return
-    deadline = Deadline(at, seconds)
+    deadline = Deadline(at, seconds, setting)
     _WATCHDOG.start(deadline)
     _CURRENT.deadline = deadline
     try:

@@ -19,12 +19,14 @@ from metalforge.config import ConductorSettings
 from metalforge.db.engine import Database
 from metalforge.db.models import Conductor, Node, NodeHistory, utcnow
 from metalforge.drivers.base import POWER_OFF, POWER_ON, DriverTask
+from metalforge.drivers.catalog import REDFISH
 from metalforge.drivers.fake import FAKE_HARDWARE, FakePower
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
 from metalforge_lab.ipmi_bmc import BmcProcess
 from tests.support.api import LATEST, create_node, get_node, provision, wait_for_state
 from tests.support.ipmi import IPMI_HARDWARE, driver_info, ipmitool, power_status, start_bmcs
 from tests.support.stack import start_stack, test_settings
+from tests.support.stalling import stalling
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -313,3 +315,23 @@ def test_the_bmcs_health_rating_is_recorded_when_it_changes(db: Database) -> Non
     ]
     assert _get(db, node_id).power_state == POWER_OFF
     assert _get(db, node_id).reservation is None
+
+
+def test_a_bmc_that_never_answers_costs_the_sync_one_read_deadline(db: Database) -> None:
+    """Without the read's deadline, the sync of the conductor's whole share waited on it."""
+    registry = DriverRegistry([FAKE_HARDWARE, REDFISH])
+    _register(db, "c1", sorted(registry.types))
+    settings = ConductorSettings(hostname="c1", heartbeat_timeout=30, sync_power_read_deadline=0.5)
+    ctx = ConductorContext(hostname="c1", db=db, drivers=registry, settings=settings)
+    fine = _node(db, power_state=POWER_OFF)
+    with stalling("silent") as bmc:
+        info = {"redfish_address": bmc.url, "redfish_system_id": "/redfish/v1/Systems/1"}
+        silent = _node(db, "redfish", power_state=POWER_ON, driver_info=info)
+        assert sync_power_states(ctx) == SyncReport(checked=2, failed=1)
+    assert _get(db, fine).power_state == POWER_OFF
+    [(severity, event)] = _history(db, silent)
+    assert severity == "WARNING"
+    assert event == (
+        f"cannot read the power state: BMC at {bmc.url} did not finish answering within "
+        "0.5 s (conductor.sync_power_read_deadline); the call was cut off"
+    )

@@ -22,7 +22,7 @@ READ_TIMEOUT = 300.0
 def test_a_peer_that_never_finishes_is_cut_at_the_deadline(mode: str) -> None:
     with stalling(mode) as peer, outbound_http.session() as session:  # type: ignore[arg-type]
         with (
-            outbound_http.within(0.5) as deadline,
+            outbound_http.within(0.5, "test") as deadline,
             pytest.raises(requests.RequestException),
         ):
             session.get(peer.url, timeout=(5, READ_TIMEOUT)).content  # noqa: B018
@@ -32,7 +32,7 @@ def test_a_peer_that_never_finishes_is_cut_at_the_deadline(mode: str) -> None:
 
 def test_retries_after_the_deadline_are_cut_as_they_connect() -> None:
     with stalling("silent") as peer, outbound_http.session() as session:
-        with outbound_http.within(0.3) as deadline:
+        with outbound_http.within(0.3, "test") as deadline:
             for _ in range(3):
                 with pytest.raises(requests.ConnectionError):
                     session.get(peer.url, timeout=(5, READ_TIMEOUT))
@@ -66,7 +66,7 @@ def answering() -> Iterator[str]:
 
 def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answering: str) -> None:
     with outbound_http.session() as session:
-        with outbound_http.within(30) as deadline:
+        with outbound_http.within(30, "test") as deadline:
             assert session.get(answering, timeout=5).text == "hello"
             assert session.get(answering, timeout=5).text == "hello"
         assert deadline.ended
@@ -76,10 +76,10 @@ def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answer
 
 
 def test_an_inner_block_never_extends_the_outer_deadline() -> None:
-    with outbound_http.within(5) as outer:
-        with outbound_http.within(60) as inner:
+    with outbound_http.within(5, "test") as outer:
+        with outbound_http.within(60, "test") as inner:
             assert inner is outer
-        with outbound_http.within(1) as shorter:
+        with outbound_http.within(1, "test") as shorter:
             assert shorter is not outer
             assert outbound_http.current() is shorter
         assert outbound_http.current() is outer

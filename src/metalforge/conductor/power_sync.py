@@ -13,7 +13,11 @@ conductor checks the idle nodes the hash ring gives it, in three steps:
    read, so a conductor's memory does not grow with the fleet.
 2. Their power interfaces are read in parallel on a bounded pool, with no
    database transaction open: a BMC may take seconds to answer, and on
-   SQLite a write transaction held that long would stop every writer.
+   SQLite a write transaction held that long would stop every writer. Each
+   node's read has a whole deadline (``sync_power_read_deadline``): a BMC
+   that never answers is cut off there, its read fails this round (and
+   counts towards its breaker, which then skips it at once), and the other
+   nodes are read meanwhile.
 3. Only nodes needing a write are reserved, without waiting: a node someone
    reserved meanwhile is skipped (it is being worked on, and its next sync
    looks again). Under the reservation, the node must still be as it was
@@ -38,7 +42,7 @@ from typing import cast
 
 from sqlalchemy import ColumnElement, Table, select
 
-from metalforge import states
+from metalforge import outbound_http, states
 from metalforge.conductor import history
 from metalforge.conductor.context import ConductorContext
 from metalforge.conductor.reservations import acquire
@@ -61,6 +65,7 @@ SYNCED_STATES = (states.STABLE_STATES | states.FAILURE_STATES) - {states.ENROLL}
 ERROR_KEY = "power_sync_error"
 """``driver_internal_info`` key holding the last read error, so it is recorded once."""
 EVENT_TYPE = "power_sync"
+READ_DEADLINE = "conductor.sync_power_read_deadline"
 DEFAULT_WORKERS = 8
 """Power reads at once: enough to hide BMC latency, few enough not to swamp a BMC network."""
 
@@ -202,10 +207,14 @@ def _health(ctx: ConductorContext, node: Node, task: _ReadTask) -> tuple[str | N
 
 
 def _read(ctx: ConductorContext, node: Node) -> _Reading:
+    """What ``node``'s BMC says, within ``sync_power_read_deadline`` (its calls are cut
+    then, and the node's read fails this round: one BMC that never answers must not hold
+    the sync's workers from the rest of the conductor's share)."""
     try:
         task = _ReadTask(ctx, node)
-        actual = _power(ctx, node).get_power_state(task)
-        health, health_read = _health(ctx, node, task)
+        with outbound_http.within(ctx.settings.sync_power_read_deadline, READ_DEADLINE):
+            actual = _power(ctx, node).get_power_state(task)
+            health, health_read = _health(ctx, node, task)
         return _Reading(node, actual=actual, health=health, health_read=health_read)
     except (DriverError, LookupError) as exc:
         return _Reading(node, error=str(exc))

@@ -248,7 +248,7 @@ class BmcGuard:
         reached = True
         began = time.monotonic()
         try:
-            with outbound_http.within(self._settings.call_deadline) as deadline:
+            with outbound_http.within(self._settings.call_deadline, CALL_DEADLINE) as deadline:
                 try:
                     yield
                 except Exception as exc:  # re-raised as it is unless the deadline cut it
@@ -257,7 +257,7 @@ class BmcGuard:
                     bmc_failed(protocol, "deadline")
                     raise BmcUnavailable(
                         f"BMC at {address} did not finish answering within "
-                        f"{deadline.seconds:g} s (bmc_guard.call_deadline); the call was cut off"
+                        f"{deadline.seconds:g} s ({deadline.setting}); the call was cut off"
                     ) from exc
         except BmcUnavailable:
             reached = False
@@ -277,6 +277,8 @@ class BmcGuard:
                 if bmc.open_until
             ]
 
+
+CALL_DEADLINE = "bmc_guard.call_deadline"
 
 GUARD = BmcGuard()
 """This process's guard (drivers are built without arguments by the registry)."""

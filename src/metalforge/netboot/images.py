@@ -46,6 +46,7 @@ from metalforge.redaction import mask_url
 LOG = logging.getLogger(__name__)
 
 CHUNK = 1024 * 1024
+FETCH_DEADLINE = "netboot.image_fetch_deadline"
 
 
 class ImageKind(Enum):
@@ -342,7 +343,10 @@ class ImageCache:
         """
         pace = self.pace
         began = time.monotonic()
-        with outbound_http.reaching(self.peers), outbound_http.within(pace.deadline) as deadline:
+        with (
+            outbound_http.reaching(self.peers),
+            outbound_http.within(pace.deadline, FETCH_DEADLINE) as deadline,
+        ):
             try:
                 with self._session.get(source, stream=True, timeout=self.timeout) as response:
                     if response.status_code != 200:
@@ -363,7 +367,7 @@ class ImageCache:
                 if deadline.expired:
                     raise ImageError(
                         f"{kind.value} {_shown(source)} was not fetched within "
-                        f"{pace.deadline:g} s (netboot.image_fetch_deadline); cut off"
+                        f"{pace.deadline:g} s ({FETCH_DEADLINE}); cut off"
                     ) from None
                 raise ImageError(
                     f"{kind.value} {_shown(source)} could not be fetched: {type(exc).__name__}"
