@@ -193,3 +193,51 @@ def test_abandoned_calls_forget_those_that_ended() -> None:
 def test_a_deadline_is_a_finite_positive_number_of_at_most_a_week(value: object) -> None:
     with pytest.raises(pydantic.ValidationError):
         WorkDeadlines.model_validate({"power": value})
+
+
+def test_a_project_s_call_that_never_ends_holds_back_that_project_only(sqlite_url: str) -> None:
+    """An abandoned call counts against its node's project's share of the workers, so the
+    conductor goes on claiming every other project's work."""
+    registry = DriverRegistry([HARDWARE_TYPES["fake-hardware"], HARDWARE_TYPES["redfish"]])
+    settings = test_settings(
+        sqlite_url, workers=2, workers_per_project=1, work_deadlines={"power": 1.0}
+    )
+    stack = start_stack(settings, registry=registry)
+    bmc = SilentBmc()
+    closed = False
+    try:
+        client = stack.client
+        same = make_available(client, owner="p-slow")
+        other = make_available(client, owner="p-other")
+        silent = create_node(
+            client,
+            driver="redfish",
+            owner="p-slow",
+            driver_info={
+                "redfish_address": f"http://127.0.0.1:{bmc.port}",
+                "redfish_system_id": "/redfish/v1/Systems/1",
+            },
+        )
+        _power(stack, silent["uuid"], "power on")
+        wait_until(
+            "the call abandoned", lambda: stack.conductor.ctx.abandoned.by_project()["p-slow"]
+        )
+        _power(stack, same["uuid"], "power on")
+        _power(stack, other["uuid"], "power on")
+        wait_until(
+            "the other project's power on",
+            lambda: get_node(client, other["uuid"])["power_state"] == "power on",
+        )
+        assert get_node(client, same["uuid"])["target_power_state"] == "power on"
+        assert get_node(client, same["uuid"])["power_state"] == "power off"
+        bmc.close()  # the call ends: the project has its share back
+        closed = True
+        wait_until(
+            "the same project's power on",
+            lambda: get_node(client, same["uuid"])["power_state"] == "power on",
+            timeout=60,
+        )
+    finally:
+        if not closed:
+            bmc.close()
+        stack.stop()

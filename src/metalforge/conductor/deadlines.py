@@ -4,9 +4,11 @@ A worker runs its item's call in a thread of the call's own and waits for
 it at most the kind's deadline (``conductor.work_deadlines``). Past it the
 task is abandoned (it can write nothing more), the worker fails the node
 with an error naming the deadline and goes back to work. Python cannot stop
-a thread, so the call's thread is left to end by itself and is counted here:
-while ``max_abandoned_calls`` of them still run, the conductor claims no
-more work, so a BMC that never answers cannot make it grow threads for
+a thread, so the call's thread is left to end by itself and is counted here, against its node's
+project's share of the workers (``workers_per_project``, so one project's
+calls that never end stop only that project's work); while
+``max_abandoned_calls`` of them still run, the conductor claims no more
+work at all, so a BMC that never answers cannot make it grow threads for
 ever. No stored value or BMC can extend a deadline: it is the settings'.
 """
 
@@ -17,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from metalforge.conductor.context import AbandonedCalls
+from metalforge.conductor.context import AbandonedCalls, project_of
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork
 from metalforge.config import ConductorSettings
@@ -64,7 +66,7 @@ def run_with_deadline(
     thread.join(seconds)
     if thread.is_alive() and task.abandon(lambda: not thread.is_alive()):
         what = f"{work.kind} on node {task.node.uuid}"
-        abandoned.add(thread, what)
+        abandoned.add(thread, what, project_of(task.node.lessee, task.node.owner))
         message = (
             f"The {work.kind} request did not finish within its deadline of {seconds:g} s "
             f"(conductor.work_deadlines); the conductor stopped waiting for it"

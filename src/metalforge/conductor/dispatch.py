@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import node_work, running
-from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.context import ConductorContext, project_of
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.reservations import lock, unlock
 from metalforge.conductor.task import NodeGone
@@ -51,9 +51,8 @@ Claimed = tuple[queue.ClaimedItem, dict[str, Any] | None]
 """An item with its node's row as reserved for it (``None``: it holds no node)."""
 
 
-def project_of(node: dict[str, Any]) -> str:
-    """Whose share of the workers work on ``node`` draws on: its lessee's, else its owner's."""
-    return str(node.get("lessee") or node.get("owner") or "")
+def _project(node: dict[str, Any]) -> str:
+    return project_of(node.get("lessee"), node.get("owner"))
 
 
 class Dispatcher:
@@ -154,7 +153,7 @@ class Dispatcher:
         with self._running_lock:
             self._running.add(item.id)
             if node is not None:
-                project = project_of(node)
+                project = _project(node)
                 self._projects[item.id] = project
                 self._per_project[project] += 1
         try:
@@ -207,13 +206,14 @@ class Dispatcher:
         ready: list[Claimed] = []
         with self._running_lock:
             taken = Counter(self._per_project)
+        taken.update(self.ctx.abandoned.by_project())
         for item in sorted(items, key=lambda i: (i.node_id or 0, i.id)):
             if item.kind not in node_work.BY_KIND or item.node_id is None:
                 ready.append((item, None))  # run_item reports it
                 continue
             try:
                 node = lock(self.ctx, session, item.node_id)
-                project = project_of(node)
+                project = _project(node)
                 if taken[project] >= self.ctx.settings.workers_per_project:
                     # The project has its share of the workers: the item waits for one
                     # of them to end, and the other projects' work goes first.
