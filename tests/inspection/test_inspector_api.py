@@ -32,7 +32,9 @@ MAX = "x-openstack-ironic-inspector-api-maximum-version"
 
 @pytest.fixture
 def inspector(stack: Stack) -> TestClient:
-    return TestClient(create_inspector_app(stack.app.state.services))
+    # A POST another site's page could send is refused: a client says it sends JSON.
+    json_client = {"Content-Type": "application/json"}
+    return TestClient(create_inspector_app(stack.app.state.services), headers=json_client)
 
 
 def _inspected(stack: Stack, **fields: Any) -> dict[str, Any]:
@@ -260,7 +262,9 @@ def test_every_route_is_public_or_guarded() -> None:
 
 
 def _persona_headers(persona: Persona) -> dict[str, str]:
-    return {"Authorization": persona.headers["Authorization"]}
+    # The inspector's version header, as its client sends it (never Ironic's).
+    version = {"X-OpenStack-Ironic-Inspector-API-Version": "1.18"}
+    return {"Authorization": persona.headers["Authorization"], **version}
 
 
 GUARDED = [(m, p, r) for m, p, r in _routes() if p not in PUBLIC_PATHS]
@@ -318,3 +322,16 @@ def test_start_while_inspecting_repeats_only_a_start(stack: Stack, inspector: Te
     with stack.db.write() as session:
         introspections.save(session, introspections.Record(node["uuid"], ins.STARTING, 1))
     assert inspector.post(f"/v1/introspection/{node['uuid']}").status_code == 202
+
+
+def test_a_post_another_site_could_send_starts_nothing(stack: Stack, inspector: TestClient) -> None:
+    node = create_node(stack.client)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    for path in (f"/v1/introspection/{node['uuid']}", f"/v1/introspection/{node['uuid']}/abort"):
+        refused = inspector.post(path, headers=form)
+        assert refused.status_code == 415, refused.text
+        assert "could come from another site's page" in _message(refused)
+    evil = {"Origin": "https://evil.example", "X-OpenStack-Ironic-Inspector-API-Version": "1.18"}
+    refused = inspector.post(f"/v1/introspection/{node['uuid']}", headers=evil)
+    assert refused.status_code == 403, refused.text
+    assert inspector.get(f"/v1/introspection/{node['uuid']}").status_code == 404

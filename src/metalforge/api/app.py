@@ -129,6 +129,7 @@ def _add_middleware(app: FastAPI, services: ApiServices) -> None:
         AuthMiddleware,
         authenticator=build_authenticator(api, services.settings.keystone_authtoken),
         is_public=_is_public,
+        public_endpoint=api.public_endpoint,
     )
     app.add_middleware(
         RequestGuardMiddleware,

@@ -6,6 +6,8 @@ authenticate, and agents prove themselves with the node's agent token, not
 with operator credentials. Everything else needs credentials under
 ``http_basic`` and ``keystone``; under ``noauth`` every caller is an
 administrator (the service refuses to start with ``noauth`` off loopback).
+An authenticated request another site's page could have made with a
+browser's credentials is refused (``cross_site``) before any route runs.
 
 The caller is stored in the ASGI scope's ``state``, where routes read it
 (``request.state.caller``) to authorize.
@@ -21,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from metalforge.api.agent_endpoint import is_agent_path
+from metalforge.api.auth import cross_site
 from metalforge.api.auth.basic import HtpasswdVerifier, parse_basic_header
 from metalforge.api.auth.identity import NOAUTH_ADMIN, Identity
 from metalforge.api.auth.keystone import KeystoneUnavailable, KeystoneVerifier
@@ -134,11 +137,13 @@ class AuthMiddleware:
         authenticator: Authenticator,
         is_public: Callable[[str], bool] = is_agent_path,
         render_error: Callable[[int, str], bytes] = error_body,
+        public_endpoint: str | None = None,
     ) -> None:
         self.app = app
         self.authenticator = authenticator
         self.is_public = is_public
         self.render_error = render_error
+        self.public_endpoint = public_endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Served without operator credentials: version discovery and the agents' calls.
@@ -157,6 +162,11 @@ class AuthMiddleware:
             return
         except Unavailable as down:
             await send_json_error(send, 503, self.render_error(503, str(down)))
+            return
+        cross_site_refusal = cross_site.refusal(scope, self.public_endpoint)
+        if cross_site_refusal is not None:
+            status, message = cross_site_refusal
+            await send_json_error(send, status, self.render_error(status, message))
             return
         scope.setdefault("state", {})[CALLER_KEY] = caller
         await self.app(scope, receive, send)
