@@ -111,6 +111,16 @@ def test_a_rule_keeps_its_arguments_as_given_to_show_them_back() -> None:
         ),
         (
             {"actions": [{"op": "log", "args": {"msg": "x"}}],
+             "conditions": [{"op": "matches", "args": {"value": "x", "regex": r"(a)\1"}}]},
+            "no backreferences or lookaround",
+        ),
+        (
+            {"actions": [{"op": "log", "args": {"msg": "x"}}],
+             "conditions": [{"op": "contains", "args": {"value": "x", "regex": "a(?=b)"}}]},
+            "no backreferences or lookaround",
+        ),
+        (
+            {"actions": [{"op": "log", "args": {"msg": "x"}}],
              "conditions": [{"op": "in-net", "args": {"address": "x", "subnet": "10.0/99"}}]},
             "not a subnet",
         ),
@@ -397,6 +407,26 @@ def test_a_bad_inspector_rule_is_refused(body: dict[str, Any], message: str) -> 
 
 
 # -- hostile input -----------------------------------------------------------------------
+
+
+BACKTRACKER = "(a+)+$"
+"""A pattern Python's ``re`` needs minutes for against a long run of ``a`` and a ``b``."""
+
+
+def test_a_backtracking_pattern_runs_in_linear_time_on_a_hostile_report() -> None:
+    """With a backtracking engine this test would not end (pytest's timeout fails it)."""
+    target = subject()
+    target.inventory["cpu"]["model_name"] = "a" * 50_000 + "b"
+    for operator in ("matches", "contains"):
+        condition = op(operator, value=MODEL, regex=BACKTRACKER)
+        trait = [{"op": "add-trait", "args": {"name": "CUSTOM_X"}}]
+        assert apply([rule(trait, [condition])], target)[0].matched is False
+    dialect = inspector_rule(
+        [{"action": "add-trait", "name": "CUSTOM_X"}],
+        [{"op": "matches", "field": "inventory.cpu.model_name", "value": BACKTRACKER}],
+    )
+    assert apply([dialect], target)[0].matched is False
+
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

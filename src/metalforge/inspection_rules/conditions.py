@@ -13,9 +13,10 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import operator
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+from metalforge.inspection_rules import patterns
 
 Condition = Callable[[Mapping[str, Any]], bool]
 
@@ -93,10 +94,10 @@ def _in_net(args: Mapping[str, Any]) -> bool:
     return address in network
 
 
-def _pattern(args: Mapping[str, Any]) -> re.Pattern[str]:
+def _pattern(args: Mapping[str, Any]) -> Any:
     try:
-        return re.compile(str(args["regex"]))
-    except re.error as exc:
+        return patterns.compiled(str(args["regex"]))
+    except patterns.PatternError as exc:
         raise ConditionError(f"invalid regular expression {args['regex']!r}: {exc}") from None
 
 

@@ -13,12 +13,11 @@ and the rule keeps what it was given to show it back unchanged.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from metalforge.inspection_rules import references
+from metalforge.inspection_rules import patterns, references
 
 PHASES: Final = ("main",)
 MAX_PRIORITY: Final = 9999
@@ -321,8 +320,8 @@ def _check_literals(op: str, args: Mapping[str, Any], where: str) -> None:
     """Check now what does not depend on the inspection: patterns, subnets, levels, paths."""
     if op in ("matches", "contains") and (pattern := _literal(args["regex"])) is not None:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            patterns.compiled(pattern)
+        except patterns.PatternError as exc:
             raise RuleInvalid(f"{where}: invalid regular expression {pattern!r}: {exc}") from None
     if op == "in-net" and (subnet := _literal(args["subnet"])) is not None:
         try:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from metalforge.inspection_rules import references
+from metalforge.inspection_rules import patterns, references
 from metalforge.inspection_rules.grammar import MAX_STEPS, FieldCheck, Rule, RuleInvalid, Step
 
 OPS: Final[Mapping[str, Callable[[Any, Any], bool]]] = {
@@ -134,8 +134,8 @@ def _condition(entry: Any, index: int) -> tuple[FieldCheck, dict[str, Any]]:
     value = params.get("value")
     if not problems and op in ("matches", "contains"):
         try:
-            re.compile(str(value))
-        except re.error as exc:
+            patterns.compiled(str(value))
+        except patterns.PatternError as exc:
             problems.append(f"invalid regular expression: {exc}")
     if not problems and op == "in-net":
         try:
@@ -245,8 +245,8 @@ def _compare(op: str, found: Any, value: Any) -> bool:
 _CHECKS: Final[Mapping[str, Callable[[Any, Any], bool]]] = {
     "is-empty": lambda found, _value: found in ("", None, [], {}),
     "in-net": _in_net,
-    "matches": lambda found, value: re.fullmatch(str(value), str(found)) is not None,
-    "contains": lambda found, value: re.search(str(value), str(found)) is not None,
+    "matches": lambda found, value: patterns.fullmatch(str(value), str(found)),
+    "contains": lambda found, value: patterns.search(str(value), str(found)),
 }
 
 
