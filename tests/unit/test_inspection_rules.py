@@ -153,6 +153,34 @@ def test_built_in_rules_may_have_any_priority() -> None:
 # -- references ----------------------------------------------------------------------
 
 
+def test_a_whole_object_a_reference_names_shows_no_secret() -> None:
+    """``{node[driver_info]}`` once printed the BMC password; no action can copy one now."""
+    target = subject(
+        driver_info={
+            "redfish_password": "s3cret",
+            "redfish_address": "https://10.0.0.9",
+            "deploy_kernel": "http://user:kernel-pw@images.example/vmlinuz",
+            "nested": {"ipmi_password": "t0p"},
+        }
+    )
+    actions = [
+        {"op": "set-attribute", "args": {"path": "/extra/copy", "value": "{node[driver_info]}"}},
+        {
+            "op": "set-attribute",
+            "args": {"path": "/extra/url", "value": "{node.driver_info.deploy_kernel}"},
+        },
+        {"op": "set-attribute", "args": {"path": "/properties/inv", "value": "{inventory}"}},
+        {"op": "log", "args": {"msg": "{node}"}},
+    ]
+    target.inventory["bmc"] = {"bmc_password": "from-the-report"}
+    applied = apply([rule(actions)], target)
+    assert applied[0].matched
+    shown = repr((target.node["extra"], target.node["properties"], applied))
+    for secret in ("s3cret", "kernel-pw", "t0p", "from-the-report"):
+        assert secret not in shown
+    assert "https://10.0.0.9" in target.node["extra"]["copy"]
+
+
 def test_references_read_data_only_and_mask_secrets() -> None:
     scope = references.Scope(INVENTORY, {"extra": [1, 2]}, {"uuid": "u-1", "driver_info": {}})
     render = references.render

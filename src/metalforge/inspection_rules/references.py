@@ -7,7 +7,9 @@ and reads data only: keys of objects and indexes of lists, and of the node
 only the fields in ``NODE_READABLE``. No attribute of a Python object is
 ever looked up, so a reference cannot reach the interpreter. A rendered
 argument is text, as Ironic's is (``"8"``, not ``8``). A value stored under a
-secret key (``bmc_password``...) renders masked.
+secret key (``bmc_password``...) renders masked, at any depth of a whole
+object a reference names, and so do the credentials in the node's URLs: no
+action can copy a secret into a field others may read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from metalforge.redaction import MASK, is_secret_key
+from metalforge.redaction import MASK, is_secret_key, mask_document, mask_secrets
 
 ROOTS: Final = ("inventory", "plugin_data", "node")
 LOOP_ROOT: Final = "item"
@@ -206,7 +208,18 @@ def resolve(field: Field, scope: Scope) -> Any:
             value = value[key]
         else:
             raise Missing(field.text)
-    return value
+    return _masked(field.root, value)
+
+
+def _masked(root: str, value: Any) -> Any:
+    """What a reference may show of ``value``: a whole object or list with every secret in
+    it masked (``{node[driver_info]}`` must not print the BMC password), and of the node
+    also the credentials of its URLs."""
+    if isinstance(value, Mapping):
+        value = dict(value)
+    if root == "node":
+        return mask_document(value)
+    return mask_secrets(value) if isinstance(value, dict | list) else value
 
 
 def render(value: Any, scope: Scope) -> Any:
