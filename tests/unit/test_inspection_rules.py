@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -172,7 +172,8 @@ def test_a_whole_object_a_reference_names_shows_no_secret() -> None:
         {"op": "set-attribute", "args": {"path": "/properties/inv", "value": "{inventory}"}},
         {"op": "log", "args": {"msg": "{node}"}},
     ]
-    target.inventory["bmc"] = {"bmc_password": "from-the-report"}
+    inventory = cast(dict[str, Any], target.inventory)
+    inventory["bmc"] = {"bmc_password": "from-the-report"}
     applied = apply([rule(actions)], target)
     assert applied[0].matched
     shown = repr((target.node["extra"], target.node["properties"], applied))
