@@ -1029,3 +1029,15 @@ def test_agent_routes_need_no_operator_credentials(stack: Stack) -> None:
         json={"inventory": {"interfaces": [{"name": "eth0", "mac_address": "52:54:00:99:99:98"}]}},
     )
     assert report.status_code == 404, report.text
+
+
+def test_the_schema_is_for_readers_only(stack: Stack) -> None:
+    """``/openapi.json`` lists every route and field: a caller with no role is refused."""
+    assert stack.client.get("/openapi.json").status_code == 401
+    for persona in PERSONAS:
+        answer = stack.client.get("/openapi.json", headers=persona.headers)
+        if persona.roles:
+            assert answer.status_code == 200, (persona.name, answer.text)
+            assert "/v1/nodes" in answer.json()["paths"]
+        else:
+            assert answer.status_code == 403, (persona.name, answer.text)

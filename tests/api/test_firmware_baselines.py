@@ -253,3 +253,16 @@ def test_drift_of_an_unknown_baseline_is_404(sqlite_stack: Stack) -> None:
     response = sqlite_stack.client.get("/v1/firmware_baselines/none-such/drift", headers=LATEST)
     assert response.status_code == 404
     assert error_text(response) == "Firmware baseline none-such could not be found."
+
+
+def test_a_component_url_shows_no_credentials(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    secret_url = "https://fw:s3cret@images.example.com/bios.bin?temp_url_sig=abc123"
+    created = _create(
+        client, components=[{"component": "bios", "version": "2.0", "url": secret_url}]
+    )
+    shown = client.get(f"/v1/firmware_baselines/{created['uuid']}", headers=LATEST).text
+    for secret in ("s3cret", "abc123"):
+        assert secret not in shown
+        assert secret not in str(created)
+    assert "images.example.com/bios.bin" in shown

@@ -264,6 +264,11 @@ def test_discovery_enrolls_at_most_its_limit_a_minute(sqlite_url: str) -> None:
         assert [a.status_code for a in answers] == [202, 202, 503]
         assert answers[2].headers["Retry-After"] == "60"
         assert "limit" in json.loads(answers[2].json()["error_message"])["faultstring"]
+        # The inspector's own port says when to come back too.
+        inspector = TestClient(create_inspector_app(stack.app.state.services))
+        again = inspector.post("/v1/continue", json=_report("52:54:00:de:6c:09"))
+        assert again.status_code == 503, again.text
+        assert again.headers["Retry-After"] == "60"
         assert len(stack.client.get("/v1/nodes", headers=LATEST).json()["nodes"]) == 2
     finally:
         stack.stop()

@@ -98,6 +98,8 @@ def create_app(services: ApiServices) -> FastAPI:
         description="Bare-metal provisioning with an Ironic-compatible /v1 API.",
         docs_url=None,
         redoc_url=None,
+        # Served by a guarded route of its own (``routes.root``), not to anybody.
+        openapi_url=None,
     )
     app.state.services = services
     app.state.outbound = OutboundCalls(services.settings.api)

@@ -22,8 +22,9 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": {"message": message}}).encode()
 
 
-def error_response(status: int, message: str) -> Response:
-    return Response(error_body(message), status_code=status, media_type="application/json")
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = error_body(message)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -31,7 +32,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, exc: RequestError) -> Response:
-        return error_response(exc.status, exc.message)
+        # Headers too: a 503's Retry-After tells the ramdisk when to send its report again.
+        return error_response(exc.status, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

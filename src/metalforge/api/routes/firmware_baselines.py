@@ -20,6 +20,7 @@ from metalforge.api.params import Query, fields, page
 from metalforge.api.wiring import base_url, services
 from metalforge.db.models import FirmwareBaseline
 from metalforge.errors import bad_request
+from metalforge.redaction import mask_document
 from metalforge.services import firmware_baselines
 from metalforge.services.bodies import FirmwareBaselineCreate, checked
 from metalforge.services.firmware_baselines import DriftReport
@@ -58,6 +59,9 @@ def baseline_view(
         value = getattr(row, name)
         if name in ("created_at", "updated_at"):
             value = value.isoformat() if value else None
+        elif name == "components":
+            # A component's URL may carry the credentials of the server it is on.
+            value = mask_document(value)
         body[name] = value
     body["links"] = links(base, "firmware_baselines", row.uuid)
     return body

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from metalforge.api.auth.access import guard
 from metalforge.api.versions import MAX_VERSION, MIN_VERSION, Version, fmt
 from metalforge.api.wiring import base_url
 
@@ -84,3 +85,10 @@ def v1(request: Request) -> JSONResponse:
                 {"href": f"{base}/{name}/", "rel": "bookmark"},
             ]
     return JSONResponse(body)
+
+
+@router.get("/openapi.json", include_in_schema=False, dependencies=[guard("baremetal:node:list")])
+def openapi(request: Request) -> JSONResponse:
+    """The API's schema, for callers who may read the API's resources (a reader at least):
+    it lists every route and field, which is no business of a caller with no role."""
+    return JSONResponse(request.app.openapi())
