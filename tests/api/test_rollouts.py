@@ -325,6 +325,10 @@ def test_two_live_rollouts_never_hold_one_node(stack: Stack) -> None:
             "could not be found",
         ),
         (
+            {"action": {"verb": "inspect"}, "selector": {"nodes": ["bad-1"] * 10_000}},
+            "node bad-1 is listed more than once",
+        ),
+        (
             {
                 "action": {"verb": "inspect"},
                 "selector": {"name_pattern": "*"},

@@ -46,7 +46,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, exists, func, select, update
+from sqlalchemy import ColumnElement, Select, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -210,6 +210,8 @@ def _matched(session: Session, selector: RolloutSelector, project: str | None) -
     if selector.drifted_from is not None:
         report = firmware_baselines.drift_report_in(session, selector.drifted_from)
         stmt = stmt.where(Node.uuid.in_([n.node_uuid for n in report.nodes]))
+    if selector.nodes is not None:
+        stmt = stmt.where(_named(selector.nodes))
     found = list(session.scalars(stmt.order_by(Node.id)))
     if selector.name_pattern is not None:
         found = [n for n in found if n.name and fnmatch.fnmatchcase(n.name, selector.name_pattern)]
@@ -220,18 +222,44 @@ def _matched(session: Session, selector: RolloutSelector, project: str | None) -
     return found
 
 
+def _named(idents: Sequence[str]) -> ColumnElement[bool]:
+    return or_(Node.uuid.in_(idents), Node.name.in_(idents))
+
+
 def _in_listed_order(
     session: Session, listed: Sequence[str], found: Sequence[Node], project: str | None
 ) -> list[Node]:
-    by_id = {n.id: n for n in found}
+    """The listed nodes the other criteria matched, in the listed order, read in two
+    statements whatever the list's length (a list naming a node many times is refused
+    before: ``check_listed``); a listed node that does not exist (for the project) is a
+    400."""
+    by_ident = {n.uuid: n for n in found} | {n.name: n for n in found if n.name}
+    unmatched = [ident for ident in listed if ident not in by_ident]
+    if unmatched:
+        existing = select(Node.uuid, Node.name).where(_named(unmatched))
+        if project is not None:
+            existing = existing.where(Node.owner == project)
+        known = {key for row in session.execute(existing) for key in row if key}
+        missing = next((ident for ident in unmatched if ident not in known), None)
+        if missing is not None:
+            raise bad_request(f"Invalid rollout: node {missing} could not be found")
     ordered: list[Node] = []
     for ident in listed:
-        node = lookup.find_node_or_none(session, ident, NEWEST)
-        if node is None or (project is not None and node.owner != project):
-            raise bad_request(f"Invalid rollout: node {ident} could not be found")
-        if node.id in by_id and node not in ordered:
+        node = by_ident.get(ident)
+        if node is not None and node not in ordered:
             ordered.append(node)
     return ordered
+
+
+def check_listed(listed: Sequence[str] | None) -> None:
+    """Refuse a list that names a node twice (400): each node is rolled out once."""
+    if listed is None:
+        return
+    seen: set[str] = set()
+    for ident in listed:
+        if ident in seen:
+            raise bad_request(f"Invalid rollout: node {ident} is listed more than once")
+        seen.add(ident)
 
 
 STEPS_FLOWS = {
@@ -340,6 +368,7 @@ def create_rollout(
         raise bad_request("Invalid rollout: the action must name one of runbook, baseline, verb")
     if body.name is not None:
         lookup.check_name(body.name)
+    check_listed(body.selector.nodes)
     try:
         with svc.db.write() as session:
             if body.name is not None and session.scalar(
