@@ -7,6 +7,7 @@ Selenium Manager is never used, so nothing is downloaded.
 
 from __future__ import annotations
 
+import ipaddress
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,8 +77,15 @@ def new_driver(profile: Path) -> webdriver.Chrome:
 def dashboard_settings(db_url: str, state_dir: Path) -> Settings:
     """An http_basic stack where every test persona can log in; its inspector on a free port."""
     settings = basic_auth_settings(db_url, state_dir)
+    # The images the pages attach are served on this host's loopback.
+    netboot = settings.conductor.netboot.model_copy(
+        update={"fetch_allowed_networks": [ipaddress.ip_network("127.0.0.0/8")]}
+    )
     return settings.model_copy(
-        update={"inspector": settings.inspector.model_copy(update={"port": free_port()})}
+        update={
+            "inspector": settings.inspector.model_copy(update={"port": free_port()}),
+            "conductor": settings.conductor.model_copy(update={"netboot": netboot}),
+        }
     )
 
 

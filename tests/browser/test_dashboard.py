@@ -354,7 +354,7 @@ def test_refused_day_two_requests_are_shown_and_media_is_mounted(
 
     # Virtual media: attach an ISO (served here; metalforge fetches it) to the CD drive,
     # then eject it.
-    (tmp_path / "rescue.iso").write_bytes(b"an ISO")
+    (tmp_path / "rescue.iso").write_bytes(b"\0" * 0x8001 + b"CD001\x01" + b"\0" * 2042)
     with contextlib.contextmanager(serve_directory)(tmp_path) as images:
         image = f"{images}/rescue.iso"
         click(page, "#action-vmedia-attach")

@@ -885,16 +885,24 @@ def test_api_virtual_media_changes_the_emulator(stack: Stack, bmc: Bmc, images: 
     url = f"/v1/nodes/{node['uuid']}/vmedia"
     iso = f"{images}/deploy.iso"
     body = {"device_type": "cdrom", "image_url": iso, "image_download_source": "http"}
+    # Answered once queued, as Ironic's; the node's conductor then calls the BMC.
     assert stack.client.post(url, json=body, headers=LATEST).status_code == 204
+    wait_until("the image inserted", lambda: bmc.system(system, "/VirtualMedia/Cd")["Image"])
     assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == iso
     listed = stack.client.get(url, headers=LATEST).json()
     assert {"media_types": ["CD", "DVD"], "inserted": True, "image": iso} in listed
     missing = {**body, "image_url": f"{images}/missing.iso"}
-    refused = stack.client.post(url, json=missing, headers=LATEST)
-    assert refused.status_code == 400
-    assert "answered HTTP 400" in error_text(refused)
+    assert stack.client.post(url, json=missing, headers=LATEST).status_code == 204
+    failed = wait_until(
+        "the attach failed", lambda: get_node(stack.client, node["uuid"])["last_error"]
+    )
+    assert f"Could not attach device cdrom to node {node['uuid']}" in failed
+    assert "answered HTTP 400" in failed
     assert stack.client.delete(url, headers=LATEST).status_code == 204
-    assert bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False
+    wait_until(
+        "the image ejected",
+        lambda: bmc.system(system, "/VirtualMedia/Cd")["Inserted"] is False,
+    )
 
 
 def test_api_boot_device(stack: Stack, bmc: Bmc) -> None:
