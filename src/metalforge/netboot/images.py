@@ -127,11 +127,25 @@ def looks_like(kind: ImageKind, head: bytes) -> bool:
 
 
 def _describe(head: bytes) -> str:
-    """What an image that is not one starts with, for the operator (never the whole of it)."""
-    sample = head[:16]
-    if sample and all(32 <= b < 127 or b in (9, 10, 13) for b in sample):
-        return repr(sample.decode("ascii"))
-    return sample.hex(" ")
+    """What an image that is not one is instead, for the operator: its kind, never its bytes
+    (an error that quoted them would let whoever reads ``last_error`` read the start of a
+    local file or of a page on a network only metalforge reaches)."""
+    if not head:
+        return "nothing (it is empty)"
+    sample = head[:512]
+    if b"<html" in sample.lower() or sample.lstrip().startswith(b"<!"):
+        return "an HTML page"
+    for kind, name in (
+        (ImageKind.KERNEL, "a kernel"),
+        (ImageKind.RAMDISK, "a compressed archive or initramfs"),
+        (ImageKind.OPTICAL, "a CD image"),
+        (ImageKind.DISK, "a disk image"),
+    ):
+        if looks_like(kind, head):
+            return name
+    if all(32 <= b < 127 or b in (9, 10, 13) for b in sample):
+        return "text"
+    return "binary data of no known image kind"
 
 
 class ImageCache:
@@ -418,8 +432,8 @@ class _Writer:
     def finish(self) -> tuple[str, int]:
         if not looks_like(self.kind, self.head):
             raise ImageError(
-                f"{self.kind.value} {_shown(self.source)} is not a {self.kind.value}: it starts "
-                f"with {_describe(self.head) or 'nothing (it is empty)'}"
+                f"{self.kind.value} {_shown(self.source)} is not a {self.kind.value}: it is "
+                f"{_describe(self.head)}"
             )
         return self.hash.hexdigest(), self.size
 
@@ -433,8 +447,7 @@ def _checked(image: CachedImage, kind: ImageKind, source: str) -> CachedImage:
         raise ImageError(f"{kind.value} {_shown(source)} cannot be read: {exc}") from None
     if not looks_like(kind, head):
         raise ImageError(
-            f"{kind.value} {_shown(source)} is not a {kind.value}: it starts with "
-            f"{_describe(head) or 'nothing (it is empty)'}"
+            f"{kind.value} {_shown(source)} is not a {kind.value}: it is {_describe(head)}"
         )
     return image
 

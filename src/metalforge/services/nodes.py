@@ -21,6 +21,7 @@ from metalforge import states
 from metalforge.conductor import allocation_work, history
 from metalforge.conductor.flows.guards import refuse_if_protected
 from metalforge.db.models import INTERFACES, Node, NodeTrait, Port, Portgroup, utcnow
+from metalforge.drivers import ipxe
 from metalforge.drivers.base import DriverError
 from metalforge.drivers.hardware import UnknownDriver
 from metalforge.errors import RequestError, bad_request, conflict, not_acceptable
@@ -79,6 +80,13 @@ def check_values(values: dict[str, Any]) -> None:
         if len(group) > 255 or not all(c.isalnum() or c in "._-" for c in group):
             raise bad_request(f"Invalid conductor_group {group!r}")
         values["conductor_group"] = group
+    for field in ("driver_info", "instance_info"):
+        document = values.get(field)
+        if isinstance(document, dict) and document.get(ipxe.KERNEL_APPEND) is not None:
+            try:
+                ipxe.check_kernel_append(field, document[ipxe.KERNEL_APPEND])
+            except DriverError as exc:
+                raise bad_request(str(exc)) from None
 
 
 def _duplicate(exc: IntegrityError, values: dict[str, Any]) -> RequestError:
