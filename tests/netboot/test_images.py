@@ -364,6 +364,8 @@ def test_a_file_outside_the_allowed_directories_or_no_regular_file_is_refused(
     """Ironic's 2026 class: ``file:///dev/zero`` as an image URL tied up its threads."""
     for allowed in ((), (Path("/dev"), Path("/etc"))):
         images = cache(tmp_path, allowed_dirs=allowed)
-        with pytest.raises(ImageError, match="not in a directory|does not exist|: it is text") as e:
+        with pytest.raises(
+            ImageError, match=r"not in a directory|does not exist|: it is text"
+        ) as e:
             images.fetch(source, ImageKind.KERNEL)
         assert "root:" not in str(e.value), "an error never quotes what the file holds"
