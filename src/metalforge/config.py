@@ -87,6 +87,11 @@ class ApiSettings(BaseModel):
     polling a deployment would otherwise spend it on every poll. Only a
     keyed hash of a correct password is kept, never the password.
     """
+    login_failures: int = Field(default=5, ge=1, le=1000)
+    """Failed ``http_basic`` logins one client address may make as one user within
+    ``login_throttle_seconds``; past it that address's attempts as that user are refused
+    with 429 and ``Retry-After``, unchecked, until the period has passed."""
+    login_throttle_seconds: float = Field(default=60.0, gt=0, le=86400)
     users: dict[str, UserSettings] = Field(default_factory=dict)
     """Roles and project of each ``http_basic`` user (``[api.users.alice]``)."""
     policy_file: Path | None = None

@@ -16,6 +16,7 @@ The caller is stored in the ASGI scope's ``state``, where routes read it
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,6 +28,7 @@ from metalforge.api.auth import cross_site
 from metalforge.api.auth.basic import HtpasswdVerifier, parse_basic_header
 from metalforge.api.auth.identity import NOAUTH_ADMIN, Identity
 from metalforge.api.auth.keystone import KeystoneUnavailable, KeystoneVerifier
+from metalforge.api.auth.throttle import LoginThrottle
 from metalforge.api.errors import error_body, send_json_error
 from metalforge.config import ApiSettings, UserSettings
 
@@ -37,6 +39,14 @@ CALLER_KEY = "caller"
 
 class Unavailable(Exception):
     """The identity service cannot be reached: 503, the client may retry."""
+
+
+class Throttled(Exception):
+    """Too many failed logins from this address as this user: 429 for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"Too many failed logins; try again in {math.ceil(seconds)} s")
+        self.seconds = seconds
 
 
 class Refused(Exception):
@@ -62,13 +72,15 @@ def header(headers: Headers, name: bytes) -> str | None:
 class Authenticator(Protocol):
     """One authentication strategy: the caller a request's headers prove, or ``Refused``."""
 
-    async def authenticate(self, headers: Headers) -> Identity: ...
+    async def authenticate(self, headers: Headers, client: str) -> Identity:
+        """``client``: the address the request came from."""
+        ...
 
 
 class NoAuth:
     """``noauth``: everybody is an administrator."""
 
-    async def authenticate(self, headers: Headers) -> Identity:
+    async def authenticate(self, headers: Headers, client: str) -> Identity:
         return NOAUTH_ADMIN
 
 
@@ -77,11 +89,17 @@ class HttpBasic:
 
     CHALLENGE = 'Basic realm="Baremetal API"'
 
-    def __init__(self, verifier: HtpasswdVerifier, users: dict[str, UserSettings]) -> None:
+    def __init__(
+        self,
+        verifier: HtpasswdVerifier,
+        users: dict[str, UserSettings],
+        throttle: LoginThrottle | None = None,
+    ) -> None:
         self.verifier = verifier
         self.users = users
+        self.throttle = throttle or LoginThrottle(5, 60.0)
 
-    async def authenticate(self, headers: Headers) -> Identity:
+    async def authenticate(self, headers: Headers, client: str) -> Identity:
         value = header(headers, b"authorization")
         if value is None:
             raise Refused("Authorization required", self.CHALLENGE)
@@ -89,9 +107,14 @@ class HttpBasic:
         if parsed is None:
             raise Refused("Malformed Authorization header", self.CHALLENGE)
         user, password = parsed
+        wait = self.throttle.wait(client, user)
+        if wait > 0:
+            raise Throttled(wait)
         if not await run_in_threadpool(self.verifier.verify, user, password):
-            LOG.warning("http_basic: refused credentials for user %r", user[:64])
+            LOG.warning("http_basic: refused credentials for user %r from %s", user[:64], client)
+            self.throttle.failed(client, user)
             raise Refused("Incorrect username or password", self.CHALLENGE)
+        self.throttle.succeeded(client, user)
         grant = self.users.get(user, UserSettings())
         return Identity(user=user, roles=frozenset(grant.roles), project_id=grant.project_id)
 
@@ -103,7 +126,7 @@ class Keystone:
         self.verifier = verifier
         self.challenge = f'Keystone uri="{verifier.www_authenticate_uri}"'
 
-    async def authenticate(self, headers: Headers) -> Identity:
+    async def authenticate(self, headers: Headers, client: str) -> Identity:
         token = header(headers, b"x-auth-token")
         if not token:
             raise Refused("The request you have made requires authentication.", self.challenge)
@@ -122,7 +145,8 @@ def build_authenticator(api: ApiSettings, keystone_options: dict[str, object]) -
         verifier = HtpasswdVerifier(
             api.http_basic_auth_user_file, cache_seconds=api.http_basic_auth_cache_seconds
         )
-        return HttpBasic(verifier, api.users)
+        throttle = LoginThrottle(api.login_failures, api.login_throttle_seconds)
+        return HttpBasic(verifier, api.users, throttle)
     if api.auth_strategy == "keystone":
         return Keystone(KeystoneVerifier(keystone_options))
     return NoAuth()
@@ -151,13 +175,22 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            caller = await self.authenticator.authenticate(scope["headers"])
+            client = scope.get("client") or ("", 0)
+            caller = await self.authenticator.authenticate(scope["headers"], str(client[0]))
         except Refused as refused:
             await send_json_error(
                 send,
                 401,
                 self.render_error(401, refused.message),
                 [(b"www-authenticate", refused.challenge.encode("latin-1"))],
+            )
+            return
+        except Throttled as throttled:
+            await send_json_error(
+                send,
+                429,
+                self.render_error(429, str(throttled)),
+                [(b"retry-after", str(math.ceil(throttled.seconds)).encode())],
             )
             return
         except Unavailable as down:
