@@ -555,6 +555,13 @@ class ConductorSettings(BaseModel):
     """Seconds between conductor heartbeats in the conductors table."""
     heartbeat_timeout: float = 30.0
     """Seconds without a heartbeat after which a conductor is considered dead."""
+    history_max_entries: int = Field(default=300, ge=1)
+    """Entries of each node's history kept (Ironic's ``node_history_max_entries``); the
+    upkeep drops older ones beyond it."""
+    history_minimum_days: float = Field(default=0.0, ge=0.0)
+    """Days of every node's history kept whatever ``history_max_entries`` says."""
+    history_prune_batch: int = Field(default=1000, ge=1, le=100_000)
+    """History entries the upkeep drops at most a minute (one short delete each round)."""
     event_retention: float = Field(default=3600.0, ge=60.0)
     """Seconds node events are kept for clients of ``GET /v1/events`` that reconnect
     with ``Last-Event-ID`` (a client gone longer is told to re-read everything); one

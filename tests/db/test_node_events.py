@@ -3,14 +3,16 @@ and the upkeep that trims it and the step runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
+import uuid
 
 from sqlalchemy import delete, func, insert, select, update
 
 from metalforge.conductor import housekeeping
 from metalforge.db import events, step_runs
 from metalforge.db.engine import Database
-from metalforge.db.models import Node, StepRun, utcnow
+from metalforge.db.models import Node, NodeHistory, StepRun, utcnow
 from tests.support.conductors import term_of
 from tests.support.stack import Stack
 
@@ -122,3 +124,64 @@ def test_the_upkeep_also_trims_step_runs(sqlite_stack: Stack) -> None:
     with sqlite_stack.db.snapshot() as connection:
         left = connection.execute(select(func.count()).select_from(StepRun)).scalar_one()
     assert left == step_runs.KEPT
+
+
+def test_the_upkeep_keeps_each_node_s_newest_history(sqlite_stack: Stack) -> None:
+    """Ironic's rule: a node's newest entries stay, older ones beyond them go, a batch at once;
+    nothing younger than the minimum age goes."""
+    ctx = sqlite_stack.conductor.ctx
+    ids: list[int] = []
+    old = utcnow() - dt.timedelta(days=30)
+    with sqlite_stack.db.write() as session:
+        for name in ("busy", "quiet"):
+            ids.append(
+                session.execute(
+                    insert(Node)
+                    .values(
+                        uuid=str(uuid.uuid4()),
+                        name=name,
+                        driver="fake-hardware",
+                        provision_state="enroll",
+                        created_at=utcnow(),
+                    )
+                    .returning(Node.id)
+                ).scalar_one()
+            )
+    busy, quiet = ids
+    with sqlite_stack.db.write() as session:
+        for node_id, count in ((busy, 12), (quiet, 3)):
+            session.execute(
+                insert(NodeHistory),
+                [
+                    {
+                        "uuid": str(uuid.uuid4()),
+                        "node_id": node_id,
+                        "event_type": "test",
+                        "event": f"entry {n}",
+                        "severity": "INFO",
+                        "created_at": old,
+                    }
+                    for n in range(count)
+                ],
+            )
+    ctx.settings = ctx.settings.model_copy(
+        update={"history_max_entries": 5, "history_minimum_days": 60, "history_prune_batch": 4}
+    )
+    assert housekeeping.prune_history(term_of(sqlite_stack.conductor, ROLE)) == 0, "too young"
+    ctx.settings = ctx.settings.model_copy(update={"history_minimum_days": 7})
+    term = term_of(sqlite_stack.conductor, ROLE)
+    while housekeeping.prune_history(term):
+        pass
+
+    def events_of(node_id: int) -> list[str]:
+        with sqlite_stack.db.snapshot() as connection:
+            return list(
+                connection.scalars(
+                    select(NodeHistory.event)
+                    .where(NodeHistory.node_id == node_id, NodeHistory.event_type == "test")
+                    .order_by(NodeHistory.id)
+                )
+            )
+
+    assert events_of(busy) == [f"entry {n}" for n in range(7, 12)]
+    assert events_of(quiet) == ["entry 0", "entry 1", "entry 2"]
