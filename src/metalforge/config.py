@@ -150,6 +150,9 @@ class ApiSettings(BaseModel):
     (resuming with ``Last-Event-ID``), so a revoked credential stops working soon."""
     max_event_streams: int = Field(default=200, ge=1)
     """Event streams one API process serves at once (503 beyond: each is a connection)."""
+    max_event_streams_per_caller: int = Field(default=20, ge=1)
+    """Event streams one project (or system user) may hold on one API process (503
+    beyond), so one caller cannot take every stream."""
     agent_host: str | None = None
     """Address of the ramdisk agents' endpoint (the provisioning network side), or none.
 

@@ -19,8 +19,15 @@ from sqlalchemy import update
 
 from metalforge.db.models import Node
 from metalforge.db.models import NodeEvent as NodeEventRow
-from tests.support.api import LATEST, create_node, provision, wait_for_state
-from tests.support.auth import ADMIN, LESSEE_MEMBER, NO_ROLE, OWNER_READER, basic_auth_settings
+from tests.support.api import LATEST, create_node, provision, wait_for_state, wait_until
+from tests.support.auth import (
+    ADMIN,
+    LESSEE_MEMBER,
+    NO_ROLE,
+    OWNER_MEMBER,
+    OWNER_READER,
+    basic_auth_settings,
+)
 from tests.support.stack import LiveServer, serving
 
 
@@ -336,3 +343,24 @@ def test_a_stream_ends_after_its_lifetime(tmp_path: Path, streams: list[Stream])
         with pytest.raises(AssertionError, match="stream failed"):
             stream.wait_for("the end of the stream", lambda e: False, timeout=30)
         stream.close()
+
+
+def test_one_caller_cannot_take_every_stream(tmp_path: Path, streams: list[Stream]) -> None:
+    settings = basic_auth_settings(
+        f"sqlite:///{tmp_path}/mf.sqlite", tmp_path, max_event_streams_per_caller=2
+    )
+    with serving(settings) as server:
+        held = [_open(server, streams, **OWNER_READER.headers) for _ in range(2)]
+        assert all(s.ready_id is not None for s in held)
+        # Another user of the same project draws on the same share.
+        refused = _open(server, streams, **OWNER_MEMBER.headers)
+        assert refused.status == 503
+        other = _open(server, streams, **LESSEE_MEMBER.headers)
+        assert other.ready_id is not None, "another project still gets its streams"
+        held[0].close()
+
+        def reopened() -> bool:
+            again = _open(server, streams, **OWNER_MEMBER.headers)
+            return again.status == 200
+
+        wait_until("a stream of the project's share freed", reopened)

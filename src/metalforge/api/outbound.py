@@ -30,7 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from fastapi import Request
 
-from metalforge.api.auth.access import identity_of
+from metalforge.api.auth.access import share_of
 from metalforge.config import ApiSettings
 from metalforge.errors import RequestError
 
@@ -98,14 +98,6 @@ def _busy(message: str) -> RequestError:
     return RequestError(503, message, headers={"Retry-After": RETRY_AFTER})
 
 
-def caller_of(request: Request) -> str:
-    """Whose share a request draws on: its project, else its user."""
-    identity = identity_of(request)
-    if identity.project_id is not None:
-        return f"project {identity.project_id}"
-    return f"user {identity.user}"
-
-
 def outbound_of(request: Request) -> OutboundCalls:
     calls: OutboundCalls = request.app.state.outbound
     return calls
@@ -118,6 +110,6 @@ def calls_bmc(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         request: Any = kwargs["request"]
         call = functools.partial(func, *args, **kwargs)
-        return await outbound_of(request).run(caller_of(request), call)
+        return await outbound_of(request).run(share_of(request), call)
 
     return wrapper

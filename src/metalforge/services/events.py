@@ -81,8 +81,10 @@ class NodeEvent:
 class Subscription:
     """One client's queue, filled from the reader's thread, drained on the event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, caller: str = "") -> None:
         self.loop = loop
+        self.caller = caller
+        """Whose stream it is (its project, else its user): each caller has a share."""
         self.queue: asyncio.Queue[NodeEvent] = asyncio.Queue()
         self._pending = 0
         self._lock = threading.Lock()
@@ -122,11 +124,18 @@ class EventHub:
     def subscribers(self) -> int:
         return len(self._subscribers)
 
-    def subscribe(self, loop: asyncio.AbstractEventLoop) -> tuple[Subscription, int]:
+    def streams_of(self, caller: str) -> int:
+        """The subscriptions ``caller`` holds now."""
+        with self._lock:
+            return sum(1 for s in self._subscribers if s.caller == caller)
+
+    def subscribe(
+        self, loop: asyncio.AbstractEventLoop, caller: str = ""
+    ) -> tuple[Subscription, int]:
         """Add a subscriber, starting the reader if it is the first (blocking: run it in a
         worker thread); returns it with the id from which it gets every event. Raises,
         having added nothing, when the log cannot be read."""
-        subscription = Subscription(loop)
+        subscription = Subscription(loop, caller)
         with self._lock:
             if self._cursor is None:
                 with self._db.snapshot(single_statement=True) as connection:

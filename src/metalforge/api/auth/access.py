@@ -64,6 +64,15 @@ def identity_of(request: Request) -> Identity:
     return caller
 
 
+def share_of(request: Request) -> str:
+    """Whose share of a bounded resource (BMC calls, event streams) a request draws on:
+    its project's, else its user's."""
+    identity = identity_of(request)
+    if identity.project_id is not None:
+        return f"project {identity.project_id}"
+    return f"user {identity.user}"
+
+
 def actor(request: Request) -> str | None:
     """Who asked, as history records it (none under ``noauth``)."""
     return identity_of(request).describe()

@@ -28,7 +28,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from metalforge.api.auth.access import allows, guard, node_disclosure
+from metalforge.api.auth.access import allows, guard, node_disclosure, share_of
 from metalforge.api.auth.policy import node_target
 from metalforge.api.node_view import REDACTED
 from metalforge.api.versions import request_version
@@ -72,10 +72,18 @@ async def stream_events(
         raise RequestError(
             503, "Too many event streams on this API process", headers={"Retry-After": "5"}
         )
+    caller = share_of(request)
+    if svc.events.streams_of(caller) >= svc.settings.api.max_event_streams_per_caller:
+        raise RequestError(
+            503,
+            f"{caller} already has {svc.settings.api.max_event_streams_per_caller} event "
+            "streams open on this API process (api.max_event_streams_per_caller)",
+            headers={"Retry-After": "5"},
+        )
     stopping: Callable[[], bool] = getattr(request.app.state, "stopping", lambda: False)
     lifetime = svc.settings.api.event_stream_lifetime
     return StreamingResponse(
-        _frames(svc.events, after, Audience(request, only), _ends(stopping, lifetime)),
+        _frames(svc.events, after, Audience(request, only, caller), _ends(stopping, lifetime)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -111,9 +119,10 @@ class Audience:
     """What one caller may see of the stream: the nodes its rules let it read (cached
     per owner and lessee, as node lists are), with their fields hidden as it must."""
 
-    def __init__(self, request: Request, only: str | None) -> None:
+    def __init__(self, request: Request, only: str | None, caller: str = "") -> None:
         self._request = request
         self._only = only
+        self.caller = caller
         self._known: dict[tuple[str | None, str | None], bool] = {}
         self._disclose = node_disclosure(request)
 
@@ -157,7 +166,9 @@ async def _frames(
     clean-up, but a generator that never started holds nothing."""
     yield b"retry: %d\n\n" % RETRY_MS
     try:
-        subscription, since = await run_in_threadpool(hub.subscribe, asyncio.get_running_loop())
+        subscription, since = await run_in_threadpool(
+            hub.subscribe, asyncio.get_running_loop(), audience.caller
+        )
     except SQLAlchemyError:
         LOG.warning("cannot follow the node event log; the client will retry", exc_info=True)
         return
