@@ -125,7 +125,22 @@ def test_a_report_must_name_every_mac_the_node_boots_from(stack: Stack) -> None:
     for path, report in refused:
         response = stack.client.post(path, json=report, headers=version("1.84"))
         assert response.status_code == 404, (path, response.text)
-    assert get_node(stack.client, node["uuid"])["provision_state"] == "inspect wait"
+    waiting = get_node(stack.client, node["uuid"])
+    assert waiting["provision_state"] == "inspect wait"
+    # The node says why (the caller learns nothing of it): the last refusal, once each.
+    assert waiting["last_error"].startswith("An inspection report was refused: it names")
+    assert other in waiting["last_error"]
+    history = stack.client.get(
+        f"/v1/nodes/{node['uuid']}/history?detail=true", headers=LATEST
+    ).json()["history"]
+    refusals = [e for e in history if e["event"].startswith("An inspection report was refused")]
+    assert len(refusals) == 3
+    again = stack.client.post(*refused[0][:1], json=refused[0][1], headers=version("1.84"))
+    assert again.status_code == 404
+    history = stack.client.get(
+        f"/v1/nodes/{node['uuid']}/history?detail=true", headers=LATEST
+    ).json()["history"]
+    assert len([e for e in history if e["event"].startswith("An inspection")]) == 4
     with stack.db.read() as session:
         data = introspections.load_data(session, node["uuid"])
     stored = json.dumps(data.raw if data is not None else None)

@@ -9,11 +9,14 @@ whose inspection waits for a report is found; any other lookup is the same
 A report must come from the machine the inspection booted: it names every
 MAC of the node's PXE-enabled ports (what that machine's ramdisk sees on its
 NICs). Knowing one MAC of a node, or its UUID, is not enough to rewrite its
-properties and ports.
+properties and ports. A report refused so is answered like any other
+lookup that finds nothing, but the node's history and ``last_error`` say
+why, so an inspection that then times out is not taken for a silent one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -68,19 +71,50 @@ def continue_inspection(svc: Services, report: object, node_uuid: str | None) ->
             node = _discover(svc, session, stored, bmcs)
             svc.notify()
             return node
-        if not _names_every_pxe_mac(session, node, macs):
-            raise _nobody()
-        record = introspections.load(session, node.uuid)
-        if record is not None and record.state == ins.STARTING:
-            raise conflict(f"Node {node.uuid} is still starting its inspection; retry shortly")
-        if record is None or record.state != ins.WAITING:
-            raise _nobody()
-        introspections.store_raw(session, node.uuid, stored)
-        svc.queue_for(
-            session, node, node_work.INSPECTION, inspection_events.event(ins.CONTINUE, record)
-        )
+        missing = _pxe_macs_missing(session, node, macs)
+        if not missing:
+            record = _waiting_record(session, node)
+            introspections.store_raw(session, node.uuid, stored)
+            svc.queue_for(
+                session, node, node_work.INSPECTION, inspection_events.event(ins.CONTINUE, record)
+            )
+    if missing:
+        _record_refusal(svc, node, macs, missing)
+        raise _nobody()
     svc.notify()
     return node
+
+
+def _waiting_record(session: Session, node: Node) -> Record:
+    """The node's introspection record, waiting for this report (409 while it starts)."""
+    record = introspections.load(session, node.uuid)
+    if record is not None and record.state == ins.STARTING:
+        raise conflict(f"Node {node.uuid} is still starting its inspection; retry shortly")
+    if record is None or record.state != ins.WAITING:
+        raise _nobody()
+    return record
+
+
+def _record_refusal(svc: Services, node: Node, macs: list[str], missing: list[str]) -> None:
+    """Say on the node why a report found it and was refused: its inspection would
+    otherwise time out as if no report had come. Not again while it is the node's last
+    error (whoever sends reports may send many, and the history keeps a node's newest
+    entries only), and ``last_error`` only while nobody holds the node."""
+    reported = ", ".join(sorted(macs)[:16]) or "none"
+    message = (
+        f"An inspection report was refused: it names the MAC addresses {reported} but not "
+        f"{', '.join(sorted(missing))}, of the node's PXE-enabled ports; a report must come "
+        "from the machine the inspection booted"
+    )
+    with svc.db.write() as session:
+        current = session.get(Node, node.id)
+        if current is None or current.last_error == message:
+            return
+        fencing.record(session, current, "inspection", message, None, history.WARNING)
+        if current.reservation is None:
+            # Changed meanwhile (a race lost): the history still says it.
+            with contextlib.suppress(RequestError):
+                fencing.update_node(session, current, {"last_error": message})
 
 
 def continue_for_inspector(svc: Services, report: object) -> Node:
@@ -194,13 +228,13 @@ def _discover(svc: Services, session: Session, report: dict[str, Any], bmcs: lis
     return node
 
 
-def _names_every_pxe_mac(session: Session, node: Node, macs: list[str]) -> bool:
-    """Whether the report names every MAC the node boots from (none known: nothing to name)."""
+def _pxe_macs_missing(session: Session, node: Node, macs: list[str]) -> list[str]:
+    """The MACs the node boots from that the report does not name (none known: none)."""
     pxe = session.scalars(
         select(Port.address).where(Port.node_id == node.id, Port.pxe_enabled.is_(True))
     )
     reported = {mac.lower() for mac in macs}
-    return all(address.lower() in reported for address in pxe)
+    return [address for address in pxe if address.lower() not in reported]
 
 
 def _waiting(session: Session, node_ids: list[int]) -> list[Node]:
