@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from metalforge import inspection_states as ins
+from metalforge.api.inspector.app import create_inspector_app
 from metalforge.conductor import inspection_report, inspection_sweeps
 from metalforge.conductor.flows import inspection_events
 from metalforge.db import introspections, queue
@@ -313,6 +315,56 @@ def test_nodes_wait_for_their_power_on_turn_unlocked_abortable_and_not_timed_out
                 and get_node(stack.client, last)["power_state"] == "power on"
             ),
         )
+    finally:
+        stack.stop()
+
+
+def test_the_inspector_api_aborts_a_node_waiting_for_its_turn_and_starts_it_again(
+    sqlite_url: str,
+) -> None:
+    """As ironic-inspector's abort: the node waiting (unlocked) for its power-on turn is
+    aborted, not refused as locked; started again, it waits for a turn again."""
+    settings = test_settings(sqlite_url)
+    settings.conductor.inspection.power_on_interval = 3600.0
+    stack = start_stack(settings)
+    inspector = TestClient(
+        create_inspector_app(stack.app.state.services),
+        headers={"X-OpenStack-Ironic-Inspector-API-Version": "1.18"},
+    )
+    try:
+        first, second = (
+            _manageable(stack, driver_info={"fake_step_delay": 7200}) for _ in range(2)
+        )
+        for node in (first, second):
+            assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+        wait_until(
+            "one node waiting for its turn",
+            lambda: any(_record(stack, n["uuid"]).power_on_at for n in (first, second)),
+        )
+        waiting = next(n["uuid"] for n in (first, second) if _record(stack, n["uuid"]).power_on_at)
+        wait_until(
+            "it parked unlocked",
+            lambda: (
+                get_node(stack.client, waiting)["provision_state"] == "inspect wait"
+                and not get_node(stack.client, waiting)["reservation"]
+            ),
+        )
+        aborted = inspector.post(f"/v1/introspection/{waiting}/abort")
+        assert aborted.status_code == 202, aborted.text
+        wait_for_state(stack.client, waiting, "inspect failed")
+        shown = inspector.get(f"/v1/introspection/{waiting}").json()
+        assert shown["finished"] is True
+        assert shown["state"] == "error"
+        again = inspector.post(f"/v1/introspection/{waiting}")
+        assert again.status_code == 202, again.text
+        wait_until(
+            "a new turn",
+            lambda: (
+                _record(stack, waiting).state == ins.STARTING
+                and get_node(stack.client, waiting)["provision_state"] == "inspect wait"
+            ),
+        )
+        assert inspector.get(f"/v1/introspection/{waiting}").json()["finished"] is False
     finally:
         stack.stop()
 

@@ -367,18 +367,30 @@ def statuses(svc: Services, marker: str | None, limit: int, wanted: list[str]) -
         return introspections.page(session, limit=limit, marker=after, states=wanted)
 
 
+NODE_LOCKED = "Node is locked, please, retry later"
+"""ironic-inspector's words for a node it cannot act on now."""
+
+
 def abort(svc: Services, ident: str, actor: str | None) -> None:
     """Stop the inspection: Ironic's ``abort`` while the node waits for its ramdisk."""
     record = status(svc, ident)
-    if record.state == ins.STARTING:
-        raise conflict("Node is locked, please, retry later")
     if record.state not in ins.ACTIVE:
         return  # nothing runs: like ironic-inspector, an abort then changes nothing
-    if record.state != ins.WAITING:
-        raise conflict("Node is locked, please, retry later")
-    provisioning.start(
-        svc, record.node_uuid, LATEST, FlowRequest(verb=states.ABORT, target="abort"), actor
-    )
+    # Waiting for the ramdisk, or for a power-on turn given for later (the node is then
+    # unlocked in ``inspect wait``): Ironic's abort stops it. Anything else holds the node.
+    waiting_turn = record.state == ins.STARTING and record.power_on_at is not None
+    if record.state != ins.WAITING and not waiting_turn:
+        raise conflict(NODE_LOCKED)
+    try:
+        provisioning.start(
+            svc, record.node_uuid, LATEST, FlowRequest(verb=states.ABORT, target="abort"), actor
+        )
+    except RequestError as exc:
+        if exc.status not in (400, 409):
+            raise
+        # Its turn came meanwhile and a conductor has it (or it moved on): as for a node
+        # that is locked, the caller retries.
+        raise conflict(NODE_LOCKED) from None
 
 
 def data(svc: Services, ident: str, *, processed: bool) -> dict[str, Any]:
