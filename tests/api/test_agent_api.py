@@ -19,6 +19,7 @@ from sqlalchemy import select, text
 
 from metalforge.config import load_settings
 from metalforge.db import agent_sessions
+from metalforge.db import tallies as db_tallies
 from metalforge.db.models import WorkItem
 from metalforge.serving import listening_sockets
 from metalforge.startup import StartupError
@@ -304,3 +305,25 @@ def test_ramdisk_endpoints_can_be_left_to_the_agents_address_alone(tmp_path: Pat
         assert agent_side.get("/v1", headers=LATEST).status_code == 200
     finally:
         stack.stop()
+
+
+def _writes(stack: Stack) -> float:
+    stack.db.flush_tally()
+    with stack.db.snapshot() as connection:
+        totals = {name: value for name, _labels, _part, value in db_tallies.totals(connection)}
+    return totals.get("metalforge_db_write_transactions", 0.0)
+
+
+def test_a_lookup_that_finds_nothing_writes_nothing(idle_stack: Stack) -> None:
+    """Anything on the provisioning network may send lookups: one of unknown MACs is a
+    read, so a flood of them does not queue the writers (on SQLite, one at a time)."""
+    node = _node_in(idle_stack, CLEAN_WAIT)
+    before = _writes(idle_stack)
+    for number in range(20):
+        assert (
+            _lookup(idle_stack.client, f"addresses=52:54:00:77:00:{number:02x}").status_code == 404
+        )
+    assert _writes(idle_stack) == before
+    assert _lookup(idle_stack.client, f"addresses={MAC}").status_code == 200
+    assert _writes(idle_stack) == before + 1, "a lookup that finds its node writes its session"
+    assert node["uuid"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from metalforge.conductor import node_work
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.work import NoPayload
@@ -36,6 +38,23 @@ def _not_found() -> Exception:
     return not_found("Node could not be found.")
 
 
+def _candidate(session: Session, version: Version, macs: list[str], node_uuid: str | None) -> Node:
+    """The node a lookup names, if it may look up now (404 otherwise)."""
+    if node_uuid:
+        node = lookup.load_node(session, lookup.check_uuid(node_uuid, "node_uuid"), version)
+    else:
+        found = lookup.node_by_macs(session, macs)
+        if found is None:
+            raise _not_found()
+        node = found
+    if node.provision_state not in catalog.LOOKUP_STATES and not agent_sessions.is_kept(
+        session, node.id
+    ):
+        # Out of a flow, only an agent a flow left running (fast track) looks up.
+        raise _not_found()
+    return node
+
+
 def look_up(
     svc: Services, version: Version, macs: list[str], node_uuid: str | None, *, hand_token: bool
 ) -> Found:
@@ -44,19 +63,12 @@ def look_up(
     ``hand_token``: the client can receive the token (API 1.62); otherwise it
     is left for the agent that can.
     """
+    # A read first: whatever sends lookups of unknown MACs (anything on the provisioning
+    # network may) costs no write transaction, which on SQLite would queue every writer.
+    with svc.db.read() as session:
+        _candidate(session, version, macs, node_uuid)
     with svc.db.write() as session:
-        if node_uuid:
-            node = lookup.load_node(session, lookup.check_uuid(node_uuid, "node_uuid"), version)
-        else:
-            found = lookup.node_by_macs(session, macs)
-            if found is None:
-                raise _not_found()
-            node = found
-        if node.provision_state not in catalog.LOOKUP_STATES and not agent_sessions.is_kept(
-            session, node.id
-        ):
-            # Out of a flow, only an agent a flow left running (fast track) looks up.
-            raise _not_found()
+        node = _candidate(session, version, macs, node_uuid)
         token: str | None = None
         try:
             if hand_token:
