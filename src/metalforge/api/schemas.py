@@ -9,9 +9,11 @@ patched documents against them.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import MaxLen
+from fastapi import Request
 from pydantic import (
     Field,
     RootModel,
@@ -19,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.concurrency import run_in_threadpool
 
 from metalforge.errors import bad_request
 from metalforge.services.bodies import Body, DeployStepRequest, StepInterface
@@ -31,6 +34,25 @@ MAX_CANDIDATES = 10_000
 """Candidate nodes one allocation may name: a fleet's worth, well inside SQL's parameter limits."""
 MAX_POWER_TIMEOUT = 24 * 3600
 """Longest power-change wait a request may ask for, in seconds."""
+
+
+async def report_body(request: Request) -> Any:
+    """The request's JSON body (None when empty), decoded in a worker thread: an
+    inspection report may be 16 MiB, and decoding that on the event loop would stall
+    every other request for as long."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return await run_in_threadpool(json.loads, raw)
+    except ValueError:
+        raise bad_request("The request body is not valid JSON") from None
+
+
+REPORT_BODY: dict[str, Any] = {
+    "requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}
+}
+"""What a route reading ``report_body`` takes, for its OpenAPI operation."""
 
 
 def storable_report(report: Any) -> Any:

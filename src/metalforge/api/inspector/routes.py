@@ -12,13 +12,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from metalforge import inspection_states as ins
 from metalforge.api.auth.access import actor, guard
 from metalforge.api.locking import wait_for_lock
-from metalforge.api.schemas import storable_report
+from metalforge.api.schemas import report_body, storable_report
 from metalforge.api.wiring import services
 from metalforge.db.introspections import Record
 from metalforge.errors import bad_request
@@ -160,7 +160,7 @@ def unprocessed_data(node_id: str, request: Request) -> JSONResponse:
     dependencies=[guard("introspection:reapply")],
 )
 @wait_for_lock
-def reapply(node_id: str, request: Request, report: Any = Body(default=None)) -> Response:
+def reapply(node_id: str, request: Request, report: Any = Depends(report_body)) -> Response:
     inspection.reapply(
         services(request), node_id, None if report is None else storable_report(report)
     )
@@ -168,6 +168,6 @@ def reapply(node_id: str, request: Request, report: Any = Body(default=None)) ->
 
 
 @router.post("/v1/continue")
-def ramdisk_continue(request: Request, report: Any = Body(default=None)) -> JSONResponse:
+def ramdisk_continue(request: Request, report: Any = Depends(report_body)) -> JSONResponse:
     node = inspection.continue_for_inspector(services(request), storable_report(report))
     return JSONResponse({"uuid": node.uuid})

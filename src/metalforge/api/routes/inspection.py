@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from metalforge.api.auth.access import guard
 from metalforge.api.routes.agent import lookup_body
-from metalforge.api.schemas import storable_report
+from metalforge.api.schemas import REPORT_BODY, report_body, storable_report
 from metalforge.api.versions import Version, request_version
 from metalforge.api.wiring import services
 from metalforge.errors import bad_request, not_found
@@ -37,9 +37,10 @@ INVENTORY_SINCE: Version = (1, 81)
     "/v1/continue_inspection",
     status_code=202,
     summary="The inspection ramdisk reports the hardware it found",
+    openapi_extra=REPORT_BODY,
 )
 def continue_inspection(
-    request: Request, node_uuid: str | None = None, report: Any = Body(default=None)
+    request: Request, node_uuid: str | None = None, report: Any = Depends(report_body)
 ) -> JSONResponse:
     version = request_version(request)
     if (1, 1) < version < CONTINUE_SINCE:
