@@ -314,6 +314,16 @@ class NetbootSettings(BaseModel):
     image_cache_dir: Path | None = None
     """Where fetched deploy kernels and ramdisks are kept. Unset: ``boot-images`` in
     ``state_dir``."""
+    image_cache_max_size: int = Field(default=20 * 1024**3, ge=64 * 1024**2)
+    """Bytes the image cache may hold; past it the least recently used images go, but
+    never one a node's boot or virtual drive uses (pinned) nor one used in the last
+    ``image_cache_min_age`` seconds. 20 GiB holds a few deploy ramdisks, the boot ISOs
+    built from them and the virtual media attached by hand."""
+    image_cache_min_age: float = Field(default=600.0, ge=0)
+    """Seconds an image is kept after its last use, whatever the size."""
+    image_cache_pin_days: float = Field(default=30.0, gt=0)
+    """Days a node's pin on the images it uses lasts unless renewed or released (a node
+    deleted while it held one holds nothing after)."""
     image_dirs: list[Path] = Field(default_factory=list)
     """Directories a ``deploy_kernel``/``deploy_ramdisk`` given as a file may be in; none
     by default (only http(s) URLs). Anything in them may be served to the provisioning

@@ -128,6 +128,12 @@ def test_local_download_serves_metalforge_s_copy(tmp_path: Path, sqlite_url: str
         served_copy = stack.client.get(f"/boot/images/{digest}")
         assert served_copy.status_code == 200
         assert served_copy.content == content
+        # The copy is kept (pinned) while attached, and may be evicted once ejected.
+        pins = tmp_path / "cache" / "pins"
+        assert [p.name for p in pins.glob("*.json")], "pinned while attached"
+        assert stack.client.delete(f"/v1/nodes/{uuid}/vmedia", headers=LATEST).status_code == 204
+        _holds(stack, uuid, {})
+        assert list(pins.glob("*.json")) == []
     finally:
         stack.stop()
 

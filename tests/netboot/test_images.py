@@ -5,13 +5,21 @@ from __future__ import annotations
 import hashlib
 import http.server
 import ipaddress
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from metalforge.netboot.images import FetchPace, ImageCache, ImageError, ImageKind, looks_like
+from metalforge.netboot.images import (
+    CacheBounds,
+    FetchPace,
+    ImageCache,
+    ImageError,
+    ImageKind,
+    looks_like,
+)
 from metalforge.outbound_http import NEVER_BY_DEFAULT, PeerPolicy
 from tests.support.api import wait_until
 from tests.support.images import ImageServer, image_server, kernel_bytes, ramdisk_bytes
@@ -369,3 +377,43 @@ def test_a_file_outside_the_allowed_directories_or_no_regular_file_is_refused(
         ) as e:
             images.fetch(source, ImageKind.KERNEL)
         assert "root:" not in str(e.value), "an error never quotes what the file holds"
+
+
+def test_the_cache_evicts_the_least_recently_used_images_no_node_pins(tmp_path: Path) -> None:
+    kernels = {f"/k{n}": kernel_bytes(4096) + bytes([n]) * 2000 for n in range(4)}
+    with image_server(kernels) as served:
+        roomy = cache(tmp_path)
+        fetched = {}
+        for age, path in enumerate(sorted(kernels)):
+            fetched[path] = roomy.fetch(f"{served.url}{path}", ImageKind.KERNEL)
+            # Used at distinct times, oldest first, whatever the clock's resolution.
+            os.utime(fetched[path].path, (1_000_000 + age, 1_000_000 + age))
+        # The same cache, now bounded to two of the four.
+        images = cache(tmp_path, bounds=CacheBounds(max_size=2 * 6200, min_age=0, pin_days=30))
+        images.pin("node-1", "ramdisk", [fetched["/k0"]])
+        images.evict()
+        left = {p for p, image in fetched.items() if images.blob(image.digest) is not None}
+        assert left == {"/k0", "/k3"}, "the pinned one stays, then the most recent"
+        images.unpin("node-1", "ramdisk")
+        # An evicted image is fetched again when it is needed, and the least recently used
+        # one left (no longer pinned) makes room for it.
+        again = images.fetch(f"{served.url}/k1", ImageKind.KERNEL)
+        assert again.digest == fetched["/k1"].digest
+        assert served.requests["/k1"] == 2
+        assert images.blob(fetched["/k0"].digest) is None
+        assert images.blob(fetched["/k3"].digest) is not None
+
+
+def test_an_image_used_lately_or_pinned_by_an_old_pin_is_kept_or_not(tmp_path: Path) -> None:
+    content = kernel_bytes(4096) + b"x" * 3000
+    with image_server({"/k": content, "/j": content + b"j"}) as served:
+        image = cache(tmp_path).fetch(f"{served.url}/k", ImageKind.KERNEL)
+        images = cache(tmp_path, bounds=CacheBounds(max_size=1, min_age=3600, pin_days=30))
+        assert images.evict() == 0, "used in the last min_age seconds"
+        other = cache(tmp_path / "old").fetch(f"{served.url}/j", ImageKind.KERNEL)
+        old = cache(tmp_path / "old", bounds=CacheBounds(max_size=1, min_age=0, pin_days=1))
+        old.pin("node-gone", "ramdisk", [other])
+        pin = next((tmp_path / "old" / "pins").glob("*.json"))
+        os.utime(pin, (1_000_000, 1_000_000))  # pinned long ago by a node since deleted
+        assert old.evict() == other.size
+        assert image.path.exists()

@@ -21,7 +21,12 @@ from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork
 from metalforge.config import WorkDeadlines
-from metalforge.drivers.base import DriverError, ManagementInterface, Unsupported
+from metalforge.drivers.base import (
+    VMEDIA_DEVICES,
+    DriverError,
+    ManagementInterface,
+    Unsupported,
+)
 from metalforge.netboot.images import ImageError, ImageKind, cache_for
 
 EVENT_TYPE = "management"
@@ -60,13 +65,30 @@ def _management(task: NodeTask) -> ManagementInterface:
     return iface
 
 
+def _pin(device: str) -> str:
+    return f"virtual {device}"
+
+
 def served_url(task: NodeTask, request: AttachMedia) -> str:
-    """The URL the BMC is given: the image's own, or metalforge's checked copy of it."""
+    """The URL the BMC is given: the image's own, or metalforge's checked copy of it, which
+    the image cache keeps while it stays attached."""
     if request.download_source == "http":
         return request.image_url
     netboot = task.settings.netboot
-    image = cache_for(netboot).fetch(request.image_url, ImageKind.for_device(request.device_type))
+    cache = cache_for(netboot)
+    image = cache.fetch(request.image_url, ImageKind.for_device(request.device_type))
+    cache.pin(task.node.uuid, _pin(request.device_type), (image,))
     return f"{netboot.http_url}/boot/images/{image.digest}"
+
+
+def _release(task: NodeTask, devices: tuple[str, ...]) -> None:
+    """The ejected drives' copies are no longer kept for the node."""
+    try:
+        cache = cache_for(task.settings.netboot)
+    except ImageError:
+        return  # no cache: nothing was kept
+    for device in devices or VMEDIA_DEVICES:
+        cache.unpin(task.node.uuid, _pin(device))
 
 
 def run_attach(task: NodeTask, request: AttachMedia) -> None:
@@ -87,6 +109,7 @@ def run_eject(task: NodeTask, request: EjectMedia) -> None:
     except DriverError as exc:
         fail(task, f"Could not detach device(s) {which} from node {task.node.uuid}: {exc}")
         return
+    _release(task, request.device_types)
     task.record(EVENT_TYPE, f"virtual media ejected ({which}) by {request.actor or 'the API'}")
 
 

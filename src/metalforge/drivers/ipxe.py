@@ -16,6 +16,7 @@ the node timing out later.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 from metalforge import states
@@ -147,6 +148,17 @@ def fetch_deploy_images(task: DriverTask) -> dict[str, CachedImage]:
     return images
 
 
+RAMDISK_PIN = "ramdisk"
+"""What a node's pin on its deploy images is for: the image cache keeps them while the
+node's ramdisk boots from them (``ImageCache.pin``)."""
+
+
+def release_ramdisk_images(task: DriverTask) -> None:
+    """The node's ramdisk no longer needs its images: the cache may evict them."""
+    with contextlib.suppress(ImageError):  # no cache configured: nothing was pinned
+        cache_for(task.settings.netboot).unpin(task.node.uuid, RAMDISK_PIN)
+
+
 class IpxeBoot(BootInterface):
     """The ramdisk boots from iPXE scripts metalforge serves; the instance from disk."""
 
@@ -166,14 +178,16 @@ class IpxeBoot(BootInterface):
 
     def prepare_ramdisk(self, task: DriverTask) -> None:
         ramdisk_params(task, mac=None)  # refuses bad parameters now, not at the node's boot
-        fetch_deploy_images(task)
+        images = fetch_deploy_images(task)
+        cache_for(task.settings.netboot).pin(task.node.uuid, RAMDISK_PIN, images.values())
         boot_from_network(task, http=self.http_boot)
 
     def prepare_instance(self, task: DriverTask) -> None:
         boot_from_disk(task)
+        release_ramdisk_images(task)
 
     def clean_up_instance(self, task: DriverTask) -> None:
-        return None
+        release_ramdisk_images(task)
 
 
 class IpxeHttpBoot(IpxeBoot):

@@ -9,6 +9,12 @@ what it claims to be (a kernel, an initramfs: an error page saved under
 the right name would otherwise boot nothing, much later), and stored under
 its SHA-256, which is also the name it is served by.
 
+The cache is bounded (``netboot.image_cache_max_size``): past it the least
+recently used images are deleted, except those a node pins while it uses
+them (its ramdisk's boot images, a virtual drive's copy) and those used in
+the last ``image_cache_min_age`` seconds; an image deleted and needed again
+is fetched or built again.
+
 The cache is per host: the conductor fetches when it prepares a node's boot
 (so a bad image fails the flow at once, with a reason), and a separate API
 process fetches what it is asked to serve. Writes are atomic (a temporary
@@ -29,7 +35,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -160,6 +166,7 @@ class ImageCache:
         timeout: float,
         pace: FetchPace | None = None,
         peers: outbound_http.PeerPolicy | None = None,
+        bounds: CacheBounds | None = None,
         retry_after: float = 30.0,
     ) -> None:
         """``timeout``: seconds a server may stay silent; ``pace``: how long a whole
@@ -172,6 +179,8 @@ class ImageCache:
         self.timeout = timeout
         self.pace = pace or FetchPace()
         self.peers = peers or outbound_http.PeerPolicy(outbound_http.NEVER_BY_DEFAULT)
+        self.bounds = bounds or CacheBounds()
+        self._evicting = threading.Lock()
         self.retry_after = retry_after
         self._session = outbound_http.session()
         self._locks: dict[str, threading.Lock] = {}
@@ -192,6 +201,86 @@ class ImageCache:
             return None
         return CachedImage(digest, size, path)
 
+    def used(self, image: CachedImage) -> None:
+        """Mark ``image`` as just used: eviction takes the least recently used first."""
+        with contextlib.suppress(OSError):
+            os.utime(image.path)
+
+    # --- what nodes use, and eviction ---
+
+    def _pin_path(self, holder: str, purpose: str) -> Path:
+        name = hashlib.sha256(f"{holder}\0{purpose}".encode()).hexdigest()
+        return self.root / "pins" / f"{name}.json"
+
+    def pin(self, holder: str, purpose: str, images: Iterable[CachedImage]) -> None:
+        """Keep ``images`` while ``holder`` (a node) uses them for ``purpose`` (its ramdisk's
+        boot, a virtual drive): eviction never takes them, until ``unpin`` or until the pin
+        is older than ``CacheBounds.pin_days`` (a node deleted meanwhile holds nothing)."""
+        entry = {"holder": holder, "purpose": purpose, "digests": [i.digest for i in images]}
+        _write_atomically(self._pin_path(holder, purpose), json.dumps(entry).encode())
+
+    def unpin(self, holder: str, purpose: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._pin_path(holder, purpose))
+
+    def pinned(self) -> set[str]:
+        """The digests some holder's live pin keeps."""
+        kept: set[str] = set()
+        expiry = time.time() - self.bounds.pin_days * 86400
+        for path in (self.root / "pins").glob("*.json"):
+            try:
+                if path.stat().st_mtime < expiry:
+                    continue
+                kept.update(str(d) for d in json.loads(path.read_text())["digests"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # being replaced, or not ours: it keeps nothing
+        return kept
+
+    def evict(self) -> int:
+        """Delete least recently used images until the cache fits ``CacheBounds.max_size``:
+        never a pinned one, nor one used in the last ``CacheBounds.min_age`` seconds (a boot
+        under way that has not pinned yet). How many bytes went."""
+        if not self._evicting.acquire(blocking=False):
+            return 0  # another thread of this process is at it
+        try:
+            return self._evict()
+        finally:
+            self._evicting.release()
+
+    def _evict(self) -> int:
+        blobs: list[tuple[float, int, Path]] = []
+        for path in (self.root / "blobs").glob("*"):
+            if path.name.startswith("."):
+                continue  # a fetch or build under way
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            blobs.append((stat.st_mtime, stat.st_size, path))
+        total = sum(size for _, size, _ in blobs)
+        if total <= self.bounds.max_size:
+            return 0
+        keep = self.pinned()
+        young = time.time() - self.bounds.min_age
+        freed = 0
+        for mtime, size, path in sorted(blobs):
+            if total - freed <= self.bounds.max_size:
+                break
+            if path.name in keep or mtime > young:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                freed += size
+                LOG.info("evicted image %s (%d bytes) from the image cache", path.name, size)
+        if total - freed > self.bounds.max_size:
+            LOG.warning(
+                "the image cache holds %d bytes, over netboot.image_cache_max_size (%d): "
+                "what is left is pinned by nodes or in use",
+                total - freed,
+                self.bounds.max_size,
+            )
+        return freed
+
     def cached(self, source: str) -> CachedImage | None:
         """What ``source`` was fetched as, if it was (and its content is still here)."""
         try:
@@ -209,6 +298,7 @@ class ImageCache:
         """
         found = self._derived_entry(key)
         if found is not None:
+            self.used(found)
             return found
         with self._lock_for(f"derived:{key}"):
             found = self._derived_entry(key)
@@ -230,7 +320,8 @@ class ImageCache:
             image = CachedImage(digest, size, final)
             _write_atomically(self._derived_path(key), json.dumps({"digest": digest}).encode())
             LOG.info("built image %s: %d bytes, sha256 %s", key, size, digest)
-            return image
+        self.evict()
+        return image
 
     def _derived_path(self, key: str) -> Path:
         return self.root / "derived" / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
@@ -255,15 +346,18 @@ class ImageCache:
         """
         found = self.cached(source)
         if found is not None:
+            self.used(found)
             return _checked(found, kind, source)
         with self._lock_for(source):
             found = self.cached(source)
             if found is not None:
+                self.used(found)
                 return _checked(found, kind, source)
             self.check_source(source)
             image = self._store(source, kind)
             self._remember(source, image)
-            return image
+        self.evict()
+        return image
 
     def prefetch(self, source: str, kind: ImageKind) -> str | None:
         """Fetch ``source`` in a thread of its own unless that is under way or failed less
@@ -386,6 +480,15 @@ class ImageCache:
                 raise ImageError(
                     f"{kind.value} {_shown(source)} could not be fetched: {type(exc).__name__}"
                 ) from None
+
+
+@dataclass(frozen=True)
+class CacheBounds:
+    """How large the cache may grow (``netboot.image_cache_*`` settings)."""
+
+    max_size: int = 20 * 1024**3
+    min_age: float = 600.0
+    pin_days: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -541,6 +644,11 @@ def cache_for(settings: NetbootSettings) -> ImageCache:
                 peers=outbound_http.PeerPolicy(
                     (*outbound_http.NEVER_BY_DEFAULT, *_own_networks(settings)),
                     settings.fetch_allowed_networks,
+                ),
+                bounds=CacheBounds(
+                    settings.image_cache_max_size,
+                    settings.image_cache_min_age,
+                    settings.image_cache_pin_days,
                 ),
             )
             _CACHES[root] = cache

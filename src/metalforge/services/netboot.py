@@ -137,7 +137,9 @@ def firmware(svc: Services, name: str) -> Path:
 
 def image(svc: Services, digest: str) -> CachedImage:
     """A cached deploy image by its SHA-256 (404 unless this host has it)."""
-    found = cache_for(svc.settings.conductor.netboot).blob(digest)
+    cache = cache_for(svc.settings.conductor.netboot)
+    found = cache.blob(digest)
     if found is None:
         raise not_found("No such boot image.")
+    cache.used(found)  # a BMC or a node reads it: the least recent goes first
     return found

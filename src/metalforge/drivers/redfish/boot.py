@@ -23,10 +23,12 @@ import sushy
 
 from metalforge.drivers.base import BootInterface, DriverError, DriverTask, set_info
 from metalforge.drivers.ipxe import (
+    RAMDISK_PIN,
     check_deploy_images,
     fetch_deploy_images,
     kernel_append,
     ramdisk_params,
+    release_ramdisk_images,
 )
 from metalforge.drivers.redfish import connection, management
 from metalforge.netboot.images import cache_for
@@ -61,8 +63,9 @@ def _built_iso(task: DriverTask) -> str:
     kernel, ramdisk = images["deploy_kernel"], images["deploy_ramdisk"]
     network_data = _network_data(task)
     key = iso_key(kernel.digest, ramdisk.digest, params, network_data)
+    cache = cache_for(netboot)
     try:
-        iso = cache_for(netboot).derived(
+        iso = cache.derived(
             key,
             lambda out: build_iso(
                 kernel.path, ramdisk.path, params, out, network_data=network_data
@@ -70,6 +73,7 @@ def _built_iso(task: DriverTask) -> str:
         )
     except IsoError as exc:
         raise DriverError(str(exc)) from None
+    cache.pin(task.node.uuid, RAMDISK_PIN, (kernel, ramdisk, iso))
     return f"{netboot.http_url}/boot/images/{iso.digest}"
 
 
@@ -138,14 +142,17 @@ class RedfishVirtualMediaBoot(BootInterface):
         with connection.system(task, "eject virtual media") as system:
             _eject(_cd_drive(system))
         _remember(task, None)
+        release_ramdisk_images(task)
 
     def prepare_instance(self, task: DriverTask) -> None:
         with connection.system(task, "eject virtual media and boot from disk") as system:
             _eject(_cd_drive(system))
             management.set_boot_device(system, "disk", persistent=True)
         _remember(task, None)
+        release_ramdisk_images(task)
 
     def clean_up_instance(self, task: DriverTask) -> None:
         with connection.system(task, "eject virtual media") as system:
             _eject(_cd_drive(system))
         _remember(task, None)
+        release_ramdisk_images(task)
