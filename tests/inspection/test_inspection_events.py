@@ -369,6 +369,57 @@ def test_the_inspector_api_aborts_a_node_waiting_for_its_turn_and_starts_it_agai
         stack.stop()
 
 
+def test_a_stopping_conductor_leaves_a_short_power_on_turn_wait_and_gives_the_node_back(
+    sqlite_url: str,
+) -> None:
+    """A turn a few seconds away is waited for holding the node; a conductor told to stop
+    leaves that wait at once and gives the node and its item back, the turn not taken."""
+    settings = test_settings(sqlite_url)
+    settings.conductor.inspection.power_on_interval = 25.0  # within SHORT_TURN_WAIT
+    stack = start_stack(settings)
+    stopped = False
+    try:
+        nodes = [_manageable(stack, driver_info={"fake_step_delay": 7200}) for _ in range(2)]
+        for node in nodes:
+            assert provision(stack.client, node["uuid"], "inspect").status_code == 202
+
+        def holding_for_its_turn() -> str | None:
+            for node in nodes:
+                shown = get_node(stack.client, node["uuid"])
+                record = _record(stack, node["uuid"])
+                if (
+                    shown["provision_state"] == "inspecting"
+                    and shown["reservation"]
+                    and record.power_on_at is None
+                    and shown["power_state"] == "power off"
+                    and any(
+                        get_node(stack.client, n["uuid"])["power_state"] == "power on"
+                        for n in nodes
+                    )
+                ):
+                    return str(node["uuid"])
+            return None
+
+        waiting = wait_until("one node holding for its turn", holding_for_its_turn)
+        assert stack.conductor.stop() is True, "every running item reached a safe point"
+        stopped = True
+        left = get_node(stack.client, waiting)
+        assert left["reservation"] is None
+        assert left["provision_state"] == "inspecting"
+        assert left["power_state"] == "power off", "the turn was not waited out"
+        with stack.db.read() as session:
+            items = session.scalars(
+                select(WorkItem).where(WorkItem.node_id == _node_id(stack, waiting))
+            ).all()
+        assert [i.state for i in items if i.state != queue.DONE] == [queue.PENDING]
+    finally:
+        if stopped:
+            stack.close_client()
+            stack.db.dispose()
+        else:
+            stack.stop()
+
+
 def test_a_report_redelivered_while_processing_ends_in_error_saying_why(stack: Stack) -> None:
     """A worker that died while processing leaves the record ``processing``; the report
     delivered again finds it so (the seed's "déjà vu"): the record ends in error with
