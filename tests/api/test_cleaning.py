@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from metalforge.conductor import stepflow
 from metalforge.db.engine import Database
 from metalforge.drivers.base import DriverTask, StepsNotKnown
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
@@ -530,6 +531,22 @@ def test_automated_cleaning_starts_again_when_the_steps_change(stack: Stack, del
     plans = [e["event"] for e in _history(client, "changed-1") if e["event_type"] == "clean_plan"]
     assert len(plans) == 3, plans
     assert "starts again with the steps the node offers now" in plans[1]
+
+
+def test_a_flow_whose_steps_keep_changing_is_not_planned_again_for_ever(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent whose hardware managers change at every step would loop: past
+    ``MAX_REPLANS`` the flow fails saying why."""
+    monkeypatch.setattr(stepflow, "MAX_REPLANS", 1)
+    client = stack.client
+    info = {"fake_steps_change": "deploy.erase_devices_metadata,deploy.erase_devices"}
+    node = _manageable(client, name="changing", driver_info=info)
+    assert provision(client, "changing", "provide").status_code == 202
+    node = wait_for_state(client, node["uuid"], "clean failed")
+    assert "already changed 1 times since the flow began" in node["last_error"]
+    plans = [e for e in _history(client, "changing") if e["event_type"] == "clean_plan"]
+    assert [e["severity"] for e in plans].count("WARNING") == 1
 
 
 def test_manual_cleaning_is_not_started_again_when_the_steps_change(stack: Stack) -> None:

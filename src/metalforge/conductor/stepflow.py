@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from metalforge import states
@@ -32,7 +33,7 @@ from metalforge.conductor import history, step_plans
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
-from metalforge.db.models import Node
+from metalforge.db.models import Node, NodeHistory
 from metalforge.drivers.base import DriverError, Interface, StepOutcome, StepsChanged
 from metalforge.drivers.step_declarations import StepKind
 
@@ -308,6 +309,15 @@ def _steps_changed(
     if not kind.replans(task):
         fail(task, kind, f"{kind.name} step {step.name} failed: {exc}")
         return
+    replanned = _replans(task, kind)
+    if replanned >= MAX_REPLANS:
+        fail(
+            task,
+            kind,
+            f"{kind.name} step {step.name} failed: {exc}, and the node's steps already changed "
+            f"{replanned} times since the flow began: it is not planned again",
+        )
+        return
     message = f"{exc}; {kind.name} starts again with the steps the node offers now"
     task.record(f"{kind.name}_plan", message, history.WARNING)
     task.progress = dataclasses.replace(
@@ -318,6 +328,25 @@ def _steps_changed(
         task.transition(states.RESUME, note=message)
     else:  # the flow's hook plans again when the item queued on release runs
         schedule_poll(task, 0.0)
+
+
+MAX_REPLANS = 3
+"""Times one flow plans again because the node's steps changed (an agent whose hardware
+managers keep changing would otherwise hold the node in a loop for ever)."""
+
+
+def _replans(task: NodeTask, kind: StepFlow) -> int:
+    """How many times this flow has planned again (its history since the flow began)."""
+    started = task.node.flow_started_at
+    query = select(func.count()).where(
+        NodeHistory.node_id == task.node.id,
+        NodeHistory.event_type == f"{kind.name}_plan",
+        NodeHistory.severity == history.WARNING,  # a plan made again, not the first one
+    )
+    if started is not None:
+        query = query.where(NodeHistory.created_at >= started)
+    with task.ctx.db.read() as session:
+        return int(session.scalar(query) or 0)
 
 
 def abort(
