@@ -17,9 +17,11 @@ from metalforge.config import ConductorSettings, CoordinationSettings
 from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
+from metalforge.startup import build_conductor
 from metalforge_lab.postgres import PostgresCluster
 from tests.support.api import (
     LATEST,
+    create_node,
     error_text,
     make_available,
     provision,
@@ -94,5 +96,72 @@ def test_an_outage_shorter_than_the_retries_costs_nothing_but_time(
         assert done["reservation"] is None
         assert not stack.conductor.ctx.stopping.is_set()
     finally:
+        stack.stop()
+        proxy.stop()
+
+
+def test_an_outage_longer_than_the_heartbeat_timeout_runs_no_step_twice(
+    postgres: PostgresCluster,
+) -> None:
+    """Two conductors lose the database together for longer than ``heartbeat_timeout``:
+    back, each sees the other's heartbeat too old, but neither takes the other's node or
+    work over (the outage's length is allowed for), so the step under way runs once and
+    every node finishes."""
+    name = f"mf_long_outage_{os.getpid()}"
+    postgres.execute(f"CREATE DATABASE {name}")
+    proxy = CuttableProxy(("127.0.0.1", postgres.port))
+    proxy.start()
+    url = postgres.url(name).replace(f":{postgres.port}/", f":{proxy.port}/")
+    settings = test_settings(
+        url,
+        heartbeat_interval=0.2,
+        heartbeat_timeout=2.0,
+        takeover_interval=0.2,
+        coordination={"election_interval": 0.2, "leader_lease": 2.0},
+    )
+    settings.database = settings.database.model_copy(
+        update={"retry_count": 200, "retry_interval": 0.25, "connect_timeout": 2}
+    )
+    stack = start_stack(settings)
+    other_db = Database(url, retry=RetryPolicy(count=200, interval=0.25), connect_timeout=2)
+    second_settings = settings.model_copy(
+        update={"conductor": settings.conductor.model_copy(update={"hostname": "second"})}
+    )
+    second = build_conductor(second_settings, other_db, stack.conductor.ctx.drivers)
+    second.start()
+    try:
+        nodes = [
+            create_node(stack.client, driver_info={"fake_step_delay": 2.0}) for _ in range(4)
+        ]
+        for node in nodes:
+            assert provision(stack.client, node["uuid"], "manage").status_code == 202
+            wait_for_state(stack.client, node["uuid"], "manageable")
+        for node in nodes:
+            assert provision(stack.client, node["uuid"], "provide").status_code == 202
+        for node in nodes:
+            wait_for_state(stack.client, node["uuid"], "cleaning")
+        proxy.cut()
+        time.sleep(6)  # three heartbeat timeouts
+        proxy.heal()
+        for node in nodes:
+            done = wait_for_state(stack.client, node["uuid"], "available", timeout=120)
+            assert done["last_error"] is None
+            assert done["reservation"] is None
+            events = stack.client.get(
+                f"/v1/nodes/{node['uuid']}/history?detail=true", headers=LATEST
+            ).json()["history"]
+            started = [
+                e["event"].split(" ")[0]
+                for e in events
+                if e["event_type"] == "clean_step" and " started" in e["event"]
+            ]
+            shown = [(e["conductor"], e["event_type"], e["event"][:90]) for e in events]
+            assert len(started) == len(set(started)), f"a step ran twice: {shown}"
+            assert not [e for e in events if e["event_type"] == "takeover"], events
+        assert not stack.conductor.ctx.stopping.is_set()
+        assert not second.ctx.stopping.is_set()
+    finally:
+        second.stop()
+        other_db.dispose()
         stack.stop()
         proxy.stop()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metalforge.config import ConductorSettings
@@ -61,6 +63,46 @@ class AbandonedCalls:
             return Counter(project for _, project in self._threads.values())
 
 
+class Heartbeats:
+    """When this conductor last heartbeated, and whether it was cut off before that.
+
+    A database outage stops every conductor's heartbeats alike. Once it ends,
+    the first conductor back would see every peer's heartbeat older than
+    ``heartbeat_timeout``, call them all dead and take their nodes and work
+    over, running again the steps they were in the middle of. So, while this
+    conductor cannot heartbeat, and for ``heartbeat_timeout`` after it could
+    again, it calls a peer dead only if its heartbeat is older by the length
+    of the outage too: time enough for every live peer to heartbeat again.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last = clock()
+        self._grace = 0.0
+        self._grace_until = 0.0
+
+    def beat(self, interval: float, timeout: float) -> None:
+        """A heartbeat was written now."""
+        with self._lock:
+            now = self._clock()
+            gap = now - self._last
+            if gap > 2 * interval:
+                kept = self._grace if now < self._grace_until else 0.0
+                self._grace, self._grace_until = max(gap, kept), now + timeout
+            self._last = now
+
+    def blind_for(self, interval: float, timeout: float) -> float:
+        """Seconds to add to ``heartbeat_timeout`` now (see the class docstring)."""
+        with self._lock:
+            now = self._clock()
+            behind = now - self._last
+            extra = behind if behind > 2 * interval else 0.0
+            if now < self._grace_until:
+                extra = max(extra, self._grace)
+            return extra
+
+
 @dataclass
 class ConductorContext:
     """Passed to every conductor function instead of globals."""
@@ -75,7 +117,13 @@ class ConductorContext:
     """(node id, epoch) of reservations a failed release could not give back yet."""
     abandoned: AbandonedCalls = field(default_factory=AbandonedCalls)
     """Calls past their work item's deadline that still run (``deadlines``)."""
+    beats: Heartbeats = field(default_factory=lambda: Heartbeats())
 
     @property
     def dead_after(self) -> dt.timedelta:
-        return dt.timedelta(seconds=self.settings.heartbeat_timeout)
+        """How old a peer's heartbeat must be for this conductor to call the peer dead:
+        ``heartbeat_timeout``, and more while this conductor itself could not heartbeat,
+        or has just come back from that (``Heartbeats``)."""
+        settings = self.settings
+        extra = self.beats.blind_for(settings.heartbeat_interval, settings.heartbeat_timeout)
+        return dt.timedelta(seconds=settings.heartbeat_timeout + extra)

@@ -109,6 +109,7 @@ def heartbeat(ctx: ConductorContext, run_id: str, running: list[int], lease: dt.
         if result.rowcount != 1:  # type: ignore[attr-defined]
             return False
         queue.renew(session, ctx.hostname, lease, running)
+    ctx.beats.beat(ctx.settings.heartbeat_interval, ctx.settings.heartbeat_timeout)
     if ctx.leaked_reservations:
         drop_leaked_reservations(ctx)
     return True

@@ -249,10 +249,14 @@ class NodeTask:
         must see before the flow goes on (an inspection that began processing)."""
         with self._writing:
             changes, entries, _, progress = self._pending()
-            with self.ctx.db.write() as session:
-                self._fence(session)
-                self._flush(session, changes, entries, progress)
-                func(session)
+
+            def write() -> None:
+                with self.ctx.db.write() as session:
+                    self._fence(session)
+                    self._flush(session, changes, entries, progress)
+                    func(session)
+
+            self._ride_out(write)
             self._remember()
 
     def on_release(self, func: Callable[[Session], object]) -> None:
@@ -314,9 +318,37 @@ class NodeTask:
         """Write what changed on the node (fenced)."""
         with self._writing:
             changes, entries, _, progress = self._pending()
-            with self.ctx.db.write() as session:
-                self._flush(session, changes, entries, progress)
+
+            def write() -> None:
+                with self.ctx.db.write() as session:
+                    self._flush(session, changes, entries, progress)
+
+            self._ride_out(write)
             self._remember()
+
+    def _ride_out(self, write: Callable[[], None]) -> None:
+        """Run ``write``, one fenced write transaction; while the database is out of reach,
+        run it again with the same content (``database.retry_*``).
+
+        What a step did is then written once the database answers, instead of being
+        lost with the transaction and the step run again from the saved progress. A
+        node taken over meanwhile still fails the write (``LockLost``): it is fenced.
+        """
+        step_runs = list(self._step_runs)
+        with_transition, on_release = list(self._with_transition), list(self._on_release)
+        released = self._released
+
+        def attempt() -> None:
+            try:
+                write()
+            except BaseException:  # re-raised: the next attempt starts as this one did
+                self._step_runs = list(step_runs)
+                self._with_transition[:] = with_transition
+                self._on_release[:] = on_release
+                self._released = released
+                raise
+
+        self.ctx.db.retrying(attempt, self.ctx.stopping)
 
     def with_next_transition(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction of the next ``transition`` (a write that
@@ -357,6 +389,24 @@ class NodeTask:
         for key, value in changes.items():
             setattr(self._node, key, value)
         dirty, entries, note, progress = self._pending(note)
+        self._ride_out(
+            lambda: self._write_transition(
+                event, dirty, entries, note, severity, progress, release=release
+            )
+        )
+        self._remember()
+
+    def _write_transition(
+        self,
+        event: str,
+        dirty: dict[str, Any],
+        entries: list[dict[str, Any]],
+        note: str | None,
+        severity: str,
+        progress: FlowProgress | None,
+        *,
+        release: bool,
+    ) -> None:
         with self.ctx.db.write() as session:
             try:
                 moved = transitions.apply(
@@ -382,7 +432,6 @@ class NodeTask:
             self._with_transition.clear()
             if moved.released:
                 self._run_release_hooks(session)
-        self._remember()
 
     def _run_release_hooks(self, session: Session) -> None:
         for func in self._on_release:
@@ -401,7 +450,11 @@ class NodeTask:
                     raise LockLost(f"node {self._node.uuid} was changed after its release")
                 return
             changes, entries, _, progress = self._pending()
-            with self.ctx.db.write() as session:
-                self._flush(session, {**changes, "reservation": None}, entries, progress)
-                self._run_release_hooks(session)
+
+            def write() -> None:
+                with self.ctx.db.write() as session:
+                    self._flush(session, {**changes, "reservation": None}, entries, progress)
+                    self._run_release_hooks(session)
+
+            self._ride_out(write)
             self._remember()
