@@ -130,9 +130,7 @@ def test_an_outage_longer_than_the_heartbeat_timeout_runs_no_step_twice(
     second = build_conductor(second_settings, other_db, stack.conductor.ctx.drivers)
     second.start()
     try:
-        nodes = [
-            create_node(stack.client, driver_info={"fake_step_delay": 2.0}) for _ in range(4)
-        ]
+        nodes = [create_node(stack.client, driver_info={"fake_step_delay": 2.0}) for _ in range(4)]
         for node in nodes:
             assert provision(stack.client, node["uuid"], "manage").status_code == 202
             wait_for_state(stack.client, node["uuid"], "manageable")
