@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
 import requests
 
 from metalforge import outbound_http
+from tests.support.images import image_server
 from tests.support.stalling import stalling
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,25 +42,8 @@ def test_retries_after_the_deadline_are_cut_as_they_connect() -> None:
 
 @pytest.fixture
 def answering() -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"hello"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with image_server({"/": b"hello"}) as served:
+        yield f"{served.url}/"
 
 
 def test_a_call_that_ends_in_time_is_untouched_and_leaves_nothing_watched(answering: str) -> None:
