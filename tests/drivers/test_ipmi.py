@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from metalforge.config import BmcGuardSettings
 from metalforge.db.models import Node
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -17,9 +18,11 @@ from metalforge.drivers.base import (
     REBOOT,
     SOFT_POWER_OFF,
     SOFT_REBOOT,
+    BmcUnavailable,
     DriverError,
     ReadOnlyTask,
 )
+from metalforge.drivers.bmc_guard import GUARD
 from metalforge.drivers.failures import FAILURES
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower, sessions
 from metalforge.drivers.ipmi.client import SESSIONS, CredentialsRefused, NoAnswer
@@ -199,6 +202,32 @@ def test_unreachable_bmc_fails_within_the_configured_time() -> None:
     assert str(raised.value).startswith(
         f"no answer from IPMI BMC at 127.0.0.1:{port} after 2 tries"
     )
+
+
+def test_a_silent_bmc_with_the_longest_tries_is_given_up_at_the_guards_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node's owner may set 11 tries of 60 s; the guard's whole-call deadline still ends
+    the call (it would otherwise hold a conductor worker for 11 minutes)."""
+    GUARD.configure(BmcGuardSettings(call_deadline=1.0, failures_to_open=100))
+    waits: list[float] = []
+    real_try = SESSIONS._try
+
+    def recorded(bmc: Any, operation: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return real_try(bmc, operation, timeout)
+
+    monkeypatch.setattr(SESSIONS, "_try", recorded)
+    port = free_udp_ports(1)  # nothing listens there
+    task = Task(**driver_info(port, ipmi_timeout=60, ipmi_retries=10))
+    try:
+        with pytest.raises(BmcUnavailable, match=r"bmc_guard\.call_deadline"):
+            POWER.get_power_state(task)
+    finally:
+        GUARD.configure(BmcGuardSettings())
+    assert waits
+    assert all(wait <= 1.0 for wait in waits), waits
+    assert len(waits) < 11
 
 
 def test_failed_calls_are_counted_by_kind_for_metrics(bmc: BmcProcess) -> None:

@@ -11,6 +11,11 @@ short-lived thread and the caller stops waiting after ``ipmi_timeout``; the
 abandoned try keeps its slot until pyghmi gives up, and the BMC gets a fresh
 slot, so a retry starts at once and a dead BMC holds at most a few threads.
 
+A node's ``ipmi_retries`` and ``ipmi_timeout`` are its owner's to set (up to
+11 tries of 60 s), so they alone do not bound a call: inside the BMC guard's
+whole-call deadline (``outbound_http.within``), each try waits at most for
+what is left of it and no try starts once it has passed.
+
 The pool is module-level because pyghmi's state is: two pools in one process
 would still share, and trip over, the same sessions.
 """
@@ -25,6 +30,7 @@ from typing import Any, TypeVar
 
 from pyghmi import exceptions as pyghmi_exceptions
 
+from metalforge import outbound_http
 from metalforge.drivers.base import BmcUnavailable, DriverError
 from metalforge.drivers.failures import bmc_failed
 from metalforge.drivers.ipmi import sessions
@@ -137,6 +143,13 @@ def _classify(bmc: BmcAddress, exc: BaseException) -> DriverError:
     return DriverError(f"IPMI BMC at {bmc}: {type(exc).__name__}: {text}")
 
 
+def _time_left(deadline: outbound_http.Deadline | None, timeout: float) -> float:
+    """How long the next try may wait: ``timeout``, cut to what is left of ``deadline``."""
+    if deadline is None:
+        return timeout
+    return min(timeout, deadline.at - time.monotonic())
+
+
 class SessionPool:
     """Cached pyghmi sessions, one per BMC, safe to use from many threads."""
 
@@ -194,16 +207,27 @@ class SessionPool:
         pause: Callable[[float], None],
     ) -> T:
         last: DriverError = NoAnswer("timeout")
+        deadline = outbound_http.current()
+        tried = 0
         for attempt in range(policy.tries):
             if attempt:
                 pause(min(1.0, policy.timeout / 4))
+            wait = _time_left(deadline, policy.timeout)
+            if wait <= 0:
+                break
+            tried += 1
             try:
-                return self._try(bmc, operation, policy.timeout)
+                return self._try(bmc, operation, wait)
             except (CredentialsRefused, CommandFailed):
                 raise
             except DriverError as exc:
                 last = exc
-        tries = f"{policy.tries} {'try' if policy.tries == 1 else 'tries'}"
+        tries = f"{tried} {'try' if tried == 1 else 'tries'}"
+        if deadline is not None and tried < policy.tries and isinstance(last, NoAnswer):
+            raise NoAnswer(
+                f"no answer from IPMI BMC at {bmc} after {tries} within {deadline.seconds:g} s "
+                f"({deadline.setting}); the call was given up"
+            ) from None
         if not isinstance(last, NoAnswer):
             raise DriverError(f"{last} (after {tries})") from last
         detail = "" if str(last) == "timeout" else f" ({last})"
