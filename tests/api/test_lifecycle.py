@@ -18,6 +18,13 @@ def test_enroll_to_active_and_back(stack: Stack) -> None:
     client = stack.client
     node = make_available(client, name="life-1")
     assert node["power_state"] == "power off"
+    named = client.patch(
+        "/v1/nodes/life-1",
+        json=[{"op": "add", "path": "/instance_info/display_name", "value": "web-1"}],
+        headers=LATEST,
+    )
+    assert named.status_code == 200, named.text
+    assert named.json()["instance_name"] == "web-1"
     response = provision(client, "life-1", "active", configdrive={"meta_data": {"hostname": "h"}})
     assert response.status_code == 202
     assert response.headers["Location"].endswith(f"/v1/nodes/{node['uuid']}/states")
@@ -29,6 +36,7 @@ def test_enroll_to_active_and_back(stack: Stack) -> None:
     assert provision(client, "life-1", "deleted").status_code == 202
     node = wait_for_state(client, "life-1", "available")
     assert node["instance_info"] == {}
+    assert node["instance_name"] is None
     events = client.get(f"/v1/nodes/{node['uuid']}/history", headers=LATEST).json()["history"]
     texts = [e["event"] for e in events]
     assert "available -> deploying (active)" in texts

@@ -136,3 +136,22 @@ def test_moving_the_bmc_keeping_its_credentials_needs_them_again(svc: Services) 
     _update(svc, node.uuid, again, FakeCaller(allow=_no_passwords))
     stored: Node = stored_node(svc, node.id)
     assert stored.driver_info == {"ipmi_address": "10.0.0.2", "ipmi_password": "new"}
+
+
+def test_display_name_in_instance_info_names_an_unnamed_instance(svc: Services) -> None:
+    """Ironic copies ``instance_info.display_name`` into ``instance_name`` when a patch
+    changes ``instance_info`` and the node has no instance name; a given name stays."""
+    node = add_node(svc)
+    _update(svc, node.uuid, _set("/instance_info", {"display_name": "web-1"}))
+    assert stored_node(svc, node.id).instance_name == "web-1"
+    _update(svc, node.uuid, _set("/instance_info", {"display_name": "web-2"}))
+    assert stored_node(svc, node.id).instance_name == "web-1"
+
+    named = add_node(svc)
+    patch = [*_set("/instance_info", {"display_name": "db-1"}), *_set("/instance_name", "mine")]
+    _update(svc, named.uuid, patch)
+    assert stored_node(svc, named.id).instance_name == "mine"
+
+    untouched = add_node(svc, instance_info={"display_name": "old"})
+    _update(svc, untouched.uuid, _set("/extra", {"a": 1}))
+    assert stored_node(svc, untouched.id).instance_name is None

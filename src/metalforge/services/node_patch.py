@@ -164,7 +164,21 @@ def changes(node: Node, ops: Sequence[Operation], caller: Caller) -> dict[str, A
     after = apply(before, ops)
     if isinstance(after.get("driver_info"), dict):
         _check_bmc_redirect(caller, target, ops, before["driver_info"], after["driver_info"])
-    return _normalised(before, after)
+    changed = _normalised(before, after)
+    return {**changed, **_instance_name_from_display_name(node, changed)}
+
+
+def _instance_name_from_display_name(node: Node, changed: Mapping[str, Any]) -> dict[str, Any]:
+    """``instance_name`` taken from ``instance_info.display_name`` when a patch changes
+    ``instance_info`` and leaves the node without a name, as Ironic does: clients that
+    name instances the older way (Nova, Metal3) still fill the newer field."""
+    if "instance_info" not in changed:
+        return {}
+    name = changed.get("instance_name", node.instance_name)
+    display_name = changed["instance_info"].get("display_name")
+    if name or not isinstance(display_name, str) or not display_name:
+        return {}
+    return {"instance_name": display_name[: MAX_LENGTHS.get("instance_name", 255)]}
 
 
 def _address_keys(driver_info: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ def tear_down(task: NodeTask) -> None:
         states.DONE,
         instance_info={},
         instance_uuid=None,
+        instance_name=None,
         allocation_id=None,
         deploy_step={},
         last_error=None,
