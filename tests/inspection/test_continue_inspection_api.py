@@ -238,6 +238,45 @@ def test_discovery_enrolls_a_machine_no_node_matches(db_url: str) -> None:
         stack.stop()
 
 
+def test_a_discovery_rule_gives_an_enrolled_machine_its_driver(db_url: str) -> None:
+    """Ironic's sample: a rule on ``{node.auto_discovered}`` sets the driver and its BMC
+    address from the report; the node takes the driver's default interfaces."""
+    settings = test_settings(db_url, enabled_hardware_types=["fake-hardware", "ipmi"])
+    settings.conductor.inspection.discovery = True
+    settings.conductor.inspection.discovery_driver = "fake-hardware"
+    stack = start_stack(settings)
+    try:
+        rule = {
+            "conditions": [{"op": "is-true", "args": {"value": "{node.auto_discovered}"}}],
+            "actions": [
+                {"op": "set-attribute", "args": {"path": "/driver", "value": "ipmi"}},
+                {
+                    "op": "set-attribute",
+                    "args": {
+                        "path": "/driver_info/ipmi_address",
+                        "value": "{inventory[bmc_address]}",
+                    },
+                },
+            ],
+        }
+        created = stack.client.post("/v1/inspection_rules", json=rule, headers=LATEST)
+        assert created.status_code == 201, created.text
+        response = stack.client.post(
+            "/v1/continue_inspection", json=_report("52:54:00:de:5c:03", bmc_address="192.0.2.9")
+        )
+        assert response.status_code == 202, response.text
+        uuid = response.json()["uuid"]
+        wait_until(
+            "the rule to set the driver", lambda: get_node(stack.client, uuid)["driver"] == "ipmi"
+        )
+        node = get_node(stack.client, uuid)
+        assert node["driver_info"]["ipmi_address"] == "192.0.2.9"
+        assert (node["power_interface"], node["management_interface"]) == ("ipmitool", "ipmitool")
+        assert node["last_error"] is None
+    finally:
+        stack.stop()
+
+
 def test_without_discovery_an_unknown_machine_is_404(stack: Stack) -> None:
     response = stack.client.post("/v1/continue_inspection", json=_report("52:54:00:de:5c:02"))
     assert response.status_code == 404

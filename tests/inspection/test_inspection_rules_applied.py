@@ -96,6 +96,32 @@ def test_a_fail_rule_fails_the_inspection_and_nothing_of_the_rules_is_written(
     assert "cpus" not in failed["properties"], "the inspection wrote nothing"
 
 
+def test_a_rule_on_auto_discovered_leaves_an_enrolled_node_alone(stack: Stack) -> None:
+    _rule(
+        stack,
+        conditions=[{"op": "is-true", "args": {"value": "{node.auto_discovered}"}}],
+        actions=[{"op": "set-attribute", "args": {"path": "/driver", "value": "ipmi"}}],
+    )
+    done = _inspected(stack)
+    assert done["driver"] == "fake-hardware"
+    assert done["last_error"] is None
+
+
+def test_a_rule_setting_a_driver_this_service_lacks_fails_the_inspection(stack: Stack) -> None:
+    _rule(
+        stack,
+        description="wrong driver",
+        actions=[
+            {"op": "set-attribute", "args": {"path": "/driver", "value": "no-such-driver"}},
+            {"op": "add-trait", "args": {"name": "CUSTOM_SEEN"}},
+        ],
+    )
+    failed = _inspected(stack, "inspect failed")
+    assert "no-such-driver" in failed["last_error"], failed["last_error"]
+    assert failed["driver"] == "fake-hardware"
+    assert _get(stack, f"/v1/nodes/{failed['uuid']}/traits")["traits"] == []
+
+
 @pytest.fixture
 def built_in_stack(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[Stack, Path]]:
     rules = tmp_path / "rules.yaml"

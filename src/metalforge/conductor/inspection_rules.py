@@ -24,10 +24,12 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, inspection_report
 from metalforge.conductor.task import NodeTask
-from metalforge.db.models import InspectionRule, NodeTrait, Port, utcnow
+from metalforge.db.models import INTERFACES, InspectionRule, NodeTrait, Port, utcnow
+from metalforge.drivers.base import DriverError
+from metalforge.drivers.hardware import UnknownDriver
 from metalforge.inspection_rules import engine, references
 from metalforge.inspection_rules.actions import PORT_FIELDS, Subject
-from metalforge.inspection_rules.grammar import Rule, RuleInvalid, parse_rule
+from metalforge.inspection_rules.grammar import NODE_DRIVER_FIELDS, Rule, RuleInvalid, parse_rule
 from metalforge.inspection_rules.stored import rule_of
 from metalforge.redaction import mask_secrets
 
@@ -134,6 +136,7 @@ def run(task: NodeTask, outcome: inspection_report.Outcome) -> RuleRun | None:
         for name in references.NODE_READABLE
         if hasattr(node, name)
     }
+    fields[references.AUTO_DISCOVERED] = outcome.plugin_data.get(references.AUTO_DISCOVERED) is True
     subject = Subject(
         node=fields,
         traits=list(traits),
@@ -148,9 +151,35 @@ def run(task: NodeTask, outcome: inspection_report.Outcome) -> RuleRun | None:
         for level, message in applied.log:
             text = f"rule {applied.rule}: {mask_secrets(message)}"
             task.record("inspection_rule", text, _LEVELS.get(level, history.ERROR))
-    for name in subject.changed_fields - {"traits"}:
-        setattr(node, name, subject.node.get(name))
+    changed = {name: subject.node.get(name) for name in subject.changed_fields - {"traits"}}
+    if changed.keys() & NODE_DRIVER_FIELDS:
+        changed.update(_driver_change(task, changed))
+    for name, value in changed.items():
+        setattr(node, name, value)
     return RuleRun(subject, planned, traits)
+
+
+def _driver_change(task: NodeTask, changed: dict[str, Any]) -> dict[str, Any]:
+    """The driver and interfaces the rules leave, checked as a PATCH checks them: a new
+    driver takes its defaults for the interfaces the rules did not name, and a driver or
+    interface this conductor does not have fails the rules (nothing is written)."""
+    node = task.node
+    driver = changed.get("driver", node.driver)
+    renamed = "driver" in changed and driver != node.driver
+    requested = {
+        family: changed.get(
+            f"{family}_interface", None if renamed else getattr(node, f"{family}_interface")
+        )
+        for family in INTERFACES
+    }
+    try:
+        chosen = task.ctx.drivers.resolve_interface_names(driver, requested)
+        hardware = task.ctx.drivers.hardware_type(driver)
+        if hardware.check_settings is not None:
+            hardware.check_settings(changed.get("driver_info", node.driver_info))
+    except (UnknownDriver, DriverError) as exc:
+        raise RulesFailed(f"the rules set driver {driver!r}: {exc}") from None
+    return {"driver": driver, **{f"{f}_interface": name for f, name in chosen.items()}}
 
 
 def write(session: Session, node_id: int, done: RuleRun) -> None:

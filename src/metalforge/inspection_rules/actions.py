@@ -1,7 +1,7 @@
 """The actions' operators: each changes the ``Subject`` (and nothing else).
 
 The subject is what one inspection may change: the node's free-form
-documents and text fields (``grammar.NODE_FIELDS_SET``), its traits and
+documents, text fields and driver (``grammar.NODE_FIELDS_SET``), its traits and
 capabilities, its ports' ``extra``-like fields, and the plugin data stored
 with the inspection. The inspection flow writes the subject back in its own
 transaction, so a rule's changes are written with the inspection's or not
@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from metalforge.inspection_rules.grammar import (
     NODE_DICT_FIELDS,
+    NODE_DRIVER_FIELDS,
     NODE_TEXT_FIELDS,
     RuleInvalid,
     check_node_path,
@@ -103,8 +104,10 @@ def _set_whole_field(subject: Subject, name: str, value: Any) -> None:
     if name in NODE_DICT_FIELDS and not isinstance(value, dict):
         raise ActionError(f"{name} must be set to an object")
     too_long = not isinstance(value, str) or len(value) > TEXT_LENGTH
-    if name in NODE_TEXT_FIELDS and value is not None and too_long:
+    if name in NODE_TEXT_FIELDS | NODE_DRIVER_FIELDS and value is not None and too_long:
         raise ActionError(f"{name} must be set to text of at most {TEXT_LENGTH} characters")
+    if name == "driver" and not value:
+        raise ActionError("driver must be set to the name of a hardware type")
     subject.node[name] = value
 
 
@@ -132,6 +135,8 @@ def _extend_attribute(subject: Subject, args: Mapping[str, Any]) -> None:
 def _del_attribute(subject: Subject, args: Mapping[str, Any]) -> None:
     keys = _node_keys(subject, args["path"])
     if len(keys) == 1:
+        if keys[0] == "driver":
+            raise ActionError("a node's driver cannot be removed")
         subject.node[keys[0]] = {} if keys[0] in NODE_DICT_FIELDS else None
         return
     holder: Any = subject.node.get(keys[0])

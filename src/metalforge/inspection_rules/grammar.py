@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from metalforge.db.models import INTERFACES
 from metalforge.inspection_rules import patterns, references
 
 PHASES: Final = ("main",)
@@ -35,9 +36,13 @@ NODE_DICT_FIELDS: Final = frozenset(
 NODE_TEXT_FIELDS: Final = frozenset(
     {"description", "resource_class", "owner", "lessee", "shard", "conductor_group"}
 )
-NODE_FIELDS_SET: Final = NODE_DICT_FIELDS | NODE_TEXT_FIELDS
-"""The node fields an action may change: the free-form documents, and the plain text
-fields an inspection decides (never the driver, the interfaces, the name or the state)."""
+NODE_DRIVER_FIELDS: Final = frozenset({"driver", *(f"{f}_interface" for f in INTERFACES)})
+"""The hardware type and interfaces: a discovery rule sets them from what the report says
+(an iDRAC's address: ``idrac``); the conductor checks the result as a PATCH is checked."""
+NODE_FIELDS_SET: Final = NODE_DICT_FIELDS | NODE_TEXT_FIELDS | NODE_DRIVER_FIELDS
+"""The node fields an action may change: the free-form documents, the plain text fields
+an inspection decides, and the driver with its interfaces (never the name or a state).
+A rule naming another field is stored, as Ironic stores it; the action fails when run."""
 
 
 class RuleInvalid(ValueError):
@@ -332,9 +337,9 @@ def _check_literals(op: str, args: Mapping[str, Any], where: str) -> None:
         raise RuleInvalid(f"{where}: values must be a list")
     if op == "log" and str(args["level"]).lower() not in LOG_LEVELS:
         raise RuleInvalid(f"{where}: level must be one of {', '.join(LOG_LEVELS)}")
-    if op in ("set-attribute", "extend-attribute", "del-attribute"):
-        check_node_path(args["path"], where)
-    if op.endswith(("plugin-data", "port-attribute")):
+    if op.endswith(("-attribute", "plugin-data")):
+        # Which node field a path may change is checked when the action runs: Ironic
+        # stores a rule naming any field.
         path = args["path"]
         if not isinstance(path, str) or not split_path(path):
             raise RuleInvalid(f"{where}: path must name a key")
@@ -364,7 +369,7 @@ def check_node_path(path: Any, where: str) -> list[str]:
             f"{where}: a rule cannot change the node's {keys[0]}; it may change "
             f"{', '.join(sorted(NODE_FIELDS_SET))}"
         )
-    if keys[0] in NODE_TEXT_FIELDS and len(keys) > 1:
+    if keys[0] in NODE_TEXT_FIELDS | NODE_DRIVER_FIELDS and len(keys) > 1:
         raise RuleInvalid(f"{where}: {keys[0]} is text, not an object")
     return keys
 

@@ -4,8 +4,10 @@ The syntax is Ironic's (Python's format fields): a name (``inventory``,
 ``plugin_data``, ``node``, and ``item`` inside a loop) followed by ``[key]``
 or ``.key`` steps; ``{{`` and ``}}`` are literal braces. Resolution is ours
 and reads data only: keys of objects and indexes of lists, and of the node
-only the fields in ``NODE_READABLE``. No attribute of a Python object is
-ever looked up, so a reference cannot reach the interpreter. A rendered
+only the fields in ``NODE_READABLE`` (a rule naming another is stored, as
+Ironic stores it, and the reference stays as written, as Ironic leaves one
+it cannot format). No attribute of a Python object is ever looked up, so a
+reference cannot reach the interpreter. A rendered
 argument is text, as Ironic's is (``"8"``, not ``8``). A value stored under a
 secret key (``bmc_password``...) renders masked, at any depth of a whole
 object a reference names, and so do the credentials in the node's URLs: no
@@ -19,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from metalforge.db.models import INTERFACES
 from metalforge.redaction import MASK, is_secret_key, mask_document, mask_secrets
 
 ROOTS: Final = ("inventory", "plugin_data", "node")
+AUTO_DISCOVERED: Final = "auto_discovered"
 LOOP_ROOT: Final = "item"
 NODE_READABLE: Final = frozenset(
     {
@@ -40,9 +44,22 @@ NODE_READABLE: Final = frozenset(
         "provision_state",
         "power_state",
         "boot_mode",
+        "secure_boot",
+        "instance_uuid",
+        "instance_name",
+        "maintenance",
+        "automated_clean",
+        "protected",
+        "retired",
+        "shard",
+        "network_data",
+        *(f"{family}_interface" for family in INTERFACES),
+        AUTO_DISCOVERED,
     }
 )
-"""What a rule may read of its node (``driver_info`` with its secrets masked)."""
+"""What a rule may read of its node (``driver_info`` with its secrets masked), and
+``auto_discovered``: whether the node was enrolled by this inspection's report, which
+Ironic's samples read as ``{node.auto_discovered}`` (and its plugin data holds)."""
 MAX_RENDERED: Final = 65536
 """Characters one rendered argument may have."""
 
@@ -159,11 +176,6 @@ def _check_field(field: Field, in_loop: bool) -> None:
         where = "" if in_loop or field.root != LOOP_ROOT else " (item exists only in a loop)"
         raise BadReference(
             f"{field.text} names {field.root!r}; a rule reads {', '.join(roots)}{where}"
-        )
-    if field.root == "node" and field.keys and field.keys[0] not in NODE_READABLE:
-        raise BadReference(
-            f"{field.text}: a rule cannot read the node's {field.keys[0]}; it reads "
-            f"{', '.join(sorted(NODE_READABLE))}"
         )
 
 
