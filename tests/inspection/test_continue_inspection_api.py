@@ -409,6 +409,14 @@ def test_the_inspector_api_returns_the_data_as_ironic_inspector_stores_it(stack:
     assert data["root_disk"]["name"] == "/dev/vda"
     assert data["interfaces"] == data["all_interfaces"] == {"eth0": eth0}
     assert data["inventory"]["cpu"]["count"] == "4"  # the inventory as it came
+    # ironic-inspector's keys and no others (Ironic's plugin data says valid_interfaces).
+    assert sorted(data) == sorted(
+        [
+            *("inventory", "root_disk", "error", "boot_interface", "macs", "local_gb"),
+            *("all_interfaces", "interfaces", "ipmi_address", "ipmi_v6address"),
+            *("cpus", "cpu_arch", "memory_mb"),
+        ]
+    )
     # Ironic's face keeps Ironic's plugin data: local_gb, none of the inspector's own keys.
     plugin = stack.client.get(f"/v1/nodes/{node['uuid']}/inventory", headers=LATEST).json()
     assert plugin["plugin_data"]["local_gb"] == 20

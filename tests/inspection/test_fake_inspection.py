@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.testclient import TestClient
+
 from metalforge import inspection_states as ins
+from metalforge.api.inspector.app import create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.introspections import Record
 from tests.support.api import (
@@ -141,3 +144,25 @@ def test_an_inspection_already_running_cannot_be_started_again(stack: Stack) -> 
     again = provision(stack.client, node["uuid"], "inspect")
     assert again.status_code == 400
     wait_for_state(stack.client, node["uuid"], "manageable")
+
+
+def test_the_inspector_api_starts_again_after_aborting_a_node_waiting_for_its_report(
+    stack: Stack,
+) -> None:
+    """ironic-inspector answers a start after an abort in ``inspect wait`` with 202, and
+    the node inspects again."""
+    inspector = TestClient(
+        create_inspector_app(stack.app.state.services),
+        headers={"X-OpenStack-Ironic-Inspector-API-Version": "1.18"},
+    )
+    node = _manageable(stack, driver_info={"fake_step_delay": 3600})
+    uuid = node["uuid"]
+    assert inspector.post(f"/v1/introspection/{uuid}").status_code == 202
+    wait_for_state(stack.client, uuid, "inspect wait")
+    aborted = inspector.post(f"/v1/introspection/{uuid}/abort")
+    assert aborted.status_code == 202, aborted.text
+    wait_for_state(stack.client, uuid, "inspect failed")
+    again = inspector.post(f"/v1/introspection/{uuid}")
+    assert again.status_code == 202, again.text
+    wait_for_state(stack.client, uuid, "inspect wait")
+    assert inspector.get(f"/v1/introspection/{uuid}").json()["finished"] is False

@@ -292,7 +292,7 @@ def introspection_data(
 
     Read from the inventory, never from the node's properties, so an operator's later
     edit of a property, or another rule's, does not change what the data says."""
-    data = dict(plugin_data)
+    data = {k: v for k, v in plugin_data.items() if k != "valid_interfaces"}  # "interfaces"
     data["inventory"] = inventory
     data["all_interfaces"] = _interfaces(plugin_data.get("all_interfaces"))
     data["interfaces"] = _interfaces(plugin_data.get("valid_interfaces"))
