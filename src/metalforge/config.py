@@ -560,10 +560,10 @@ class ConductorSettings(BaseModel):
     workers: int = 16
     """Threads that run work items in parallel."""
     workers_per_project: int = Field(default=8, ge=1)
-    """Workers that may run one project's nodes at once (a node's lessee, else its owner;
-    nodes of neither count as one project); the others stay free for other projects, so
-    one tenant's BMCs and image servers, however slow, cannot take every worker. At or
-    above ``workers`` it is no limit."""
+    """Workers that may run one project's nodes at once (a node's lessee, else its owner);
+    the others stay free for other projects, so one tenant's BMCs and image servers,
+    however slow, cannot take every worker. The deployment's own nodes (neither owner nor
+    lessee) may use every worker. At or above ``workers`` it is no limit."""
     heartbeat_interval: float = 5.0
     """Seconds between conductor heartbeats in the conductors table."""
     heartbeat_timeout: float = 30.0

@@ -241,3 +241,35 @@ def test_a_project_s_call_that_never_ends_holds_back_that_project_only(sqlite_ur
         if not closed:
             bmc.close()
         stack.stop()
+
+
+def test_the_deployments_own_nodes_are_not_held_to_a_projects_share(sqlite_url: str) -> None:
+    """Nodes with neither owner nor lessee are the operator's, not a tenant's: a call of
+    theirs that never ends does not hold back the operator's other nodes."""
+    registry = DriverRegistry([HARDWARE_TYPES["fake-hardware"], HARDWARE_TYPES["redfish"]])
+    settings = test_settings(
+        sqlite_url, workers=3, workers_per_project=1, work_deadlines={"power": 1.0}
+    )
+    stack = start_stack(settings, registry=registry)
+    bmc = SilentBmc()
+    try:
+        client = stack.client
+        own = make_available(client)
+        silent = create_node(
+            client,
+            driver="redfish",
+            driver_info={
+                "redfish_address": f"http://127.0.0.1:{bmc.port}",
+                "redfish_system_id": "/redfish/v1/Systems/1",
+            },
+        )
+        _power(stack, silent["uuid"], "power on")
+        wait_until("the call abandoned", lambda: stack.conductor.ctx.abandoned.by_project()[""])
+        _power(stack, own["uuid"], "power on")
+        wait_until(
+            "the operator's other node powered on",
+            lambda: get_node(client, own["uuid"])["power_state"] == "power on",
+        )
+    finally:
+        bmc.close()
+        stack.stop()

@@ -7,7 +7,8 @@ knows which items its workers run: the heartbeat renews only their leases.
 At most ``workers_per_project`` of the workers run one project's nodes: an
 item of a project that has its share goes back to the queue, so a tenant
 whose BMCs or image servers are slow cannot take every worker from the
-others.
+others. The deployment's own nodes (no owner, no lessee: a project's
+member cannot enroll one) are not a tenant's and may use every worker.
 
 A claim whose commit fails may still have been committed (the connection
 dropped after the server received the COMMIT): its items and reservations
@@ -214,7 +215,7 @@ class Dispatcher:
             try:
                 node = lock(self.ctx, session, item.node_id)
                 project = _project(node)
-                if taken[project] >= self.ctx.settings.workers_per_project:
+                if project and taken[project] >= self.ctx.settings.workers_per_project:
                     # The project has its share of the workers: the item waits for one
                     # of them to end, and the other projects' work goes first.
                     unlock(self.ctx, session, item.node_id, int(node["epoch"]))
