@@ -103,10 +103,10 @@ def test_an_outage_shorter_than_the_retries_costs_nothing_but_time(
 def test_an_outage_longer_than_the_heartbeat_timeout_runs_no_step_twice(
     postgres: PostgresCluster,
 ) -> None:
-    """Two conductors lose the database together for longer than ``heartbeat_timeout``:
-    back, each sees the other's heartbeat too old, but neither takes the other's node or
-    work over (the outage's length is allowed for), so the step under way runs once and
-    every node finishes."""
+    """Two conductors lose the database together for longer than ``heartbeat_timeout``
+    and the work leases: back, each sees the other's heartbeat too old and its leases
+    expired, but neither takes the other's node or work over (the outage's length is
+    allowed for), so the step under way runs once and every node finishes."""
     name = f"mf_long_outage_{os.getpid()}"
     postgres.execute(f"CREATE DATABASE {name}")
     proxy = CuttableProxy(("127.0.0.1", postgres.port))
@@ -117,6 +117,9 @@ def test_an_outage_longer_than_the_heartbeat_timeout_runs_no_step_twice(
         heartbeat_interval=0.2,
         heartbeat_timeout=2.0,
         takeover_interval=0.2,
+        # The outage outlasts the work items' leases too: neither conductor may take
+        # the other's running item when its lease is found expired.
+        lease_seconds=3.0,
         coordination={"election_interval": 0.2, "leader_lease": 2.0},
     )
     settings.database = settings.database.model_copy(

@@ -85,11 +85,31 @@ def test_affinity_and_expired_leases(db_url: str) -> None:
     with db.write() as session:
         queue.enqueue(session, "power", 4)
     [item] = _claim(db, "c1", lease=dt.timedelta(seconds=-1))  # lease already over
-    [retaken] = _claim(db, "c2")
+    assert _claim(db, "c1") == []  # its own: still running in its workers
+    assert _claim(db, "c2") == []  # c1 is alive: its renewals failed, not its worker
+    [retaken] = _claim(db, "c2", live=["c2"])  # c1 is dead
     assert retaken.id == item.id
     with db.write() as session:
         assert not queue.finish(session, item.id, "c1")  # the old owner lost it
         assert queue.finish(session, item.id, "c2")
+    db.dispose()
+
+
+def test_a_live_conductors_item_is_taken_once_its_lease_is_long_stale(db_url: str) -> None:
+    """A database outage longer than a lease leaves live conductors' leases expired while
+    their workers still run the items; only a long-stale lease (a conductor that lost
+    track of its item) is taken from a live conductor."""
+    db = Database(db_url)
+    db.upgrade()
+    with db.write() as session:
+        queue.enqueue(session, "power", 6)
+    stale = -(LEASE * queue.STALE_LEASES + dt.timedelta(seconds=5))
+    [item] = _claim(db, "c1", lease=-LEASE * 2)
+    assert _claim(db, "c2") == []
+    with db.write() as session:
+        assert queue.renew(session, "c1", stale, [item.id]) == 1
+    [taken] = _claim(db, "c2")
+    assert taken.id == item.id
     db.dispose()
 
 
@@ -182,9 +202,10 @@ def test_the_heartbeat_renews_only_the_items_being_run(db_url: str) -> None:
     with db.write() as session:
         queue.enqueue(session, "power", 1)
         queue.enqueue(session, "power", 2)
-    running, leaked = _claim(db, "c1", lease=dt.timedelta(seconds=-1))
+    long_stale = -(LEASE * queue.STALE_LEASES + dt.timedelta(seconds=5))
+    running, leaked = _claim(db, "c1", lease=long_stale)
     with db.write() as session:
         assert queue.renew(session, "c1", LEASE, [running.id]) == 1
-    [retaken] = _claim(db, "c2")  # the one nobody runs expires and is claimed again
+    [retaken] = _claim(db, "c2")  # the one nobody runs goes stale and is claimed again
     assert retaken.id == leaked.id
     db.dispose()

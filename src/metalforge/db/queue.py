@@ -133,6 +133,10 @@ def enqueue(
     connection.execute(_UPSERT[connection.dialect.name], values)
 
 
+STALE_LEASES = 5
+"""Leases a live conductor may fail to renew before its item is taken by another."""
+
+
 @functools.cache
 def _claim_query(with_live: bool, with_kinds: bool) -> Select[Any]:
     # Built once per shape: the dispatcher claims after every finished item,
@@ -141,9 +145,15 @@ def _claim_query(with_live: bool, with_kinds: bool) -> Select[Any]:
     now = bindparam("b_now", type_=UTCDateTime())
     owner = bindparam("b_owner", type_=String())
     live = bindparam("b_live", expanding=True, type_=String())
+    expired = (c.state == CLAIMED) & (c.lease_owner != owner) & (c.lease_expires_at < now)
     due = or_(
         (c.state == PENDING) & (c.not_before <= now),
-        (c.state == CLAIMED) & (c.lease_expires_at < now),
+        # An expired lease of a live conductor is its item still running: a database
+        # outage longer than a lease stopped its renewals, not its worker. Taken only
+        # once it is long stale (a conductor that lost track of it).
+        expired & (c.lease_expires_at < bindparam("b_stale", type_=UTCDateTime()))
+        if with_live
+        else expired,
         (c.state == CLAIMED) & c.lease_owner.not_in(live) & (c.lease_owner != owner)
         if with_live
         else false(),
@@ -214,16 +224,20 @@ def claim(
 
     An item prefers the conductor the hash ring chose; others take it only
     when that conductor is not alive or the item has waited ``affinity_grace``.
-    Items whose lease expired are claimed again, and so are items held by a
-    conductor missing from ``live_owners``: a dead conductor's heartbeat stops
-    renewing its leases but they would only expire ``lease`` later, while its
-    node reservations may be taken as soon as it is known dead. ``owner``'s
-    own items are never reclaimed here: they are still running in its workers.
+    Items held by a conductor missing from ``live_owners`` are claimed again: a
+    dead conductor's heartbeat stops renewing its leases but they would only
+    expire ``lease`` later, while its node reservations may be taken as soon
+    as it is known dead. A live conductor's item whose lease expired is still
+    running (its renewals failed while the database was away): it is taken
+    only when the lease is ``STALE_LEASES`` leases old, or when no one is
+    known live. ``owner``'s own items are never reclaimed here: they are
+    still running in its workers.
     """
     now = now_for(session)
     params: dict[str, Any] = {
         "b_now": now,
         "b_owner": owner,
+        "b_stale": now - lease * STALE_LEASES,
         "b_grace": now - affinity_grace,
         "b_limit": limit,
         "b_until": now + lease,
