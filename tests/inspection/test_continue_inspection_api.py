@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from metalforge import inspection_states as ins
+from metalforge.api import schemas
 from metalforge.api.inspector.app import create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.models import InspectionData
@@ -422,3 +425,29 @@ def test_the_inspector_api_returns_the_data_as_ironic_inspector_stores_it(stack:
     assert plugin["plugin_data"]["local_gb"] == 20
     assert "cpus" not in plugin["plugin_data"]
     assert "interfaces" not in plugin["plugin_data"]
+
+
+def test_a_report_is_decoded_off_the_event_loop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 16 MiB report decoded on the event loop would stall every other request for as
+    long: the body is decoded in a worker thread."""
+    on_loop: list[bool] = []
+    decode = json.loads
+
+    def watched(raw: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (isinstance(raw, bytes) and b'"root_disk"' in raw):
+            return decode(raw, *args, **kwargs)  # not the report: json is everybody's
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return decode(raw)
+
+    monkeypatch.setattr(schemas.json, "loads", watched)
+    node = _waiting(stack)
+    response = stack.client.post("/v1/continue_inspection", json=_report())
+    assert response.status_code == 202, response.text
+    assert on_loop == [False]
+    wait_for_state(stack.client, node["uuid"], "manageable")
