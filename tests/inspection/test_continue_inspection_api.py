@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from metalforge import inspection_states as ins
-from metalforge.api import schemas
 from metalforge.api.inspector.app import create_inspector_app
 from metalforge.db import introspections
 from metalforge.db.models import InspectionData
@@ -445,7 +444,7 @@ def test_a_report_is_decoded_off_the_event_loop(
             on_loop.append(False)
         return decode(raw)
 
-    monkeypatch.setattr(schemas.json, "loads", watched)
+    monkeypatch.setattr(json, "loads", watched)  # the module schemas decodes with
     node = _waiting(stack)
     response = stack.client.post("/v1/continue_inspection", json=_report())
     assert response.status_code == 202, response.text
