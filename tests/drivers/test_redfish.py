@@ -45,6 +45,7 @@ from metalforge.drivers.redfish import (
     RedfishPower,
     RedfishVirtualMediaBoot,
 )
+from metalforge.drivers.redfish import management as redfish_management
 from metalforge.drivers.redfish.connection import CONNECTIONS, parse_driver_info
 from metalforge.netboot.iso import IsoTools
 from metalforge_lab.ports import free_port
@@ -193,11 +194,21 @@ def test_properties_describe_the_keys() -> None:
             "redfish_password",
             "redfish_verify_ca",
         }
-    assert {"redfish_deploy_iso", "deploy_kernel", "deploy_ramdisk"} <= set(BOOT.properties())
+    assert {
+        "deploy_iso",
+        "redfish_deploy_iso",
+        "deploy_kernel",
+        "deploy_ramdisk",
+        "external_http_url",
+        "force_persistent_boot_device",
+    } <= set(BOOT.properties())
     with pytest.raises(DriverError, match="driver_info is missing deploy_kernel, deploy_ramdisk"):
         BOOT.validate(Task({"redfish_address": "http://b"}))
-    with pytest.raises(DriverError, match="redfish_deploy_iso must be an http"):
-        BOOT.validate(Task({"redfish_address": "http://b", "redfish_deploy_iso": "images/x.iso"}))
+    for key in ("deploy_iso", "redfish_deploy_iso"):
+        with pytest.raises(DriverError, match=f"{key} must be an http"):
+            BOOT.validate(Task({"redfish_address": "http://b", key: "images/x.iso"}))
+    # Metal3 names an ISO and removes the kernel and ramdisk: nothing else is needed.
+    BOOT.validate(Task({"redfish_address": "http://b", "deploy_iso": "http://i/x.iso"}))
 
 
 # -- power ---------------------------------------------------------------------
@@ -310,11 +321,12 @@ def test_inject_nmi_is_a_reset_with_nmi(bmc: Bmc, system: FakeSystem, task: Task
 # -- virtual media boot --------------------------------------------------------
 
 
+@pytest.mark.parametrize("key", ["deploy_iso", "redfish_deploy_iso"])
 def test_virtual_media_ramdisk_then_instance(
-    bmc: Bmc, system: FakeSystem, task: Task, images: str
+    bmc: Bmc, system: FakeSystem, task: Task, images: str, key: str
 ) -> None:
     iso = f"{images}/deploy.iso"
-    task.node.driver_info = {**task.node.driver_info, "redfish_deploy_iso": iso}
+    task.node.driver_info = {**task.node.driver_info, key: iso}
     BOOT.validate(task)
     for _ in range(2):  # the second insert ejects the first
         BOOT.prepare_ramdisk(task)
@@ -328,6 +340,47 @@ def test_virtual_media_ramdisk_then_instance(
     assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
     assert "redfish_virtual_media" not in task.node.driver_internal_info
     BOOT.clean_up_instance(task)  # nothing inserted: nothing to do
+
+
+@pytest.mark.parametrize(
+    ("forced", "persistent"),
+    [
+        ("Always", [True, True]),
+        ("Never", [False, False]),
+        ("Default", [False, True]),
+        (None, [False, True]),
+        ("True", [True, True]),  # Ironic's older boolean: Always
+        ("sometimes", [False, True]),  # anything else: the flow's own choice
+    ],
+)
+def test_force_persistent_boot_device_decides_what_the_flows_set(
+    bmc: Bmc,
+    system: FakeSystem,
+    task: Task,
+    images: str,
+    monkeypatch: pytest.MonkeyPatch,
+    forced: str | None,
+    persistent: list[bool],
+) -> None:
+    """The ramdisk's CD, then the instance's disk, one-time or persistent as the node says
+    (the emulator shows every override as Continuous: what was asked of it is checked)."""
+    asked: list[bool] = []
+    real = redfish_management.set_boot_device
+
+    def recorded(system: Any, device: str, persistent: bool) -> None:
+        asked.append(persistent)
+        real(system, device, persistent)
+
+    monkeypatch.setattr(redfish_management, "set_boot_device", recorded)
+    task.node.driver_info = {
+        **task.node.driver_info,
+        "deploy_iso": f"{images}/deploy.iso",
+        "force_persistent_boot_device": forced,
+    }
+    BOOT.prepare_ramdisk(task)
+    BOOT.prepare_instance(task)
+    assert asked == persistent
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
 
 
 def test_virtual_media_attached_by_hand(
@@ -419,6 +472,12 @@ def test_virtual_media_inserts_the_iso_metalforge_builds_from_kernel_and_ramdisk
         BOOT.prepare_ramdisk(task)  # the same boot again: nothing is built again
         assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == image
         assert sorted((tmp_path / "cache" / "blobs").iterdir()) == built
+
+        # A node whose BMC reaches this service at another address says so.
+        elsewhere = url.replace("127.0.0.1", "localhost")
+        task.node.driver_info = {**task.node.driver_info, "external_http_url": f"{elsewhere}/"}
+        BOOT.prepare_ramdisk(task)
+        assert bmc.system(system, "/VirtualMedia/Cd")["Image"] == image.replace(url, elsewhere)
 
 
 def test_network_data_goes_on_the_iso_which_is_ejected_when_the_ramdisk_stops(

@@ -171,6 +171,26 @@ def set_info(task: DriverTask, **values: Any) -> None:
     task.node.driver_internal_info = info
 
 
+FORCE_PERSISTENT = "force_persistent_boot_device"
+"""``driver_info`` key (Ironic's): ``Always`` makes every boot device a flow sets
+persistent, ``Never`` one-time; ``Default`` (or none) leaves the flow's choice."""
+_TRUE_WORDS = ("true", "yes", "on", "1", "t", "y")
+
+
+def boot_persistence(task: DriverTask, persistent: bool) -> bool:
+    """Whether a boot device a flow sets is persistent, after the node's
+    ``force_persistent_boot_device``. As in Ironic, an older true value (``True``,
+    ``"yes"``) means ``Always`` and any other value the flow's own choice."""
+    forced = task.node.driver_info.get(FORCE_PERSISTENT)
+    if forced == "Always" or forced is True:
+        return True
+    if forced == "Never":
+        return False
+    if isinstance(forced, str) and forced.strip().lower() in _TRUE_WORDS:
+        return True
+    return persistent
+
+
 class ReadOnlyTask:
     """A ``DriverTask`` that reads the node and never writes (validation, listing steps).
 

@@ -9,7 +9,12 @@ gets ``pxe`` instead, and the event history says so.
 
 from __future__ import annotations
 
-from metalforge.drivers.base import DriverTask, ManagementInterface, interface_of
+from metalforge.drivers.base import (
+    DriverTask,
+    ManagementInterface,
+    boot_persistence,
+    interface_of,
+)
 
 UEFI_HTTP = "uefihttp"
 PXE = "pxe"
@@ -34,9 +39,10 @@ def boot_from_network(task: DriverTask, *, http: bool) -> None:
                 "the BMC offers no UEFI HTTP boot device; booting from the network (pxe), "
                 "where the firmware may still choose HTTP boot",
             )
-    iface.set_boot_device(task, device, persistent=False)
+    iface.set_boot_device(task, device, persistent=boot_persistence(task, False))
 
 
 def boot_from_disk(task: DriverTask) -> None:
-    """Every later boot goes to the disk (the deployed instance)."""
-    management(task).set_boot_device(task, "disk", persistent=True)
+    """Every later boot goes to the disk (the deployed instance), unless the node's
+    ``force_persistent_boot_device`` says ``Never``."""
+    management(task).set_boot_device(task, "disk", persistent=boot_persistence(task, True))

@@ -3,8 +3,9 @@
 The BMC downloads the ISO itself, from an http(s) URL it can reach: the ISO
 metalforge builds from ``driver_info.deploy_kernel`` and ``deploy_ramdisk``
 with the agent's kernel parameters baked in (``netboot.iso``), served from
-its image cache on the agents' endpoint; or, as an override, the ISO
-``driver_info.redfish_deploy_iso`` names. The ramdisk boots from the
+its image cache on the agents' endpoint (or at the node's
+``external_http_url``); or, as an override, the ISO ``driver_info.deploy_iso``
+(Ironic's key; ``redfish_deploy_iso`` is its older name) names. The ramdisk boots from the
 virtual CD; the instance boots from disk, so the CD is ejected once the
 instance is ready. A node's ``network_data`` goes into the ISO (labelled
 ``config-2``, as Ironic's), so that the ramdisk can configure its address
@@ -21,7 +22,13 @@ from urllib.parse import urlsplit
 
 import sushy
 
-from metalforge.drivers.base import BootInterface, DriverError, DriverTask, set_info
+from metalforge.drivers.base import (
+    BootInterface,
+    DriverError,
+    DriverTask,
+    boot_persistence,
+    set_info,
+)
 from metalforge.drivers.ipxe import (
     RAMDISK_PIN,
     check_deploy_images,
@@ -38,25 +45,48 @@ _CD_TYPES = (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD)
 _INFO_KEY = "redfish_virtual_media"
 
 
+_ISO_KEYS = ("deploy_iso", "redfish_deploy_iso")
+"""Where a node names a deploy ISO of its own: Ironic's key (Metal3 sets it), then the
+older Redfish-only one Ironic still reads."""
+
+
 def _given_iso(task: DriverTask) -> str | None:
-    """``driver_info.redfish_deploy_iso``, checked, or None when metalforge builds the ISO."""
-    url = task.node.driver_info.get("redfish_deploy_iso")
+    """The node's own deploy ISO, checked, or None when metalforge builds the ISO. An ISO
+    wins over ``deploy_kernel``/``deploy_ramdisk``, as in Ironic."""
+    for key in _ISO_KEYS:
+        url = task.node.driver_info.get(key)
+        if url is None or url == "":
+            continue
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+            raise DriverError(
+                f"Invalid redfish driver_info: {key} must be an http(s) URL, not {url!r}"
+            )
+        return url
+    return None
+
+
+def _served_from(task: DriverTask) -> str | None:
+    """Where the BMC fetches what metalforge serves: the node's ``external_http_url`` (an
+    address of this service the BMC can reach, as Ironic's key), else the service's."""
+    url = task.node.driver_info.get("external_http_url")
     if url is None or url == "":
-        return None
+        return task.settings.netboot.http_url
     if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
         raise DriverError(
-            f"Invalid redfish driver_info: redfish_deploy_iso must be an http(s) URL, not {url!r}"
+            f"Invalid redfish driver_info: external_http_url must be an http(s) URL, not {url!r}"
         )
-    return url
+    return url.rstrip("/")
 
 
 def _built_iso(task: DriverTask) -> str:
     """The URL of the node's boot ISO, built (once per kernel, ramdisk and parameters)."""
     netboot = task.settings.netboot
-    if netboot.http_url is None:
+    served_from = _served_from(task)
+    if served_from is None:
         raise DriverError(
             "Cannot build the boot ISO: conductor.netboot.http_url is unset (api.agent_host "
-            "is a wildcard); set it, or give driver_info.redfish_deploy_iso"
+            "is a wildcard); set it or the node's driver_info.external_http_url, or give "
+            "driver_info.deploy_iso"
         )
     images = fetch_deploy_images(task)
     params = ramdisk_params(task, mac=None)
@@ -74,7 +104,7 @@ def _built_iso(task: DriverTask) -> str:
     except IsoError as exc:
         raise DriverError(str(exc)) from None
     cache.pin(task.node.uuid, RAMDISK_PIN, (kernel, ramdisk, iso))
-    return f"{netboot.http_url}/boot/images/{iso.digest}"
+    return f"{served_from}/boot/images/{iso.digest}"
 
 
 def _network_data(task: DriverTask) -> bytes | None:
@@ -112,18 +142,29 @@ class RedfishVirtualMediaBoot(BootInterface):
         if _given_iso(task) is None:
             check_deploy_images(task)
             kernel_append(task)
+            _served_from(task)
 
     def properties(self) -> dict[str, str]:
         return {
             **connection.PROPERTIES,
             "deploy_kernel": (
                 "The agent's kernel (http(s) URL or file path); metalforge builds the boot ISO "
-                "from it and deploy_ramdisk. Required unless redfish_deploy_iso is given."
+                "from it and deploy_ramdisk. Required unless deploy_iso is given."
             ),
             "deploy_ramdisk": "The agent's initramfs (an http(s) URL or a file path).",
-            "redfish_deploy_iso": (
+            "deploy_iso": (
                 "http(s) URL of a deploy ramdisk ISO of your own, used instead of the one "
-                "metalforge builds; the BMC downloads it. Optional."
+                "metalforge builds (and instead of deploy_kernel and deploy_ramdisk); the "
+                "BMC downloads it. Optional."
+            ),
+            "redfish_deploy_iso": "The older name of deploy_iso. Optional.",
+            "external_http_url": (
+                "Base URL of this service as the BMC reaches it, for the ISO metalforge "
+                "builds, when it differs from conductor.netboot.http_url. Optional."
+            ),
+            "force_persistent_boot_device": (
+                "Always: every boot device set by a flow is persistent; Never: one-time; "
+                "Default: as the flow chooses. Optional."
             ),
         }
 
@@ -133,7 +174,7 @@ class RedfishVirtualMediaBoot(BootInterface):
             drive = _cd_drive(system)
             _eject(drive)
             drive.insert_media(image, inserted=True, write_protected=True)
-            management.set_boot_device(system, "cdrom", persistent=False)
+            management.set_boot_device(system, "cdrom", persistent=boot_persistence(task, False))
         _remember(task, image)
 
     def clean_up_ramdisk(self, task: DriverTask) -> None:
@@ -147,7 +188,7 @@ class RedfishVirtualMediaBoot(BootInterface):
     def prepare_instance(self, task: DriverTask) -> None:
         with connection.system(task, "eject virtual media and boot from disk") as system:
             _eject(_cd_drive(system))
-            management.set_boot_device(system, "disk", persistent=True)
+            management.set_boot_device(system, "disk", persistent=boot_persistence(task, True))
         _remember(task, None)
         release_ramdisk_images(task)
 
