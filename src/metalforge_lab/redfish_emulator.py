@@ -21,7 +21,9 @@ A system in ``SUSHY_EMULATOR_FAKE_SYSTEMS`` may carry, besides the stock keys
 ``memory_gib``, ``bios`` (current attributes), ``bios_defaults`` (what a BIOS
 reset restores), ``bios_version`` (what the stock UpdateService bumps) and
 ``disks`` (list of ``{name, size_gib}``; without it the system has no
-SimpleStorage, like a BMC that does not report disks).
+SimpleStorage, like a BMC that does not report disks) and ``storage`` (a
+RAID controller whose volumes can be created and deleted:
+``metalforge_lab.redfish_storage``).
 
 A system with ``machine`` (``{tap, bridge, console, uefi, disk,
 memory_mib}``) is a real QEMU machine (``metalforge_lab.vm``) rather than a
@@ -56,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from metalforge_lab import redfish_storage
 from metalforge_lab.running import StartStop
 
 DEFAULT_BIOS_VERSION = "1.0.0"
@@ -103,6 +106,8 @@ class FakeSystem:
     machine: dict[str, Any] | None = None
     """``{tap, bridge, console, uefi, disk, memory_mib}``: a QEMU machine behind this BMC
     (module doc); ``disk`` is a raw file the machine sees as its virtio disk."""
+    storage: dict[str, Any] | None = None
+    """A RAID controller with its drives and volumes (``metalforge_lab.redfish_storage``)."""
 
     def as_config(self) -> dict[str, Any]:
         system: dict[str, Any] = {
@@ -118,6 +123,8 @@ class FakeSystem:
         }
         if self.machine is not None:
             system["machine"] = self.machine
+        if self.storage is not None:
+            system["storage"] = self.storage
         if self.disks_gib:
             system["disks"] = [
                 {"name": f"disk{i}", "size_gib": size} for i, size in enumerate(self.disks_gib)
@@ -377,6 +384,9 @@ def _lab_driver(base: Any, error: Any) -> Any:
                 # Every reset asked for, in order: what a test checks a flow never did
                 # (a node with ``disable_power_off`` is never sent ``ForceOff``).
                 self._update(system, resets=[*system.get("resets", []), state])
+                storage = redfish_storage.applied_at_reset(system.get("storage") or {}, state)
+                if storage is not None:
+                    self._update(system, storage=storage)
                 super().set_power_state(identity, state)
                 return
             self._nmi(identity)
@@ -499,6 +509,8 @@ def install(power_delay: tuple[int, int]) -> None:
         emulator.app.add_url_rule(
             "/redfish/v1/TaskService/Tasks/<task_id>", "lab_task", _finished_task
         )
+    if "lab_volume_delete" not in emulator.app.view_functions:
+        redfish_storage.install(emulator.app, error)
 
 
 def _delay(value: str) -> tuple[int, int]:

@@ -81,7 +81,7 @@ INSPECT = RedfishInspect()
 BIOS = RedfishBios()
 
 IN_CI = bool(os.environ.get("CI"))
-BMC_SYSTEMS = 36
+BMC_SYSTEMS = 44
 """Fake systems of the shared emulator: one for each test that takes one, and spares."""
 
 

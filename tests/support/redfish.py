@@ -14,7 +14,7 @@ import json
 import threading
 import urllib.request
 from base64 import b64encode
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +54,13 @@ class Bmc:
     def address(self) -> str:
         return self.emulator.address
 
-    def take(self) -> FakeSystem:
+    def take(self, where: Callable[[FakeSystem], bool] = lambda _system: True) -> FakeSystem:
+        """An unused system (the first ``where`` accepts)."""
         with self._lock:
-            if not self._unused:
-                raise RuntimeError("every fake system of this emulator is in use; start more")
-            return self._unused.pop(0)
+            for index, system in enumerate(self._unused):
+                if where(system):
+                    return self._unused.pop(index)
+            raise RuntimeError("every fake system of this emulator is in use; start more")
 
     def driver_info(self, system: FakeSystem, **extra: Any) -> dict[str, Any]:
         info: dict[str, Any] = {

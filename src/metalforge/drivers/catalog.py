@@ -25,6 +25,7 @@ from metalforge.drivers.redfish.firmware import RedfishFirmware
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
+from metalforge.drivers.redfish.raid import RedfishRaid
 from metalforge.drivers.redfish.vendor import RedfishVendor
 
 
@@ -56,6 +57,7 @@ REDFISH = HardwareType(
         "bios": (RedfishBios, *_none("bios")),
         "firmware": (RedfishFirmware, *_none("firmware")),
         "vendor": (RedfishVendor, *_none("vendor")),
+        "raid": (RedfishRaid, *_none("raid")),
     },
 )
 
