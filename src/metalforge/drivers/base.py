@@ -15,9 +15,10 @@ from __future__ import annotations
 import inspect
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from metalforge.config import ConductorSettings
 from metalforge.db import bios_settings, firmware_components
@@ -203,10 +204,14 @@ class ReadOnlyTask:
         node: Node,
         settings: ConductorSettings | None = None,
         progress: FlowProgress = NO_FLOW,
+        interfaces: Callable[[str], Interface] | None = None,
     ) -> None:
         self._node = node
         self._settings = settings or ConductorSettings()
         self._progress = progress
+        self._interfaces = interfaces
+        """The node's other interfaces, for a validation that asks one (the deploy asks
+        the boot interface what it can boot); none: a read-only task may use none."""
 
     @property
     def progress(self) -> FlowProgress:
@@ -236,7 +241,9 @@ class ReadOnlyTask:
         return time.time()
 
     def interface(self, family: str) -> Interface:
-        raise DriverError(f"a read-only task cannot use the {family} interface")
+        if self._interfaces is None:
+            raise DriverError(f"a read-only task cannot use the {family} interface")
+        return self._interfaces(family)
 
     def agent_session(self) -> AgentSessionInfo | None:
         return None
@@ -470,8 +477,31 @@ class ConsoleInterface(Interface):
         """How to connect to the running console (``console_info``)."""
 
 
+def ramdisk_instance_iso(task: DriverTask) -> str:
+    """``instance_info.boot_iso``: the ISO an instance that runs from a ramdisk boots."""
+    url = task.node.instance_info.get("boot_iso")
+    if not url:
+        raise DriverError(
+            "instance_info.boot_iso is not set: the ramdisk deploy boots the instance from it"
+        )
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+        raise DriverError(f"instance_info.boot_iso must be an http(s) URL, not {url!r}")
+    return url
+
+
 class BootInterface(Interface):
     interface_type = "boot"
+
+    boots_ramdisk_instances: ClassVar[bool] = False
+    """It can boot an instance that runs from a ramdisk (the ``ramdisk`` deploy:
+    ``prepare_ramdisk_instance``), as Ironic's boot interfaces with ``ramdisk_boot``."""
+
+    def prepare_ramdisk_instance(self, task: DriverTask) -> None:
+        """Arrange for the node to boot, every time, the instance that runs from a ramdisk
+        (``instance_info.boot_iso``); undone by ``clean_up_instance``."""
+        raise DriverError(
+            f"boot interface {self.name} cannot boot an instance that runs from a ramdisk"
+        )
 
     def prepare_ramdisk(self, task: DriverTask) -> None:
         """Arrange for the node to boot the agent ramdisk."""

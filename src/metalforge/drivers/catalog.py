@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from metalforge.drivers.agent.deploy import AgentDeploy
 from metalforge.drivers.agent.inspect import AgentInspect
+from metalforge.drivers.agent.ramdisk_deploy import RamdiskDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
 from metalforge.drivers.base import STORAGE_INTERFACES, Interface, noop_interface
 from metalforge.drivers.fake import FAKE_HARDWARE
@@ -34,7 +35,7 @@ def _none(family: str) -> tuple[type[Interface], ...]:
 
 
 _COMMON: dict[str, tuple[type[Interface], ...]] = {
-    "deploy": (AgentDeploy,),
+    "deploy": (AgentDeploy, RamdiskDeploy),
     "raid": _none("raid"),
     "rescue": (*_none("rescue"), AgentRescue),
     "console": _none("console"),

@@ -48,7 +48,7 @@ def validate_node(svc: Services, ident: str, version: Version) -> Validation:
     outcomes: dict[str, Outcome] = {}
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
-        task = ReadOnlyTask(node)
+        task = ReadOnlyTask(node, interfaces=lambda family: svc.drivers.interface(node, family))
         for family in VALIDATED:
             try:
                 iface = svc.drivers.interface(node, family)

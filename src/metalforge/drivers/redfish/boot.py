@@ -27,6 +27,7 @@ from metalforge.drivers.base import (
     DriverError,
     DriverTask,
     boot_persistence,
+    ramdisk_instance_iso,
     set_info,
 )
 from metalforge.drivers.ipxe import (
@@ -136,6 +137,7 @@ class RedfishVirtualMediaBoot(BootInterface):
     """Boot the agent ramdisk from an ISO the BMC serves as a virtual CD."""
 
     name = "redfish-virtual-media"
+    boots_ramdisk_instances = True
 
     def validate(self, task: DriverTask) -> None:
         connection.parse_driver_info(task.node.driver_info)
@@ -190,6 +192,17 @@ class RedfishVirtualMediaBoot(BootInterface):
             _eject(_cd_drive(system))
             management.set_boot_device(system, "disk", persistent=boot_persistence(task, True))
         _remember(task, None)
+        release_ramdisk_images(task)
+
+    def prepare_ramdisk_instance(self, task: DriverTask) -> None:
+        """The instance's ISO in the virtual CD, booted every time (it is the instance)."""
+        image = ramdisk_instance_iso(task)
+        with connection.system(task, f"insert the instance's ISO {image}") as system:
+            drive = _cd_drive(system)
+            _eject(drive)
+            drive.insert_media(image, inserted=True, write_protected=True)
+            management.set_boot_device(system, "cdrom", persistent=boot_persistence(task, True))
+        _remember(task, image)
         release_ramdisk_images(task)
 
     def clean_up_instance(self, task: DriverTask) -> None:
