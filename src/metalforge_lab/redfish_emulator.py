@@ -391,6 +391,19 @@ def _lab_driver(base: Any, error: Any) -> Any:
                 return
             self._nmi(identity)
 
+        def set_boot_image(self, identity: str, device: str, **kwargs: Any) -> None:
+            """The stock driver's, remembering whose image it was: the emulator's
+            ``HttpBootUri`` handling then stores the URI without saying for whom."""
+            self._http_boot_for = identity
+            super().set_boot_image(identity, device, **kwargs)
+
+        def set_http_boot_uri(self, uri: str) -> None:
+            self._update(self._get(self._http_boot_for), http_boot_uri=uri)
+
+        def get_http_boot_uri(self, identity: str) -> str | None:
+            uri: str | None = self._get(identity).get("http_boot_uri")
+            return uri
+
         def get_power_state(self, identity: str) -> str:
             system = self._get(identity)
             if system.get("machine") is not None:

@@ -40,6 +40,7 @@ from metalforge.drivers.base import (
 from metalforge.drivers.bmc_guard import GUARD, BreakerOpen
 from metalforge.drivers.redfish import (
     RedfishBios,
+    RedfishHttpsBoot,
     RedfishInspect,
     RedfishManagement,
     RedfishPower,
@@ -77,11 +78,12 @@ pytestmark = pytest.mark.timeout(120)
 POWER = RedfishPower()
 MANAGEMENT = RedfishManagement()
 BOOT = RedfishVirtualMediaBoot()
+HTTPS_BOOT = RedfishHttpsBoot()
 INSPECT = RedfishInspect()
 BIOS = RedfishBios()
 
 IN_CI = bool(os.environ.get("CI"))
-BMC_SYSTEMS = 44
+BMC_SYSTEMS = 46
 """Fake systems of the shared emulator: one for each test that takes one, and spares."""
 
 
@@ -381,6 +383,29 @@ def test_force_persistent_boot_device_decides_what_the_flows_set(
     BOOT.prepare_instance(task)
     assert asked == persistent
     assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
+
+
+def test_https_boot_tells_the_bmc_the_isos_url_for_uefi_http_boot(
+    bmc: Bmc, system: FakeSystem, task: Task, images: str
+) -> None:
+    """``redfish-https``: nothing inserted; the BMC's ``HttpBootUri`` is the ISO."""
+    iso = f"{images}/deploy.iso"
+    task.node.driver_info = {**task.node.driver_info, "deploy_iso": iso}
+    MANAGEMENT.set_boot_mode(task, "bios")
+    with pytest.raises(DriverError, match="offers no UEFI HTTP boot"):
+        HTTPS_BOOT.prepare_ramdisk(task)
+    MANAGEMENT.set_boot_mode(task, "uefi")
+    HTTPS_BOOT.prepare_ramdisk(task)
+    boot = bmc.system(system)["Boot"]
+    assert boot["HttpBootUri"] == iso
+    assert task.node.driver_internal_info["redfish_virtual_media"] == iso
+    HTTPS_BOOT.prepare_instance(task)
+    assert bmc.system(system)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
+    assert "redfish_virtual_media" not in task.node.driver_internal_info
+    # A ramdisk instance: its own ISO, through the same boot.
+    task.node.instance_info = {"boot_iso": f"{images}/deploy.iso?live"}
+    HTTPS_BOOT.prepare_ramdisk_instance(task)
+    assert bmc.system(system)["Boot"]["HttpBootUri"] == f"{images}/deploy.iso?live"
 
 
 def test_virtual_media_attached_by_hand(

@@ -21,7 +21,7 @@ from metalforge.drivers.ipmi import settings as ipmi_settings
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
-from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
+from metalforge.drivers.redfish.boot import RedfishHttpsBoot, RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.firmware import RedfishFirmware
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
@@ -53,7 +53,14 @@ REDFISH = HardwareType(
         **_COMMON,
         "power": (RedfishPower,),
         "management": (RedfishManagement,),
-        "boot": (PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot, RedfishVirtualMediaBoot),
+        "boot": (
+            PxeBoot,
+            IpxeBoot,
+            HttpBoot,
+            IpxeHttpBoot,
+            RedfishVirtualMediaBoot,
+            RedfishHttpsBoot,
+        ),
         "inspect": (RedfishInspect, AgentInspect, *_none("inspect")),
         "bios": (RedfishBios, *_none("bios")),
         "firmware": (RedfishFirmware, *_none("firmware")),

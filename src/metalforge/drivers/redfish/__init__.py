@@ -7,7 +7,7 @@ families (deploy, network...).
 """
 
 from metalforge.drivers.redfish.bios import RedfishBios
-from metalforge.drivers.redfish.boot import RedfishVirtualMediaBoot
+from metalforge.drivers.redfish.boot import RedfishHttpsBoot, RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
@@ -15,6 +15,7 @@ from metalforge.drivers.redfish.vendor import RedfishVendor
 
 __all__ = [
     "RedfishBios",
+    "RedfishHttpsBoot",
     "RedfishInspect",
     "RedfishManagement",
     "RedfishPower",

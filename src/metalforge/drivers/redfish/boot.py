@@ -210,3 +210,44 @@ class RedfishVirtualMediaBoot(BootInterface):
             _eject(_cd_drive(system))
         _remember(task, None)
         release_ramdisk_images(task)
+
+
+class RedfishHttpsBoot(RedfishVirtualMediaBoot):
+    """``redfish-https``: the same ISO, booted by the firmware's UEFI HTTP boot.
+
+    The BMC is told the ISO's URL as the system's ``HttpBootUri`` with the
+    ``UefiHttp`` boot target (once for the agent's ramdisk, every time for a
+    ramdisk instance), so nothing is inserted: the firmware downloads the ISO
+    itself. The BMC must list ``UefiHttp`` among its boot targets (most need
+    UEFI boot mode). As in Ironic, nothing is undone on the BMC when the
+    ramdisk stops: the next boot device set replaces the override.
+    """
+
+    name = "redfish-https"
+
+    def prepare_ramdisk(self, task: DriverTask) -> None:
+        image = _given_iso(task) or _built_iso(task)
+        with connection.system(task, f"set UEFI HTTP boot of {image}") as system:
+            management.set_http_boot(system, image, persistent=boot_persistence(task, False))
+        _remember(task, image)
+
+    def clean_up_ramdisk(self, task: DriverTask) -> None:
+        _remember(task, None)
+        release_ramdisk_images(task)
+
+    def prepare_instance(self, task: DriverTask) -> None:
+        with connection.system(task, "boot from disk") as system:
+            management.set_boot_device(system, "disk", persistent=boot_persistence(task, True))
+        _remember(task, None)
+        release_ramdisk_images(task)
+
+    def prepare_ramdisk_instance(self, task: DriverTask) -> None:
+        image = ramdisk_instance_iso(task)
+        with connection.system(task, f"set UEFI HTTP boot of {image}") as system:
+            management.set_http_boot(system, image, persistent=boot_persistence(task, True))
+        _remember(task, image)
+        release_ramdisk_images(task)
+
+    def clean_up_instance(self, task: DriverTask) -> None:
+        _remember(task, None)
+        release_ramdisk_images(task)

@@ -104,6 +104,22 @@ def set_boot_device(system: Any, device: str, persistent: bool) -> None:
     system.set_system_boot_options(BOOT_SOURCES[device], enabled=enabled)
 
 
+def set_http_boot(system: Any, url: str, persistent: bool) -> None:
+    """Boot ``url`` (an ISO) through the firmware's UEFI HTTP boot: ``UefiHttp`` with
+    ``HttpBootUri``, on an open ``system``."""
+    if "uefihttp" not in supported_devices(system):
+        raise DriverError(
+            "The node's BMC offers no UEFI HTTP boot (UefiHttp is not among its boot "
+            "targets; it often needs UEFI boot mode)"
+        )
+    enabled = (
+        sushy.BootSourceOverrideEnabled.CONTINUOUS
+        if persistent
+        else sushy.BootSourceOverrideEnabled.ONCE
+    )
+    system.set_system_boot_options(BOOT_SOURCES["uefihttp"], enabled=enabled, http_boot_uri=url)
+
+
 VMEDIA_TYPES: dict[str, tuple[Any, ...]] = {
     "cdrom": (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD),
     "floppy": (sushy.VirtualMediaType.FLOPPY,),
