@@ -626,7 +626,7 @@ class ConductorSettings(BaseModel):
     sync_power_workers: int = 8
     """Power reads at once during a sync: hides BMC latency without flooding the BMC network."""
     enabled_hardware_types: list[str] = Field(
-        default_factory=lambda: ["fake-hardware", "ipmi", "redfish"]
+        default_factory=lambda: ["fake-hardware", "ipmi", "redfish", "idrac"]
     )
     """Hardware types this conductor can drive (default: every shipped one)."""
     automated_clean: bool = True

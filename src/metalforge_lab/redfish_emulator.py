@@ -23,7 +23,8 @@ reset restores), ``bios_version`` (what the stock UpdateService bumps) and
 ``disks`` (list of ``{name, size_gib}``; without it the system has no
 SimpleStorage, like a BMC that does not report disks) and ``storage`` (a
 RAID controller whose volumes can be created and deleted:
-``metalforge_lab.redfish_storage``).
+``metalforge_lab.redfish_storage``) and ``dell`` (its manager is an iDRAC
+with Dell's OEM extensions: ``metalforge_lab.redfish_dell``).
 
 A system with ``machine`` (``{tap, bridge, console, uefi, disk,
 memory_mib}``) is a real QEMU machine (``metalforge_lab.vm``) rather than a
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from metalforge_lab import redfish_storage
+from metalforge_lab import redfish_dell, redfish_storage
 from metalforge_lab.running import StartStop
 
 DEFAULT_BIOS_VERSION = "1.0.0"
@@ -108,6 +109,8 @@ class FakeSystem:
     (module doc); ``disk`` is a raw file the machine sees as its virtio disk."""
     storage: dict[str, Any] | None = None
     """A RAID controller with its drives and volumes (``metalforge_lab.redfish_storage``)."""
+    dell: bool = False
+    """Its manager is an iDRAC with Dell's OEM extensions (``metalforge_lab.redfish_dell``)."""
 
     def as_config(self) -> dict[str, Any]:
         system: dict[str, Any] = {
@@ -125,6 +128,8 @@ class FakeSystem:
             system["machine"] = self.machine
         if self.storage is not None:
             system["storage"] = self.storage
+        if self.dell:
+            system["dell"] = True
         if self.disks_gib:
             system["disks"] = [
                 {"name": f"disk{i}", "size_gib": size} for i, size in enumerate(self.disks_gib)
@@ -524,6 +529,8 @@ def install(power_delay: tuple[int, int]) -> None:
         )
     if "lab_volume_delete" not in emulator.app.view_functions:
         redfish_storage.install(emulator.app, error)
+    if "lab_dell_service" not in emulator.app.view_functions:
+        redfish_dell.install(emulator.app, error)
 
 
 def _delay(value: str) -> tuple[int, int]:

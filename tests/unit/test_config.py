@@ -15,7 +15,12 @@ def test_defaults_are_the_embedded_setup() -> None:
     assert settings.api.host == "127.0.0.1"
     assert settings.api.port == 6385
     assert settings.database.url.startswith("sqlite:///")
-    assert settings.conductor.enabled_hardware_types == ["fake-hardware", "ipmi", "redfish"]
+    assert settings.conductor.enabled_hardware_types == [
+        "fake-hardware",
+        "ipmi",
+        "redfish",
+        "idrac",
+    ]
 
 
 def test_the_embedded_database_lives_in_the_state_directory(tmp_path: Path) -> None:

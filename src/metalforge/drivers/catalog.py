@@ -23,6 +23,15 @@ from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishHttpsBoot, RedfishVirtualMediaBoot
 from metalforge.drivers.redfish.firmware import RedfishFirmware
+from metalforge.drivers.redfish.idrac import (
+    IdracBios,
+    IdracInspect,
+    IdracManagement,
+    IdracPower,
+    IdracRaid,
+    IdracVendor,
+    IdracVirtualMediaBoot,
+)
 from metalforge.drivers.redfish.inspect import RedfishInspect
 from metalforge.drivers.redfish.management import RedfishManagement
 from metalforge.drivers.redfish.power import RedfishPower
@@ -69,6 +78,30 @@ REDFISH = HardwareType(
     },
 )
 
+IDRAC = HardwareType(
+    name="idrac",
+    supported={
+        **_COMMON,
+        "power": (IdracPower, RedfishPower),
+        "management": (IdracManagement,),
+        "boot": (
+            PxeBoot,
+            IpxeBoot,
+            HttpBoot,
+            IpxeHttpBoot,
+            IdracVirtualMediaBoot,
+            RedfishHttpsBoot,
+        ),
+        "inspect": (IdracInspect, RedfishInspect, AgentInspect, *_none("inspect")),
+        "bios": (IdracBios, RedfishBios, *_none("bios")),
+        "firmware": (RedfishFirmware, *_none("firmware")),
+        "vendor": (IdracVendor, RedfishVendor, *_none("vendor")),
+        "raid": (IdracRaid, *_none("raid")),
+    },
+)
+"""Dell servers through their iDRAC (``drivers.redfish.idrac``): Ironic's ``idrac`` type,
+whose interfaces Metal3 names for ``idrac-redfish://`` and ``idrac-virtualmedia://``."""
+
 IPMI = HardwareType(
     name="ipmi",
     supported={
@@ -82,4 +115,6 @@ IPMI = HardwareType(
     check_settings=ipmi_settings.check_settings,
 )
 
-HARDWARE_TYPES: dict[str, HardwareType] = {hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IPMI)}
+HARDWARE_TYPES: dict[str, HardwareType] = {
+    hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IDRAC, IPMI)
+}

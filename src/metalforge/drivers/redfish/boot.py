@@ -176,8 +176,13 @@ class RedfishVirtualMediaBoot(BootInterface):
             drive = _cd_drive(system)
             _eject(drive)
             drive.insert_media(image, inserted=True, write_protected=True)
-            management.set_boot_device(system, "cdrom", persistent=boot_persistence(task, False))
+            self.boot_from_cd(system, persistent=boot_persistence(task, False))
         _remember(task, image)
+
+    def boot_from_cd(self, system: Any, *, persistent: bool) -> None:
+        """Make the virtual CD the system's boot device (a BMC that cannot be told so in
+        standard Redfish overrides this)."""
+        management.set_boot_device(system, "cdrom", persistent=persistent)
 
     def clean_up_ramdisk(self, task: DriverTask) -> None:
         if _INFO_KEY not in task.node.driver_internal_info:
@@ -201,7 +206,7 @@ class RedfishVirtualMediaBoot(BootInterface):
             drive = _cd_drive(system)
             _eject(drive)
             drive.insert_media(image, inserted=True, write_protected=True)
-            management.set_boot_device(system, "cdrom", persistent=boot_persistence(task, True))
+            self.boot_from_cd(system, persistent=boot_persistence(task, True))
         _remember(task, image)
         release_ramdisk_images(task)
 
