@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from metalforge.conductor.reservations import acquire, drop_leaked_reservations
 from metalforge.db import queue
-from metalforge.db.models import Node, WorkItem
+from metalforge.db.models import Node, NodeHistory, WorkItem
 from tests.support.api import create_node, provision, wait_for_state
 from tests.support.stack import start_stack, test_settings
 
@@ -87,6 +87,38 @@ def test_a_reservation_committed_but_reported_failed_is_owed_back(db_url: str) -
         assert drop_leaked_reservations(ctx) == 0
         with stack.db.read() as session:
             assert session.scalar(select(Node.reservation).where(Node.id == node_id)) is None
+    finally:
+        stack.conductor.stop(timeout=5)
+        stack.close_client()
+        stack.db.dispose()
+
+
+def test_a_node_write_committed_but_reported_failed_is_not_written_again(db_url: str) -> None:
+    """A task's write lands but reports a dropped connection: it is not run again (its
+    history would be written twice, and a release would find the node no longer held),
+    and the task carries on as after a write that reported success."""
+    stack = start_stack(test_settings(db_url), start_conductor=False)
+    ctx = stack.conductor.ctx
+    try:
+        node = create_node(stack.client)
+        with stack.db.read() as session:
+            node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
+        released: list[bool] = []
+        with acquire(ctx, node_id, "test") as task:
+            task.record("test", "written once")
+            with AnswerLost():
+                task.save()
+            task.on_release(lambda _session: released.append(True))
+            with AnswerLost():
+                task.release()
+        assert released == [True]
+        with stack.db.read() as session:
+            texts = list(
+                session.scalars(select(NodeHistory.event).where(NodeHistory.node_id == node_id))
+            )
+            reservation = session.scalar(select(Node.reservation).where(Node.id == node_id))
+        assert texts.count("written once") == 1
+        assert reservation is None
     finally:
         stack.conductor.stop(timeout=5)
         stack.close_client()

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from metalforge.conductor import history, node_writes, transitions
@@ -42,7 +43,7 @@ from metalforge.db import (
     queue,
     step_runs,
 )
-from metalforge.db.engine import now_for
+from metalforge.db.engine import lost_connection, now_for
 from metalforge.db.flow_progress import FlowProgress
 from metalforge.db.models import Node, utcnow
 from metalforge.db.tallies import count_on_commit, observed
@@ -66,6 +67,16 @@ ABANDON_CHECK = 0.5
 """Seconds a task's wait goes between looks at whether it was abandoned."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Memory:
+    """What a write changes of a task besides the database (``NodeTask._ride_out``)."""
+
+    step_runs: list[tuple[str, str, float]]
+    with_transition: list[Callable[[Session], object]]
+    on_release: list[Callable[[Session], object]]
+    released: bool
+
+
 class NodeTask:
     """A node held under this conductor's reservation; implements ``DriverTask``."""
 
@@ -85,6 +96,8 @@ class NodeTask:
         self._with_transition: list[Callable[[Session], object]] = []
         self._step_runs: list[tuple[str, str, float]] = []
         self._released = False
+        self._stamp: dt.datetime | None = None
+        """The ``updated_at`` the pending write gives the node (``_pending``)."""
         self._progress = progress
         self._saved_progress = progress
         self._writing = threading.RLock()
@@ -286,10 +299,12 @@ class NodeTask:
             raise LockLost(f"node {self._node.uuid} was already released by {self.purpose}")
         changes, entries = self._changes(), self._take_history()
         progress = self._progress_change()
-        if progress is not None or self._table_writes:
-            # The progress is written with a fenced update of the node: it
-            # moves only while this task holds the node (and updated_at shows it).
-            changes.setdefault("updated_at", utcnow())
+        # Every write stamps the node's updated_at with a time of its own (a fenced
+        # update: it moves only while this task holds the node). The stamp is how a
+        # write whose commit landed but whose answer was lost is told from one that
+        # never happened (``_ride_out``).
+        self._stamp = utcnow()
+        changes["updated_at"] = self._node.updated_at = self._stamp
         note = node_writes.scrub_messages(self.ctx.db, self._node, changes, entries, note)
         return changes, entries, note, progress
 
@@ -333,22 +348,54 @@ class NodeTask:
         What a step did is then written once the database answers, instead of being
         lost with the transaction and the step run again from the saved progress. A
         node taken over meanwhile still fails the write (``LockLost``): it is fenced.
+
+        The connection can drop after the server received the COMMIT: the write
+        landed, but it reports an error. Running it again would insert its history
+        a second time or find the node it released no longer held; so before an
+        attempt that follows a dropped connection, the node's ``updated_at`` is read:
+        if it holds this write's stamp, the write landed, and the task carries on as
+        after a successful one.
         """
-        step_runs = list(self._step_runs)
-        with_transition, on_release = list(self._with_transition), list(self._on_release)
-        released = self._released
+        before = self._memory()
+        stamp = self._stamp
+        after: _Memory | None = None
 
         def attempt() -> None:
+            nonlocal after
+            if after is not None and self._landed(stamp):
+                self._restore(after)
+                return
             try:
                 write()
-            except BaseException:  # re-raised: the next attempt starts as this one did
-                self._step_runs = list(step_runs)
-                self._with_transition[:] = with_transition
-                self._on_release[:] = on_release
-                self._released = released
+            except BaseException as exc:  # re-raised: the next attempt starts as this one did
+                # If the COMMIT is what failed, the write ran to its end: remember
+                # where it left the task, in case it landed after all.
+                after = self._memory() if lost_connection(exc) else None
+                self._restore(before)
                 raise
 
         self.ctx.db.retrying(attempt, self.ctx.stopping)
+
+    def _memory(self) -> _Memory:
+        """What a write changes of the task besides the database."""
+        return _Memory(
+            list(self._step_runs),
+            list(self._with_transition),
+            list(self._on_release),
+            self._released,
+        )
+
+    def _restore(self, memory: _Memory) -> None:
+        self._step_runs = list(memory.step_runs)
+        self._with_transition[:] = memory.with_transition
+        self._on_release[:] = memory.on_release
+        self._released = memory.released
+
+    def _landed(self, stamp: dt.datetime | None) -> bool:
+        """Whether the node's row carries ``stamp``: the write that set it landed."""
+        with self.ctx.db.read() as session:
+            found = session.scalar(select(Node.updated_at).where(Node.id == self._node.id))
+        return stamp is not None and found == stamp
 
     def with_next_transition(self, func: Callable[[Session], object]) -> None:
         """Run ``func`` in the transaction of the next ``transition`` (a write that
