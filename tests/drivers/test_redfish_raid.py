@@ -216,6 +216,14 @@ def test_a_node_without_a_target_and_scsi_drives_are_refused(bmc: Bmc) -> None:
     config = {"logical_disks": [{"raid_level": "1", "size_gb": 10, "interface_type": "scsi"}]}
     with pytest.raises(DriverError, match="scsi is not supported"):
         RAID.validate_raid_config(_task(bmc, system, []), config)
+    hints = [{"name": "/dev/sda"}, {"name": "/dev/sdb"}]
+    software = {
+        "logical_disks": [
+            {"raid_level": "1", "size_gb": "MAX", "controller": "software", "physical_disks": hints}
+        ]
+    }
+    with pytest.raises(DriverError, match="are for software RAID"):
+        RAID.validate_raid_config(_task(bmc, system, []), software)
 
 
 def test_a_controller_offering_immediate_is_asked_for_it(bmc: Bmc) -> None:

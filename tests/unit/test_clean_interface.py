@@ -133,8 +133,18 @@ def test_fake_fail_steps_and_asynchronous_steps() -> None:
             {"logical_disks": [{"raid_level": "1", "size_gb": 1, "volume_name": 7}]},
             "volume_name must be a string",
         ),
+        (
+            {"logical_disks": [{"raid_level": "1", "size_gb": 1, "controller": "software",
+                                "physical_disks": [{"name": "/dev/sda"}]}]},
+            "as hints must name two or more",
+        ),
+        (
+            {"logical_disks": [{"raid_level": "1", "size_gb": 1, "controller": "c",
+                                "physical_disks": ["a", {"name": "/dev/sda"}]}]},
+            "a list of names, or of root device hints",
+        ),
     ],
-)
+)  # fmt: skip
 def test_invalid_raid_configs_are_refused_naming_the_field(
     config: dict[str, Any], message: str
 ) -> None:
@@ -145,6 +155,19 @@ def test_invalid_raid_configs_are_refused_naming_the_field(
 
 def test_valid_raid_configs() -> None:
     check_target_raid_config({})
+    # Software RAID as Metal3 asks for it: disks by root device hints.
+    check_target_raid_config(
+        {
+            "logical_disks": [
+                {
+                    "raid_level": "1",
+                    "size_gb": "MAX",
+                    "controller": "software",
+                    "physical_disks": [{"name": "s== /dev/sda"}, {"name": "s== /dev/sdb"}],
+                }
+            ]
+        }
+    )
     check_target_raid_config(
         {
             "logical_disks": [

@@ -58,7 +58,8 @@ LOGICAL_DISK_PROPERTIES: dict[str, str] = {
     ),
     "controller": "RAID controller to use; the driver chooses one when absent. Optional.",
     "physical_disks": (
-        "Names of the physical disks to use (needs controller); the driver chooses when absent. "
+        "The physical disks to use (needs controller): their names, or for software RAID "
+        'root device hints ({"name": "/dev/sda"}); the driver chooses when absent. '
         "Optional."
     ),
 }
@@ -128,8 +129,15 @@ def _check_disk(where: str, disk: Any) -> None:
 def _check_physical_disks(where: str, disk: dict[str, Any]) -> None:
     """``physical_disks`` apart from the other fields: it depends on another (controller)."""
     physical = disk["physical_disks"]
-    if not isinstance(physical, list) or not all(isinstance(p, str) for p in physical):
-        raise InvalidRaidConfig(f"{where}: physical_disks must be a list of strings")
+    names = isinstance(physical, list) and all(isinstance(p, str) for p in physical)
+    # Software RAID names its disks by root device hints ({"name": "/dev/sda"}), two at least.
+    hints = isinstance(physical, list) and all(isinstance(p, dict) for p in physical)
+    if not names and not hints:
+        raise InvalidRaidConfig(
+            f"{where}: physical_disks must be a list of names, or of root device hints"
+        )
+    if hints and len(physical) < 2:
+        raise InvalidRaidConfig(f"{where}: physical_disks given as hints must name two or more")
     if "controller" not in disk:
         raise InvalidRaidConfig(f"{where}: physical_disks needs controller to be set")
 

@@ -154,6 +154,8 @@ def _fits(raid_type: str, drives: list[Drive], size: int | None) -> bool:
 
 
 def _named(disk: Mapping[str, Any], placement: _Placement, where: str) -> list[Drive]:
+    if not all(isinstance(name, str) for name in disk["physical_disks"]):
+        raise StepFailed(f"{where}: physical_disks must be drive Ids for hardware RAID")
     by_id = {d.identity: d for d in placement.drives}
     missing = [name for name in disk["physical_disks"] if name not in by_id]
     if missing:
@@ -316,6 +318,11 @@ class RedfishRaid(RaidInterface):
             if disk.get("interface_type") == "scsi":
                 raise DriverError(
                     "interface_type scsi is not supported by the redfish RAID interface"
+                )
+            if any(not isinstance(p, str) for p in disk.get("physical_disks", [])):
+                raise DriverError(
+                    "physical_disks given as root device hints are for software RAID "
+                    "(raid_interface agent); the redfish RAID interface takes drive Ids"
                 )
 
     @clean_step(priority=0, argsinfo=_CREATE_ARGS, requires_ramdisk=False, asynchronous=True)
