@@ -103,6 +103,7 @@ def test_a_node_write_committed_but_reported_failed_is_not_written_again(db_url:
         node = create_node(stack.client)
         with stack.db.read() as session:
             node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
+        assert node_id is not None
         released: list[bool] = []
         with acquire(ctx, node_id, "test") as task:
             task.record("test", "written once")
