@@ -9,19 +9,20 @@ from typing import Any
 
 import pytest
 
-from metalforge.config import load_settings
 from metalforge.drivers.base import DriverError
 from metalforge.drivers.redfish.idrac import IdracManagement, IdracVirtualMediaBoot
 from metalforge_lab.redfish_emulator import FakeSystem
 from tests.drivers.test_redfish import Task
+from tests.metal3.test_virtual_media_hosts import HOSTS
 from tests.support.api import LATEST, create_node, provision, wait_for_state
 from tests.support.redfish import (
     Bmc,
     fake_system,
+    running_stack,
     serve_directory,
     start_bmc,
 )
-from tests.support.stack import FAST_CONDUCTOR, Stack, start_stack
+from tests.support.stack import Stack
 
 BOOT = IdracVirtualMediaBoot()
 MANAGEMENT = IdracManagement()
@@ -96,34 +97,15 @@ def test_clear_job_queue_reset_and_known_good_state(bmc: Bmc) -> None:
 
 @pytest.fixture
 def stack(sqlite_url: str) -> Iterator[Stack]:
-    settings = load_settings(
-        database={"url": sqlite_url},
-        conductor={
-            **FAST_CONDUCTOR,
-            "hostname": "test-conductor",
-            "enabled_hardware_types": ["fake-hardware", "idrac"],
-        },
-    )
-    running = start_stack(settings)
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_stack(sqlite_url, "fake-hardware", "idrac")
 
 
 def test_metal3s_idrac_virtualmedia_host_enrolls_and_is_managed(stack: Stack, bmc: Bmc) -> None:
     """What Metal3 creates for ``idrac-virtualmedia://``, then the iDRAC's clean step."""
     system = _idrac(bmc)
-    interfaces = {
-        "boot_interface": "idrac-redfish-virtual-media",
-        "bios_interface": "idrac-redfish",
-        "firmware_interface": "redfish",
-        "management_interface": "idrac-redfish",
-        "power_interface": "idrac-redfish",
-        "raid_interface": "idrac-redfish",
-        "vendor_interface": "idrac-redfish",
-        "inspect_interface": "redfish",
-    }
+    host = HOSTS["idrac-virtualmedia"]
+    interfaces = {key: value for key, value in host.items() if key != "driver"}
+    interfaces["inspect_interface"] = "redfish"
     node = create_node(
         stack.client, driver="idrac", driver_info=bmc.driver_info(system), **interfaces
     )

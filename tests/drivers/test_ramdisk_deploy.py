@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from metalforge.config import load_settings
 from tests.support.api import (
     LATEST,
     create_node,
@@ -16,8 +15,13 @@ from tests.support.api import (
     provision,
     wait_for_state,
 )
-from tests.support.redfish import Bmc, serve_directory, start_bmc, start_redfish_stack
-from tests.support.stack import FAST_CONDUCTOR, Stack
+from tests.support.redfish import (
+    Bmc,
+    running_stack,
+    serve_directory,
+    start_bmc,
+)
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +39,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def stack(sqlite_url: str) -> Iterator[Stack]:
-    settings = load_settings(
-        database={"url": sqlite_url},
-        conductor={**FAST_CONDUCTOR, "hostname": "test-conductor"},
-    )
-    running = start_redfish_stack(settings)
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_stack(sqlite_url)
 
 
 def _patch(stack: Stack, uuid: str, ops: list[dict[str, object]]) -> dict[str, object]:

@@ -8,15 +8,14 @@ from typing import Any
 
 import pytest
 
-from metalforge.config import load_settings
 from metalforge.drivers.base import REBOOT, DriverError, Interface, StepFailed
 from metalforge.drivers.redfish.power import RedfishPower
 from metalforge.drivers.redfish.raid import RedfishRaid
 from metalforge_lab.redfish_emulator import FakeSystem
 from tests.drivers.test_redfish import Task
 from tests.support.api import LATEST, create_node, error_text, provision, wait_for_state
-from tests.support.redfish import Bmc, fake_system, start_bmc, start_redfish_stack
-from tests.support.stack import FAST_CONDUCTOR, Stack
+from tests.support.redfish import Bmc, fake_system, running_stack, start_bmc
+from tests.support.stack import Stack
 
 RAID = RedfishRaid()
 GIB = 1024**3
@@ -261,15 +260,7 @@ def test_a_controller_that_applies_at_reset_is_rebooted_and_waited_for(bmc: Bmc)
 
 @pytest.fixture
 def stack(sqlite_url: str) -> Iterator[Stack]:
-    settings = load_settings(
-        database={"url": sqlite_url},
-        conductor={**FAST_CONDUCTOR, "hostname": "test-conductor"},
-    )
-    running = start_redfish_stack(settings)
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_stack(sqlite_url)
 
 
 def test_metal3s_hardware_raid_through_the_api(stack: Stack, bmc: Bmc) -> None:

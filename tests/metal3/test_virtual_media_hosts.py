@@ -17,12 +17,11 @@ from typing import Any
 
 import pytest
 
-from metalforge.config import load_settings
 from metalforge_lab.redfish_emulator import FakeSystem
 from tests.metal3.bmo import Bmo
 from tests.support.api import wait_for_state, wait_until
-from tests.support.redfish import Bmc, fake_system, serve_directory, start_bmc
-from tests.support.stack import FAST_CONDUCTOR, Stack, start_stack
+from tests.support.redfish import Bmc, fake_system, running_stack, serve_directory, start_bmc
+from tests.support.stack import Stack
 
 USER, PASSWORD = "metal3", "bmc-s3cret"
 
@@ -74,19 +73,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def stack(sqlite_url: str) -> Iterator[Stack]:
-    settings = load_settings(
-        database={"url": sqlite_url},
-        conductor={
-            **FAST_CONDUCTOR,
-            "hostname": "test-conductor",
-            "enabled_hardware_types": ["redfish", "idrac"],
-        },
-    )
-    running = start_stack(settings)
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_stack(sqlite_url, "redfish", "idrac")
 
 
 def _register(bmo: Bmo, bmc: Bmc, system: FakeSystem, scheme: str) -> dict[str, Any]:

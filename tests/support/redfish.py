@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from metalforge.config import Settings
+from metalforge.config import Settings, load_settings
 from metalforge.drivers.redfish.connection import CONNECTIONS
 from metalforge_lab.ports import free_port
 from metalforge_lab.redfish_emulator import EmulatorProcess, FakeSystem
-from tests.support.stack import Stack, start_stack
+from tests.support.stack import FAST_CONDUCTOR, Stack, start_stack
 
 USER = "admin"
 PASSWORD = "s3cret-bmc"
@@ -149,3 +149,21 @@ def start_redfish_stack(settings: Settings) -> Stack:
         update={"enabled_hardware_types": ["fake-hardware", "redfish"]}
     )
     return start_stack(settings.model_copy(update={"conductor": conductor}))
+
+
+def running_stack(db_url: str, *hardware_types: str) -> Iterator[Stack]:
+    """A stack on ``db_url`` whose conductor drives ``hardware_types`` (default: the
+    ``redfish`` type beside ``fake-hardware``), stopped after; for fixtures."""
+    settings = load_settings(
+        database={"url": db_url},
+        conductor={
+            **FAST_CONDUCTOR,
+            "hostname": "test-conductor",
+            "enabled_hardware_types": list(hardware_types or ("fake-hardware", "redfish")),
+        },
+    )
+    running = start_stack(settings)
+    try:
+        yield running
+    finally:
+        running.stop()

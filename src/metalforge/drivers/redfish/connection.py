@@ -419,3 +419,24 @@ def event_service(task: DriverTask, doing: str) -> Iterator[Any]:
                 f"Redfish BMC at {info.address} has no EventService, needed to {doing}"
             ) from None
         yield service
+
+
+_FAILED_TASK_STATES = ("Exception", "Killed", "Cancelled", "Interrupted")
+
+
+def task_failure(monitor: Any) -> str | None:
+    """Why the BMC's finished task (behind ``monitor``, a sushy ``TaskMonitor``) failed,
+    if it did: its state and messages. A monitor the BMC no longer serves is a task that
+    finished."""
+    try:
+        found = monitor.get_task()
+    except sushy_errors.ResourceNotFoundError:
+        return None
+    if found is None:
+        return None
+    state = getattr(found.task_state, "value", found.task_state)
+    status = getattr(found.task_status, "value", found.task_status)
+    if state in _FAILED_TASK_STATES or status == "Critical":
+        messages = "; ".join(str(m.message) for m in found.messages or () if m.message)
+        return f"task {state} ({status}){': ' + messages if messages else ''}"
+    return None

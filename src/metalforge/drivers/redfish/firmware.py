@@ -36,7 +36,6 @@ from metalforge.drivers.redfish import connection
 from metalforge.drivers.step_declarations import clean_step, service_step
 
 _STATE = "firmware_update"
-_FAILED_STATES = ("Exception", "Killed", "Cancelled", "Interrupted")
 
 
 def _text(value: Any) -> str | None:
@@ -182,7 +181,7 @@ class RedfishFirmware(FirmwareInterface):
             monitor = root.get_task_monitor(state["monitor"])
             if monitor.is_processing:
                 return "wait"
-            problem = _failure(monitor)
+            problem = connection.task_failure(monitor)
             system.refresh()
             after = _report(
                 root,
@@ -208,17 +207,3 @@ class RedfishFirmware(FirmwareInterface):
             return "wait"
         _keep(task, {"left": state.get("left", [])})
         return self._next(task)
-
-
-def _failure(monitor: Any) -> str | None:
-    """Why the BMC's finished task failed, if it did (a monitor gone is a task finished)."""
-    try:
-        found = monitor.get_task()
-    except sushy_errors.ResourceNotFoundError:
-        return None
-    state = getattr(found.task_state, "value", found.task_state)
-    status = getattr(found.task_status, "value", found.task_status)
-    if state in _FAILED_STATES or status == "Critical":
-        messages = "; ".join(str(m.message) for m in found.messages or () if m.message)
-        return f"task {state} ({status}){': ' + messages if messages else ''}"
-    return None

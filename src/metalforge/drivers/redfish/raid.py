@@ -69,7 +69,6 @@ LEVELS: dict[str, tuple[str, int]] = {
 """Each RAID level the interface builds: its Redfish ``RAIDType`` and fewest drives."""
 _LEVEL_OF = {raid_type: level for level, (raid_type, _) in LEVELS.items()}
 _STATE = "raid_job"
-_FAILED_STATES = ("Exception", "Killed", "Cancelled", "Interrupted")
 
 _CREATE_ARGS = {
     "create_root_volume": {
@@ -401,7 +400,7 @@ class RedfishRaid(RaidInterface):
                 found = root.get_task_monitor(monitor)
                 if found.is_processing:
                     return "wait"
-                problem = _failure(found)
+                problem = connection.task_failure(found)
             if problem:
                 _keep(task, None)
                 raise StepFailed(f"the BMC failed the RAID job: {problem}")
@@ -446,19 +445,3 @@ def _send(system: Any, change: Mapping[str, Any]) -> tuple[str | None, bool]:
     if isinstance(answer, TaskMonitor):
         return answer.task_monitor_uri, apply_time == "OnReset"
     return None, False
-
-
-def _failure(monitor: Any) -> str | None:
-    """Why the BMC's finished task failed, if it did (a monitor gone is a task finished)."""
-    try:
-        found = monitor.get_task()
-    except (sushy_errors.ResourceNotFoundError, AttributeError):
-        return None
-    if found is None:
-        return None
-    state = getattr(found.task_state, "value", found.task_state)
-    status = getattr(found.task_status, "value", found.task_status)
-    if state in _FAILED_STATES or status == "Critical":
-        messages = "; ".join(str(m.message) for m in found.messages or () if m.message)
-        return f"task {state} ({status}){': ' + messages if messages else ''}"
-    return None
