@@ -1079,7 +1079,7 @@ IDENTIFIERS = [
         "POST",
         "/v1/nodes",
         400,
-        "Expected a UUID",
+        "Expected UUID for uuid: not-a-uuid",
         json={"driver": "fake-hardware", "uuid": "not-a-uuid"},
     ),
     _case(
@@ -1223,7 +1223,7 @@ IDENTIFIERS = [
         "POST",
         "/v1/ports",
         400,
-        "Expected a UUID",
+        "Expected UUID for uuid: zzz",
         json={"address": "52:54:02:00:00:04", "node_uuid": "{node}", "uuid": "zzz"},
     ),
     _case(

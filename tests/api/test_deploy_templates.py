@@ -181,7 +181,10 @@ def test_duplicate_name_or_uuid_is_a_conflict(sqlite_stack: Stack) -> None:
             {"name": "CUSTOM_X", "steps": [{"interface": "raid", "step": "x", "priority": 1}]},
             "args",
         ),
-        ({"name": "CUSTOM_X", "steps": [RAID1_STEP], "uuid": "nope"}, "Expected a UUID"),
+        (
+            {"name": "CUSTOM_X", "steps": [RAID1_STEP], "uuid": "nope"},
+            "Expected UUID for uuid: nope",
+        ),
         ({"name": "CUSTOM_X", "steps": [RAID1_STEP], "colour": "red"}, "'colour' was unexpected"),
     ],
 )

@@ -131,8 +131,12 @@ def test_an_allocation_whose_work_cannot_be_queued_is_not_created(
         (NewAllocation(resource_class=""), 400, "Invalid resource class"),
         (NewAllocation(), 400, "The resource_class field is mandatory"),
         (NewAllocation(resource_class="rc", traits=["GPU"]), 400, "Invalid trait 'GPU'"),
-        (NewAllocation(resource_class="rc", uuid="nope"), 400, "Expected a UUID"),
-        (NewAllocation(resource_class="rc", name="a b"), 400, "Expected a logical name"),
+        (NewAllocation(resource_class="rc", uuid="nope"), 400, "Expected UUID for uuid: nope"),
+        (
+            NewAllocation(resource_class="rc", name="a b"),
+            400,
+            "Cannot create allocation with invalid name 'a b'",
+        ),
         (NewAllocation(resource_class="rc", candidate_nodes=["ghost"]), 400, "Candidate node"),
     ],
 )

@@ -83,7 +83,7 @@ def test_create_keeps_a_given_uuid_in_its_canonical_form(svc: Services) -> None:
 def test_create_refuses_a_uuid_that_is_not_one(svc: Services) -> None:
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec("CUSTOM_RAID1", RAID1_STEP, uuid="not-a-uuid"))
-    assert refused(400, excinfo) == "Expected a UUID for UUID but received not-a-uuid."
+    assert refused(400, excinfo) == "Expected UUID for uuid: not-a-uuid"
     assert _count(svc) == 0
 
 

@@ -234,7 +234,7 @@ def _check_request(new: NewAllocation, version: Version) -> _Checked:
     if new.resource_class is not None:
         check_resource_class(new.resource_class)
     if new.name is not None:
-        lookup.check_name(new.name)
+        lookup.check_name(new.name, refusal="Cannot create allocation with invalid name '{name}'")
     traits = list(dict.fromkeys(check_trait(t) for t in new.traits))
     return _Checked(traits, lookup.check_uuid(new.uuid) if new.uuid else "")
 

@@ -58,7 +58,7 @@ def not_found_error(ident: str) -> RequestError:
 def find_chassis(session: Session, ident: str, *, for_update: bool = False) -> Chassis:
     """By UUID (a chassis has no name); 404 otherwise, 400 for what is not a UUID."""
     if not lookup.is_uuid(ident):
-        raise bad_request(f"Expected a UUID but received {ident}.")
+        raise bad_request(f"Expected UUID for chassis_uuid: {ident}")
     stmt = select(Chassis).where(Chassis.uuid == str(uuidlib.UUID(ident)))
     if for_update:
         stmt = stmt.with_for_update()

@@ -43,16 +43,21 @@ def is_uuid(value: str) -> bool:
     return len(value) in (32, 36)
 
 
-def check_uuid(value: str, what: str = "UUID") -> str:
+def check_uuid(value: str, what: str = "uuid") -> str:
+    """``value`` as a canonical UUID; 400 in Ironic's words for the field ``what``."""
     if not is_uuid(value):
-        raise bad_request(f"Expected a UUID for {what} but received {value}.")
+        raise bad_request(f"Expected UUID for {what}: {value}")
     return str(uuidlib.UUID(value))
 
 
-def check_name(name: str, *, reserved: frozenset[str] = frozenset()) -> None:
-    """Logical names: 1-255 of ``[A-Za-z0-9-._~]``, not UUID-like, not reserved."""
+def check_name(
+    name: str, *, reserved: frozenset[str] = frozenset(), refusal: str | None = None
+) -> None:
+    """Logical names: 1-255 of ``[A-Za-z0-9-._~]``, not UUID-like, not reserved.
+    ``refusal``: Ironic's text for the resource, with ``{name}`` where the name goes."""
     if not _NAME.match(name) or is_uuid(name):
-        raise bad_request(f"Expected a logical name but received {name}.")
+        text = refusal or "Expected a logical name but received {name}."
+        raise bad_request(text.format(name=name))
     if name in reserved:
         raise bad_request(f"Cannot use reserved name {name}.")
 

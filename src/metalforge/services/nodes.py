@@ -51,7 +51,7 @@ def check_driver(svc: Services, driver: str, values: dict[str, Any]) -> dict[str
             raise bad_request(
                 f"No valid host was found. Reason: No conductor service registered which "
                 f"supports driver {driver} for conductor group "
-                f'"{values.get("conductor_group") or ""}".'
+                f'"{values.get("conductor_group") or ""}". Ensure the driver is valid and enabled.'
             ) from None
         raise bad_request(str(exc)) from None
 

@@ -154,26 +154,27 @@ def _size(document: dict[str, Any]) -> int:
 
 
 def _failure(document: dict[str, Any], ops: Sequence[Operation]) -> str:
-    """The message for a patch that failed: which operation, from its path alone.
+    """The message for a patch that failed, in Ironic's words: the operation that failed
+    (its value masked where secret) and why.
 
     Only on the error path are the operations replayed one at a time, to
-    find the one that failed.
+    find the one that failed. jsonpatch's own reason is given when it names only
+    the key ("can't remove a non-existent object 'prop'", which clients match
+    on); a reason that would print the document it looked in is given without it.
     """
-    shown = [shown_operation(o) for o in ops]
     result = document
-    reason = "it could not be applied"
     for op in ops:
+        shown = shown_operation(op)
         try:
             jsonpointer.JsonPointer(op.path)
         except jsonpointer.JsonPointerException:
-            reason = f"{op.path} is not a valid JSON pointer"
-            break
+            return f"Couldn't apply patch '{shown}'. Reason: {op.path} is not a valid JSON pointer"
         try:
             result = jsonpatch.apply_patch(result, [op.as_json_patch()])
+        except jsonpatch.JsonPatchConflict as exc:
+            return f"Couldn't apply patch '{shown}'. Reason: {exc}"
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
-            if op.op == "add":
-                reason = f"cannot add at {op.path}: its parent does not exist"
-            else:
-                reason = f"cannot {op.op} {op.path}: it does not exist"
-            break
-    return f"Couldn't apply patch '{shown}'. Reason: {reason}"
+            parent = op.path.rstrip("/").rsplit("/", 1)[0] or "/"
+            return f"Couldn't apply patch '{shown}'. Reason: member {parent} not found"
+    every = [shown_operation(o) for o in ops]
+    return f"Couldn't apply patch '{every}'. Reason: it could not be applied"
