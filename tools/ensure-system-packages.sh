@@ -14,7 +14,8 @@
 #         syslinux-common, grub-efi-amd64-bin, grub-common, mtools and dosfstools
 #         to build the agent's boot ISOs, and ovmf to boot them as UEFI firmware;
 #         what `ramdisk` needs, syslinux for the lab's bootable instance image, and
-#         dropbear-bin, whose SSH client logs in to a rescued machine)
+#         dropbear-bin, whose SSH client logs in to a rescued machine; docker-registry,
+#         the reference OCI registry, for disk images named oci://)
 #   ramdisk: what building the agent's ramdisk needs (mmdebstrap, cpio, zstd)
 set -euo pipefail
 
@@ -26,7 +27,8 @@ if [ "${1:-base}" = "test" ]; then
   want+=(postgresql ipmitool gdisk parted iproute2 util-linux apache2-utils redis-server haproxy
          dnsmasq-base nftables busybox udhcpc chromium chromium-driver fonts-dejavu-core
          qemu-system-x86 ipxe-qemu ipxe curl xorriso isolinux syslinux-common
-         grub-efi-amd64-bin grub-common mtools dosfstools ovmf syslinux dropbear-bin)
+         grub-efi-amd64-bin grub-common mtools dosfstools ovmf syslinux dropbear-bin
+         docker-registry)
 fi
 
 missing=()

@@ -346,6 +346,9 @@ class NetbootSettings(BaseModel):
     reserved space, and this host's own addresses (``outbound_http.NEVER_BY_DEFAULT``).
     Every connection is checked against the address it reached, redirects included.
     ``["127.0.0.0/8"]`` lets a host serve its deploy images to itself."""
+    oci_plain_http_registries: list[str] = Field(default_factory=list)
+    """OCI registries (``host:port`` as an ``oci://`` image reference names them) reached
+    over plain HTTP rather than HTTPS: a lab's or an air-gapped site's own registry."""
     image_fetch_grace: float = Field(default=30.0, gt=0, le=3600)
     """Seconds a download may take before ``image_fetch_min_rate`` is checked (a server
     may be slow to start)."""

@@ -641,10 +641,7 @@ def cache_for(settings: NetbootSettings) -> ImageCache:
                     settings.image_fetch_min_rate,
                     settings.image_fetch_grace,
                 ),
-                peers=outbound_http.PeerPolicy(
-                    (*outbound_http.NEVER_BY_DEFAULT, *_own_networks(settings)),
-                    settings.fetch_allowed_networks,
-                ),
+                peers=peer_policy(settings),
                 bounds=CacheBounds(
                     settings.image_cache_max_size,
                     settings.image_cache_min_age,
@@ -653,6 +650,15 @@ def cache_for(settings: NetbootSettings) -> ImageCache:
             )
             _CACHES[root] = cache
         return cache
+
+
+def peer_policy(settings: NetbootSettings) -> outbound_http.PeerPolicy:
+    """Where a URL a tenant gave may lead: nowhere ``outbound_http.NEVER_BY_DEFAULT`` or
+    this host's own addresses name, unless ``netboot.fetch_allowed_networks`` allows it."""
+    return outbound_http.PeerPolicy(
+        (*outbound_http.NEVER_BY_DEFAULT, *_own_networks(settings)),
+        settings.fetch_allowed_networks,
+    )
 
 
 def _own_networks(settings: NetbootSettings) -> list[outbound_http.IPNetwork]:

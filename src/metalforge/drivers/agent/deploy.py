@@ -39,7 +39,7 @@ from metalforge.drivers.agent.client import (
     AgentUnreachable,
     CommandResult,
 )
-from metalforge.drivers.agent.image import image_info
+from metalforge.drivers.agent.image import image_info, oci_image_info
 from metalforge.drivers.agent.session import (
     agent_up,
     boot_of,
@@ -68,6 +68,8 @@ from metalforge.drivers.base import (
     switch_power,
 )
 from metalforge.drivers.step_declarations import StepDecl, StepKind, deploy_step, parse_argsinfo
+from metalforge.netboot import oci
+from metalforge.netboot.images import ImageError
 
 ERASE_STEPS = frozenset({"erase_devices", "erase_devices_metadata"})
 """Clean steps whose results are erasure records."""
@@ -371,10 +373,9 @@ class AgentDeploy(DeployInterface):
 
     @deploy_step(priority=80, asynchronous=True)
     def write_image(self, task: DriverTask) -> StepOutcome:
-        """Have the agent download the image, check its hash and write it to the root disk."""
-        args: dict[str, Any] = {
-            "image_info": image_info(dict(task.node.instance_info), task.node.uuid)
-        }
+        """Have the agent download the image, check its hash and write it to the root disk
+        (an ``oci://`` image is first resolved to its blob in the registry)."""
+        args: dict[str, Any] = {"image_info": self._image_info(task)}
         configdrive = task.node.instance_info.get("configdrive")
         if configdrive:
             args["configdrive"] = configdrive
@@ -398,6 +399,26 @@ class AgentDeploy(DeployInterface):
             "write_image",
         )
         return "wait"
+
+    @staticmethod
+    def _image_info(task: DriverTask) -> dict[str, Any]:
+        info = task.node.instance_info
+        source = info.get("image_source")
+        if not (isinstance(source, str) and source.startswith("oci://")):
+            return image_info(dict(info), task.node.uuid)
+        secret = info.get("image_pull_secret")
+        arch = task.node.properties.get("cpu_arch")
+        try:
+            found = oci.resolve(
+                source,
+                task.settings.netboot,
+                secret=secret if isinstance(secret, str) else None,
+                cpu_arch=arch if isinstance(arch, str) else None,
+            )
+        except ImageError as exc:
+            raise StepFailed(f"instance_info.image_source: {exc}") from None
+        task.record("deploy", f"{source} is {found.manifest}, layer sha256:{found.sha256}")
+        return oci_image_info(found, task.node.uuid)
 
     @deploy_step(priority=60)
     def prepare_instance_boot(self, task: DriverTask) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from metalforge.drivers.base import StepFailed
+from metalforge.netboot import oci
 
 _ALGO_BY_LENGTH = {32: "md5", 40: "sha1", 64: "sha256", 128: "sha512"}
 
@@ -36,6 +37,27 @@ def _hash(info: dict[str, Any]) -> tuple[str, str]:
     if guessed is None:
         raise StepFailed(f"cannot tell the hash algorithm of image_checksum {text!r}")
     return guessed, text.lower()
+
+
+def oci_image_info(image: oci.OciImage, node_uuid: str) -> dict[str, Any]:
+    """``image_info`` for a disk image in an OCI registry: the blob's URL, the header the
+    registry wants, the layer's digest as the hash to check (module ``netboot.oci``)."""
+    info: dict[str, Any] = {
+        "id": image.manifest or node_uuid,
+        "urls": [image.url],
+        "container_format": "bare",
+        "stream_raw_images": image.disk_format == "raw",
+        "image_type": "whole-disk",
+        "os_hash_algo": "sha256",
+        "os_hash_value": image.sha256,
+        "node_uuid": node_uuid,
+    }
+    if image.disk_format is not None:
+        info["disk_format"] = image.disk_format
+    authorization = oci.agent_authorization(image)
+    if authorization is not None:
+        info["image_request_authorization"] = authorization
+    return info
 
 
 def image_info(instance_info: dict[str, Any], node_uuid: str) -> dict[str, Any]:
