@@ -182,7 +182,7 @@ def boot_persistence(task: DriverTask, persistent: bool) -> bool:
     """Whether a boot device a flow sets is persistent, after the node's
     ``force_persistent_boot_device``. As in Ironic, an older true value (``True``,
     ``"yes"``) means ``Always`` and any other value the flow's own choice."""
-    forced = task.node.driver_info.get(FORCE_PERSISTENT)
+    forced = (task.node.driver_info or {}).get(FORCE_PERSISTENT)
     if forced == "Always" or forced is True:
         return True
     if forced == "Never":
