@@ -52,12 +52,25 @@ HOSTS: dict[str, dict[str, Any]] = {
 """What BMO's ``pkg/hardwareutils/bmc`` creates for each BMC address scheme."""
 
 
+_CONTROLLER = {
+    "id": "RAID.Integrated.1",
+    "name": "PERC H755",
+    "drives": [
+        {"Id": f"Disk.Bay.{i}", "Name": f"Disk {i}", "CapacityBytes": 480 * 1024**3,
+         "MediaType": "SSD", "Protocol": "SAS"}
+        for i in range(4)
+    ],
+}  # fmt: skip
+"""The RAID controller of the host Metal3 asks hardware RAID of."""
+
+
 @pytest.fixture(scope="module")
 def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
     systems = [
         dataclasses.replace(fake_system(disks_gib=(100,)), dell=dell)
         for dell in (False, True, False)
     ]
+    systems.append(dataclasses.replace(fake_system(disks_gib=(100,)), storage=_CONTROLLER))
     yield from start_bmc(
         tmp_path_factory.mktemp("bmo-bmc"), systems=systems, users={USER: PASSWORD}
     )
@@ -125,11 +138,54 @@ def _inspect(bmo: Bmo, node: dict[str, Any]) -> dict[str, Any]:
     return bmo.node(uuid)
 
 
+def test_preparing_a_redfish_host_with_hardware_raid_and_reading_its_settings(
+    stack: Stack, bmc: Bmc, images: str
+) -> None:
+    """BMO's Preparing for a ``redfish-virtualmedia://`` host whose spec asks for RAID:
+    the target set with ``PUT .../states/raid``, then manual cleaning with the RAID steps;
+    and what its firmware-settings controllers read (BIOS with its registry, firmware)."""
+    system = bmc.take(lambda s: s.storage is not None)
+    bmo = Bmo(stack.client)
+    node = _register(bmo, bmc, system, "redfish-virtualmedia")
+    uuid = node["uuid"]
+    node = bmo.update(node, {"/driver_info/deploy_iso": f"{images}/ipa.iso"})
+    node = bmo.update(node, {"/raid_interface": "redfish"})
+    target = {
+        "logical_disks": [
+            {"size_gb": 400, "raid_level": "1", "volume_name": "root", "is_root_volume": True,
+             "controller": "RAID.Integrated.1", "physical_disks": ["Disk.Bay.0", "Disk.Bay.1"]},
+            {"size_gb": 400, "raid_level": "0", "volume_name": "data"},
+        ]
+    }  # fmt: skip
+    answer = bmo.put(f"/v1/nodes/{uuid}/states/raid", target)
+    assert answer.status_code == 204, answer.text
+    steps = [
+        {"interface": "raid", "step": "delete_configuration"},
+        {"interface": "raid", "step": "create_configuration"},
+    ]
+    bmo.provision(uuid, "clean", clean_steps=steps)
+    done = bmo.node(wait_for_state(stack.client, uuid, "manageable")["uuid"])
+    assert done["last_error"] is None
+    built = {d["name"]: d for d in done["raid_config"]["logical_disks"]}
+    assert {name: d["raid_level"] for name, d in built.items()} == {"root": "1", "data": "0"}
+
+    bios = bmo.get(f"/v1/nodes/{uuid}/bios?detail=true")
+    assert bios.status_code == 200, bios.text
+    for setting in bios.json()["bios"]:
+        assert isinstance(setting["name"], str)
+        assert isinstance(setting["value"], str | type(None))
+        assert isinstance(setting["read_only"], bool | type(None))
+    firmware = bmo.get(f"/v1/nodes/{uuid}/firmware")
+    assert firmware.status_code == 200, firmware.text
+    components = {c["component"] for c in firmware.json()["firmware"]}
+    assert "bios" in components
+
+
 @pytest.mark.parametrize("scheme", list(HOSTS))
 def test_a_live_iso_host_from_registration_to_deletion(
     stack: Stack, bmc: Bmc, images: str, scheme: str
 ) -> None:
-    system = bmc.take(lambda s: s.dell == (scheme == "idrac-virtualmedia"))
+    system = bmc.take(lambda s: s.dell == (scheme == "idrac-virtualmedia") and not s.storage)
     bmo = Bmo(stack.client)
     assert bmo.version >= (1, 95)
     node = _register(bmo, bmc, system, scheme)
