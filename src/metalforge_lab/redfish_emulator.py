@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from metalforge_lab import redfish_dell, redfish_storage
+from metalforge_lab import redfish_dell, redfish_events, redfish_storage
 from metalforge_lab.running import StartStop
 
 DEFAULT_BIOS_VERSION = "1.0.0"
@@ -147,6 +147,8 @@ class EmulatorConfig:
     auth_file: Path | None = None
     notification_url: str | None = None
     """Where the stock external notification PUTs a system after a change."""
+    event_service: bool = False
+    """Serve an EventService with subscriptions (``metalforge_lab.redfish_events``)."""
 
     def render(self) -> str:
         lines = [
@@ -161,6 +163,8 @@ class EmulatorConfig:
             lines.append(f"SUSHY_EMULATOR_AUTH_FILE = {str(self.auth_file)!r}")
         if self.notification_url is not None:
             lines.append(f"EXTERNAL_NOTIFICATION_URL = {self.notification_url!r}")
+        if self.event_service:
+            lines.append("LAB_EVENT_SERVICE = True")
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> None:
@@ -199,6 +203,7 @@ class EmulatorProcess(StartStop):
         users: dict[str, str] | None = None,
         power_delay: tuple[int, int] = (0, 0),
         notification_url: str | None = None,
+        event_service: bool = False,
     ) -> None:
         self.workdir = workdir
         self.port = port
@@ -206,6 +211,7 @@ class EmulatorProcess(StartStop):
         self.users = users
         self.power_delay = power_delay
         self.notification_url = notification_url
+        self.event_service = event_service
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -237,6 +243,7 @@ class EmulatorProcess(StartStop):
             systems=self.systems,
             auth_file=auth_file,
             notification_url=self.notification_url,
+            event_service=self.event_service,
         ).write(config_path)
         low, high = self.power_delay
         command = [
@@ -531,6 +538,8 @@ def install(power_delay: tuple[int, int]) -> None:
         redfish_storage.install(emulator.app, error)
     if "lab_dell_service" not in emulator.app.view_functions:
         redfish_dell.install(emulator.app, error)
+    if "lab_event_service" not in emulator.app.view_functions:
+        redfish_events.install(emulator.app, error)
 
 
 def _delay(value: str) -> tuple[int, int]:

@@ -156,3 +156,41 @@ def test_an_unreachable_bmc_is_named(stack: Stack) -> None:
     assert answer.status_code == 400
     assert error_text(answer).startswith(f"Redfish BMC at {address} is unreachable")
     assert get_node(stack.client, node)["reservation"] is None
+
+
+@pytest.fixture(scope="module")
+def events_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
+    """A BMC with an EventService (the lab's ``redfish_events``)."""
+    yield from start_bmc(tmp_path_factory.mktemp("events-bmc"), count=1, event_service=True)
+
+
+def test_metal3s_event_subscription_is_created_listed_and_deleted(
+    stack: Stack, events_bmc: Bmc
+) -> None:
+    """As Metal3's BMCEventSubscription controller asks: create with Destination, Context
+    and HttpHeaders (one object per header), read the ``Id``, delete with a JSON body."""
+    node = _node(stack, events_bmc.driver_info(events_bmc.emulator.systems[0]))
+    body = {
+        "Destination": "https://events.example/in",
+        "Context": "metal3-ns/host-1",
+        "HttpHeaders": [{"Authorization": "Bearer hook-s3cret"}],
+    }
+    created = _call(stack, node, "POST", "create_subscription", body)
+    assert created.status_code == 200, created.text
+    subscription = created.json()
+    assert subscription["Destination"] == "https://events.example/in"
+    assert subscription["Context"] == "metal3-ns/host-1"
+    assert "hook-s3cret" not in created.text
+    ident = subscription["Id"]
+    kept = events_bmc.get(f"/lab/subscriptions/{ident}/headers")["HttpHeaders"]
+    assert kept == [{"Authorization": "Bearer hook-s3cret"}], "the BMC got the headers"
+    listed = _call(stack, node, "GET", "get_all_subscriptions").json()
+    assert [m["@odata.id"].rsplit("/", 1)[1] for m in listed["Members"]] == [ident]
+    shown = _call(stack, node, "GET", "get_subscription", {"id": ident})
+    assert shown.json()["Id"] == ident
+    wrong = _call(stack, node, "POST", "create_subscription", {**body, "EventTypes": ["Bogus"]})
+    assert wrong.status_code == 400
+    assert "EventTypes Bogus are not offered by the BMC; it offers Alert" in error_text(wrong)
+    deleted = _call(stack, node, "DELETE", "delete_subscription", {"id": ident})
+    assert deleted.status_code in (200, 204), deleted.text
+    assert _call(stack, node, "GET", "get_all_subscriptions").json()["Members"] == []

@@ -72,7 +72,10 @@ def bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bmc]:
     ]
     systems.append(dataclasses.replace(fake_system(disks_gib=(100,)), storage=_CONTROLLER))
     yield from start_bmc(
-        tmp_path_factory.mktemp("bmo-bmc"), systems=systems, users={USER: PASSWORD}
+        tmp_path_factory.mktemp("bmo-bmc"),
+        systems=systems,
+        users={USER: PASSWORD},
+        event_service=True,
     )
 
 
@@ -179,6 +182,17 @@ def test_preparing_a_redfish_host_with_hardware_raid_and_reading_its_settings(
     assert firmware.status_code == 200, firmware.text
     components = {c["component"] for c in firmware.json()["firmware"]}
     assert "bios" in components
+
+    # A BMCEventSubscription: created through vendor passthru (200, BMO reads Id), deleted
+    # with a JSON body on DELETE.
+    passthru = f"/v1/nodes/{uuid}/vendor_passthru"
+    body = {"Destination": "https://hooks.example/bmc", "Context": "metal3/host",
+            "HttpHeaders": [{"X-Token": "abc"}]}  # fmt: skip
+    created = bmo.post(f"{passthru}?method=create_subscription", body)
+    assert created.status_code == 200, created.text
+    ident = created.json()["Id"]
+    gone = bmo.delete(f"{passthru}?method=delete_subscription", {"id": ident})
+    assert gone.status_code in (200, 202, 204), gone.text
 
 
 @pytest.mark.parametrize("scheme", list(HOSTS))

@@ -105,6 +105,7 @@ def start_bmc(
     power_delay: tuple[int, int] = (0, 0),
     systems: list[FakeSystem] | None = None,
     notification_url: str | None = None,
+    event_service: bool = False,
 ) -> Iterator[Bmc]:
     """An emulator with ``count`` fresh fake systems; stopped (and clients forgotten) after."""
     chosen = systems or [fake_system(disks_gib=(100,) if i % 2 else ()) for i in range(count)]
@@ -115,6 +116,7 @@ def start_bmc(
         users=users,
         power_delay=power_delay,
         notification_url=notification_url,
+        event_service=event_service,
     )
     emulator.start()
     try:
