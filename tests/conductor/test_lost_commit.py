@@ -13,6 +13,7 @@ from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from metalforge import states
 from metalforge.conductor.reservations import acquire, drop_leaked_reservations
 from metalforge.db import queue
 from metalforge.db.models import Node, NodeHistory, WorkItem
@@ -120,6 +121,54 @@ def test_a_node_write_committed_but_reported_failed_is_not_written_again(db_url:
             reservation = session.scalar(select(Node.reservation).where(Node.id == node_id))
         assert texts.count("written once") == 1
         assert reservation is None
+    finally:
+        stack.conductor.stop(timeout=5)
+        stack.close_client()
+        stack.db.dispose()
+
+
+class CommitRefused:
+    """Makes the next commit fail before it lands, as a dropped connection does."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def __call__(self, session: Session) -> None:
+        if self.armed:
+            self.armed = False
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    def __enter__(self) -> CommitRefused:
+        event.listen(Session, "before_commit", self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(Session, "before_commit", self)
+
+
+def test_a_transition_whose_commit_did_not_land_is_written_again_from_where_it_was(
+    db_url: str,
+) -> None:
+    """The transition moved the node in memory as it wrote; the commit failed and nothing
+    landed: the next attempt starts from the state the node is really in."""
+    stack = start_stack(test_settings(db_url), start_conductor=False)
+    ctx = stack.conductor.ctx
+    try:
+        node = create_node(stack.client)
+        with stack.db.read() as session:
+            node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
+        assert node_id is not None
+        with acquire(ctx, node_id, "test") as task:
+            with CommitRefused():
+                task.transition(states.MANAGE, passing=True)
+            assert task.node.provision_state == states.VERIFYING
+        with stack.db.read() as session:
+            texts = list(
+                session.scalars(select(NodeHistory.event).where(NodeHistory.node_id == node_id))
+            )
+            state = session.scalar(select(Node.provision_state).where(Node.id == node_id))
+        assert state == states.VERIFYING
+        assert texts.count("enroll -> verifying (manage)") == 1
     finally:
         stack.conductor.stop(timeout=5)
         stack.close_client()

@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from metalforge.conductor import history, node_writes, transitions
 from metalforge.conductor.context import ConductorContext
@@ -75,6 +76,11 @@ class _Memory:
     with_transition: list[Callable[[Session], object]]
     on_release: list[Callable[[Session], object]]
     released: bool
+    columns: dict[str, Any]
+    """The node's columns: a transition moves its state and epoch in memory as it writes."""
+
+
+_COLUMNS = tuple(c.key for c in Node.__table__.columns)
 
 
 class NodeTask:
@@ -378,11 +384,13 @@ class NodeTask:
 
     def _memory(self) -> _Memory:
         """What a write changes of the task besides the database."""
+        held = self._node.__dict__
         return _Memory(
             list(self._step_runs),
             list(self._with_transition),
             list(self._on_release),
             self._released,
+            {key: held[key] for key in _COLUMNS if key in held},
         )
 
     def _restore(self, memory: _Memory) -> None:
@@ -390,6 +398,10 @@ class NodeTask:
         self._with_transition[:] = memory.with_transition
         self._on_release[:] = memory.on_release
         self._released = memory.released
+        held = self._node.__dict__
+        for key, value in memory.columns.items():
+            if held.get(key) is not value:
+                set_committed_value(self._node, key, value)
 
     def _landed(self, stamp: dt.datetime | None) -> bool:
         """Whether the node's row carries ``stamp``: the write that set it landed."""
