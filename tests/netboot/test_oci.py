@@ -20,7 +20,7 @@ from metalforge.drivers.agent.image import oci_image_info
 from metalforge.drivers.base import ReadOnlyTask, StepFailed
 from metalforge.netboot import oci
 from metalforge.netboot.images import ImageError
-from metalforge_lab.oci_registry import RegistryProcess, push_disk_image, push_index
+from metalforge_lab.oci_registry import RegistryProcess, TokenRealm, push_disk_image, push_index
 from metalforge_lab.ports import free_port
 
 DISK = b"\xeb\x63\x90" + b"\0" * 4093
@@ -193,3 +193,31 @@ def test_the_agents_write_image_gets_the_blob_and_the_registrys_header(
     node.instance_info = {**node.instance_info, "image_pull_secret": "puller:wrong"}
     with pytest.raises(StepFailed, match=r"instance_info\.image_source: .*answered 401"):
         AgentDeploy._image_info(ReadOnlyTask(node, conductor))
+
+
+@pytest.fixture(scope="module")
+def tokened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+    """A registry that wants pull tokens from its token service, as public registries do."""
+    if shutil.which("docker-registry") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the OCI registry: install docker-registry")
+        pytest.skip("docker-registry is not installed")
+    path = tmp_path_factory.mktemp("tokened")
+    realm = TokenRealm(path, {USER: PASSWORD}, anonymous_pull=True)
+    with RegistryProcess(path, free_port(), token_realm=realm) as registry:
+        yield registry
+
+
+def test_a_registry_with_a_token_service_gets_a_pull_token(tokened: RegistryProcess) -> None:
+    """The registry's 401 names a Bearer realm: a pull token is asked for, with the pull
+    secret as credentials, or anonymously without one (a public repository)."""
+    push_disk_image(tokened, "os/public", "v1", DISK)
+    settings = _settings(tokened)
+    url = f"oci://{tokened.host}/os/public:v1"
+    for secret in (f"{USER}:{PASSWORD}", None):
+        found = oci.resolve(url, settings, secret=secret, cpu_arch=None)
+        assert found.authorization is not None
+        assert found.authorization.startswith("Bearer ")
+        assert _fetch(found) == DISK
+    with pytest.raises(ImageError, match="gave no pull token for os/public"):
+        oci.resolve(url, settings, secret=f"{USER}:wrong", cpu_arch=None)
