@@ -21,10 +21,12 @@ from tests.support.api import create_node, provision, wait_for_state
 from tests.support.stack import start_stack, test_settings
 
 
-class AnswerLost:
-    """Makes the next commit land, then report the connection dropped."""
+class CommitFails:
+    """Makes the next commit fail with a dropped connection: after the database saved it
+    (``after_commit``: the answer was lost), or before (``before_commit``: nothing landed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, when: str = "after_commit") -> None:
+        self.when = when
         self.armed = True
 
     def __call__(self, session: Session) -> None:
@@ -32,12 +34,12 @@ class AnswerLost:
             self.armed = False
             raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
 
-    def __enter__(self) -> AnswerLost:
-        event.listen(Session, "after_commit", self)
+    def __enter__(self) -> CommitFails:
+        event.listen(Session, self.when, self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        event.remove(Session, "after_commit", self)
+        event.remove(Session, self.when, self)
 
 
 def test_a_claim_committed_but_reported_failed_is_given_back(db_url: str) -> None:
@@ -46,7 +48,7 @@ def test_a_claim_committed_but_reported_failed_is_given_back(db_url: str) -> Non
     try:
         node = create_node(stack.client)
         assert provision(stack.client, node["uuid"], "manage").status_code == 202
-        with AnswerLost(), pytest.raises(OperationalError):
+        with CommitFails(), pytest.raises(OperationalError):
             conductor.dispatch_once()
         with stack.db.read() as session:
             item = session.scalars(select(WorkItem)).one()
@@ -78,7 +80,7 @@ def test_a_reservation_committed_but_reported_failed_is_owed_back(db_url: str) -
                 select(Node.id, Node.epoch).where(Node.uuid == node["uuid"])
             ).one()
         with (
-            AnswerLost(),
+            CommitFails(),
             pytest.raises(OperationalError),
             acquire(ctx, node_id, "power state sync"),
         ):
@@ -108,10 +110,10 @@ def test_a_node_write_committed_but_reported_failed_is_not_written_again(db_url:
         released: list[bool] = []
         with acquire(ctx, node_id, "test") as task:
             task.record("test", "written once")
-            with AnswerLost():
+            with CommitFails():
                 task.save()
             task.on_release(lambda _session: released.append(True))
-            with AnswerLost():
+            with CommitFails():
                 task.release()
         assert released == [True]
         with stack.db.read() as session:
@@ -127,25 +129,6 @@ def test_a_node_write_committed_but_reported_failed_is_not_written_again(db_url:
         stack.db.dispose()
 
 
-class CommitRefused:
-    """Makes the next commit fail before it lands, as a dropped connection does."""
-
-    def __init__(self) -> None:
-        self.armed = True
-
-    def __call__(self, session: Session) -> None:
-        if self.armed:
-            self.armed = False
-            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
-
-    def __enter__(self) -> CommitRefused:
-        event.listen(Session, "before_commit", self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        event.remove(Session, "before_commit", self)
-
-
 def test_a_transition_whose_commit_did_not_land_is_written_again_from_where_it_was(
     db_url: str,
 ) -> None:
@@ -159,7 +142,7 @@ def test_a_transition_whose_commit_did_not_land_is_written_again_from_where_it_w
             node_id = session.scalar(select(Node.id).where(Node.uuid == node["uuid"]))
         assert node_id is not None
         with acquire(ctx, node_id, "test") as task:
-            with CommitRefused():
+            with CommitFails("before_commit"):
                 task.transition(states.MANAGE, passing=True)
             assert task.node.provision_state == states.VERIFYING
         with stack.db.read() as session:
