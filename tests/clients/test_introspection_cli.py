@@ -76,7 +76,14 @@ def test_abort_and_reprocess(live_server: LiveServer) -> None:
     cli, introspection = _clients(live_server)
     _manageable(cli, "intro-slow", fake_step_delay="3600")
     introspection.run("start", "intro-slow")
-    _wait_until(lambda: cli.json("node", "show", "intro-slow")["provision_state"] == "inspect wait")
+
+    def waiting_unlocked() -> bool:
+        node = cli.json("node", "show", "intro-slow")
+        return bool(node["provision_state"] == "inspect wait" and not node["reservation"])
+
+    # The conductor may still hold the node a moment after showing ``inspect wait``
+    # (an abort then is a 409 "Node is locked", as ironic-inspector answers).
+    _wait_until(waiting_unlocked)
     introspection.run("abort", "intro-slow")
     status = introspection.json("status", "intro-slow")
     assert (status["state"], status["error"]) == ("error", "Canceled by operator")
