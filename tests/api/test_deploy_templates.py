@@ -498,3 +498,56 @@ def test_an_asynchronous_template_step_waits_in_wait_call_back(sqlite_stack: Sta
     assert waiting["deploy_step"]["step"] == "apply_configuration"
     done = wait_for_state(client, node["uuid"], "active")
     assert done["raid_config"]["logical_disks"][0]["raid_level"] == "1"
+
+
+BMO_CUSTOM_DEPLOY = [_step("deploy.install_coreos", 80)]
+"""Metal3's custom deploy: a step of the operator's hardware manager, at priority 80."""
+
+
+def test_a_custom_deploy_may_name_a_step_the_agent_reports_only_once_it_runs(
+    sqlite_stack: Stack,
+) -> None:
+    client = sqlite_stack.client
+    node = make_available(client)
+    patch = [{"op": "replace", "path": "/deploy_interface", "value": "custom-agent"}]
+    assert client.patch(f"/v1/nodes/{node['uuid']}", json=patch, headers=LATEST).status_code == 200
+
+    too_early = provision(
+        client, node["uuid"], "active", deploy_steps=[_step("deploy.install_coreos", 100)]
+    )
+    assert too_early.status_code == 400
+    assert (
+        "deploy.install_coreos (priority 100) is not a step the deploy interface declares; it "
+        "can only be one of the ramdisk agent's deploy steps, which run after deploy.deploy "
+        "(priority 100) boots the agent: give it a priority below 100"
+    ) in error_text(too_early)
+    no_agent = [_step("deploy.deploy", 0), *BMO_CUSTOM_DEPLOY]
+    refused = provision(client, node["uuid"], "active", deploy_steps=no_agent)
+    assert refused.status_code == 400
+    assert "deploy.deploy, which boots the agent, is disabled in this plan" in error_text(refused)
+    assert get_node(client, node["uuid"])["provision_state"] == "available"
+
+    response = provision(
+        client,
+        node["uuid"],
+        "active",
+        deploy_steps=BMO_CUSTOM_DEPLOY,
+        configdrive={"user_data": "ignition"},
+    )
+    assert response.status_code == 202, response.text
+    waiting = wait_for_state(client, node["uuid"], "wait call-back")
+    assert waiting["deploy_step"]["step"] == "deploy", "the boot step waits for the agent"
+    plans = [e["event"] for e in _history(client, node["uuid"]) if e["event_type"] == "deploy_plan"]
+    assert plans == [
+        "deploy plan: deploy.deploy(100), deploy.prepare_instance_boot(60), "
+        "deploy.tear_down_agent(40), deploy.boot_instance(20)",
+        "waiting for the ramdisk agent's deploy steps: deploy.install_coreos(80) from deploy_steps",
+    ]
+
+
+def test_a_deploy_interface_without_an_agent_refuses_a_step_it_lacks(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = make_available(client)
+    response = provision(client, node["uuid"], "active", deploy_steps=BMO_CUSTOM_DEPLOY)
+    assert response.status_code == 400
+    assert "the node does not support the deploy step deploy.install_coreos" in error_text(response)

@@ -21,7 +21,11 @@ an operator would:
   recorded: its successor finds the agent busy with it and adopts it;
 * in-band servicing of an active node: the agent boots, runs its service
   step, and the node boots its untouched instance again (with
-  ``disable_power_off``, rebooted and never switched off).
+  ``disable_power_off``, rebooted and never switched off);
+* a custom deploy (``custom-agent``, as Metal3 asks for one): the requested
+  step is one the agent reports only once it runs; it installs the instance
+  from the config drive's user data. A step the agent does not have fails
+  the deployment, naming what the agent offers.
 
 The CLI is run without ``--wait`` (it polls every 10 s); the test polls.
 """
@@ -63,6 +67,10 @@ from tests.support.lab import (
 
 pytestmark = pytest.mark.slow
 
+INSTANCE_HEADER = b"METALFORGE-LAB-INSTANCE\n"
+"""What the lab hardware manager's ``install_instance`` writes before the user data (its
+module runs in the agent's virtualenv and cannot be imported here)."""
+
 HEARTBEAT_TIMEOUT = 6
 """Seconds: the agent heartbeats every 1.8-3.6 s, and a dead one is noticed after 6."""
 
@@ -73,7 +81,7 @@ Environment = AgentLab
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     workdir = tmp_path_factory.mktemp("e2e")
-    config = lab_config(workdir / "lab", "e", nodes=6)
+    config = lab_config(workdir / "lab", "e", nodes=7)
     yield from agent_lab(workdir, config, agent_heartbeat_timeout=HEARTBEAT_TIMEOUT)
 
 
@@ -418,3 +426,55 @@ def test_an_active_node_is_serviced_by_the_agent_and_boots_its_instance_again(
     resets = vnode.resets[resets_before:]
     assert resets == ["ForceRestart", "ForceRestart"], resets
     assert _root_partition(vnode, partition) == image[partition]
+
+
+def _custom_deploy(env: Environment, vnode: VirtualNode, step: str) -> None:
+    """Metal3's custom deploy request: one agent step at priority 80, a JSON config drive."""
+    body = {
+        "target": "active",
+        "deploy_steps": [{"interface": "deploy", "step": step, "args": {}, "priority": 80}],
+        "configdrive": {"meta_data": {"uuid": vnode.name}, "user_data": f"hello {vnode.name}"},
+    }
+    answer = env.stack.client.put(
+        f"/v1/nodes/{vnode.name}/states/provision", json=body, headers=LATEST
+    )
+    assert answer.status_code == 202, answer.text
+
+
+def test_a_custom_deploy_runs_the_agents_own_step_with_the_config_drive(env: Environment) -> None:
+    vnode = env.lab.nodes[6]
+    _available(env, vnode)
+    env.cli.run("node", "set", vnode.name, "--deploy-interface", "custom-agent")
+
+    _custom_deploy(env, vnode, "install_instance")
+    node = _wait_state(env, vnode.name, ACTIVE, timeout=120)
+    assert node["last_error"] is None
+    payload = INSTANCE_HEADER + f"hello {vnode.name}".encode()
+    with vnode.disks[0].backing_file.open("rb") as handle:
+        assert handle.read(len(payload)) == payload, "the agent's step did not install"
+    env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")
+    history = _history(env, vnode.name)
+    waited = [line for line in history if "waiting for the ramdisk agent's deploy steps" in line]
+    assert waited, history
+    assert "deploy.install_instance(80) from deploy_steps" in waited[-1], waited
+    assert any(
+        "plan completed with the ramdisk agent's steps: deploy.install_instance(80)" in line
+        for line in history
+    ), history[-12:]
+    assert any("deploy.install_instance finished" in line for line in history), history[-12:]
+    assert not any("write_image" in line and "started" in line for line in history)
+
+    env.cli.run("node", "undeploy", vnode.name)
+    _wait_state(env, vnode.name, AVAILABLE, timeout=120)
+    _custom_deploy(env, vnode, "install_nothing")
+    deadline = time.monotonic() + 120
+    node = get_node(env.stack.client, vnode.name)
+    while node["provision_state"] != "deploy failed" and time.monotonic() < deadline:
+        assert node["provision_state"] != ACTIVE, "a step the agent lacks was skipped"
+        time.sleep(0.2)
+        node = get_node(env.stack.client, vnode.name)
+    error = node["last_error"]
+    assert node["provision_state"] == "deploy failed", node
+    assert "does not support the deploy step deploy.install_nothing" in error, error
+    assert "the ramdisk agent offers: " in error, error
+    assert "deploy.install_instance" in error, error

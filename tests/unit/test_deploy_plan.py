@@ -7,8 +7,15 @@ from typing import Any
 import pytest
 
 from metalforge.conductor import step_plans
-from metalforge.conductor.deploy_plan import PlanError, Source, check_traits, merge
+from metalforge.conductor.deploy_plan import (
+    PlanError,
+    Source,
+    check_traits,
+    merge,
+    merge_provisional,
+)
 from metalforge.db.models import Node
+from metalforge.drivers.base import StepsNotKnown
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 
@@ -168,3 +175,137 @@ def test_requested_traits_must_be_the_nodes() -> None:
     check_traits(["CUSTOM_A"], {"CUSTOM_A", "CUSTOM_B"})
     with pytest.raises(PlanError, match="CUSTOM_C are not traits of the node"):
         check_traits(["CUSTOM_A", "CUSTOM_C"], {"CUSTOM_A"})
+
+
+# -- in-band deploy steps (custom-agent, direct): a provisional plan ---------------------
+
+AGENT_STEPS = [
+    {"interface": "deploy", "step": "install_coreos", "priority": 0, "argsinfo": {}},
+    {"interface": "deploy", "step": "write_image", "priority": 0, "argsinfo": {}},
+    {
+        "interface": "deploy",
+        "step": "tune",
+        "priority": 0,
+        "argsinfo": {"level": {"description": "how much", "required": True}},
+    },
+]
+BMO_CUSTOM_DEPLOY = Source("deploy_steps", [_step("deploy.install_coreos", 80)])
+
+
+def _agent_node(cached: list[dict[str, Any]] | None = None) -> Node:
+    info = {} if cached is None else {"agent_cached_deploy_steps": cached}
+    return Node(
+        uuid="u",
+        driver="fake-hardware",
+        deploy_interface="custom-agent",
+        driver_info={},
+        driver_internal_info=info,
+        provision_state="deploying",
+    )
+
+
+def _catalogue(node: Node, *, agent_steps: bool, **overrides: int) -> step_plans.Catalogue:
+    registry = DriverRegistry(HARDWARE_TYPES.values())
+    return step_plans.deploy_catalogue(registry, node, overrides, agent_steps=agent_steps)
+
+
+def test_custom_agent_declares_no_write_image_and_waits_for_its_agent() -> None:
+    catalogue = _catalogue(_agent_node(), agent_steps=False)
+    assert "deploy.write_image" not in {s.name for s in catalogue.steps}
+    assert catalogue.waiting["deploy"].name == "deploy.deploy"
+
+
+def test_an_earlier_agents_cached_steps_are_not_read_before_this_agent_boots() -> None:
+    catalogue = _catalogue(_agent_node(AGENT_STEPS), agent_steps=False)
+    assert not any(s.in_band for s in catalogue.steps)
+
+
+def test_an_agent_step_sorting_after_the_boot_step_is_deferred_not_refused() -> None:
+    catalogue = _catalogue(_agent_node(), agent_steps=False)
+    plan, deferred = merge_provisional(catalogue.steps, [[BMO_CUSTOM_DEPLOY]], catalogue.waiting)
+    assert [str(d) for d in deferred] == ["deploy.install_coreos(80) from deploy_steps"]
+    assert [s.name for s in plan] == [
+        "deploy.deploy",
+        "deploy.prepare_instance_boot",
+        "deploy.tear_down_agent",
+        "deploy.boot_instance",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entries", "overrides", "message"),
+    [
+        (
+            [_step("deploy.install_coreos", 100)],
+            {},
+            r"deploy\.install_coreos \(priority 100\) is not a step the deploy interface "
+            r"declares.*after deploy\.deploy \(priority 100\).*below 100",
+        ),
+        (
+            [_step("deploy.install_coreos", 90)],
+            {"deploy.deploy": 90},
+            r"priority below 90",
+        ),
+        (
+            [_step("deploy.deploy", 0), _step("deploy.install_coreos", 80)],
+            {},
+            r"deploy\.deploy, which boots the agent, is disabled in this plan",
+        ),
+        ([_step("raid.install_coreos", 80)], {}, "does not support the deploy step"),
+        ([_step("deploy.install_coreos", "high")], {}, "invalid priority"),
+    ],
+)
+def test_what_cannot_be_an_agent_step_is_refused_at_once(
+    entries: list[dict[str, Any]], overrides: dict[str, int], message: str
+) -> None:
+    catalogue = _catalogue(_agent_node(), agent_steps=False, **overrides)
+    with pytest.raises(PlanError, match=message):
+        merge_provisional(catalogue.steps, [[Source("deploy_steps", entries)]], catalogue.waiting)
+
+
+def test_a_deploy_interface_without_an_agent_refuses_undeclared_steps() -> None:
+    node = _agent_node()
+    node.deploy_interface = "fake"
+    catalogue = _catalogue(node, agent_steps=False)
+    assert not catalogue.waiting
+    with pytest.raises(PlanError, match=r"does not support the deploy step deploy\.install_coreos"):
+        merge_provisional(catalogue.steps, [[BMO_CUSTOM_DEPLOY]], catalogue.waiting)
+
+
+def test_once_the_agent_reported_the_step_runs_where_it_was_asked() -> None:
+    catalogue = _catalogue(_agent_node(AGENT_STEPS), agent_steps=True)
+    assert not catalogue.waiting
+    plan = merge(catalogue.steps, [[BMO_CUSTOM_DEPLOY]])
+    assert _names(plan)[:3] == [
+        ("deploy.deploy", 100),
+        ("deploy.install_coreos", 80),
+        ("deploy.prepare_instance_boot", 60),
+    ]
+
+
+def test_an_agent_step_is_never_a_core_step() -> None:
+    node = _agent_node([{**AGENT_STEPS[0], "priority": 70}])
+    catalogue = _catalogue(node, agent_steps=True)
+    moved = Source(
+        "deploy_steps", [_step("deploy.install_coreos", 80), _step("deploy.install_coreos", 75)]
+    )
+    assert [
+        s.priority for s in merge(catalogue.steps, [[moved]]) if s.step == "install_coreos"
+    ] == [80, 75]
+
+
+def test_after_the_agent_reported_a_missing_step_names_what_it_offers() -> None:
+    catalogue = _catalogue(_agent_node(AGENT_STEPS), agent_steps=True)
+    with pytest.raises(
+        PlanError,
+        match=r"deploy\.nope; the ramdisk agent offers: deploy\.install_coreos, deploy\.tune, "
+        r"deploy\.write_image",
+    ):
+        merge(catalogue.steps, [[Source("deploy_steps", [_step("deploy.nope", 80)])]])
+    with pytest.raises(PlanError, match=r"deploy\.tune requires argument\(s\) level"):
+        merge(catalogue.steps, [[Source("deploy_steps", [_step("deploy.tune", 70)])]])
+
+
+def test_the_agents_steps_are_not_known_without_its_report() -> None:
+    with pytest.raises(StepsNotKnown, match="has not reported its deploy steps"):
+        _catalogue(_agent_node(), agent_steps=True)

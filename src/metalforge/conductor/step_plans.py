@@ -39,6 +39,8 @@ class Step:
     requires_ramdisk: bool = True
     asynchronous: bool = False
     argsinfo: Mapping[str, ArgInfo] = field(default_factory=dict)
+    in_band: bool = False
+    """One of the ramdisk agent's steps: never a core step of the deploy plan."""
 
     @property
     def name(self) -> str:
@@ -66,15 +68,52 @@ def sort_key(step: Step) -> tuple[int, int]:
 
 
 def _declared(
-    impl: Interface, node: Node, kind: StepKind, progress: FlowProgress
+    impl: Interface, node: Node, kind: StepKind, progress: FlowProgress, agent_steps: bool
 ) -> list[StepDecl]:
+    task = ReadOnlyTask(node, progress=progress)
     if kind == "clean":
         # Through the interface's own listing: an in-band one may not know its
         # steps yet and says so (``StepsNotKnown``), which callers pass on.
-        return impl.get_clean_steps(ReadOnlyTask(node, progress=progress))
+        return impl.get_clean_steps(task)
     if kind == "service":
-        return impl.get_service_steps(ReadOnlyTask(node, progress=progress))
-    return [decl for decl in impl.steps() if decl.kind == kind]
+        return impl.get_service_steps(task)
+    if impl.agent_steps_after is not None and not agent_steps:
+        # Its agent's deploy steps are this deployment's agent's, known once its boot
+        # step has run: whatever an earlier agent left cached is not read.
+        return Interface.get_deploy_steps(impl, task)
+    return impl.get_deploy_steps(task)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    """The deploy steps a node offers before its agent has reported: the known ones, and
+    the interfaces whose agent steps come later, each with the step that boots the agent."""
+
+    steps: list[Step]
+    """Declared steps (and, once reported, the agent's), overrides applied, in plan order."""
+    waiting: Mapping[str, Step]
+    """Family -> its step after which its agent's steps are known (``deploy.deploy``)."""
+
+
+def deploy_catalogue(
+    drivers: DriverRegistry, node: Node, overrides: Mapping[str, int], *, agent_steps: bool
+) -> Catalogue:
+    """The node's deploy steps: with ``agent_steps``, the agent's too (the deployment's
+    agent has reported; ``StepsNotKnown`` if it has not), else the declared ones and
+    which interfaces wait for their agent's."""
+    found, unknown = _collect(drivers, node, "deploy", overrides, NO_FLOW, agent_steps)
+    if unknown:
+        raise next(iter(unknown.values()))
+    waiting: dict[str, Step] = {}
+    if not agent_steps:
+        for family, impl in drivers.interfaces(node).items():
+            after = impl.agent_steps_after
+            if after is None:
+                continue
+            boot = next((s for s in found if s.interface == family and s.step == after), None)
+            if boot is not None:
+                waiting[family] = boot
+    return Catalogue(found, waiting)
 
 
 def supported_steps(
@@ -93,7 +132,8 @@ def supported_steps(
     the plan is ``without_ramdisk``: that interface's steps are the agent's,
     which cannot run then, so it offers none.
     """
-    found, unknown = _collect(drivers, node, kind, overrides, progress)
+    # Deploy steps: the declared ones (``deploy_catalogue`` adds the agent's).
+    found, unknown = _collect(drivers, node, kind, overrides, progress, agent_steps=False)
     if unknown and not without_ramdisk:
         raise next(iter(unknown.values()))
     return found
@@ -105,14 +145,15 @@ def _collect(
     kind: StepKind,
     overrides: Mapping[str, int],
     progress: FlowProgress,
+    agent_steps: bool,
 ) -> tuple[list[Step], dict[str, StepsNotKnown]]:
     """The steps of the interfaces that can list theirs, and why the others (by family)
-    cannot."""
+    cannot. Without ``agent_steps``, deploy interfaces list their declared steps only."""
     found: list[Step] = []
     unknown: dict[str, StepsNotKnown] = {}
     for family, impl in drivers.interfaces(node).items():
         try:
-            declared = _declared(impl, node, kind, progress)
+            declared = _declared(impl, node, kind, progress, agent_steps)
         except StepsNotKnown as exc:
             unknown[family] = exc
             continue
@@ -127,6 +168,7 @@ def _collect(
                     requires_ramdisk=decl.requires_ramdisk,
                     asynchronous=decl.asynchronous,
                     argsinfo=decl.argsinfo,
+                    in_band=decl.in_band,
                 )
             )
     return sorted(found, key=sort_key), unknown
@@ -147,7 +189,7 @@ def check_requested(
     in-band interface whose agent has not reported yet is left for the
     conductor to judge once it has (unless ``without_ramdisk``: no agent will).
     """
-    known, unknown = _collect(drivers, node, kind, overrides, NO_FLOW)
+    known, unknown = _collect(drivers, node, kind, overrides, NO_FLOW, agent_steps=False)
     waiting = set() if without_ramdisk else set(unknown)
     judged = [entry for entry in requested if str(entry.get("interface")) not in waiting]
     plan = requested_plan(known, judged)

@@ -29,12 +29,18 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from metalforge import states
-from metalforge.conductor import history, step_plans
+from metalforge.conductor import deploy_plan, history, step_plans
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
 from metalforge.db.flow_progress import FlowKind, FlowProgress
 from metalforge.db.models import Node, NodeHistory
-from metalforge.drivers.base import DriverError, Interface, StepOutcome, StepsChanged
+from metalforge.drivers.base import (
+    DriverError,
+    Interface,
+    StepOutcome,
+    StepsChanged,
+    StepsNotKnown,
+)
 from metalforge.drivers.step_declarations import StepKind
 
 StartStep = Callable[[Interface, NodeTask, step_plans.Step], StepOutcome]
@@ -42,7 +48,7 @@ StartStep = Callable[[Interface, NodeTask, step_plans.Step], StepOutcome]
 
 
 def _start_deploy_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
-    return interface.run_step(task, step.step, dict(step.args))
+    return interface.execute_deploy_step(task, step.to_record())
 
 
 def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
@@ -51,6 +57,10 @@ def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Ste
 
 def _start_service_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
     return interface.execute_service_step(task, step.to_record())
+
+
+Complete = Callable[[NodeTask, Sequence[step_plans.Step]], list[step_plans.Step]]
+"""Complete a provisional plan, given the steps already run (see ``StepFlow.completes``)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,10 @@ class StepFlow:
     replans: Callable[[NodeTask], bool] = lambda _task: False
     """Whether the flow starts again with a new plan when a step finds the node's steps
     changed since the plan was made (``StepsChanged``); otherwise that fails the flow."""
+    completes: Complete | None = None
+    """Completes a provisional plan (``progress.completes_after``) once that step has
+    run: given the steps done, the final plan, of which they are the start; raises
+    ``StepRequestError`` or ``StepsNotKnown`` naming why it cannot be completed."""
 
     def shown(self, node: Node) -> dict[str, Any]:
         """The running step as the node shows it (``{}`` when none runs)."""
@@ -99,6 +113,7 @@ DEPLOY = StepFlow(
     catalogue="deploy",
     start=_start_deploy_step,
     maintenance_on_failure=False,
+    completes=deploy_plan.complete_for_task,
 )
 SERVICE = StepFlow(
     name="service",
@@ -118,6 +133,13 @@ Finish = Callable[[NodeTask], None]
 """Run after the last step and before the flow ends (cleaning stops the ramdisk)."""
 
 
+def requested(task: NodeTask, kind: StepFlow) -> list[dict[str, Any]]:
+    """The steps the request asked for (``store_plan`` keeps them only for a provisional
+    plan's completion)."""
+    progress = task.progress
+    return list(progress.requested) if progress.flow == kind.name else []
+
+
 def take_requested(task: NodeTask, kind: StepFlow) -> list[dict[str, Any]]:
     """The steps the request asked for, removed from the progress now that the plan uses them."""
     progress = task.progress
@@ -131,11 +153,23 @@ def has_plan(task: NodeTask, kind: StepFlow) -> bool:
     return task.progress.has_plan(kind.name)
 
 
-def store_plan(task: NodeTask, kind: StepFlow, plan: Sequence[step_plans.Step]) -> None:
-    """Record the plan (and index 0) before any step runs."""
+def store_plan(
+    task: NodeTask,
+    kind: StepFlow,
+    plan: Sequence[step_plans.Step],
+    *,
+    completes_after: str | None = None,
+) -> None:
+    """Record the plan (and index 0) before any step runs; provisional until
+    ``completes_after`` has run (the request's steps are kept for its completion)."""
     claim(task, kind)
+    progress = task.progress
     task.progress = dataclasses.replace(
-        task.progress, plan=tuple(s.to_record() for s in plan), step_index=0
+        progress,
+        plan=tuple(s.to_record() for s in plan),
+        step_index=0,
+        completes_after=completes_after,
+        requested=progress.requested if completes_after is not None else (),
     )
     names = ", ".join(f"{s.name}({s.priority})" for s in plan) or "no steps"
     task.record(f"{kind.name}_plan", f"{kind.name} plan: {names}")
@@ -210,7 +244,14 @@ def _step_done(task: NodeTask, kind: StepFlow, step: step_plans.Step) -> None:
 def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
     """Run the node's plan from the stored index until it ends, waits or fails."""
     plan, index = _current(task, kind)
-    while index < len(plan):
+    while True:
+        if _completes_now(task, plan, index):
+            completed = _complete(task, kind, plan, index)
+            if completed is None:
+                return
+            plan = completed
+        if index >= len(plan):
+            break
         step = plan[index]
         if task.ctx.stopping.is_set():
             return  # the saved index lets the next owner resume here
@@ -249,6 +290,45 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
             return
     clear_plan(task, kind)
     task.transition(states.DONE)
+
+
+def _completes_now(task: NodeTask, plan: Sequence[step_plans.Step], index: int) -> bool:
+    """The plan is provisional and the step it waited for has run (level-triggered: a
+    conductor that took the node over completes it too)."""
+    after = task.progress.completes_after
+    return after is not None and any(s.name == after for s in plan[:index])
+
+
+def _complete(
+    task: NodeTask, kind: StepFlow, plan: Sequence[step_plans.Step], index: int
+) -> list[step_plans.Step] | None:
+    """Complete the provisional plan with the agent's steps, keeping the index; ``None``
+    when it cannot be (the flow failed, naming why)."""
+    after = task.progress.completes_after
+    try:
+        if kind.completes is None:
+            raise step_plans.StepRequestError(f"{kind.name} plans cannot be completed")
+        completed = kind.completes(task, plan[:index])
+    except step_plans.StepRequestError as exc:
+        fail(task, kind, f"{kind.name.capitalize()} refused once the ramdisk agent reported: {exc}")
+        return None
+    except StepsNotKnown as exc:
+        fail(task, kind, f"{kind.name.capitalize()} cannot go on after {after}: {exc}")
+        return None
+    task.progress = dataclasses.replace(
+        task.progress,
+        plan=tuple(s.to_record() for s in completed),
+        completes_after=None,
+        requested=(),
+    )
+    added = [s for s in completed[index:] if s.in_band]
+    names = ", ".join(f"{s.name}({s.priority})" for s in added) or "none"
+    task.record(
+        f"{kind.name}_plan",
+        f"{kind.name} plan completed with the ramdisk agent's steps: {names}; "
+        f"{len(completed)} steps in all",
+    )
+    return completed
 
 
 def poll(

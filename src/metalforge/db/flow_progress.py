@@ -56,6 +56,10 @@ class FlowProgress:
     step_started_at: float | None = None
     step_heartbeat_at: float | None = None
     """The running step last showed progress (an agent still working on it)."""
+    completes_after: str | None = None
+    """The plan is provisional: once this step (``deploy.deploy``, booting the agent)
+    has run, it is completed, once, with the steps the agent reported
+    (``StepFlow.completes``). Until then ``requested`` is kept: completion plans with it."""
 
     @classmethod
     def starting(
@@ -94,6 +98,7 @@ def _from_row(row: Any) -> FlowProgress:
         without_ramdisk=row.without_ramdisk,
         step_started_at=row.step_started_at,
         step_heartbeat_at=row.step_heartbeat_at,
+        completes_after=row.completes_after,
     )
 
 

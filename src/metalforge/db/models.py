@@ -772,6 +772,8 @@ class FlowProgressRow(Base):
     without_ramdisk: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     step_started_at: Mapped[float | None] = mapped_column(Float)
     step_heartbeat_at: Mapped[float | None] = mapped_column(Float)
+    completes_after: Mapped[str | None] = mapped_column(String(255))
+    """The step after which a provisional plan is completed with the agent's steps."""
 
 
 class Introspection(Base):

@@ -271,6 +271,11 @@ class Interface(ABC):
     """The interface family: power, management, deploy, ..."""
     name: ClassVar[str]
     """The implementation's name, chosen by nodes in ``<type>_interface``."""
+    agent_steps_after: ClassVar[str | None] = None
+    """The interface's own deploy step (a method) after which its ramdisk agent has
+    reported the in-band deploy steps it also offers; ``None``: it offers none (every
+    deploy step it runs is declared). A deploy plan that names an agent step is
+    provisional until that step has run (``conductor.deploy_plan``)."""
 
     @abstractmethod
     def validate(self, task: DriverTask) -> None:
@@ -302,6 +307,17 @@ class Interface(ABC):
         an in-band interface raises ``StepsNotKnown`` until its agent has reported)."""
         found = [d for d in self.steps() if d.kind == "service"]
         return sorted(found, key=lambda d: (-d.priority, d.method))
+
+    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
+        """Every deploy step this interface offers for ``task.node``: its declared ones
+        and (``agent_steps_after``) the ones its agent reported; raises ``StepsNotKnown``
+        while no agent has. Must not change the node."""
+        found = [d for d in self.steps() if d.kind == "deploy"]
+        return sorted(found, key=lambda d: (-d.priority, d.method))
+
+    def execute_deploy_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        """Run one of this interface's deploy steps, given as the plan stores it."""
+        return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
 
     def execute_service_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
         """Run one of this interface's service steps, given as the plan stores it."""

@@ -9,7 +9,7 @@ metalforge serves) or, on Redfish, from virtual media.
 
 from __future__ import annotations
 
-from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.agent.deploy import AgentDeploy, CustomAgentDeploy
 from metalforge.drivers.agent.inspect import AgentInspect
 from metalforge.drivers.agent.ramdisk_deploy import RamdiskDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
@@ -44,7 +44,7 @@ def _none(family: str) -> tuple[type[Interface], ...]:
 
 
 _COMMON: dict[str, tuple[type[Interface], ...]] = {
-    "deploy": (AgentDeploy, RamdiskDeploy),
+    "deploy": (AgentDeploy, CustomAgentDeploy, RamdiskDeploy),
     "raid": _none("raid"),
     "rescue": (*_none("rescue"), AgentRescue),
     "console": _none("console"),

@@ -79,7 +79,7 @@ from typing import Any, Literal
 from metalforge.db import bios_settings
 from metalforge.db.firmware_components import Reported
 from metalforge.db.models import utcnow
-from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.agent.deploy import AgentDeploy, CustomAgentDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
 from metalforge.drivers.base import (
     HEALTH_STATES,
@@ -871,7 +871,7 @@ FAKE_HARDWARE = HardwareType(
         # As Ironic's: a fake machine may still boot and run the real agent from the
         # network (a virtual machine without a BMC, the network-boot tests).
         "boot": (FakeBoot, PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot),
-        "deploy": (FakeDeploy, AgentDeploy),
+        "deploy": (FakeDeploy, AgentDeploy, CustomAgentDeploy),
         "inspect": (FakeInspect, noop_interface("inspect", "no-inspect")),
         "raid": (FakeRaid, noop_interface("raid", "no-raid")),
         "bios": (FakeBios, noop_interface("bios", "no-bios")),

@@ -42,6 +42,8 @@ class StepDecl:
     requires_ramdisk: bool = True
     asynchronous: bool = False
     """The step starts work elsewhere and the node waits in a wait state until it ends."""
+    in_band: bool = False
+    """One of the ramdisk agent's steps (reported by it), not the interface's own."""
 
 
 _ATTR = "_metalforge_steps"

@@ -35,6 +35,8 @@ SERIALS_ENV = "METALFORGE_LAB_DISK_SERIALS"
 """Comma-separated serials in the same order (the backing files' names); optional."""
 NAME = "MetalforgeLabHardwareManager"
 VERSION = "1.0"
+INSTANCE_HEADER = b"METALFORGE-LAB-INSTANCE\n"
+"""What ``install_instance`` writes at the start of the root disk, before the user data."""
 _LOOP_PATH = re.compile(r"/dev/loop[0-9]+")
 _LOOP_MAJOR = 7
 _SECTOR = 512
@@ -226,8 +228,10 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
     def get_deploy_steps(self, node, ports):
         return [
             {
+                # Priority 0, as the agent's generic manager offers it: ``direct``
+                # runs its own ``write_image``, which shadows this one.
                 "step": "write_image",
-                "priority": 80,
+                "priority": 0,
                 "interface": "deploy",
                 "reboot_requested": False,
                 "argsinfo": {
@@ -241,7 +245,33 @@ class MetalforgeLabHardwareManager(hardware.HardwareManager):
                 "interface": "deploy",
                 "reboot_requested": False,
             },
+            {
+                "step": "install_instance",
+                "priority": 0,
+                "interface": "deploy",
+                "reboot_requested": False,
+                "argsinfo": {},
+            },
         ]
+
+    def install_instance(self, node, ports):
+        """A custom deploy step, as Metal3's custom deploys run one (``install_coreos``):
+        it installs the instance itself, configured by the config drive's ``user_data``.
+
+        The lab's instance is a header and that user data at the start of the
+        root disk, so a test can read what the step was given.
+        """
+        configdrive = (node.get("instance_info") or {}).get("configdrive") or {}
+        user_data = configdrive.get("user_data") if isinstance(configdrive, dict) else None
+        if not user_data:
+            raise errors.DeploymentError("install_instance: the config drive has no user_data")
+        payload = INSTANCE_HEADER + str(user_data).encode()
+        root = self.disks[0][0]
+        with open(root, "r+b") as disk:
+            disk.write(payload)
+            disk.flush()
+            os.fsync(disk.fileno())
+        return {"device": root, "bytes": len(payload)}
 
     def erase_devices_metadata(self, node, ports):
         """Wipe partition tables and signatures on every loop disk with the agent's own routine."""

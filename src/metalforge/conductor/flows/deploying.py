@@ -2,7 +2,8 @@
 
 The plan is built once (``deploy_plan``, the function the request check,
 node validation and previews use) and stored on the node, so a takeover
-resumes it.
+resumes it; a plan naming the agent's deploy steps is completed once, when
+the agent has reported them (``stepflow.DEPLOY.completes``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from metalforge.errors import bad_request
 def deploy(task: NodeTask) -> None:
     """deploying: build the plan once, then run it."""
     if not stepflow.has_plan(task, stepflow.DEPLOY):
-        requested = stepflow.take_requested(task, stepflow.DEPLOY)
+        requested = stepflow.requested(task, stepflow.DEPLOY)
         overrides = task.ctx.settings.deploy_step_priority_override
         try:
             with task.ctx.db.read() as session:
@@ -37,7 +38,13 @@ def deploy(task: NodeTask) -> None:
             task.record(
                 "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"
             )
-        stepflow.store_plan(task, stepflow.DEPLOY, plan.steps)
+        stepflow.store_plan(task, stepflow.DEPLOY, plan.steps, completes_after=plan.completes_after)
+        if plan.deferred:
+            task.record(
+                "deploy_plan",
+                "waiting for the ramdisk agent's deploy steps: "
+                + ", ".join(str(d) for d in plan.deferred),
+            )
     stepflow.run(task, stepflow.DEPLOY)
 
 

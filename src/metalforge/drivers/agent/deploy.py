@@ -1,4 +1,4 @@
-"""``direct``: the deploy interface that drives ironic-python-agent (IPA).
+"""``custom-agent`` and ``direct``: the deploy interfaces that drive ironic-python-agent (IPA).
 
 The node boots the agent ramdisk (through its boot and power interfaces);
 the agent looks itself up, heartbeats, and from then on runs the steps the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from metalforge.drivers.agent import erasure, fast_track
 from metalforge.drivers.agent.client import (
@@ -87,11 +87,19 @@ def _step_kind(command: str) -> StepKind:
     return "deploy" if prefix == "deploy" else "clean"
 
 
-class AgentDeploy(DeployInterface):
-    """Deploy and clean through the ramdisk agent."""
+class CustomAgentDeploy(DeployInterface):
+    """Deploy, clean and service through the ramdisk agent; the deployment's work between
+    booting the agent and booting the instance is the agent's own deploy steps.
 
-    name = "direct"
+    ``custom-agent`` writes no image itself: the operator's hardware manager
+    does, in an in-band deploy step the deployment requests (Metal3's custom
+    deploy, priority 80) or one the agent enables. ``direct`` adds
+    ``write_image``.
+    """
+
+    name = "custom-agent"
     boots_ramdisk = True
+    agent_steps_after: ClassVar[str | None] = "deploy"
 
     def validate(self, task: DriverTask) -> None:
         fast_track.enabled(task)  # a fast_track that is neither true nor false is refused
@@ -148,12 +156,27 @@ class AgentDeploy(DeployInterface):
                 int(step.get("priority") or 0),
                 bool(step.get("abortable", False)),
                 parse_argsinfo(step.get("argsinfo")),
-                True,
-                True,
+                requires_ramdisk=True,
+                asynchronous=True,
+                in_band=True,
             )
             for step in cached
             if step.get("interface", "deploy") == self.interface_type
         ]
+
+    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
+        """The declared deploy steps, then the agent's (one named as a declared step is
+        the declared one: the agent's is shadowed, as in Ironic)."""
+        declared = super().get_deploy_steps(task)
+        own = {d.method for d in declared}
+        reported = self._reported_steps(task, "deploy", "deployment")
+        return declared + [d for d in reported if d.method not in own]
+
+    def execute_deploy_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
+        if self._declares(step, "deploy"):
+            return super().execute_deploy_step(task, step)
+        self._start_agent_step(task, "deploy", step)
+        return "wait"
 
     def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
         if self._declares(step, "clean"):
@@ -167,7 +190,12 @@ class AgentDeploy(DeployInterface):
 
     def _start_agent_step(self, task: DriverTask, kind: StepKind, step: Mapping[str, Any]) -> None:
         """Have the agent run ``step`` (``clean.execute_clean_step``, ``service.execute_...``),
-        with the hardware managers' versions the plan was made against."""
+        with the hardware managers' versions the plan was made against.
+
+        A deploy step gets the config drive in the node's ``instance_info``, as
+        Ironic sends it: a custom hardware manager that writes the instance
+        writes its config drive too (Metal3's ``install_coreos`` reads it there).
+        """
         name = str(step["step"])
         agent_step = {
             "interface": self.interface_type,
@@ -182,7 +210,7 @@ class AgentDeploy(DeployInterface):
             f"{kind}.execute_{kind}_step",
             {
                 "step": agent_step,
-                "node": node_for_agent(task),
+                "node": node_for_agent(task, with_configdrive=kind == "deploy"),
                 "ports": [],
                 f"{kind}_version": task.node.driver_internal_info.get(
                     "agent_hardware_manager_version", {}
@@ -371,55 +399,6 @@ class AgentDeploy(DeployInterface):
     def _check_deploy_boot(self, task: DriverTask) -> StepOutcome:
         return fast_track.agent_ready(task, "deploy", "deployment")
 
-    @deploy_step(priority=80, asynchronous=True)
-    def write_image(self, task: DriverTask) -> StepOutcome:
-        """Have the agent download the image, check its hash and write it to the root disk
-        (an ``oci://`` image is first resolved to its blob in the registry)."""
-        args: dict[str, Any] = {"image_info": self._image_info(task)}
-        configdrive = task.node.instance_info.get("configdrive")
-        if configdrive:
-            args["configdrive"] = configdrive
-        self._start(
-            task,
-            "deploy.execute_deploy_step",
-            {
-                "step": {
-                    "interface": "deploy",
-                    "step": "write_image",
-                    "priority": 80,
-                    "args": args,
-                    "reboot_requested": False,
-                },
-                "node": node_for_agent(task),
-                "ports": [],
-                "deploy_version": task.node.driver_internal_info.get(
-                    "agent_hardware_manager_version", {}
-                ),
-            },
-            "write_image",
-        )
-        return "wait"
-
-    @staticmethod
-    def _image_info(task: DriverTask) -> dict[str, Any]:
-        info = task.node.instance_info
-        source = info.get("image_source")
-        if not (isinstance(source, str) and source.startswith("oci://")):
-            return image_info(dict(info), task.node.uuid)
-        secret = info.get("image_pull_secret")
-        arch = task.node.properties.get("cpu_arch")
-        try:
-            found = oci.resolve(
-                source,
-                task.settings.netboot,
-                secret=secret if isinstance(secret, str) else None,
-                cpu_arch=arch if isinstance(arch, str) else None,
-            )
-        except ImageError as exc:
-            raise StepFailed(f"instance_info.image_source: {exc}") from None
-        task.record("deploy", f"{source} is {found.manifest}, layer sha256:{found.sha256}")
-        return oci_image_info(found, task.node.uuid)
-
     @deploy_step(priority=60)
     def prepare_instance_boot(self, task: DriverTask) -> None:
         """Make the written disk the node's boot device."""
@@ -490,3 +469,58 @@ class AgentDeploy(DeployInterface):
         self._stop_ramdisk(task)
         boot_of(task).clean_up_instance(task)
         set_info(task, agent_cached_deploy_steps=None)
+
+
+class AgentDeploy(CustomAgentDeploy):
+    """``direct``: the conductor has the agent write the instance's image (``write_image``)."""
+
+    name = "direct"
+
+    @deploy_step(priority=80, asynchronous=True)
+    def write_image(self, task: DriverTask) -> StepOutcome:
+        """Have the agent download the image, check its hash and write it to the root disk
+        (an ``oci://`` image is first resolved to its blob in the registry)."""
+        args: dict[str, Any] = {"image_info": self._image_info(task)}
+        configdrive = task.node.instance_info.get("configdrive")
+        if configdrive:
+            args["configdrive"] = configdrive
+        self._start(
+            task,
+            "deploy.execute_deploy_step",
+            {
+                "step": {
+                    "interface": "deploy",
+                    "step": "write_image",
+                    "priority": 80,
+                    "args": args,
+                    "reboot_requested": False,
+                },
+                "node": node_for_agent(task),
+                "ports": [],
+                "deploy_version": task.node.driver_internal_info.get(
+                    "agent_hardware_manager_version", {}
+                ),
+            },
+            "write_image",
+        )
+        return "wait"
+
+    @staticmethod
+    def _image_info(task: DriverTask) -> dict[str, Any]:
+        info = task.node.instance_info
+        source = info.get("image_source")
+        if not (isinstance(source, str) and source.startswith("oci://")):
+            return image_info(dict(info), task.node.uuid)
+        secret = info.get("image_pull_secret")
+        arch = task.node.properties.get("cpu_arch")
+        try:
+            found = oci.resolve(
+                source,
+                task.settings.netboot,
+                secret=secret if isinstance(secret, str) else None,
+                cpu_arch=arch if isinstance(arch, str) else None,
+            )
+        except ImageError as exc:
+            raise StepFailed(f"instance_info.image_source: {exc}") from None
+        task.record("deploy", f"{source} is {found.manifest}, layer sha256:{found.sha256}")
+        return oci_image_info(found, task.node.uuid)

@@ -16,7 +16,7 @@ refused, and the boot interface must be able to boot such an instance.
 
 from __future__ import annotations
 
-from metalforge.drivers.agent.deploy import AgentDeploy
+from metalforge.drivers.agent.deploy import CustomAgentDeploy
 from metalforge.drivers.agent.session import boot_of, power_of
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -28,13 +28,14 @@ from metalforge.drivers.base import (
     set_info,
     switch_power,
 )
-from metalforge.drivers.step_declarations import deploy_step
+from metalforge.drivers.step_declarations import StepDecl, deploy_step
 
 
-class RamdiskDeploy(AgentDeploy):
+class RamdiskDeploy(CustomAgentDeploy):
     """The instance is an ISO the node boots every time (see the module's docstring)."""
 
     name = "ramdisk"
+    agent_steps_after = None  # no agent runs while it deploys
 
     def validate(self, task: DriverTask) -> None:
         super().validate(task)
@@ -71,10 +72,10 @@ class RamdiskDeploy(AgentDeploy):
         task.node.power_state = POWER_ON
         return "done"
 
-    # ``direct``'s other deploy steps write an image and leave the agent: none here.
-    def write_image(self, task: DriverTask) -> StepOutcome:
-        raise DriverError("the ramdisk deploy writes no image")
+    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
+        return [d for d in self.steps() if d.kind == "deploy"]
 
+    # The agent deploy's other deploy steps leave the agent: none here.
     def prepare_instance_boot(self, task: DriverTask) -> None:
         raise DriverError("the ramdisk deploy boots its instance in its deploy step")
 

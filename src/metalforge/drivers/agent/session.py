@@ -151,12 +151,15 @@ def cache_steps(task: DriverTask, kind: str) -> None:
     task.record("agent", f"the agent reported its {kind} steps: {names}")
 
 
-def node_for_agent(task: DriverTask) -> dict[str, Any]:
+def node_for_agent(task: DriverTask, *, with_configdrive: bool = False) -> dict[str, Any]:
+    """The node as the agent's hardware managers see it: without the config drive
+    (it may be large, and holds the tenant's data) unless the step is to write it."""
     node = task.node
+    info = node.instance_info
     return {
         "uuid": node.uuid,
         "properties": node.properties,
-        "instance_info": {k: v for k, v in node.instance_info.items() if k != "configdrive"},
+        "instance_info": {k: v for k, v in info.items() if with_configdrive or k != "configdrive"},
         "driver_internal_info": {
             k: v for k, v in node.driver_internal_info.items() if not k.startswith("agent_cached")
         },
