@@ -764,6 +764,22 @@ TRANSITIONS = [
         json={"target": "active", "configdrive": {"kernel": "x"}},
     ),
     _case(
+        "configdrive-meta-data-not-an-object",
+        "PUT",
+        N + "/states/provision",
+        400,
+        "Invalid configdrive format: meta_data must be an object",
+        json={"target": "active", "configdrive": {"meta_data": ["x"]}},
+    ),
+    _case(
+        "configdrive-user-data-a-number",
+        "PUT",
+        N + "/states/provision",
+        400,
+        "Invalid configdrive format: user_data",
+        json={"target": "active", "configdrive": {"user_data": 5}},
+    ),
+    _case(
         "rescue-without-password",
         "PUT",
         N + "/states/provision",

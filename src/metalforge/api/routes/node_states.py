@@ -117,6 +117,13 @@ def _check_configdrive(configdrive: str | dict[str, Any], verb: str, version: Ve
         unknown = set(configdrive) - CONFIGDRIVE_KEYS
         if unknown:
             raise bad_request(f"Invalid configdrive keys: {', '.join(sorted(unknown))}")
+        for key in ("meta_data", "network_data", "vendor_data"):
+            if not isinstance(configdrive.get(key, {}), dict):
+                raise bad_request(f"Invalid configdrive format: {key} must be an object")
+        if not isinstance(configdrive.get("user_data"), str | dict | list | None):
+            raise bad_request(
+                "Invalid configdrive format: user_data must be a string, an object or an array"
+            )
 
 
 def _priority(value: int | str) -> int:

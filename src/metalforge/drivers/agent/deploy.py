@@ -31,6 +31,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from metalforge.drivers.agent import configdrive as config_drive
 from metalforge.drivers.agent import erasure, fast_track
 from metalforge.drivers.agent.client import (
     AgentBusy,
@@ -481,8 +482,8 @@ class AgentDeploy(CustomAgentDeploy):
         """Have the agent download the image, check its hash and write it to the root disk
         (an ``oci://`` image is first resolved to its blob in the registry)."""
         args: dict[str, Any] = {"image_info": self._image_info(task)}
-        configdrive = task.node.instance_info.get("configdrive")
-        if configdrive:
+        configdrive = config_drive.for_image(task.node)
+        if configdrive is not None:
             args["configdrive"] = configdrive
         self._start(
             task,
