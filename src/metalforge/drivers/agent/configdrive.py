@@ -18,8 +18,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from openstack.baremetal import configdrive as sdk_configdrive
-
 from metalforge.db.models import Node
 from metalforge.drivers.base import StepFailed
 
@@ -51,6 +49,10 @@ def build(node: Node, drive: Mapping[str, Any]) -> str:
         user_data = user_data.encode()
     elif user_data is not None:
         raise StepFailed("instance_info.configdrive user_data must be text, an object or a list")
+    # Imported here: openstacksdk brings ~900 modules (a second of start-up) that only
+    # a deployment with a JSON config drive needs.
+    from openstack.baremetal import configdrive as sdk_configdrive  # noqa: PLC0415
+
     try:
         return sdk_configdrive.build(
             meta_data,
