@@ -51,7 +51,7 @@ def build(node: Node, drive: Mapping[str, Any]) -> str:
         raise StepFailed("instance_info.configdrive user_data must be text, an object or a list")
     # Imported here: openstacksdk brings ~900 modules (a second of start-up) that only
     # a deployment with a JSON config drive needs.
-    from openstack.baremetal import configdrive as sdk_configdrive  # noqa: PLC0415
+    from openstack.baremetal import configdrive as sdk_configdrive
 
     try:
         return sdk_configdrive.build(
