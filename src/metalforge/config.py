@@ -629,7 +629,7 @@ class ConductorSettings(BaseModel):
     sync_power_workers: int = 8
     """Power reads at once during a sync: hides BMC latency without flooding the BMC network."""
     enabled_hardware_types: list[str] = Field(
-        default_factory=lambda: ["fake-hardware", "ipmi", "redfish", "idrac"]
+        default_factory=lambda: ["fake-hardware", "ipmi", "redfish", "idrac", "manual-management"]
     )
     """Hardware types this conductor can drive (default: every shipped one)."""
     automated_clean: bool = True

@@ -20,6 +20,7 @@ def test_defaults_are_the_embedded_setup() -> None:
         "ipmi",
         "redfish",
         "idrac",
+        "manual-management",
     ]
 
 

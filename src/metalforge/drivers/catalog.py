@@ -14,11 +14,12 @@ from metalforge.drivers.agent.inspect import AgentInspect
 from metalforge.drivers.agent.ramdisk_deploy import RamdiskDeploy
 from metalforge.drivers.agent.rescue import AgentRescue
 from metalforge.drivers.base import STORAGE_INTERFACES, Interface, noop_interface
-from metalforge.drivers.fake import FAKE_HARDWARE
+from metalforge.drivers.fake import FAKE_HARDWARE, FakeManagement, FakePower
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi import settings as ipmi_settings
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
+from metalforge.drivers.manual import NoopManagement
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishHttpsBoot, RedfishVirtualMediaBoot
@@ -115,6 +116,19 @@ IPMI = HardwareType(
     check_settings=ipmi_settings.check_settings,
 )
 
+MANUAL_MANAGEMENT = HardwareType(
+    name="manual-management",
+    supported={
+        **_COMMON,
+        "power": (FakePower,),
+        "management": (NoopManagement, FakeManagement),
+        "boot": (PxeBoot, IpxeBoot, HttpBoot, IpxeHttpBoot),
+        "inspect": (AgentInspect, *_none("inspect")),
+        "bios": _none("bios"),
+    },
+)
+"""A machine an operator powers and whose boot order is network first (``drivers.manual``)."""
+
 HARDWARE_TYPES: dict[str, HardwareType] = {
-    hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IDRAC, IPMI)
+    hw.name: hw for hw in (FAKE_HARDWARE, REDFISH, IDRAC, IPMI, MANUAL_MANAGEMENT)
 }
