@@ -10,6 +10,9 @@ on it before answering 409.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class RequestError(Exception):
     """A request that cannot be met: answered with ``status`` and ``message``."""
@@ -51,3 +54,22 @@ def not_acceptable(message: str) -> RequestError:
 
 def conflict(message: str) -> RequestError:
     return RequestError(409, message)
+
+
+_SCHEMA_WORDS = {
+    "string_too_long": "is too long",
+    "too_long": "is too long",
+    "string_too_short": "is too short",
+    "too_short": "is too short",
+}
+"""Pydantic's length errors in jsonschema's words: Ironic validates bodies with jsonschema,
+and clients match on ``is too long`` and ``is too short``."""
+
+
+def validation_reason(error: Mapping[str, Any]) -> str:
+    """One pydantic validation error's reason, in Ironic's words where clients match on them
+    (``'xxx' is too long (String should have at most 80 characters)``)."""
+    words = _SCHEMA_WORDS.get(str(error.get("type")))
+    if words is None:
+        return str(error.get("msg"))
+    return f"{error.get('input')!r} {words} ({error.get('msg')})"

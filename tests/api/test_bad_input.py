@@ -1709,7 +1709,54 @@ ROUTING = [
     _case("put-root", "PUT", "/", 405, routing_shape=True, json={}),
 ]
 
+_STEP = {"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 10}
+
+CLIENT_MATCHED = [
+    # The words python-ironicclient's functional tests match in Ironic's answers.
+    _case(
+        "allocation-resource-class-too-long",
+        "POST",
+        "/v1/allocations",
+        400,
+        "is too long",
+        json={"resource_class": "x" * 81},
+    ),
+    _case(
+        "allocation-trait-not-a-trait",
+        "POST",
+        "/v1/allocations",
+        400,
+        "'foo' does not match '^CUSTOM_[A-Z0-9_]+$'",
+        json={"resource_class": "rc", "traits": ["foo"]},
+    ),
+    _case(
+        "allocation-candidate-unknown",
+        "POST",
+        "/v1/allocations",
+        400,
+        "Nodes cannot be found: banana?",
+        json={"resource_class": "rc", "candidate_nodes": ["banana?"]},
+    ),
+    _case(
+        "template-name-not-a-trait",
+        "POST",
+        "/v1/deploy_templates",
+        400,
+        "'not/a/name' does not match",
+        json={"name": "not/a/name", "steps": [_STEP]},
+    ),
+    _case(
+        "template-without-steps",
+        "POST",
+        "/v1/deploy_templates",
+        400,
+        "[] is too short",
+        json={"name": "CUSTOM_X", "steps": []},
+    ),
+]
+
 CASES = [
+    *CLIENT_MATCHED,
     *MALFORMED,
     *UNSTORABLE,
     *WRONG_TYPES,

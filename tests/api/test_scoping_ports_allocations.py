@@ -336,7 +336,7 @@ def test_candidate_nodes_are_the_projects_own(stack: Stack, nodes: dict[str, Any
     ):
         response = _allocate(client, who, resource_class="rc", candidate_nodes=[candidate])
         assert response.status_code == 400, (who.name, response.text)
-        assert error_text(response) == f"Candidate node {candidate} could not be found."
+        assert error_text(response) == f"Nodes cannot be found: {candidate}"
     for who in (OWNER_MEMBER, LESSEE_MEMBER):
         response = _allocate(client, who, resource_class="rc", candidate_nodes=["n-owned"])
         assert response.status_code == 201, (who.name, response.text)

@@ -137,7 +137,11 @@ def test_an_allocation_whose_work_cannot_be_queued_is_not_created(
             400,
             "Cannot create allocation with invalid name 'a b'",
         ),
-        (NewAllocation(resource_class="rc", candidate_nodes=["ghost"]), 400, "Candidate node"),
+        (
+            NewAllocation(resource_class="rc", candidate_nodes=["ghost"]),
+            400,
+            "Nodes cannot be found",
+        ),
     ],
 )
 def test_a_request_that_cannot_be_met_as_asked_is_refused_and_writes_nothing(
@@ -177,7 +181,7 @@ def test_the_grant_decides_the_owner_and_which_nodes_may_be_candidates(svc: Serv
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[other.uuid])
     with pytest.raises(RequestError) as excinfo:
         allocations.create_allocation(svc, new, LATEST, grant, caller=ADMIN, actor=ALICE)
-    assert refused(400, excinfo) == f"Candidate node {other.uuid} could not be found."
+    assert refused(400, excinfo) == f"Nodes cannot be found: {other.uuid}"
 
     new = NewAllocation(resource_class="baremetal", candidate_nodes=[mine.uuid, leased.uuid])
     record = allocations.create_allocation(svc, new, LATEST, grant, caller=ADMIN, actor=ALICE)

@@ -39,7 +39,8 @@ def test_a_path_outside_the_policy_is_refused_before_the_chassis_is_read(svc: Se
     [
         (
             _set("/description", "x" * 256),
-            "Invalid chassis: description: String should have at most 255 characters",
+            f"Invalid chassis: description: {'x' * 256!r} is too long (String should have at "
+            "most 255 characters)",
         ),
         (_set("/extra", [1]), "Invalid chassis: extra: Input should be a valid dictionary"),
     ],

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from metalforge.db.engine import lost_connection
-from metalforge.errors import RequestError
+from metalforge.errors import RequestError, validation_reason
 
 LOG = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _describe_validation(exc: RequestValidationError) -> str:
         elif err.get("type") == "missing":
             parts.append(f"'{loc[-1] if loc else 'body'}' is a required property")
         else:
-            parts.append(f"Invalid input for field/attribute {where}: {err.get('msg')}")
+            parts.append(f"Invalid input for field/attribute {where}: {validation_reason(err)}")
     return "; ".join(parts) or "Invalid request"
 
 

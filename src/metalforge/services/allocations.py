@@ -265,12 +265,16 @@ def _resolve_candidates(
     """
     found = _candidates_by_ident(session, names, version)
     resolved: list[str] = []
+    missing: list[str] = []
     for ident in names:
         node = found.get(ident)
         if node is None or (project is not None and project not in (node[1], node[2])):
-            raise bad_request(f"Candidate node {ident} could not be found.")
-        if node[0] not in resolved:
+            missing.append(ident)
+        elif node[0] not in resolved:
             resolved.append(node[0])
+    if missing:
+        # Ironic's words, which clients match on.
+        raise bad_request(f"Nodes cannot be found: {', '.join(missing)}")
     return resolved
 
 

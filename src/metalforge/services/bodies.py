@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from metalforge.errors import bad_request
+from metalforge.errors import bad_request, validation_reason
 from metalforge.services.documents import check_storable
 
 M = TypeVar("M", bound=BaseModel)
@@ -50,7 +50,7 @@ def checked(model: type[M], document: dict[str, Any], what: str) -> M:
         return model.model_validate(document)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {err.get('msg')}"
+            f"{'/'.join(str(p) for p in err.get('loc', ())) or 'body'}: {validation_reason(err)}"
             for err in exc.errors()
         )
         raise bad_request(f"Invalid {what}: {problems}") from None

@@ -103,8 +103,8 @@ def check_spec(spec: TemplateSpec) -> None:
     """
     if not values.is_valid_trait(spec.name):
         raise bad_request(
-            f"Invalid deploy template name {spec.name!r}: it must be a valid trait name "
-            "(a standard trait or ^CUSTOM_[A-Z0-9_]+$, at most 255 characters)"
+            f"Invalid deploy template name {spec.name!r}: it must be a trait name; "
+            f"{values.why_not_a_trait(spec.name)}"
         )
     duplicates = _repeated_steps(spec.steps)
     if duplicates:

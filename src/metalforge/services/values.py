@@ -39,12 +39,19 @@ def is_valid_trait(name: str) -> bool:
     return 0 < len(name) <= 255 and (bool(_CUSTOM.match(name)) or name in standard_traits())
 
 
+def why_not_a_trait(name: str) -> str:
+    """Why ``name`` is no trait, in the words Ironic's schema check uses (``does not match``,
+    ``is too long``), which clients match on."""
+    if len(name) > 255:
+        return f"{name!r} is too long (a trait has at most 255 characters)"
+    return (
+        f"{name!r} does not match '^CUSTOM_[A-Z0-9_]+$' and is not a standard trait (see os-traits)"
+    )
+
+
 def check_trait(name: str) -> str:
     if not is_valid_trait(name):
-        raise bad_request(
-            f"Invalid trait {name!r}: a trait must be a standard trait (see os-traits) or "
-            "match ^CUSTOM_[A-Z0-9_]+$ and be at most 255 characters long"
-        )
+        raise bad_request(f"Invalid trait {name!r}: {why_not_a_trait(name)}")
     return name
 
 
