@@ -239,9 +239,9 @@ def test_clean_deploy_undeploy_and_manual_clean(env: Environment) -> None:  # no
     # The agent moves the image's backup GPT to the end of the bigger disk, which
     # rewrites the GPT headers; the partition's bytes must be exactly the image's.
     assert written == image[partition], "the root disk does not hold the image"
-    disk = root.read_bytes()
-    assert b"config-2" in disk[len(image) :], "no config drive was written after the image"
-    assert b"#cloud-config e2e-user-data" in disk[len(image) :], "the user data is not on it"
+    after_image = root.read_bytes()[len(image) :]
+    assert b"config-2" in after_image, "no config drive was written after the image"
+    assert b"#cloud-config e2e-user-data" in after_image, "the user data is not on it"
     env.lab.wait_for(lambda: vnode.status == INSTANCE, 30, "the node booting its instance")
     history = _history(env, vnode.name)
     assert any("the agent powered the node off" in line for line in history), history[-12:]
