@@ -51,9 +51,7 @@ def attach(backing_file: Path, size_bytes: int) -> LoopDisk:
     backing_file.parent.mkdir(parents=True, exist_ok=True)
     with backing_file.open("wb") as handle:
         handle.truncate(size_bytes)
-    # --partscan: the kernel shows the disk's partitions (/dev/loopNpM), as a real disk's;
-    # the agent writes a config drive into a partition it adds after the image.
-    device = _losetup("--find", "--show", "--partscan", str(backing_file))
+    device = _losetup("--find", "--show", str(backing_file))
     rdev = os.stat(device).st_rdev
     if os.major(rdev) != LOOP_MAJOR or device != f"/dev/loop{os.minor(rdev)}":
         detach(device)
