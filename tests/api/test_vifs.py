@@ -1,4 +1,5 @@
-"""VIFs: ``/v1/nodes/{node}/vifs``, recorded on a free port or port group as Ironic chooses."""
+"""VIFs: ``/v1/nodes/{node}/vifs``, recorded on a free port or port group as Ironic chooses
+(the ``flat`` network interface); accepted and not recorded with ``noop``, the default."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from fastapi.testclient import TestClient
 
 from tests.support.api import LATEST, error_text, version
 from tests.support.stack import Stack
+
+FLAT_NODE = {"driver": "fake-hardware", "network_interface": "flat"}
 
 
 def _post(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def _attach(client: TestClient, node: str, vif: str, **body: Any) -> Any:
 
 def test_attach_prefers_a_group_then_a_booting_port_and_detach_frees_it(stack: Stack) -> None:
     client = stack.client
-    node = _post(client, "/v1/nodes", {"driver": "fake-hardware"})["uuid"]
+    node = _post(client, "/v1/nodes", FLAT_NODE)["uuid"]
     quiet = _post(
         client,
         "/v1/ports",
@@ -77,7 +80,7 @@ def test_a_vif_may_name_its_port_from_1_67_and_bad_requests_change_nothing(
     sqlite_stack: Stack,
 ) -> None:
     client = sqlite_stack.client
-    node = _post(client, "/v1/nodes", {"driver": "fake-hardware"})["uuid"]
+    node = _post(client, "/v1/nodes", FLAT_NODE)["uuid"]
     one = _post(client, "/v1/ports", {"node_uuid": node, "address": "52:54:00:bb:01:01"})
     two = _post(client, "/v1/ports", {"node_uuid": node, "address": "52:54:00:bb:01:02"})
     vif = str(uuid.uuid4())
@@ -105,7 +108,7 @@ def test_a_port_carrying_a_vif_does_not_join_a_group_without_standalone_ports(
     sqlite_stack: Stack,
 ) -> None:
     client = sqlite_stack.client
-    node = _post(client, "/v1/nodes", {"driver": "fake-hardware"})["uuid"]
+    node = _post(client, "/v1/nodes", FLAT_NODE)["uuid"]
     port = _post(
         client,
         "/v1/ports",
@@ -123,3 +126,24 @@ def test_a_port_carrying_a_vif_does_not_join_a_group_without_standalone_ports(
     )
     assert joined.status_code == 409, joined.text
     assert f"VIF {vif} is attached" in error_text(joined)
+
+
+def test_the_noop_network_accepts_attach_and_detach_and_lists_no_vif(stack: Stack) -> None:
+    client = stack.client
+    node = _post(client, "/v1/nodes", {"driver": "fake-hardware"})
+    assert node["network_interface"] == "noop"
+    port = _post(client, "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:09:01"})
+    vif = str(uuid.uuid4())
+    assert _attach(client, node["uuid"], vif).status_code == 204
+    assert _vifs(client, node["uuid"]) == []
+    shown = client.get(f"/v1/ports/{port['uuid']}", headers=LATEST).json()
+    assert shown["internal_info"] == {}, "noop records nothing"
+    gone = client.delete(f"/v1/nodes/{node['uuid']}/vifs/{uuid.uuid4()}", headers=LATEST)
+    assert gone.status_code == 204, "as Ironic's noop: detaching is accepted too"
+
+    # Switched to flat, the node records and lists its VIFs.
+    patch = [{"op": "replace", "path": "/network_interface", "value": "flat"}]
+    changed = client.patch(f"/v1/nodes/{node['uuid']}", json=patch, headers=LATEST)
+    assert changed.status_code == 200, changed.text
+    assert _attach(client, node["uuid"], vif).status_code == 204
+    assert _vifs(client, node["uuid"]) == [vif]

@@ -31,7 +31,7 @@ def test_chassis_port_groups_volume_vifs_and_shards_with_the_cli(cli: BaremetalC
     assert chassis["description"] == "rack 7"
     node = cli.json(
         "node", "create", "--driver", "fake-hardware", "--name", "cli-new",
-        "--chassis-uuid", chassis["uuid"], "--shard", "east",
+        "--chassis-uuid", chassis["uuid"], "--shard", "east", "--network-interface", "flat",
     )  # fmt: skip
     assert node["chassis_uuid"] == chassis["uuid"]
     assert _column(cli.json("node", "list", "--chassis", chassis["uuid"]), "uuid") == [node["uuid"]]
@@ -97,7 +97,9 @@ def conn(live_server: LiveServer) -> Iterator[Connection]:
 def test_chassis_port_groups_volume_and_vifs_with_openstacksdk(conn: Connection) -> None:
     bm = conn.baremetal
     chassis = bm.create_chassis(description="sdk rack")
-    node = bm.create_node(driver="fake-hardware", name="sdk-new", chassis_uuid=chassis.id)
+    node = bm.create_node(
+        driver="fake-hardware", name="sdk-new", chassis_uuid=chassis.id, network_interface="flat"
+    )
     assert bm.get_node(node.id).chassis_id == chassis.id
     assert [c.id for c in bm.chassis()] == [chassis.id]
 

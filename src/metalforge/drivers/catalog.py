@@ -20,6 +20,7 @@ from metalforge.drivers.ipmi import IpmiManagement, IpmiPower
 from metalforge.drivers.ipmi import settings as ipmi_settings
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
 from metalforge.drivers.manual import NoopManagement
+from metalforge.drivers.network import NETWORK_INTERFACES
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.redfish.bios import RedfishBios
 from metalforge.drivers.redfish.boot import RedfishHttpsBoot, RedfishVirtualMediaBoot
@@ -49,7 +50,7 @@ _COMMON: dict[str, tuple[type[Interface], ...]] = {
     "raid": _none("raid"),
     "rescue": (*_none("rescue"), AgentRescue),
     "console": _none("console"),
-    "network": (noop_interface("network", "noop"),),
+    "network": NETWORK_INTERFACES,
     "storage": STORAGE_INTERFACES,
     "vendor": _none("vendor"),
     "firmware": _none("firmware"),

@@ -117,6 +117,7 @@ from metalforge.drivers.base import (
 from metalforge.drivers.firmware import CHECKED_UPDATE_ARGS, parse_settings
 from metalforge.drivers.hardware import HardwareType
 from metalforge.drivers.ipxe import IpxeBoot, IpxeHttpBoot
+from metalforge.drivers.network import NETWORK_INTERFACES
 from metalforge.drivers.pxe import HttpBoot, PxeBoot
 from metalforge.drivers.raid import InvalidRaidConfig, check_target_raid_config
 from metalforge.drivers.step_declarations import clean_step, deploy_step, service_step
@@ -877,7 +878,7 @@ FAKE_HARDWARE = HardwareType(
         "bios": (FakeBios, noop_interface("bios", "no-bios")),
         "rescue": (FakeRescue, noop_interface("rescue", "no-rescue"), AgentRescue),
         "console": (FakeConsole, noop_interface("console", "no-console")),
-        "network": (noop_interface("network", "noop"),),
+        "network": NETWORK_INTERFACES,
         "storage": STORAGE_INTERFACES,
         "vendor": (FakeVendor, noop_interface("vendor", "no-vendor")),
         "firmware": (FakeFirmware, noop_interface("firmware", "no-firmware")),

@@ -1,7 +1,10 @@
 """VIFs: which of a node's ports or port groups carries a tenant's network.
 
 Where a VIF (a tenant network port's id) is recorded on a port or a port group,
-and the attaching and detaching of ``/v1/nodes/{node}/vifs``.
+and the attaching and detaching of ``/v1/nodes/{node}/vifs``. Only a node
+whose network interface records VIFs (``flat``) records them; on ``noop``
+attaching and detaching are accepted and do nothing and none is listed, as
+in Ironic (``drivers.network``).
 
 Ironic records an attached VIF in the port-like object's
 ``internal_info["tenant_vif_port_id"]``; older clients wrote
@@ -18,6 +21,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from metalforge.db.models import Node, Port, Portgroup, utcnow
+from metalforge.drivers.hardware import UnknownDriver
+from metalforge.drivers.network import NetworkInterface
 from metalforge.errors import bad_request, conflict
 from metalforge.services import fencing, lookup
 from metalforge.services.context import Services
@@ -55,16 +60,28 @@ class VifRequest:
     portgroup_uuid: str | None = None
 
 
+def _records_vifs(svc: Services, node: Node) -> bool:
+    """Whether the node's network interface records VIFs (``flat``; ``noop`` does not)."""
+    try:
+        network = svc.drivers.interface(node, "network")
+    except UnknownDriver as exc:
+        raise bad_request(str(exc)) from None
+    return isinstance(network, NetworkInterface) and network.records_vifs
+
+
 def list_vifs(svc: Services, node_ident: str, version: Version) -> list[str]:
     """The VIFs attached to the node's ports and port groups (ports first, as Ironic lists)."""
     with svc.db.read() as session:
         node = lookup.find_node(session, node_ident, version)
+        if not _records_vifs(svc, node):
+            return []
         holders: list[Port | Portgroup] = [*_ports(session, node), *_groups(session, node)]
         return [vif for vif in (vif_of(h) for h in holders) if vif is not None]
 
 
 def attach_vif(svc: Services, node_ident: str, version: Version, request: VifRequest) -> None:
-    """Record the VIF on a free port or port group of the node, fenced like a port write.
+    """Record the VIF on a free port or port group of the node, fenced like a port write
+    (nothing on a network interface that records none).
 
     Without Networking, attaching is bookkeeping: which of the node's network
     ports carries the tenant's network. The choice is Ironic's: a port group
@@ -75,6 +92,8 @@ def attach_vif(svc: Services, node_ident: str, version: Version, request: VifReq
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version, for_update=True)
         fencing.check_unlocked(session, node)
+        if not _records_vifs(svc, node):
+            return
         ports, groups = _ports(session, node), _groups(session, node)
         everything: list[Port | Portgroup] = [*ports, *groups]
         for holder in everything:
@@ -104,6 +123,8 @@ def detach_vif(svc: Services, node_ident: str, version: Version, vif_id: str) ->
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version, for_update=True)
         fencing.check_unlocked(session, node)
+        if not _records_vifs(svc, node):
+            return
         holders: list[Port | Portgroup] = [*_ports(session, node), *_groups(session, node)]
         found = next((h for h in holders if vif_of(h) == vif_id), None)
         if found is None:
