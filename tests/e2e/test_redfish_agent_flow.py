@@ -283,6 +283,20 @@ def test_agent_killed_mid_clean_fails_after_the_heartbeat_timeout(env: Environme
     assert node["clean_step"] == {}
 
 
+def _deploy_fails(
+    env: Environment, vnode: VirtualNode, never_active: str, timeout: float
+) -> dict[str, Any]:
+    """The node once its deployment failed; it must not become ``active`` meanwhile."""
+    deadline = time.monotonic() + timeout
+    node = get_node(env.stack.client, vnode.name)
+    while node["provision_state"] != "deploy failed" and time.monotonic() < deadline:
+        assert node["provision_state"] != ACTIVE, never_active
+        time.sleep(0.2)
+        node = get_node(env.stack.client, vnode.name)
+    assert node["provision_state"] == "deploy failed", node
+    return node
+
+
 def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
     env: Environment,
 ) -> None:
@@ -291,13 +305,7 @@ def test_image_with_a_wrong_checksum_fails_the_deploy_with_the_agents_reason(
     _whole_disk_image(env.image_dir / "tampered.raw")
     _set_image(env, vnode, "tampered.raw", checksum="0" * 64)
     env.cli.run("node", "deploy", vnode.name)
-    deadline = time.monotonic() + 60
-    node = get_node(env.stack.client, vnode.name)
-    while node["provision_state"] != "deploy failed" and time.monotonic() < deadline:
-        assert node["provision_state"] != ACTIVE, "a tampered image was deployed"
-        time.sleep(0.2)
-        node = get_node(env.stack.client, vnode.name)
-    assert node["provision_state"] == "deploy failed", node
+    node = _deploy_fails(env, vnode, "a tampered image was deployed", timeout=60)
     error = node["last_error"]
     assert "deploy.write_image" in error, error
     assert "checksum" in error.lower(), error
@@ -467,14 +475,8 @@ def test_a_custom_deploy_runs_the_agents_own_step_with_the_config_drive(env: Env
     env.cli.run("node", "undeploy", vnode.name)
     _wait_state(env, vnode.name, AVAILABLE, timeout=120)
     _custom_deploy(env, vnode, "install_nothing")
-    deadline = time.monotonic() + 120
-    node = get_node(env.stack.client, vnode.name)
-    while node["provision_state"] != "deploy failed" and time.monotonic() < deadline:
-        assert node["provision_state"] != ACTIVE, "a step the agent lacks was skipped"
-        time.sleep(0.2)
-        node = get_node(env.stack.client, vnode.name)
+    node = _deploy_fails(env, vnode, "a step the agent lacks was skipped", timeout=120)
     error = node["last_error"]
-    assert node["provision_state"] == "deploy failed", node
     assert "does not support the deploy step deploy.install_nothing" in error, error
     assert "the ramdisk agent offers: " in error, error
     assert "deploy.install_instance" in error, error
