@@ -141,6 +141,14 @@ def test_the_noop_network_accepts_attach_and_detach_and_lists_no_vif(stack: Stac
     gone = client.delete(f"/v1/nodes/{node['uuid']}/vifs/{uuid.uuid4()}", headers=LATEST)
     assert gone.status_code == 204, "as Ironic's noop: detaching is accepted too"
 
+    # A VIF an older release recorded on a noop node is forgotten when detached.
+    legacy = str(uuid.uuid4())
+    patch = [{"op": "add", "path": "/extra/vif_port_id", "value": legacy}]
+    assert client.patch(f"/v1/ports/{port['uuid']}", json=patch, headers=LATEST).status_code == 200
+    gone = client.delete(f"/v1/nodes/{node['uuid']}/vifs/{legacy}", headers=LATEST)
+    assert gone.status_code == 204
+    assert client.get(f"/v1/ports/{port['uuid']}", headers=LATEST).json()["extra"] == {}
+
     # Switched to flat, the node records and lists its VIFs.
     patch = [{"op": "replace", "path": "/network_interface", "value": "flat"}]
     changed = client.patch(f"/v1/nodes/{node['uuid']}", json=patch, headers=LATEST)

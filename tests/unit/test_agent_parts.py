@@ -12,7 +12,7 @@ from metalforge.drivers.agent.client import CommandResult
 from metalforge.drivers.agent.deploy import AGENT_BOOT_RETRY, AgentDeploy
 from metalforge.drivers.agent.erasure import describe, records_from_result
 from metalforge.drivers.agent.image import image_info
-from metalforge.drivers.agent.session import merge_agent_steps
+from metalforge.drivers.agent.session import merge_agent_steps, node_for_agent
 from metalforge.drivers.base import ReadOnlyTask, StepFailed, StepsNotKnown
 
 SHA256 = "ab" * 32
@@ -118,6 +118,34 @@ def test_agent_steps_of_several_managers_merge_by_priority() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "erase",
+        {"priority": 10},
+        {"step": "a b", "priority": 10},
+        {"step": "x", "interface": 7},
+        {"step": "x", "priority": "abc"},
+        {"step": "x", "priority": True},
+        {"step": "x", "priority": -1},
+        {"step": "x", "priority": 2**40},
+        {"step": "x", "priority": 1.5},
+        {"step": "x", "argsinfo": ["a"]},
+        {"step": "x", "argsinfo": {"a": "text"}},
+        {"step": "x", "argsinfo": {"a": {"required": "false"}}},
+        {"step": "x", "abortable": "yes"},
+        {"step": "x", "reboot_requested": 1},
+    ],
+)
+def test_a_malformed_agent_step_is_left_out(bad: object) -> None:
+    good = {"step": "ok", "priority": 5, "interface": "deploy", "argsinfo": {}}
+    reported = {"Manager": [bad, good], "Broken": "not a list"}
+    merged = merge_agent_steps(reported)
+    assert [s["step"] for s in merged] == ["ok"]
+    assert merged[0]["abortable"] is False
+    assert merged[0]["reboot_requested"] is False
+
+
 def test_command_errors_keep_ipas_details() -> None:
     result = CommandResult.parse(
         {
@@ -172,3 +200,21 @@ def test_service_steps_are_the_agents_own_report_not_its_clean_steps() -> None:
         True,
         True,
     )
+
+
+def test_the_agent_sees_no_secret_and_the_config_drive_only_for_a_deploy_step() -> None:
+    drive = {"user_data": "#ignition"}
+    node = Node(
+        uuid="u",
+        driver="fake-hardware",
+        instance_info={"image_pull_secret": "user:pw", "configdrive": drive, "image_source": "x"},
+        driver_internal_info={"agent_cached_deploy_steps": [], "agent_url": "http://a"},
+    )
+    task = ReadOnlyTask(node)
+    plain = node_for_agent(task)
+    assert plain["instance_info"] == {"image_pull_secret": "******", "image_source": "x"}
+    assert plain["driver_internal_info"] == {"agent_url": "http://a"}
+    with_drive = node_for_agent(task, with_configdrive=True)
+    assert with_drive["instance_info"]["configdrive"] == drive
+    assert with_drive["instance_info"]["image_pull_secret"] == "******"
+

@@ -251,6 +251,11 @@ def test_an_agent_step_sorting_after_the_boot_step_is_deferred_not_refused() -> 
             {},
             r"deploy\.deploy, which boots the agent, is disabled in this plan",
         ),
+        (
+            [_step("deploy.install_coreos", 80)],
+            {"deploy.deploy": 0},
+            r"deploy\.deploy, which boots the agent, is disabled in this plan",
+        ),
         ([_step("raid.install_coreos", 80)], {}, "does not support the deploy step"),
         ([_step("deploy.install_coreos", "high")], {}, "invalid priority"),
     ],

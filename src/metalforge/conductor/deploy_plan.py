@@ -46,7 +46,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from metalforge.conductor import step_plans
+from metalforge.conductor import history, step_plans
 from metalforge.conductor.step_plans import Step
 from metalforge.conductor.task import NodeTask
 from metalforge.db.models import DeployTemplate, Node, NodeTrait
@@ -181,7 +181,12 @@ def merge_provisional(
 
 def _defer(label: str, name: str, priority: int, boot: step_plans.Step) -> Deferred:
     """An entry for an agent step not reported yet, if it can only run after ``boot``."""
-    if priority >= boot.priority:
+    if boot.priority == 0 and priority > 0:  # the boot step is disabled (an override)
+        raise PlanError(
+            f"{label}: {name} can only be one of the ramdisk agent's deploy steps, and "
+            f"{boot.name}, which boots the agent, is disabled in this plan"
+        )
+    if priority >= boot.priority > 0:
         raise PlanError(
             f"{label}: {name} (priority {priority}) is not a step the deploy interface "
             f"declares; it can only be one of the ramdisk agent's deploy steps, which run "
@@ -300,17 +305,23 @@ def complete(
     """
     plan = plan_for_node(session, drivers, node, overrides, requested, agent_steps=True)
     for ran, now in zip(done, plan.steps, strict=False):
-        if (ran.name, ran.priority, dict(ran.args)) != (now.name, now.priority, dict(now.args)):
+        if (ran.name, ran.priority, dict(ran.args)) == (now.name, now.priority, dict(now.args)):
+            continue
+        if now.in_band:
             raise PlanError(
-                f"with the ramdisk agent's deploy steps, {now.name} (priority {now.priority}) "
-                f"would run where {ran.name} (priority {ran.priority}) already ran; an agent "
-                f"step must sort after {done[-1].name}, which boots the agent (disable it with "
-                f'conductor.deploy_step_priority_override "{now.name}:0", or give it a lower '
-                "priority)"
+                f"the ramdisk agent's deploy step {now.name} (priority {now.priority}) would "
+                f"run where {ran.name} (priority {ran.priority}) already ran: an agent step "
+                f"must sort after {done[-1].name}, which boots the agent (disable it with "
+                f'conductor.deploy_step_priority_override "{now.name}:0")'
             )
+        raise PlanError(
+            f"the deployment's steps changed since it started (a deploy template, the "
+            f"node's traits or a priority override): {now.name} (priority {now.priority}) "
+            f"would run where {ran.name} (priority {ran.priority}) already ran"
+        )
     if len(plan.steps) < len(done):
         raise PlanError(
-            f"with the ramdisk agent's deploy steps the plan no longer holds "
+            f"the deployment's steps changed since it started: the plan no longer holds "
             f"{', '.join(s.name for s in done[len(plan.steps) :])}, which already ran"
         )
     return plan
@@ -341,6 +352,14 @@ def complete_for_task(task: NodeTask, done: Sequence[Step]) -> list[Step]:
     with task.ctx.db.read() as session:
         plan = complete(
             session, task.ctx.drivers, task.node, overrides, task.progress.requested, done
+        )
+    unknown = step_plans.unknown_overrides(overrides, plan.supported)
+    if unknown:
+        task.record(
+            "deploy_plan",
+            "conductor.deploy_step_priority_override names step(s) this node does not "
+            f"offer, ignored: {', '.join(unknown)}",
+            history.WARNING,
         )
     rebooting = _rebooting(task.node.driver_internal_info.get("agent_cached_deploy_steps"))
     for step in plan.steps[len(done) :]:

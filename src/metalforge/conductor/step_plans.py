@@ -197,6 +197,13 @@ def check_requested(
         check_without_ramdisk(plan)
 
 
+def unknown_overrides(overrides: Mapping[str, int], supported: Sequence[Step]) -> list[str]:
+    """The priority overrides naming a step the node does not offer (a typo, or a step of
+    another hardware type), sorted."""
+    known = {s.name for s in supported}
+    return sorted(name for name in overrides if name not in known)
+
+
 def automated_plan(steps: Sequence[Step]) -> list[Step]:
     """The steps that run without being asked for: priority above zero, in order."""
     return [s for s in steps if s.priority > 0]

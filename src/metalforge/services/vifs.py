@@ -119,15 +119,17 @@ def attach_vif(svc: Services, node_ident: str, version: Version, request: VifReq
 
 
 def detach_vif(svc: Services, node_ident: str, version: Version, vif_id: str) -> None:
-    """Forget the VIF on whichever of the node's ports or groups holds it; 400 if none does."""
+    """Forget the VIF on whichever of the node's ports or groups holds it; 400 if none does
+    (on ``noop``, 204: a VIF an older release recorded there is forgotten too, as it would
+    otherwise hold its port back from a port group for good)."""
     with svc.db.write() as session:
         node = lookup.find_node(session, node_ident, version, for_update=True)
         fencing.check_unlocked(session, node)
-        if not _records_vifs(svc, node):
-            return
         holders: list[Port | Portgroup] = [*_ports(session, node), *_groups(session, node)]
         found = next((h for h in holders if vif_of(h) == vif_id), None)
         if found is None:
+            if not _records_vifs(svc, node):
+                return  # noop: accepted, nothing to do
             raise bad_request(
                 f"Unable to detach VIF {vif_id} from node {node.uuid} because it is not "
                 "attached to it."

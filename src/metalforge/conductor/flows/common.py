@@ -56,8 +56,7 @@ def warn_unknown_overrides(
     runs on the node. A typo would otherwise leave a step at its default
     priority without a trace.
     """
-    known = {s.name for s in supported}
-    unknown = sorted(name for name in overrides if name not in known)
+    unknown = step_plans.unknown_overrides(overrides, supported)
     if unknown:
         task.record(
             f"{kind}_plan",

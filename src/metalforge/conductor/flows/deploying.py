@@ -33,7 +33,10 @@ def deploy(task: NodeTask) -> None:
         except step_plans.StepRequestError as exc:
             stepflow.fail(task, stepflow.DEPLOY, f"Deploy refused: {exc}")
             return
-        warn_unknown_overrides(task, stepflow.DEPLOY.name, overrides, plan.supported)
+        if plan.completes_after is None:
+            # (A provisional plan's are judged when it is completed: an override may name
+            # one of the agent's steps.)
+            warn_unknown_overrides(task, stepflow.DEPLOY.name, overrides, plan.supported)
         if plan.templates:
             task.record(
                 "deploy_templates", f"deploy templates applied: {', '.join(plan.templates)}"

@@ -53,6 +53,7 @@ from metalforge.drivers.agent.session import (
     now,
     power_of,
     stop_ramdisk,
+    well_formed,
 )
 from metalforge.drivers.base import (
     POWER_OFF,
@@ -150,19 +151,21 @@ class CustomAgentDeploy(DeployInterface):
                 # knows when an agent will run (seed 002: -1).
                 retry_after=AGENT_BOOT_RETRY if booting else -1,
             )
+        # Checked again: a cache written by an older release was not checked when stored.
+        steps = list(map(well_formed, cached if isinstance(cached, list) else []))
         return [
             StepDecl(
                 kind,
-                str(step["step"]),
-                int(step.get("priority") or 0),
-                bool(step.get("abortable", False)),
+                step["step"],
+                step["priority"],
+                step["abortable"],
                 parse_argsinfo(step.get("argsinfo")),
                 requires_ramdisk=True,
                 asynchronous=True,
                 in_band=True,
             )
-            for step in cached
-            if step.get("interface", "deploy") == self.interface_type
+            for step in steps
+            if step is not None and step["interface"] == self.interface_type
         ]
 
     def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:

@@ -7,6 +7,7 @@ cleaning and deploying halves (``deploy.py``).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from metalforge.db.agent_sessions import AgentSessionInfo
@@ -24,6 +25,7 @@ from metalforge.drivers.base import (
     set_info,
     switch_power,
 )
+from metalforge.redaction import mask_secrets
 
 
 def power_of(task: DriverTask) -> PowerInterface:
@@ -68,19 +70,55 @@ def now() -> dt.datetime:
 
 
 def merge_agent_steps(reported: Any) -> list[dict[str, Any]]:
-    """One list from the agent's ``{manager: [step, ...]}``; the highest priority wins a name."""
+    """One list from the agent's ``{manager: [step, ...]}``; the highest priority wins a name.
+
+    What the agent says is checked like any input: an entry that is not a
+    well-formed step (``well_formed``) is left out, so nothing an agent
+    reports can break the planning that reads the list.
+    """
     best: dict[tuple[str, str], dict[str, Any]] = {}
     managers = reported.values() if isinstance(reported, dict) else [reported]
     for steps in managers:
-        for step in steps or []:
-            if not isinstance(step, dict) or "step" not in step:
+        for raw in steps if isinstance(steps, list) else []:
+            step = well_formed(raw)
+            if step is None:
                 continue
-            key = (str(step.get("interface", "deploy")), str(step["step"]))
-            if key not in best or int(step.get("priority") or 0) > int(
-                best[key].get("priority") or 0
-            ):
+            key = (step["interface"], step["step"])
+            if key not in best or step["priority"] > best[key]["priority"]:
                 best[key] = step
-    return sorted(best.values(), key=lambda s: (-int(s.get("priority") or 0), str(s["step"])))
+    return sorted(best.values(), key=lambda s: (-s["priority"], s["step"]))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+"""A step or interface name as an agent's hardware manager declares one (a method name)."""
+
+
+def well_formed(raw: Any) -> dict[str, Any] | None:
+    """An agent's step with the types planning reads, or ``None`` when it is not one:
+    names are identifiers, the priority an integer from 0, ``argsinfo`` an object of
+    objects whose ``required`` is a boolean, the flags booleans."""
+    if not isinstance(raw, dict):
+        return None
+    name, interface = raw.get("step"), raw.get("interface", "deploy")
+    priority = raw.get("priority") or 0
+    argsinfo = raw.get("argsinfo") or {}
+    flags = {key: raw.get(key, False) for key in ("abortable", "reboot_requested")}
+    checks = (
+        isinstance(name, str) and _NAME.fullmatch(name) is not None,
+        isinstance(interface, str) and _NAME.fullmatch(interface) is not None,
+        type(priority) is int and 0 <= priority < 2**31,
+        isinstance(argsinfo, dict)
+        and all(
+            isinstance(key, str)
+            and isinstance(info, dict)
+            and isinstance(info.get("required", False), bool)
+            for key, info in argsinfo.items()
+        ),
+        all(isinstance(value, bool) for value in flags.values()),
+    )
+    if not all(checks):
+        return None
+    return {**raw, "step": name, "interface": interface, "priority": priority, **flags}
 
 
 def client_for(task: DriverTask) -> AgentClient:
@@ -139,7 +177,17 @@ def cache_steps(task: DriverTask, kind: str) -> None:
         client.close()
     if result.status != "SUCCEEDED" or not isinstance(result.result, dict):
         raise StepFailed(f"the agent could not list its {kind} steps: {result.error_message()}")
-    steps = merge_agent_steps(result.result.get(f"{kind}_steps", {}))
+    reported = result.result.get(f"{kind}_steps", {})
+    steps = merge_agent_steps(reported)
+    lists = reported.values() if isinstance(reported, dict) else []
+    offered = sum(len(entries) for entries in lists if isinstance(entries, list))
+    if offered > len(steps):
+        task.record(
+            "agent",
+            f"the agent reported {offered - len(steps)} {kind} step(s) that are malformed or "
+            "repeated; they are left out",
+            "WARNING",
+        )
     set_info(
         task,
         **{
@@ -155,7 +203,7 @@ def node_for_agent(task: DriverTask, *, with_configdrive: bool = False) -> dict[
     """The node as the agent's hardware managers see it: without the config drive
     (it may be large, and holds the tenant's data) unless the step is to write it."""
     node = task.node
-    info = node.instance_info
+    info = mask_secrets(node.instance_info)  # what the agent needs comes in its step's args
     return {
         "uuid": node.uuid,
         "properties": node.properties,
