@@ -217,4 +217,3 @@ def test_the_agent_sees_no_secret_and_the_config_drive_only_for_a_deploy_step() 
     with_drive = node_for_agent(task, with_configdrive=True)
     assert with_drive["instance_info"]["configdrive"] == drive
     assert with_drive["instance_info"]["image_pull_secret"] == "******"
-
