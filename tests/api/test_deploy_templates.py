@@ -551,3 +551,27 @@ def test_a_deploy_interface_without_an_agent_refuses_a_step_it_lacks(sqlite_stac
     response = provision(client, node["uuid"], "active", deploy_steps=BMO_CUSTOM_DEPLOY)
     assert response.status_code == 400
     assert "the node does not support the deploy step deploy.install_coreos" in error_text(response)
+
+
+def test_a_preview_lists_the_agent_steps_apart_from_the_plan(sqlite_stack: Stack) -> None:
+    client = sqlite_stack.client
+    node = make_available(client)
+    patch = [{"op": "replace", "path": "/deploy_interface", "value": "custom-agent"}]
+    assert client.patch(f"/v1/nodes/{node['uuid']}", json=patch, headers=LATEST).status_code == 200
+    _template(client, "CUSTOM_COREOS", _step("deploy.install_coreos", 80))
+    _with_traits(client, node, "CUSTOM_COREOS")
+    validated = client.get(f"/v1/nodes/{node['uuid']}/validate", headers=LATEST).json()
+    assert validated["deploy"] == {"result": True}, "an agent step is judged when it reports"
+
+    url = f"/v1/nodes/{node['uuid']}/deploying/steps?traits=CUSTOM_COREOS"
+    preview = client.get(url, headers=LATEST).json()
+    assert [s["step"] for s in preview["plan"]] == [
+        "deploy",
+        "prepare_instance_boot",
+        "tear_down_agent",
+        "boot_instance",
+    ]
+    assert preview["agent_steps"] == [
+        {"step": "deploy.install_coreos", "priority": 80, "from": "deploy template CUSTOM_COREOS"}
+    ]
+    assert "agent_steps" not in client.get(url.split("?")[0], headers=LATEST).json()

@@ -37,6 +37,8 @@ class DeployPreview:
     steps: list[Step]
     templates: list[str]
     plan: list[Step] | None
+    deferred: tuple[deploy_plan.Deferred, ...] = ()
+    """Entries naming the ramdisk agent's steps, judged once it has reported them."""
 
 
 def clean_steps(svc: Services, ident: str, version: Version) -> KnownSteps:
@@ -82,4 +84,4 @@ def deploy_steps(
             plan = deploy_plan.plan_for_node(session, svc.drivers, node, overrides, traits=traits)
         except (UnknownDriver, step_plans.StepRequestError) as exc:
             raise bad_request(str(exc)) from None
-    return DeployPreview(found, list(plan.templates), list(plan.steps))
+    return DeployPreview(found, list(plan.templates), list(plan.steps), plan.deferred)

@@ -9,7 +9,9 @@ with those traits in ``instance_info.traits`` would run, built by the
 conductor's own function (``conductor.deploy_plan``) from the templates in
 the database -- so an operator sees the effect of a template before a node
 is deployed with it. A preview is refused (400) for the reasons a deploy
-request would be.
+request would be. Entries naming the ramdisk agent's own steps, which only
+its report can place, are listed apart (``agent_steps``): the plan shows
+the declared steps, and the deployment adds those once its agent reported.
 """
 
 from __future__ import annotations
@@ -63,4 +65,8 @@ def list_deploy_steps(node_ident: str, request: Request) -> JSONResponse:
             deploy_templates=found.templates,
             plan=[plan_entry(s) for s in found.plan],
         )
+        if found.deferred:
+            body["agent_steps"] = [
+                {"step": d.name, "priority": d.priority, "from": d.label} for d in found.deferred
+            ]
     return JSONResponse(body)
