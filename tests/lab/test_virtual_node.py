@@ -250,7 +250,8 @@ def test_pxe_power_on_boots_the_agent_which_looks_up_heartbeats_and_runs_steps( 
 
     deploy_steps = client.command("deploy.get_deploy_steps", {"node": node_body, "ports": []})
     listed = deploy_steps["command_result"]["deploy_steps"]["MetalforgeLabHardwareManager"]
-    assert ("write_image", 80) in [(s["step"], s["priority"]) for s in listed]
+    # Priority 0, as the agent's generic manager offers it (``direct`` declares its own).
+    assert ("write_image", 0) in [(s["step"], s["priority"]) for s in listed]
 
     # A whole-disk raw image with a GPT, streamed onto the root disk and checked by the agent.
     image = tmp_path / "images" / "disk.raw"

@@ -108,7 +108,7 @@ def test_a_uuid_in_use_is_a_conflict(svc: Services) -> None:
 def test_a_name_that_is_no_trait_is_refused(svc: Services, name: str) -> None:
     with pytest.raises(RequestError) as excinfo:
         templates.create_template(svc, _spec(name, RAID1_STEP))
-    assert "it must be a trait name; " in refused(400, excinfo)
+    assert "it must be a valid trait name; " in refused(400, excinfo)
     assert _count(svc) == 0
 
 
@@ -218,7 +218,7 @@ def test_a_patch_that_breaks_a_rule_changes_nothing(svc: Services) -> None:
     assert "Duplicate deploy steps" in refused(400, excinfo)
     with pytest.raises(RequestError) as excinfo:
         templates.patch_template(svc, created.uuid, LATEST, _replace(name="not a trait"))
-    assert "it must be a trait name; " in refused(400, excinfo)
+    assert "it must be a valid trait name; " in refused(400, excinfo)
     with svc.db.read() as session:
         template = templates.find_template(session, created.uuid)
         assert template.updated_at is None

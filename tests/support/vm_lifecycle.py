@@ -7,8 +7,10 @@ DHCP service and iPXE (``ipxe``), or from the ISO metalforge built for it
 (``redfish-virtual-media``; with ``static`` on a network where nothing
 answers DHCP, so the ramdisk takes its address from the node's
 ``network_data``, which metalforge put on the ISO). It is inspected, cleaned (the agent erases the
-disk's metadata), deployed (the agent writes a bootable image, and the
-machine then boots it from its disk and says so on its serial console) and
+disk's metadata), deployed (the agent writes a bootable image and, after
+it, the config drive metalforge built from the JSON one Metal3 would send,
+except with ``static``; the machine then boots the image from its disk and
+says so on its serial console) and
 undeployed (cleaned again). Fast track is on: the agent the inspection boots
 also cleans and deploys, so the ramdisk boots twice in all, not four times.
 The network-booted one is also rescued on the way: its ramdisk becomes the
@@ -42,6 +44,10 @@ RAMDISK_DIR = REPOSITORY / "var" / "ramdisk-cloud"
 DISK_BYTES = 5 << 30
 """The agent installs on a disk of 4 GiB or more; the raw file stays sparse."""
 MEMORY_MIB = 2048
+_MBR_SECOND_ENTRY, _MBR_END = 446 + 16, 510
+"""Where the MBR's second partition entry starts, and where its table ends."""
+CONFIG_DRIVE_USER_DATA = "#cloud-config\n# metalforge-vm-config-drive\n"
+"""The user data of the deployment's config drive, found on the disk afterwards."""
 """The ramdisk unpacks into memory (about 500 MiB) and the agent runs beside it."""
 FLOW_TIMEOUT = 900.0
 """Seconds for one flow: a boot of the ramdisk and the agent's work, under software emulation
@@ -67,6 +73,11 @@ class Machine:
 
     def disk_head(self, size: int = 1 << 20) -> bytes:
         with self.disk.open("rb") as handle:
+            return handle.read(size)
+
+    def disk_tail(self, size: int) -> bytes:
+        with self.disk.open("rb") as handle:
+            handle.seek(-size, os.SEEK_END)
             return handle.read(size)
 
 
@@ -301,11 +312,25 @@ def provision_end_to_end(  # noqa: PLR0915 - one linear enroll-to-undeploy scena
                 headers=LATEST,
             )
             assert patched.status_code == 200, patched.text
-            assert provision(client, node, "active").status_code == 202
+            # The config drive as Metal3 gives it, JSON: the conductor builds the ISO and
+            # the agent writes it into a partition of its own at the end of the disk. Not
+            # with ``static``: the ramdisk's init takes its network from the first volume
+            # labelled config-2, which would then be the disk's, not the boot ISO's.
+            drive = {"meta_data": {"metal3-name": "vm"}, "user_data": CONFIG_DRIVE_USER_DATA}
+            extra = {} if static else {"configdrive": drive}
+            assert provision(client, node, "active", **extra).status_code == 202
             active = wait_for(client, node, "active", machine)
             assert active["last_error"] is None
             written = image.read_bytes()[: 1 << 20]  # boot code, partition table, boot sector
-            assert machine.disk_head(len(written)) == written, "the disk does not hold the image"
+            head = machine.disk_head(len(written))
+            # The MBR's partition table gained the config drive's entry after the image's one.
+            kept = (slice(0, _MBR_SECOND_ENTRY), slice(_MBR_END, len(written)))
+            assert all(head[part] == written[part] for part in kept), "the disk lacks the image"
+            if not static:
+                assert head[_MBR_SECOND_ENTRY:_MBR_END] != written[_MBR_SECOND_ENTRY:_MBR_END]
+                tail = machine.disk_tail(65 << 20)
+                assert b"config-2" in tail, "no config drive at the end of the disk"
+                assert CONFIG_DRIVE_USER_DATA.encode() in tail, "the drive lacks the user data"
             wait_until(
                 "the machine to boot its instance from its disk",
                 lambda: instance_image.MARK in machine.console_text(),

@@ -103,7 +103,7 @@ def check_spec(spec: TemplateSpec) -> None:
     """
     if not values.is_valid_trait(spec.name):
         raise bad_request(
-            f"Invalid deploy template name {spec.name!r}: it must be a trait name; "
+            f"Invalid deploy template name {spec.name!r}: it must be a valid trait name; "
             f"{values.why_not_a_trait(spec.name)}"
         )
     duplicates = _repeated_steps(spec.steps)
