@@ -153,7 +153,8 @@ def test_admin_confirms_actions_on_the_node_page(
     visible(page, '#node-state[data-provision-state="manageable"]')
     assert admin_api.node(uuid)["provision_state"] == "manageable"
     visible(page, "#action-provide")
-    assert page.find_element(By.ID, "error-banner").is_displayed() is False
+    banner = page.find_element(By.ID, "error-banner")
+    assert banner.is_displayed() is False, banner.text
     # The history is re-read after each event: wait for the move to reach it.
     wait(page).until(
         ec.text_to_be_present_in_element((By.ID, "node-history"), "verifying -> manageable")
