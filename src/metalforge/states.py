@@ -64,6 +64,14 @@ class State:
     """Stable states are where a node rests; no conductor is working on it."""
     failure: bool = False
     """A flow ended badly here; clients stop waiting on it."""
+    flow: str | None = None
+    """For busy states, the flow they belong to, as metrics, failure counts and progress
+    name it (``clean`` for ``cleaning``, ``clean wait`` and ``clean hold``); required of a
+    busy state, so a new flow's states cannot go uncounted."""
+
+    def __post_init__(self) -> None:
+        if self.busy != (self.flow is not None):
+            raise ValueError(f"state {self.name!r}: a busy state, and only one, names its flow")
 
     @property
     def busy(self) -> bool:
@@ -75,36 +83,54 @@ STATES: Final[dict[str, State]] = {
     s.name: s
     for s in (
         State(ENROLL, "Registered; the BMC credentials are not verified yet.", stable=True),
-        State(VERIFYING, "Checking that the BMC answers with the given credentials.", MANAGEABLE),
+        State(
+            VERIFYING,
+            "Checking that the BMC answers with the given credentials.",
+            MANAGEABLE,
+            flow="verify",
+        ),
         State(
             MANAGEABLE, "Verified and under operator control; not offered to tenants.", stable=True
         ),
-        State(INSPECTING, "Collecting the hardware inventory.", MANAGEABLE),
-        State(INSPECT_WAIT, "Waiting for the inspection ramdisk to report.", MANAGEABLE),
+        State(INSPECTING, "Collecting the hardware inventory.", MANAGEABLE, flow="inspect"),
+        State(
+            INSPECT_WAIT,
+            "Waiting for the inspection ramdisk to report.",
+            MANAGEABLE,
+            flow="inspect",
+        ),
         State(INSPECT_FAILED, "Inspection failed; see last_error.", MANAGEABLE, failure=True),
-        State(CLEANING, "Running clean steps.", AVAILABLE),
-        State(CLEAN_WAIT, "Waiting for an asynchronous clean step to finish.", AVAILABLE),
-        State(CLEAN_HOLD, "Cleaning paused by a hold step until unhold.", AVAILABLE),
+        State(CLEANING, "Running clean steps.", AVAILABLE, flow="clean"),
+        State(
+            CLEAN_WAIT, "Waiting for an asynchronous clean step to finish.", AVAILABLE, flow="clean"
+        ),
+        State(CLEAN_HOLD, "Cleaning paused by a hold step until unhold.", AVAILABLE, flow="clean"),
         State(CLEAN_FAILED, "A clean step failed; see last_error.", MANAGEABLE, failure=True),
         State(AVAILABLE, "Clean and ready to be deployed.", stable=True),
-        State(DEPLOYING, "Running deploy steps.", ACTIVE),
-        State(DEPLOY_WAIT, "Waiting for an asynchronous deploy step to finish.", ACTIVE),
-        State(DEPLOY_HOLD, "Deployment paused by a hold step until unhold.", ACTIVE),
+        State(DEPLOYING, "Running deploy steps.", ACTIVE, flow="deploy"),
+        State(
+            DEPLOY_WAIT, "Waiting for an asynchronous deploy step to finish.", ACTIVE, flow="deploy"
+        ),
+        State(DEPLOY_HOLD, "Deployment paused by a hold step until unhold.", ACTIVE, flow="deploy"),
         State(DEPLOY_FAILED, "A deploy step failed; see last_error.", ACTIVE, failure=True),
         State(ACTIVE, "Deployed and in use by a tenant.", stable=True),
-        State(DELETING, "Tearing the deployment down before cleaning.", AVAILABLE),
+        State(DELETING, "Tearing the deployment down before cleaning.", AVAILABLE, flow="undeploy"),
         State(ERROR, "Tearing down a deployment failed.", stable=True, failure=True),
-        State(ADOPTING, "Taking over a node that is already running a workload.", ACTIVE),
+        State(
+            ADOPTING, "Taking over a node that is already running a workload.", ACTIVE, flow="adopt"
+        ),
         State(ADOPT_FAILED, "Adoption failed; see last_error.", ACTIVE, failure=True),
-        State(RESCUING, "Booting the rescue ramdisk.", RESCUE),
-        State(RESCUE_WAIT, "Waiting for the rescue ramdisk.", RESCUE),
+        State(RESCUING, "Booting the rescue ramdisk.", RESCUE, flow="rescue"),
+        State(RESCUE_WAIT, "Waiting for the rescue ramdisk.", RESCUE, flow="rescue"),
         State(RESCUE, "Running the rescue ramdisk for the tenant.", stable=True),
         State(RESCUE_FAILED, "Rescue failed; see last_error.", RESCUE, failure=True),
-        State(UNRESCUING, "Returning from rescue to the instance.", ACTIVE),
+        State(UNRESCUING, "Returning from rescue to the instance.", ACTIVE, flow="unrescue"),
         State(UNRESCUE_FAILED, "Unrescue failed; see last_error.", ACTIVE, failure=True),
-        State(SERVICING, "Running service steps on an active node.", ACTIVE),
-        State(SERVICE_WAIT, "Waiting for an asynchronous service step.", ACTIVE),
-        State(SERVICE_HOLD, "Servicing paused by a hold step until unhold.", ACTIVE),
+        State(SERVICING, "Running service steps on an active node.", ACTIVE, flow="service"),
+        State(SERVICE_WAIT, "Waiting for an asynchronous service step.", ACTIVE, flow="service"),
+        State(
+            SERVICE_HOLD, "Servicing paused by a hold step until unhold.", ACTIVE, flow="service"
+        ),
         State(SERVICE_FAILED, "A service step failed; see last_error.", ACTIVE, failure=True),
     )
 }
@@ -274,10 +300,12 @@ STABLE_STATES: Final = frozenset(s.name for s in STATES.values() if s.stable)
 FAILURE_STATES: Final = frozenset(s.name for s in STATES.values() if s.failure)
 BUSY_STATES: Final = frozenset(s.name for s in STATES.values() if s.busy)
 """States in which a conductor is working; a dead conductor can leave a node here."""
-WAIT_STATES: Final = frozenset({INSPECT_WAIT, CLEAN_WAIT, DEPLOY_WAIT, RESCUE_WAIT, SERVICE_WAIT})
-"""Busy states in which no work runs: the node waits for a callback or a poll."""
-HOLD_STATES: Final = frozenset({CLEAN_HOLD, DEPLOY_HOLD, SERVICE_HOLD})
-"""Busy states in which the node waits for an operator's ``unhold`` or ``abort``."""
+WAIT_STATES: Final = frozenset(t.target for t in TRANSITIONS if t.event == WAIT)
+"""Busy states in which no work runs: the node waits for a callback or a poll (the
+states a flow's ``wait`` leads to)."""
+HOLD_STATES: Final = frozenset(t.target for t in TRANSITIONS if t.event == HOLD)
+"""Busy states in which the node waits for an operator's ``unhold`` or ``abort`` (the
+states a ``hold`` step leads to)."""
 UPDATE_ALLOWED_STATES: Final = frozenset(
     {
         DEPLOY_FAILED,
@@ -360,25 +388,7 @@ def resolve(transition: Transition, current_goal: str | None) -> tuple[str, str 
     return target, state.goal
 
 
-FLOW_OF: Final[dict[str, str]] = {
-    VERIFYING: "verify",
-    INSPECTING: "inspect",
-    INSPECT_WAIT: "inspect",
-    CLEANING: "clean",
-    CLEAN_WAIT: "clean",
-    CLEAN_HOLD: "clean",
-    DEPLOYING: "deploy",
-    DEPLOY_WAIT: "deploy",
-    DEPLOY_HOLD: "deploy",
-    DELETING: "undeploy",
-    ADOPTING: "adopt",
-    RESCUING: "rescue",
-    RESCUE_WAIT: "rescue",
-    UNRESCUING: "unrescue",
-    SERVICING: "service",
-    SERVICE_WAIT: "service",
-    SERVICE_HOLD: "service",
-}
+FLOW_OF: Final[dict[str, str]] = {s.name: s.flow for s in STATES.values() if s.flow is not None}
 """The flow each busy state belongs to, as metrics and the dashboard name it."""
 
 _RESULTS: Final = {DONE: "succeeded", FAIL: "failed"}

@@ -25,8 +25,10 @@ from metalforge.conductor.work import NodeWork, NoPayload, PayloadError
 from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.engine import Database
+from metalforge.db.flow_progress import StepKind
 from metalforge.db.models import Node
-from metalforge.drivers.step_declarations import StepKind
+from metalforge.drivers.agent import deploy as agent_deploy
+from metalforge.drivers.base import StepFailed
 from metalforge.redaction import mask_document
 from metalforge.services import node_fields, provisioning
 
@@ -161,7 +163,7 @@ def test_a_step_flow_shows_its_step_masked_and_announced(
     assert column in Node.__table__.columns
     assert column in node_fields.NODE_FIELDS
     assert node_view._COMPUTED[column] is mask_document
-    assert kind.catalogue in get_args(StepKind)
+    assert kind.name in get_args(StepKind)
     with sqlite_db.read() as session:
         triggers = session.execute(
             text("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes'")
@@ -201,3 +203,13 @@ def test_each_node_work_kind_reads_back_what_it_queues(work: NodeWork[Any]) -> N
 
 def test_no_work_kind_is_both_a_node_work_and_a_detached_flow() -> None:
     assert not set(NODE_WORK) & set(catalog.DETACHED)
+
+
+@pytest.mark.parametrize("kind", get_args(StepKind))
+def test_an_agent_commands_prefix_names_its_step_kind(kind: StepKind) -> None:
+    assert agent_deploy._step_kind(f"{kind}.execute_{kind}_step") == kind
+
+
+def test_an_agent_command_of_no_step_kind_is_refused_not_read_as_cleaning() -> None:
+    with pytest.raises(StepFailed, match="runs no kind of step"):
+        agent_deploy._step_kind("standby.prepare_image")

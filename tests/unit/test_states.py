@@ -119,6 +119,25 @@ def test_state_kinds() -> None:
     assert states.HOLD_STATES <= states.BUSY_STATES
     assert states.BUSY_STATES.isdisjoint(states.STABLE_STATES | states.FAILURE_STATES)
     assert set(states.STATES) == states.BUSY_STATES | states.STABLE_STATES | states.FAILURE_STATES
+    assert {
+        "inspect wait",
+        "clean wait",
+        "wait call-back",
+        "rescue wait",
+        "service wait",
+    } == states.WAIT_STATES
+    assert {"clean hold", "deploy hold", "service hold"} == states.HOLD_STATES
+
+
+def test_every_busy_state_and_only_one_names_its_flow() -> None:
+    """Metrics, failure counts and progress read a state's flow from the table: a busy
+    state without one would go uncounted, so the table refuses it."""
+    assert set(states.FLOW_OF) == states.BUSY_STATES
+    assert states.FLOW_OF[states.CLEAN_HOLD] == "clean"
+    with pytest.raises(ValueError, match="names its flow"):
+        states.State("tidying", "A new flow's busy state.", states.MANAGEABLE)
+    with pytest.raises(ValueError, match="names its flow"):
+        states.State("tidy", "A resting state.", stable=True, flow="tidy")
 
 
 # -- resolve ------------------------------------------------------------------------------

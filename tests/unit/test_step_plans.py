@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from metalforge.cli import main as cli_main
 from metalforge.conductor import step_plans
 from metalforge.config import load_settings
+from metalforge.db.flow_progress import StepKind
 from metalforge.db.models import Node
+from metalforge.drivers import step_declarations
 from metalforge.drivers.base import DeployInterface, DriverTask
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.fake import FAKE_HARDWARE
@@ -108,6 +111,31 @@ class _Clashing(DeployInterface):
 def test_equal_priorities_in_one_interface_stop_start_up() -> None:
     bad = HardwareType("clash", {**FAKE_HARDWARE.supported, "deploy": (_Clashing,)})
     with pytest.raises(ConflictingSteps, match=r"deploy\.first and deploy\.second"):
+        DriverRegistry([bad])
+
+
+@pytest.mark.parametrize("kind", get_args(StepKind))
+def test_equal_priorities_are_refused_for_every_kind_of_step(kind: StepKind) -> None:
+    """The check covers each kind the flows declare, not a hand-kept pair of them."""
+
+    class Tied(DeployInterface):
+        name = "tied"
+
+        def validate(self, task: DriverTask) -> None:
+            return None
+
+        def tear_down(self, task: DriverTask) -> None:
+            return None
+
+    for method in ("one", "two"):
+
+        def step(self: Tied, task: DriverTask) -> None:
+            """A step."""
+
+        declare = step_declarations.StepDecl(kind, "", 20)
+        setattr(Tied, method, step_declarations._record(declare)(step))
+    bad = HardwareType("tie", {**FAKE_HARDWARE.supported, "deploy": (Tied,)})
+    with pytest.raises(ConflictingSteps, match=rf"{kind} steps deploy\.one and deploy\.two"):
         DriverRegistry([bad])
 
 

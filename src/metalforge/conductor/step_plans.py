@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from metalforge.db.flow_progress import NO_FLOW, FlowProgress
+from metalforge.db.flow_progress import NO_FLOW, FlowProgress, StepKind
 from metalforge.db.models import Node
 from metalforge.drivers.base import DriverError, Interface, ReadOnlyTask, StepsNotKnown
 from metalforge.drivers.hardware import DriverRegistry
-from metalforge.drivers.step_declarations import ArgInfo, StepDecl, StepKind
+from metalforge.drivers.step_declarations import ArgInfo, StepDecl
 
 INTERFACE_ORDER = ("power", "management", "deploy", "bios", "raid", "firmware", "vendor")
 """Tie-break between interfaces for steps of equal priority (earlier runs first)."""

@@ -32,7 +32,7 @@ from metalforge import states
 from metalforge.conductor import deploy_plan, history, step_plans
 from metalforge.conductor.task import NodeTask
 from metalforge.db import queue
-from metalforge.db.flow_progress import FlowKind, FlowProgress
+from metalforge.db.flow_progress import FlowProgress, StepKind
 from metalforge.db.models import Node, NodeHistory
 from metalforge.drivers.base import (
     DriverError,
@@ -41,7 +41,6 @@ from metalforge.drivers.base import (
     StepsChanged,
     StepsNotKnown,
 )
-from metalforge.drivers.step_declarations import StepKind
 
 StartStep = Callable[[Interface, NodeTask, step_plans.Step], StepOutcome]
 """Start one step of the plan on its interface (the driver call differs by kind)."""
@@ -67,12 +66,11 @@ Complete = Callable[[NodeTask, Sequence[step_plans.Step]], list[step_plans.Step]
 class StepFlow:
     """One kind of step plan: what the functions below need to run, show and end it."""
 
-    name: FlowKind
-    """The flow progress' kind, and the prefix of the history events (``clean_step``)."""
+    name: StepKind
+    """The flow progress' kind, whose steps the plan is made of (the interfaces'
+    ``clean``, ``deploy`` or ``service`` steps), and the prefix of the history events."""
     column: InstrumentedAttribute[dict[str, Any]]
     """The node column showing the running step (``Node.clean_step``)."""
-    catalogue: StepKind
-    """Whose steps the plan is made of (the interfaces' ``clean``, ``deploy`` or ``service``)."""
     start: StartStep
     maintenance_on_failure: bool
     """A failure also puts the node in maintenance (a half-cleaned node must not be used)."""
@@ -102,7 +100,6 @@ def _automated(task: NodeTask) -> bool:
 CLEAN = StepFlow(
     name="clean",
     column=Node.clean_step,
-    catalogue="clean",
     start=_start_clean_step,
     maintenance_on_failure=True,
     replans=_automated,
@@ -110,7 +107,6 @@ CLEAN = StepFlow(
 DEPLOY = StepFlow(
     name="deploy",
     column=Node.deploy_step,
-    catalogue="deploy",
     start=_start_deploy_step,
     maintenance_on_failure=False,
     completes=deploy_plan.complete_for_task,
@@ -118,12 +114,11 @@ DEPLOY = StepFlow(
 SERVICE = StepFlow(
     name="service",
     column=Node.service_step,
-    catalogue="service",
     start=_start_service_step,
     maintenance_on_failure=False,
 )
 
-BY_NAME: Mapping[FlowKind, StepFlow] = MappingProxyType(
+BY_NAME: Mapping[StepKind, StepFlow] = MappingProxyType(
     {kind.name: kind for kind in (CLEAN, DEPLOY, SERVICE)}
 )
 """Every step flow, by the name the flow progress records."""

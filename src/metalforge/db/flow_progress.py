@@ -28,7 +28,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from metalforge.db.batches import in_batches
 from metalforge.db.models import FlowProgressRow
 
-FlowKind = Literal["clean", "deploy", "service"]
+StepKind = Literal["clean", "deploy", "service"]
+"""The kinds of step plans: whose steps an interface declares (``@clean_step``...), the
+flow that runs them and the agent commands' prefix (``clean.execute_clean_step``) are
+the same name, declared here once."""
 
 _TABLE = cast(Table, FlowProgressRow.__table__)
 
@@ -39,7 +42,7 @@ LOG = logging.getLogger(__name__)
 class FlowProgress:
     """The progress of the node's step flow; ``FlowProgress()`` is "no flow under way"."""
 
-    flow: FlowKind | None = None
+    flow: StepKind | None = None
     """The kind of steps the flow runs (servicing runs clean steps but is its own flow)."""
     plan: tuple[dict[str, Any], ...] | None = None
     """Step records in the order they run; ``None`` until the flow has planned."""
@@ -64,7 +67,7 @@ class FlowProgress:
     @classmethod
     def starting(
         cls,
-        flow: FlowKind,
+        flow: StepKind,
         requested: Sequence[dict[str, Any]] = (),
         *,
         without_ramdisk: bool = False,
@@ -72,7 +75,7 @@ class FlowProgress:
         """The record a request leaves for a new flow: nothing of an earlier one."""
         return cls(flow=flow, requested=tuple(requested), without_ramdisk=without_ramdisk)
 
-    def has_plan(self, flow: FlowKind) -> bool:
+    def has_plan(self, flow: StepKind) -> bool:
         return self.flow == flow and self.plan is not None
 
     def ironic_keys(self) -> dict[str, Any]:

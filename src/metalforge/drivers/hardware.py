@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
+from metalforge.db.flow_progress import StepKind
 from metalforge.db.models import INTERFACES, Node
 from metalforge.drivers.base import AnyInterface, Interface, offered
 from metalforge.errors import RequestError
@@ -59,7 +60,7 @@ def _check_steps(impl: type[Interface], overrides: Mapping[str, Mapping[str, int
     priority overrides applied (``overrides[kind]["interface.step"]``), so a
     tie an override creates stops the service at start-up, naming both steps.
     """
-    for kind in ("clean", "deploy"):
+    for kind in get_args(StepKind):
         changed = overrides.get(kind, {})
         seen: dict[int, str] = {}
         for decl in impl.steps():

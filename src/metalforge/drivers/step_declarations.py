@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-StepKind = Literal["clean", "deploy", "service"]
+from metalforge.db.flow_progress import StepKind
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,6 +10,7 @@ cannot be lost.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -128,15 +129,10 @@ def _with_runbook(
         raise bad_request(f'Please provide either "{steps_field.name}" or a runbook, but not both.')
     expansion = runbooks.expand(session, request.runbook or "", node, version, caller)
     given = request.given | {steps_field.name}
-    if steps_field.name == "service_steps":
-        return dataclasses.replace(
-            request,
-            given=given,
-            service_steps=expansion.steps,
-            disable_ramdisk=expansion.disable_ramdisk,
-        )
+    # The verb's own steps field takes the runbook's steps, whichever verb it is.
+    changes: dict[str, Any] = {steps_field.name: expansion.steps}
     return dataclasses.replace(
-        request, given=given, clean_steps=expansion.steps, disable_ramdisk=expansion.disable_ramdisk
+        request, given=given, disable_ramdisk=expansion.disable_ramdisk, **changes
     )
 
 

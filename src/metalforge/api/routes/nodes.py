@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Body, Request, Response
-from sqlalchemy import Row, select
+from sqlalchemy import JSON, Row, select
 from sqlalchemy.orm import Session
 
 from metalforge import states
@@ -68,20 +68,9 @@ LIST_FILTERS: dict[str, Version] = {
     "project": (1, 1),
 }
 PAGING = ("limit", "marker", "sort_key", "sort_dir")
-UNSORTABLE = {
-    "properties",
-    "driver_info",
-    "extra",
-    "instance_info",
-    "driver_internal_info",
-    "clean_step",
-    "deploy_step",
-    "raid_config",
-    "target_raid_config",
-    "traits",
-    "network_data",
-    "service_step",
-}
+UNSORTABLE = {c.key for c in Node.__table__.columns if isinstance(c.type, JSON)} | {"traits"}
+"""Documents (a running step, ``driver_info``...) and the trait list have no order: a
+``sort_key`` naming one is refused, as Ironic refuses it, whichever column is added."""
 SORTABLE = {c.key for c in Node.__table__.columns} - UNSORTABLE - {"epoch"}
 FAULTS = {"power failure", "clean failure", "rescue abort failure", "service failure"}
 

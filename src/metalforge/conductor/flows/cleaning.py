@@ -42,7 +42,7 @@ def _plan(task: NodeTask, manual: bool) -> list[step_plans.Step] | None:
         supported = step_plans.supported_steps(
             task.ctx.drivers,
             task.node,
-            stepflow.CLEAN.catalogue,
+            stepflow.CLEAN.name,
             overrides,
             without_ramdisk=manual and task.progress.without_ramdisk,
         )
@@ -72,7 +72,7 @@ def _needs_ramdisk(task: NodeTask) -> bool:
         supported = step_plans.supported_steps(
             task.ctx.drivers,
             task.node,
-            stepflow.CLEAN.catalogue,
+            stepflow.CLEAN.name,
             task.ctx.settings.clean_step_priority_override,
             without_ramdisk=True,
         )
@@ -147,7 +147,7 @@ def _check_requested_steps(admission: Admission) -> None:
         step_plans.check_requested(
             admission.drivers,
             admission.node,
-            stepflow.CLEAN.catalogue,
+            stepflow.CLEAN.name,
             admission.settings.clean_step_priority_override,
             request.clean_steps,
         )

@@ -35,7 +35,7 @@ def _plan(
     without_ramdisk: bool,
 ) -> list[step_plans.Step]:
     supported = step_plans.supported_steps(
-        drivers, node, stepflow.SERVICE.catalogue, {}, without_ramdisk=without_ramdisk
+        drivers, node, stepflow.SERVICE.name, {}, without_ramdisk=without_ramdisk
     )
     plan = step_plans.requested_plan(supported, requested)
     if without_ramdisk:
@@ -108,7 +108,7 @@ def _check_requested_steps(admission: Admission) -> None:
         step_plans.check_requested(
             admission.drivers,
             admission.node,
-            stepflow.SERVICE.catalogue,
+            stepflow.SERVICE.name,
             {},
             request.service_steps,
             without_ramdisk=request.disable_ramdisk,

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast, get_args
 
+from metalforge.db.flow_progress import StepKind
 from metalforge.drivers.agent import configdrive as config_drive
 from metalforge.drivers.agent import erasure, fast_track
 from metalforge.drivers.agent.client import (
@@ -69,7 +70,7 @@ from metalforge.drivers.base import (
     set_info,
     switch_power,
 )
-from metalforge.drivers.step_declarations import StepDecl, StepKind, deploy_step, parse_argsinfo
+from metalforge.drivers.step_declarations import StepDecl, deploy_step, parse_argsinfo
 from metalforge.netboot import oci
 from metalforge.netboot.images import ImageError
 
@@ -82,11 +83,16 @@ AGENT_BOOT_RETRY = 30
 
 
 def _step_kind(command: str) -> StepKind:
-    """Whose steps an agent command ran (``service.execute_service_step``: servicing's)."""
+    """Whose steps an agent command ran (``service.execute_service_step``: servicing's).
+
+    The prefix is the step kind the command was started for; any other is a record this
+    service did not write, refused rather than read as some kind's.
+    """
     prefix = command.split(".", 1)[0]
-    if prefix == "service":
-        return "service"
-    return "deploy" if prefix == "deploy" else "clean"
+    for kind in get_args(StepKind):
+        if prefix == kind:
+            return cast(StepKind, kind)
+    raise StepFailed(f"the recorded agent command {command!r} runs no kind of step")
 
 
 class CustomAgentDeploy(DeployInterface):

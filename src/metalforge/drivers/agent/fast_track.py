@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from metalforge.db.flow_progress import StepKind
 from metalforge.drivers import failures
 from metalforge.drivers.agent.client import AgentError
 from metalforge.drivers.agent.session import (
@@ -37,7 +38,6 @@ from metalforge.drivers.base import (
     StepOutcome,
     set_info,
 )
-from metalforge.drivers.step_declarations import StepKind
 
 DRIVER_INFO_KEY = "fast_track"
 """The node's own choice, over the conductor's (Ironic's ``driver_info`` key)."""
