@@ -25,7 +25,8 @@ from fastapi.routing import APIRoute
 
 from metalforge.api.agent_endpoint import is_agent_path
 from metalforge.api.app import OPERATOR_ROOT_ROUTERS, RESOURCE_ROUTERS
-from metalforge.api.auth.access import Guard
+from metalforge.api.auth import access
+from metalforge.api.auth.access import NODE, Guard
 from metalforge.api.auth.identity import Identity
 from metalforge.api.auth.policy import (
     Policy,
@@ -806,9 +807,9 @@ def test_every_route_has_one_guard_and_a_request(stack: Stack) -> None:
     ]
     assert not misnamed, f"routes guarded by another rule than Ironic's: {misnamed}"
     wrong_target = [
-        f"{m} {p}: {_guards(r)[0].kind}"
+        f"{m} {p}: {_guards(r)[0].kind.name}"
         for m, p, r in routes
-        if _guards(r)[0].kind != _kind_for(m, p, _guards(r)[0].rule)
+        if _guards(r)[0].kind.name != _kind_for(m, p, _guards(r)[0].rule)
     ]
     assert not wrong_target, f"routes checking their rule on the wrong target: {wrong_target}"
     stale = [f"{m} {p}" for m, p in REQUESTS if (m, p) not in {(m2, p2) for m2, p2, _ in routes}]
@@ -864,7 +865,7 @@ def _node_rule(caller: Identity, guard: Guard, body: Any) -> tuple[bool, int]:
     if not POLICY.allows("baremetal:node:get", caller, target):
         return False, 404
     rules = (guard.rule, *guard.also)
-    if guard.kind == "node_fields":
+    if guard.kind.name == "node_fields":
         needed = rules_for([PatchOperation.model_validate(op).operation() for op in body])
         return all(POLICY.allows(r, caller, target) for r in needed), 403
     return any(POLICY.allows(r, caller, target) for r in rules), 403
@@ -900,36 +901,36 @@ def expected(  # noqa: PLR0911 - one answer per kind of guard, read as a table
 ) -> tuple[bool, int]:
     """(allowed, the status when refused), from the guard and the policy defaults."""
     caller = _caller(persona)
-    if guard.kind == "system":
+    if guard.kind.name == "system":
         return POLICY.allows(guard.rule, caller), 403
-    if guard.kind in ("node", "node_fields"):
+    if guard.kind.name in ("node", "node_fields"):
         return _node_rule(caller, guard, body)
-    if guard.kind in ("port", "portgroup", "volume_connector", "volume_target"):
+    if guard.kind.name in ("port", "portgroup", "volume_connector", "volume_target"):
         target = node_target(OWNER, LESSEE)
         if not POLICY.allows("baremetal:node:get", caller, target):
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
-    if guard.kind in _OWNED:
+    if guard.kind.name in _OWNED:
         # The world's allocation and rollout are the owner's project's; others cannot see them.
-        target_of, read_rule = _OWNED[guard.kind]
+        target_of, read_rule = _OWNED[guard.kind.name]
         target = target_of(OWNER)
         if not POLICY.allows(read_rule, caller, target):
             return False, 404
         return POLICY.allows(guard.rule, caller, target), 403
-    if guard.kind.startswith("runbook"):
+    if guard.kind.name.startswith("runbook"):
         # The world's runbook belongs to the owner's project and is not public.
         target = runbook_target(OWNER)
-        if guard.kind == "runbook_fields":
+        if guard.kind.name == "runbook_fields":
             needed = runbooks.rules_for(
                 [PatchOperation.model_validate(op).operation() for op in body]
             )
             return all(POLICY.allows(r, caller, target) for r in needed), 403
         return POLICY.allows(guard.rule, caller, target), 403
-    if guard.kind == "node_list" and not POLICY.allows(
+    if guard.kind.name == "node_list" and not POLICY.allows(
         "baremetal:node:get", caller, node_target(OWNER, LESSEE)
     ):
         return False, 404
-    if guard.kind in ("list", "node_list"):
+    if guard.kind.name in ("list", "node_list"):
         list_rule = guard.rule.removesuffix("_all")
         listed = POLICY.allows(guard.rule, caller) or (
             caller.project_id is not None and POLICY.allows(list_rule, caller)
@@ -987,7 +988,7 @@ def test_route_answers_each_persona_as_the_policy_says(
 
 def test_the_table_covers_both_outcomes_for_the_personas() -> None:
     """The personas are varied enough that rules are both granted and refused."""
-    node_guard = Guard("baremetal:node:set_provision_state", "node")
+    node_guard = Guard("baremetal:node:set_provision_state", NODE)
     outcomes = {expected(p, node_guard, None) for p in PERSONAS}
     assert (True, 403) in outcomes
     assert (False, 403) in outcomes
@@ -1041,3 +1042,21 @@ def test_the_schema_is_for_readers_only(stack: Stack) -> None:
             assert "/v1/nodes" in answer.json()["paths"]
         else:
             assert answer.status_code == 403, (persona.name, answer.text)
+
+
+def test_a_target_kind_that_leaves_out_its_check_cannot_be_made() -> None:
+    """Guards fail closed: a kind is a value whose check is abstract, so a new kind
+    without one fails where it is declared, at import, instead of checking nothing."""
+
+    class Forgetful(access.TargetKind):
+        name = "forgetful"
+
+    class Unread(access._InPath):
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Forgetful()  # type: ignore[abstract]
+    with pytest.raises(TypeError, match="abstract"):
+        Unread("unread", "unread_ident")  # type: ignore[abstract]
+    kinds = [v for v in vars(access).values() if isinstance(v, access.TargetKind)]
+    assert len({kind.name for kind in kinds}) == len(kinds) == 15

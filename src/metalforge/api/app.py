@@ -114,6 +114,8 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(agent.router)
     app.include_router(netboot.router, include_in_schema=False)
     app.include_router(inspection.agent_router)
+    served = [("", agent.router), ("", inspection.agent_router)]
+    app.state.collections = root.collections([*served, *(("/v1", r) for r in RESOURCE_ROUTERS)])
     for router in RESOURCE_ROUTERS:
         app.include_router(router, prefix="/v1")
         # Ironic also answers without the /v1 prefix (GET /nodes == GET /v1/nodes).

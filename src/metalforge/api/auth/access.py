@@ -14,9 +14,10 @@ is 403. Lists a caller may not see whole are limited to its project.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from fastapi import Depends, Request
 from sqlalchemy import Connection, select
@@ -38,24 +39,6 @@ from metalforge.db.models import Allocation, Node, Port, Portgroup
 from metalforge.errors import RequestError
 from metalforge.services import lookup, rollouts, runbooks, volume
 from metalforge.services.caller import Caller, NodeTarget, RunbookTarget, Target, denied
-
-GuardKind = Literal[
-    "system",
-    "node",
-    "node_fields",
-    "node_list",
-    "port",
-    "portgroup",
-    "volume_connector",
-    "volume_target",
-    "allocation",
-    "runbook",
-    "runbook_or_public",
-    "runbook_fields",
-    "rollout",
-    "list",
-    "body",
-]
 
 
 def identity_of(request: Request) -> Identity:
@@ -130,140 +113,182 @@ class NodeAccess:
 
 @dataclass(frozen=True)
 class Guard:
-    """One route's authorization: a rule, and where its target comes from.
-
-    ``system``: no target (drivers, conductors, templates). ``node``,
-    ``port``, ``allocation``: the resource named in the path; ``volume_connector``
-    and ``volume_target``: the node of the record named in the path (a
-    record the caller may not see the node of is missing). ``node_fields``:
-    the node in the path must be visible; which rules apply depends on the
-    fields the body changes, so the service asks them (``services.node_patch``). ``list``: the
-    ``<resource>:list_all`` rule, else ``<resource>:list`` limited to the
-    caller's project; ``node_list``: the same, of a node in the path the
-    caller must see (404 otherwise). ``body``: the target is in the request body, so the
-    route checks ``rule`` itself once it has parsed it.
-    """
+    """One route's authorization: a policy rule, and the kind of target it is checked on
+    (``TargetKind``: ``SYSTEM``, ``NODE``, ``PORT``, ``LIST``...)."""
 
     rule: str
-    kind: GuardKind
+    kind: TargetKind
     also: tuple[str, ...] = ()
+    """Rules that grant the same access (``delete:self_owned_node`` beside ``delete``)."""
     missing_status: int = 404
     """What a node that does not exist answers (Ironic answers some sub-resources'
     reads of a missing node 400, ``GET /v1/nodes/{node}/allocation`` among them)."""
-    """Rules that grant the same access (``delete:self_owned_node`` beside ``delete``)."""
 
     async def __call__(self, request: Request) -> None:
-        if self.kind == "system":
-            require(request, self.rule)
-        elif self.kind == "list":
-            request.state.project_scope = list_scope(request, self.rule)
-        elif self.kind == "node" and self._granted_whatever_the_node(request):
-            return  # the owner cannot change the answer: no read (node_access reads if asked)
-        elif self.kind in _PATH_PARAMS:
-            ident = request.path_params[_PATH_PARAMS[self.kind]]
-            await read_only(services(request), self._check_resource, request, ident)
+        await self.kind.authorize(self, request)
 
-    def _granted_whatever_the_node(self, request: Request) -> bool:
-        policy, caller = policy_of(request), identity_of(request)
-        keys = ("node.owner", "node.lessee")
-        return policy.allows_any_target("baremetal:node:get", caller, keys) and any(
-            policy.allows_any_target(rule, caller, keys) for rule in (self.rule, *self.also)
-        )
 
-    def _check_resource(self, request: Request, ident: str) -> None:
+class TargetKind(abc.ABC):
+    """Where a guard's target comes from, and how it is checked: one frozen value per
+    kind, below. A kind is a value, not a name, so a route cannot name one that does
+    not exist, and one that leaves its check out cannot be made (the check is abstract)."""
+
+    name: str
+    """The kind's name, for messages and tests."""
+
+    @abc.abstractmethod
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        """Raise (403, or the 404 of a target the caller may not see) unless allowed."""
+
+
+@dataclass(frozen=True)
+class _NoTarget(TargetKind):
+    """``SYSTEM``: the rule is checked with no target (drivers, conductors, templates)."""
+
+    name: str
+
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        require(request, guard.rule)
+
+
+@dataclass(frozen=True)
+class _Listing(TargetKind):
+    """``LIST``: the ``<resource>:list_all`` rule, else ``<resource>:list`` limited to
+    the caller's project (``project_scope``)."""
+
+    name: str
+
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        request.state.project_scope = list_scope(request, guard.rule)
+
+
+@dataclass(frozen=True)
+class _InBody(TargetKind):
+    """``BODY``: the target is in the request body, so the route checks the rule itself
+    once it has parsed the body (a test proves each such route refuses)."""
+
+    name: str
+
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class _InPath(TargetKind):
+    """A resource named by a path parameter, read in one snapshot to find its owner."""
+
+    name: str
+    path_param: str
+
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        ident = request.path_params[self.path_param]
+        await read_only(services(request), self._check, guard, request, ident)
+
+    def _check(self, guard: Guard, request: Request, ident: str) -> None:
         with services(request).db.snapshot(single_statement=True) as connection:
-            self._check_in(request, connection, ident)
+            self.check_in(guard, request, connection, ident)
 
-    def _check_in(self, request: Request, connection: Connection, ident: str) -> None:
-        version = request_version(request)
-        if self.kind in ("node", "node_fields", "node_list"):
-            self._check_node(request, connection, ident, version)
-        elif self.kind == "allocation":
-            target = allocation_target(_allocation_owner(connection, ident))
-            if not allows(request, "baremetal:allocation:get", target):
-                raise lookup.allocation_not_found(ident)
-            require(request, self.rule, target)
-        elif self.kind.startswith("runbook"):
-            self._check_runbook(request, connection, ident)
-        elif self.kind == "rollout":
-            # A project's rollout is concealed from the other projects, as its nodes are.
-            target = rollout_target(rollouts.owner_of(connection, ident))
-            if not allows(request, "metalforge:rollout:get", target):
-                raise rollouts.not_found_error(ident)
-            require(request, self.rule, target)
-        else:
-            # A record of a node (port, port group, volume record): its node's owner and
-            # lessee decide, and a record whose node the caller may not see is missing.
-            access, missing = self._record_access(connection, ident, version)
-            if not allows(request, "baremetal:node:get", access.target):
-                raise missing
-            require(request, self.rule, access.target)
-            request.state.node_access = access
+    @abc.abstractmethod
+    def check_in(
+        self, guard: Guard, request: Request, connection: Connection, ident: str
+    ) -> None: ...
 
-    def _check_runbook(self, request: Request, connection: Connection, ident: str) -> None:
-        """Runbooks are never concealed (Ironic answers 403): a missing one is 404. Anyone
-        reads a public runbook; a patch's rules depend on its fields (the service asks)."""
-        owner, public = runbooks.owner_of(connection, ident)
-        if self.kind == "runbook_fields":
-            return
-        if allows(request, self.rule, runbook_target(owner)):
-            return
-        if not (self.kind == "runbook_or_public" and public):
-            raise denied(self.rule)
 
-    def _check_node(
-        self, request: Request, connection: Connection, ident: str, version: Version
-    ) -> None:
+NodeMode = Literal["rule", "fields", "list"]
+
+
+@dataclass(frozen=True)
+class _Node(_InPath):
+    """The node in the path, which the caller must see (404 otherwise), then by ``mode``:
+    ``rule``: the guard's rule (or one of ``also``) on it (``NODE``); ``fields``: which
+    rules apply depends on the fields the body changes, so the service asks them
+    (``NODE_FIELDS``); ``list``: a listing of the node's records, limited as ``LIST``
+    is (``NODE_LIST``)."""
+
+    mode: NodeMode
+
+    async def authorize(self, guard: Guard, request: Request) -> None:
+        if self.mode == "rule" and _granted_whatever_the_node(guard, request):
+            return  # the owner cannot change the answer: no read (node_access reads if asked)
+        await super().authorize(guard, request)
+
+    def check_in(self, guard: Guard, request: Request, connection: Connection, ident: str) -> None:
         try:
-            access = _read_node_access(connection, ident, version)
+            access = _read_node_access(connection, ident, request_version(request))
         except RequestError as exc:
-            if exc.status == 404 and self.missing_status != 404:
-                raise RequestError(self.missing_status, exc.message) from None
+            if exc.status == 404 and guard.missing_status != 404:
+                raise RequestError(guard.missing_status, exc.message) from None
             raise
         if not allows(request, "baremetal:node:get", access.target):
             raise lookup.node_not_found(ident)
-        if self.kind == "node" and not any(
-            allows(request, rule, access.target) for rule in (self.rule, *self.also)
+        if self.mode == "rule" and not any(
+            allows(request, rule, access.target) for rule in (guard.rule, *guard.also)
         ):
-            raise denied(self.rule)
+            raise denied(guard.rule)
         request.state.node_access = access
-        if self.kind == "node_list":
-            request.state.project_scope = list_scope(request, self.rule)
-
-    def _record_access(
-        self, connection: Connection, ident: str, version: Version
-    ) -> tuple[NodeAccess, RequestError]:
-        """The record's node access, and what answers when the caller may not see it."""
-        if self.kind == "port":
-            return _read_port_access(connection, ident, version), lookup.port_not_found(ident)
-        if self.kind == "portgroup":
-            return _read_portgroup_access(connection, ident), lookup.portgroup_not_found(ident)
-        kind = _VOLUME_KINDS[self.kind]
-        return _read_volume_access(connection, kind, ident), volume.not_found_error(kind, ident)
+        if self.mode == "list":
+            request.state.project_scope = list_scope(request, guard.rule)
 
 
-_PATH_PARAMS = {
-    "node": "node_ident",
-    "node_fields": "node_ident",
-    "node_list": "node_ident",
-    "port": "port_ident",
-    "portgroup": "portgroup_ident",
-    "volume_connector": "connector_uuid",
-    "volume_target": "target_uuid",
-    "allocation": "allocation_ident",
-    "runbook": "runbook_ident",
-    "runbook_or_public": "runbook_ident",
-    "runbook_fields": "runbook_ident",
-    "rollout": "rollout_ident",
-}
-_VOLUME_KINDS = {"volume_connector": volume.CONNECTORS, "volume_target": volume.TARGETS}
+def _granted_whatever_the_node(guard: Guard, request: Request) -> bool:
+    policy, caller = policy_of(request), identity_of(request)
+    keys = ("node.owner", "node.lessee")
+    return policy.allows_any_target("baremetal:node:get", caller, keys) and any(
+        policy.allows_any_target(rule, caller, keys) for rule in (guard.rule, *guard.also)
+    )
 
 
-def guard(
-    rule: str, kind: GuardKind = "system", *, also: tuple[str, ...] = (), missing_status: int = 404
-) -> Any:
-    """The dependency a route declares: ``dependencies=[guard("baremetal:node:get", "node")]``."""
-    return Depends(Guard(rule, kind, also, missing_status))
+@dataclass(frozen=True)
+class _NodeRecord(_InPath):
+    """A record of a node (port, port group, volume record): its node's owner and lessee
+    decide, and a record whose node the caller may not see is missing."""
+
+    read: Callable[[Connection, str, Version], NodeAccess]
+    missing: Callable[[str], RequestError]
+
+    def check_in(self, guard: Guard, request: Request, connection: Connection, ident: str) -> None:
+        access = self.read(connection, ident, request_version(request))
+        if not allows(request, "baremetal:node:get", access.target):
+            raise self.missing(ident)
+        require(request, guard.rule, access.target)
+        request.state.node_access = access
+
+
+@dataclass(frozen=True)
+class _Owned(_InPath):
+    """A resource with an owner of its own (an allocation, a rollout): concealed (404)
+    from a caller who may not read it, as its nodes are."""
+
+    read_rule: str
+    owner_of: Callable[[Connection, str], str | None]
+    target_of: Callable[[str | None], dict[str, str]]
+    missing: Callable[[str], RequestError]
+
+    def check_in(self, guard: Guard, request: Request, connection: Connection, ident: str) -> None:
+        target = self.target_of(self.owner_of(connection, ident))
+        if not allows(request, self.read_rule, target):
+            raise self.missing(ident)
+        require(request, guard.rule, target)
+
+
+RunbookMode = Literal["owned", "or_public", "fields"]
+
+
+@dataclass(frozen=True)
+class _Runbook(_InPath):
+    """Runbooks are never concealed (Ironic answers 403): a missing one is 404. By
+    ``mode``: ``owned``: the rule on the runbook's owner; ``or_public``: that, or the
+    runbook is public (anyone reads one); ``fields``: a patch's rules depend on its
+    fields, so the service asks them."""
+
+    mode: RunbookMode
+
+    def check_in(self, guard: Guard, request: Request, connection: Connection, ident: str) -> None:
+        owner, public = runbooks.owner_of(connection, ident)
+        if self.mode == "fields" or allows(request, guard.rule, runbook_target(owner)):
+            return
+        if not (self.mode == "or_public" and public):
+            raise denied(guard.rule)
 
 
 def list_scope(request: Request, list_all_rule: str) -> str | None:
@@ -402,3 +427,68 @@ def visible_node(request: Request, session: Session, ident: str, version: Versio
     if not allows(request, "baremetal:node:get", node_target(node.owner, node.lessee)):
         return None
     return node
+
+
+# -- the kinds of target routes name ---------------------------------------------------
+
+
+def _read_volume(kind: volume.Kind) -> Callable[[Connection, str, Version], NodeAccess]:
+    return lambda connection, ident, _version: _read_volume_access(connection, kind, ident)
+
+
+def _volume_missing(kind: volume.Kind) -> Callable[[str], RequestError]:
+    return lambda ident: volume.not_found_error(kind, ident)
+
+
+SYSTEM: Final = _NoTarget("system")
+LIST: Final = _Listing("list")
+BODY: Final = _InBody("body")
+NODE: Final = _Node("node", "node_ident", "rule")
+NODE_FIELDS: Final = _Node("node_fields", "node_ident", "fields")
+NODE_LIST: Final = _Node("node_list", "node_ident", "list")
+PORT: Final = _NodeRecord("port", "port_ident", _read_port_access, lookup.port_not_found)
+PORTGROUP: Final = _NodeRecord(
+    "portgroup",
+    "portgroup_ident",
+    lambda connection, ident, _version: _read_portgroup_access(connection, ident),
+    lookup.portgroup_not_found,
+)
+VOLUME_CONNECTOR: Final = _NodeRecord(
+    "volume_connector",
+    "connector_uuid",
+    _read_volume(volume.CONNECTORS),
+    _volume_missing(volume.CONNECTORS),
+)
+VOLUME_TARGET: Final = _NodeRecord(
+    "volume_target", "target_uuid", _read_volume(volume.TARGETS), _volume_missing(volume.TARGETS)
+)
+ALLOCATION: Final = _Owned(
+    "allocation",
+    "allocation_ident",
+    "baremetal:allocation:get",
+    _allocation_owner,
+    allocation_target,
+    lookup.allocation_not_found,
+)
+ROLLOUT: Final = _Owned(
+    "rollout",
+    "rollout_ident",
+    "metalforge:rollout:get",
+    rollouts.owner_of,
+    rollout_target,
+    rollouts.not_found_error,
+)
+RUNBOOK: Final = _Runbook("runbook", "runbook_ident", "owned")
+RUNBOOK_OR_PUBLIC: Final = _Runbook("runbook_or_public", "runbook_ident", "or_public")
+RUNBOOK_FIELDS: Final = _Runbook("runbook_fields", "runbook_ident", "fields")
+
+
+def guard(
+    rule: str,
+    kind: TargetKind = SYSTEM,
+    *,
+    also: tuple[str, ...] = (),
+    missing_status: int = 404,
+) -> Any:
+    """The dependency a route declares: ``dependencies=[guard("baremetal:node:get", NODE)]``."""
+    return Depends(Guard(rule, kind, also, missing_status))

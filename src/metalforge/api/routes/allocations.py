@@ -17,6 +17,10 @@ from sqlalchemy.orm import Session
 
 from metalforge.api import listing
 from metalforge.api.auth.access import (
+    ALLOCATION,
+    BODY,
+    LIST,
+    NODE,
     actor,
     allows,
     guard,
@@ -121,12 +125,12 @@ def allocation_view(
 @router.get(
     "/allocations",
     summary="List allocations",
-    dependencies=[guard("baremetal:allocation:list_all", "list")],
+    dependencies=[guard("baremetal:allocation:list_all", LIST)],
 )
 @router.get(
     "/allocations/",
     include_in_schema=False,
-    dependencies=[guard("baremetal:allocation:list_all", "list")],
+    dependencies=[guard("baremetal:allocation:list_all", LIST)],
 )
 def list_allocations(request: Request) -> JSONResponse:
     _gate_read(request)
@@ -202,7 +206,7 @@ def _records(session: Session, found: list[Allocation]) -> list[AllocationRecord
 @router.get(
     "/allocations/{allocation_ident}",
     summary="Show an allocation",
-    dependencies=[guard("baremetal:allocation:get", "allocation")],
+    dependencies=[guard("baremetal:allocation:get", ALLOCATION)],
 )
 def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
@@ -215,7 +219,7 @@ def show_allocation(allocation_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/allocation",
     summary="Show a node's allocation",
-    dependencies=[guard("baremetal:node:get", "node", missing_status=400)],
+    dependencies=[guard("baremetal:node:get", NODE, missing_status=400)],
 )
 def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     _gate_read(request)
@@ -234,7 +238,7 @@ def show_node_allocation(node_ident: str, request: Request) -> JSONResponse:
     "/allocations",
     status_code=201,
     summary="Create an allocation",
-    dependencies=[_WRITE, guard("baremetal:allocation:create", "body")],
+    dependencies=[_WRITE, guard("baremetal:allocation:create", BODY)],
 )
 @wait_for_lock
 def create_allocation(request: Request, body: AllocationCreate) -> JSONResponse:
@@ -305,7 +309,7 @@ def _grant(request: Request, owner: str | None) -> allocations.Grant:
     dependencies=[
         _WRITE,
         Depends(_gate_patch),
-        guard("baremetal:allocation:update", "allocation"),
+        guard("baremetal:allocation:update", ALLOCATION),
     ],
 )
 def patch_allocation(
@@ -325,7 +329,7 @@ def patch_allocation(
     "/allocations/{allocation_ident}",
     status_code=204,
     summary="Delete an allocation, freeing its node",
-    dependencies=[_WRITE, guard("baremetal:allocation:delete", "allocation")],
+    dependencies=[_WRITE, guard("baremetal:allocation:delete", ALLOCATION)],
 )
 @wait_for_lock
 def delete_allocation(allocation_ident: str, request: Request) -> Response:
@@ -337,7 +341,7 @@ def delete_allocation(allocation_ident: str, request: Request) -> Response:
     "/nodes/{node_ident}/allocation",
     status_code=204,
     summary="Delete a node's allocation",
-    dependencies=[_WRITE, guard("baremetal:node:get", "node")],
+    dependencies=[_WRITE, guard("baremetal:node:get", NODE)],
 )
 @wait_for_lock
 def delete_node_allocation(node_ident: str, request: Request) -> Response:

@@ -28,7 +28,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from metalforge.api.auth.access import allows, guard, node_disclosure, share_of
+from metalforge.api.auth.access import LIST, allows, guard, node_disclosure, share_of
 from metalforge.api.auth.policy import node_target
 from metalforge.api.node_view import REDACTED
 from metalforge.api.versions import request_version
@@ -57,7 +57,7 @@ RETRY_MS = 2000
 @router.get(
     "/events",
     summary="Stream the nodes' changes (server-sent events)",
-    dependencies=[guard("baremetal:node:list_all", "list")],
+    dependencies=[guard("baremetal:node:list_all", LIST)],
     response_class=StreamingResponse,
 )
 async def stream_events(

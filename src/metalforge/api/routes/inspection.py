@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.routes.agent import lookup_body
 from metalforge.api.schemas import REPORT_BODY, report_body, storable_report
 from metalforge.api.versions import Version, request_version
@@ -56,7 +56,7 @@ def continue_inspection(
 @router.get(
     "/nodes/{node_ident}/inventory",
     summary="What the node's last inspection collected",
-    dependencies=[guard("baremetal:node:inventory:get", "node")],
+    dependencies=[guard("baremetal:node:inventory:get", NODE)],
 )
 def node_inventory(node_ident: str, request: Request) -> JSONResponse:
     version = request_version(request)

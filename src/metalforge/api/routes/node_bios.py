@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.gates import absent_before
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields
@@ -44,7 +44,7 @@ BIOS_FIELDS: dict[str, Version] = {
     **dict.fromkeys(REGISTRY_FIELDS, REGISTRY_SINCE),
 }
 _GATE = absent_before(SINCE, "The API version does not allow BIOS settings")
-_GUARD = guard("baremetal:node:bios:get", "node")
+_GUARD = guard("baremetal:node:bios:get", NODE)
 
 
 def setting_view(

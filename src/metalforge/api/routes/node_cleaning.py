@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.params import Query
 from metalforge.api.wiring import services
 from metalforge.services import step_catalog
@@ -49,7 +49,7 @@ def step_view(step: Step) -> dict[str, Any]:
     "/nodes/{node_ident}/cleaning/steps",
     summary="List the clean steps a node can run (metalforge addition)",
     responses={202: {"description": "The steps are not known yet; retry later."}},
-    dependencies=[guard("baremetal:node:get", "node")],
+    dependencies=[guard("baremetal:node:get", NODE)],
 )
 def list_clean_steps(node_ident: str, request: Request) -> Response:
     """Every clean step, highest priority first; ``min_priority=1`` is the automated plan."""
@@ -68,7 +68,7 @@ def list_clean_steps(node_ident: str, request: Request) -> Response:
     "/nodes/{node_ident}/servicing/steps",
     summary="List the service steps a node can run (metalforge addition)",
     responses={202: {"description": "The agent's steps are not known yet; retry later."}},
-    dependencies=[guard("baremetal:node:get", "node")],
+    dependencies=[guard("baremetal:node:get", NODE)],
 )
 def list_service_steps(node_ident: str, request: Request) -> Response:
     """Every service step: what ``service`` (and a runbook used for it) accepts."""

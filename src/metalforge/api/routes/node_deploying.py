@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard, require
+from metalforge.api.auth.access import NODE, guard, require
 from metalforge.api.params import Query
 from metalforge.api.routes.node_cleaning import step_view
 from metalforge.api.wiring import services
@@ -45,7 +45,7 @@ def plan_entry(step: Step) -> dict[str, Any]:
 @router.get(
     "/nodes/{node_ident}/deploying/steps",
     summary="List a node's deploy steps; preview the plan for traits (metalforge addition)",
-    dependencies=[guard("baremetal:node:get", "node")],
+    dependencies=[guard("baremetal:node:get", NODE)],
 )
 def list_deploy_steps(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.gates import absent_before
 from metalforge.api.params import Query, fields
 from metalforge.api.versions import Version
@@ -50,7 +50,7 @@ def component_view(stored: Stored, names: tuple[str, ...] | list[str]) -> dict[s
     summary="List a node's firmware components",
     dependencies=[
         absent_before(SINCE, "The API version does not allow node firmware"),
-        guard("baremetal:node:firmware:get", "node"),
+        guard("baremetal:node:firmware:get", NODE),
     ],
 )
 def list_firmware(node_ident: str, request: Request) -> JSONResponse:

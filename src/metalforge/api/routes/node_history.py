@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.links import links
 from metalforge.api.params import Query, page_limit
 from metalforge.api.versions import Version
@@ -47,7 +47,7 @@ def history_view(row: NodeHistory, base: str, node_uuid: str, detail: bool) -> d
 @router.get(
     "/nodes/{node_ident}/history",
     summary="List a node's history",
-    dependencies=[guard("baremetal:node:history:get", "node")],
+    dependencies=[guard("baremetal:node:history:get", NODE)],
 )
 def list_history(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
@@ -78,7 +78,7 @@ def list_history(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/history/{event_uuid}",
     summary="Show one history event",
-    dependencies=[guard("baremetal:node:history:get", "node")],
+    dependencies=[guard("baremetal:node:history:get", NODE)],
 )
 def show_history(node_ident: str, event_uuid: str, request: Request) -> JSONResponse:
     svc = services(request)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from metalforge.api.auth.access import actor, guard
+from metalforge.api.auth.access import NODE, actor, guard
 from metalforge.api.links import sub_links
 from metalforge.api.locking import await_lock
 from metalforge.api.outbound import calls_bmc
@@ -33,7 +33,7 @@ class BootDeviceRequest(Body):
 @router.get(
     "/nodes/{node_ident}/management/boot_device",
     summary="Show the boot device",
-    dependencies=[guard("baremetal:node:get_boot_device", "node")],
+    dependencies=[guard("baremetal:node:get_boot_device", NODE)],
 )
 @calls_bmc
 def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
@@ -44,7 +44,7 @@ def get_boot_device(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/management/boot_device/supported",
     summary="List the boot devices a node supports",
-    dependencies=[guard("baremetal:node:get_boot_device", "node")],
+    dependencies=[guard("baremetal:node:get_boot_device", NODE)],
 )
 @calls_bmc
 def get_supported_boot_devices(node_ident: str, request: Request) -> JSONResponse:
@@ -57,7 +57,7 @@ def get_supported_boot_devices(node_ident: str, request: Request) -> JSONRespons
     "/nodes/{node_ident}/management/boot_device",
     status_code=204,
     summary="Set the boot device",
-    dependencies=[guard("baremetal:node:set_boot_device", "node")],
+    dependencies=[guard("baremetal:node:set_boot_device", NODE)],
 )
 @await_lock
 @calls_bmc
@@ -80,7 +80,7 @@ def _gate_nmi(request: Request) -> None:
     "/nodes/{node_ident}/management/inject_nmi",
     status_code=204,
     summary="Inject a non-maskable interrupt",
-    dependencies=[Depends(_gate_nmi), guard("baremetal:node:inject_nmi", "node")],
+    dependencies=[Depends(_gate_nmi), guard("baremetal:node:inject_nmi", NODE)],
 )
 @await_lock
 @calls_bmc
@@ -93,7 +93,7 @@ def inject_nmi(node_ident: str, request: Request) -> Response:
 @router.get(
     "/nodes/{node_ident}/management/indicators",
     summary="List the node's indicators",
-    dependencies=[guard("baremetal:node:get_indicator_state", "node")],
+    dependencies=[guard("baremetal:node:get_indicator_state", NODE)],
 )
 @calls_bmc
 def list_indicators(node_ident: str, request: Request) -> JSONResponse:
@@ -122,7 +122,7 @@ def list_indicators(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/management/indicators/{indicator}",
     summary="Show an indicator's state",
-    dependencies=[guard("baremetal:node:get_indicator_state", "node")],
+    dependencies=[guard("baremetal:node:get_indicator_state", NODE)],
 )
 @calls_bmc
 def get_indicator(node_ident: str, indicator: str, request: Request) -> JSONResponse:
@@ -134,7 +134,7 @@ def get_indicator(node_ident: str, indicator: str, request: Request) -> JSONResp
     "/nodes/{node_ident}/management/indicators/{indicator}",
     status_code=204,
     summary="Set an indicator's state",
-    dependencies=[guard("baremetal:node:set_indicator_state", "node")],
+    dependencies=[guard("baremetal:node:set_indicator_state", NODE)],
 )
 @await_lock
 @calls_bmc

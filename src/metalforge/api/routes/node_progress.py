@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.versions import request_version
 from metalforge.api.wiring import read_only, services
 from metalforge.services.progress import node_progress
@@ -23,7 +23,7 @@ router = APIRouter(tags=["nodes"])
 @router.get(
     "/nodes/{node_ident}/progress",
     summary="Show how far the node's flow has got, with estimates of time left",
-    dependencies=[guard("baremetal:node:get", "node")],
+    dependencies=[guard("baremetal:node:get", NODE)],
 )
 async def show_progress(node_ident: str, request: Request) -> dict[str, Any]:
     svc = services(request)

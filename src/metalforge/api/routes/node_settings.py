@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import actor, guard
+from metalforge.api.auth.access import NODE, actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import BootModeRequest, ConsoleRequest, SecureBootRequest
 from metalforge.api.versions import Version, fmt, request_version
@@ -41,7 +41,7 @@ def _console_view(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/states/console",
     summary="Show the console's state and connection information",
-    dependencies=[guard("baremetal:node:get_console", "node")],
+    dependencies=[guard("baremetal:node:get_console", NODE)],
 )
 def get_console(node_ident: str, request: Request) -> JSONResponse:
     return _console_view(node_ident, request)
@@ -50,7 +50,7 @@ def get_console(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/states/console/{node_ident}",
     summary="Show the console's state (the path Ironic's router also serves)",
-    dependencies=[guard("baremetal:node:get_console", "node")],
+    dependencies=[guard("baremetal:node:get_console", NODE)],
 )
 def get_console_by_suffix(node_ident: str, request: Request) -> JSONResponse:
     return _console_view(node_ident, request)
@@ -60,7 +60,7 @@ def get_console_by_suffix(node_ident: str, request: Request) -> JSONResponse:
     "/nodes/{node_ident}/states/console",
     status_code=202,
     summary="Start or stop the console",
-    dependencies=[guard("baremetal:node:set_console_state", "node")],
+    dependencies=[guard("baremetal:node:set_console_state", NODE)],
 )
 @wait_for_lock
 def set_console_state(node_ident: str, request: Request, body: ConsoleRequest) -> Response:
@@ -80,7 +80,7 @@ def _accepted(request: Request, node_uuid: str) -> Response:
     "/nodes/{node_ident}/states/boot_mode",
     status_code=202,
     summary="Change the boot mode (uefi or bios)",
-    dependencies=[guard("baremetal:node:set_boot_mode", "node"), Depends(_gate_boot_settings)],
+    dependencies=[guard("baremetal:node:set_boot_mode", NODE), Depends(_gate_boot_settings)],
 )
 @wait_for_lock
 def set_boot_mode(node_ident: str, request: Request, body: BootModeRequest) -> Response:
@@ -95,7 +95,7 @@ def set_boot_mode(node_ident: str, request: Request, body: BootModeRequest) -> R
     status_code=202,
     summary="Turn secure boot on or off",
     dependencies=[
-        guard("baremetal:node:set_secure_boot", "node"),
+        guard("baremetal:node:set_secure_boot", NODE),
         Depends(_gate_boot_settings),
     ],
 )

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 
 from metalforge import states
 from metalforge.api.auth.access import (
+    NODE,
     actor,
     guard,
     node_access,
@@ -65,7 +66,7 @@ def _states_view(node: Node, version: Version) -> dict[str, Any]:
 @router.get(
     "/nodes/{node_ident}/states",
     summary="Show a node's states",
-    dependencies=[guard("baremetal:node:get_states", "node")],
+    dependencies=[guard("baremetal:node:get_states", NODE)],
 )
 def get_states(node_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
@@ -162,7 +163,7 @@ def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.Flow
     "/nodes/{node_ident}/states/provision",
     status_code=202,
     summary="Request a provision state change",
-    dependencies=[guard("baremetal:node:set_provision_state", "node")],
+    dependencies=[guard("baremetal:node:set_provision_state", NODE)],
 )
 @wait_for_lock
 def set_provision_state(node_ident: str, request: Request, body: ProvisionRequest) -> Response:
@@ -204,7 +205,7 @@ def _check_power_request(body: PowerRequest, version: Version) -> None:
     "/nodes/{node_ident}/states/power",
     status_code=202,
     summary="Request a power state change",
-    dependencies=[guard("baremetal:node:set_power_state", "node")],
+    dependencies=[guard("baremetal:node:set_power_state", NODE)],
 )
 @wait_for_lock
 def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Response:
@@ -219,7 +220,7 @@ def set_power_state(node_ident: str, request: Request, body: PowerRequest) -> Re
     "/nodes/{node_ident}/states/raid",
     status_code=204,
     summary="Set a node's target RAID configuration",
-    dependencies=[guard("baremetal:node:set_raid_state", "node")],
+    dependencies=[guard("baremetal:node:set_raid_state", NODE)],
 )
 @wait_for_lock
 def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) -> Response:
@@ -234,7 +235,7 @@ def set_raid_config(node_ident: str, request: Request, body: RaidConfigRequest) 
     "/nodes/{node_ident}/maintenance",
     status_code=202,
     summary="Enter maintenance",
-    dependencies=[guard("baremetal:node:set_maintenance", "node")],
+    dependencies=[guard("baremetal:node:set_maintenance", NODE)],
 )
 @wait_for_lock
 def maintenance_on(
@@ -256,7 +257,7 @@ def maintenance_on(
     "/nodes/{node_ident}/maintenance",
     status_code=202,
     summary="Leave maintenance",
-    dependencies=[guard("baremetal:node:clear_maintenance", "node")],
+    dependencies=[guard("baremetal:node:clear_maintenance", NODE)],
 )
 @wait_for_lock
 def maintenance_off(node_ident: str, request: Request) -> Response:
@@ -274,7 +275,7 @@ def maintenance_off(node_ident: str, request: Request) -> Response:
 @router.get(
     "/nodes/{node_ident}/validate",
     summary="Validate a node's driver interfaces",
-    dependencies=[guard("baremetal:node:validate", "node")],
+    dependencies=[guard("baremetal:node:validate", NODE)],
 )
 def validate_node(node_ident: str, request: Request) -> JSONResponse:
     found = node_validation.validate_node(services(request), node_ident, request_version(request))

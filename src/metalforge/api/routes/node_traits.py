@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import actor, guard
+from metalforge.api.auth.access import NODE, actor, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import TraitsReplace
 from metalforge.api.versions import Version, request_version
@@ -41,7 +41,7 @@ def _version(request: Request) -> Version:
 @router.get(
     "/nodes/{node_ident}/traits",
     summary="List a node's traits",
-    dependencies=[guard("baremetal:node:traits:list", "node")],
+    dependencies=[guard("baremetal:node:traits:list", NODE)],
 )
 def list_traits(node_ident: str, request: Request) -> JSONResponse:
     found = traits.list_traits(services(request), node_ident, _version(request))
@@ -52,7 +52,7 @@ def list_traits(node_ident: str, request: Request) -> JSONResponse:
     "/nodes/{node_ident}/traits",
     status_code=204,
     summary="Replace a node's traits",
-    dependencies=[guard("baremetal:node:traits:set", "node")],
+    dependencies=[guard("baremetal:node:traits:set", NODE)],
 )
 @wait_for_lock
 def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Response:
@@ -66,7 +66,7 @@ def replace_traits(node_ident: str, request: Request, body: TraitsReplace) -> Re
     "/nodes/{node_ident}/traits/{trait}",
     status_code=204,
     summary="Add one trait",
-    dependencies=[guard("baremetal:node:traits:set", "node")],
+    dependencies=[guard("baremetal:node:traits:set", NODE)],
 )
 async def add_trait(node_ident: str, trait: str, request: Request) -> Response:
     raw = (await request.body()).strip()
@@ -88,7 +88,7 @@ def _add_trait(node_ident: str, trait: str, request: Request) -> Response:
     "/nodes/{node_ident}/traits",
     status_code=204,
     summary="Remove every trait",
-    dependencies=[guard("baremetal:node:traits:delete", "node")],
+    dependencies=[guard("baremetal:node:traits:delete", NODE)],
 )
 @wait_for_lock
 def remove_traits(node_ident: str, request: Request) -> Response:
@@ -101,7 +101,7 @@ def remove_traits(node_ident: str, request: Request) -> Response:
     "/nodes/{node_ident}/traits/{trait}",
     status_code=204,
     summary="Remove a trait",
-    dependencies=[guard("baremetal:node:traits:delete", "node")],
+    dependencies=[guard("baremetal:node:traits:delete", NODE)],
 )
 @wait_for_lock
 def remove_trait(node_ident: str, trait: str, request: Request) -> Response:

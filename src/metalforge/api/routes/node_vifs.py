@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard
+from metalforge.api.auth.access import NODE, guard
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.schemas import VifAttach
 from metalforge.api.versions import Version, request_version
@@ -44,7 +44,7 @@ def _checked_ident(value: str) -> str:
 @router.get(
     "/nodes/{node_ident}/vifs",
     summary="List the VIFs attached to a node",
-    dependencies=[guard("baremetal:node:vif:list", "node")],
+    dependencies=[guard("baremetal:node:vif:list", NODE)],
 )
 def list_vifs(node_ident: str, request: Request) -> JSONResponse:
     version = _gate(request)
@@ -56,7 +56,7 @@ def list_vifs(node_ident: str, request: Request) -> JSONResponse:
     "/nodes/{node_ident}/vifs",
     status_code=204,
     summary="Attach a VIF to a free port or port group of the node",
-    dependencies=[guard("baremetal:node:vif:attach", "node")],
+    dependencies=[guard("baremetal:node:vif:attach", NODE)],
 )
 @wait_for_lock
 def attach_vif(node_ident: str, request: Request, body: VifAttach) -> Response:
@@ -75,7 +75,7 @@ def attach_vif(node_ident: str, request: Request, body: VifAttach) -> Response:
     "/nodes/{node_ident}/vifs/{vif_id}",
     status_code=204,
     summary="Detach a VIF from the node",
-    dependencies=[guard("baremetal:node:vif:detach", "node")],
+    dependencies=[guard("baremetal:node:vif:detach", NODE)],
 )
 @wait_for_lock
 def detach_vif(node_ident: str, vif_id: str, request: Request) -> Response:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import actor, guard
+from metalforge.api.auth.access import NODE, actor, guard
 from metalforge.api.gates import absent_before
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.outbound import calls_bmc
@@ -35,7 +35,7 @@ _LIST_GATE = absent_before(LIST_SINCE, "The API version does not allow listing v
     _PATH,
     status_code=204,
     summary="Attach virtual media",
-    dependencies=[_GATE, guard("baremetal:node:vmedia:attach", "node")],
+    dependencies=[_GATE, guard("baremetal:node:vmedia:attach", NODE)],
 )
 @wait_for_lock
 def attach(node_ident: str, request: Request, body: VmediaAttachRequest) -> Response:
@@ -55,7 +55,7 @@ def attach(node_ident: str, request: Request, body: VmediaAttachRequest) -> Resp
     _PATH,
     status_code=204,
     summary="Detach virtual media",
-    dependencies=[_GATE, guard("baremetal:node:vmedia:detach", "node")],
+    dependencies=[_GATE, guard("baremetal:node:vmedia:detach", NODE)],
 )
 @wait_for_lock
 def detach(node_ident: str, request: Request) -> Response:
@@ -69,7 +69,7 @@ def detach(node_ident: str, request: Request) -> Response:
 @router.get(
     _PATH,
     summary="List virtual media",
-    dependencies=[_LIST_GATE, guard("baremetal:node:vmedia:get", "node")],
+    dependencies=[_LIST_GATE, guard("baremetal:node:vmedia:get", NODE)],
 )
 @calls_bmc
 def list_vmedia(node_ident: str, request: Request) -> JSONResponse:

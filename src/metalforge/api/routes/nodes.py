@@ -11,7 +11,12 @@ from sqlalchemy.orm import Session
 
 from metalforge import states
 from metalforge.api import listing
+from metalforge.api.auth import access
 from metalforge.api.auth.access import (
+    BODY,
+    LIST,
+    NODE,
+    NODE_LIST,
     actor,
     allows,
     guard,
@@ -217,9 +222,9 @@ def _project_scope(project: str | None) -> listing.Scope | None:
     return lambda stmt: stmt.where(lookup.held_by(project))
 
 
-@router.get("/nodes", summary="List nodes", dependencies=[guard("baremetal:node:list_all", "list")])
+@router.get("/nodes", summary="List nodes", dependencies=[guard("baremetal:node:list_all", LIST)])
 @router.get(
-    "/nodes/", include_in_schema=False, dependencies=[guard("baremetal:node:list_all", "list")]
+    "/nodes/", include_in_schema=False, dependencies=[guard("baremetal:node:list_all", LIST)]
 )
 def list_nodes(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=False))
@@ -228,7 +233,7 @@ def list_nodes(request: Request) -> JSONResponse:
 @router.get(
     "/nodes/detail",
     summary="List nodes with every field",
-    dependencies=[guard("baremetal:node:list_all", "list")],
+    dependencies=[guard("baremetal:node:list_all", LIST)],
 )
 def list_nodes_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=True))
@@ -237,7 +242,7 @@ def list_nodes_detail(request: Request) -> JSONResponse:
 @router.get(
     "/chassis/{chassis_uuid}/nodes",
     summary="List a chassis' nodes",
-    dependencies=[guard("baremetal:node:list_all", "list")],
+    dependencies=[guard("baremetal:node:list_all", LIST)],
 )
 def list_chassis_nodes(chassis_uuid: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=False, chassis=chassis_uuid))
@@ -246,7 +251,7 @@ def list_chassis_nodes(chassis_uuid: str, request: Request) -> JSONResponse:
 @router.get(
     "/chassis/{chassis_uuid}/nodes/detail",
     summary="List a chassis' nodes with every field",
-    dependencies=[guard("baremetal:node:list_all", "list")],
+    dependencies=[guard("baremetal:node:list_all", LIST)],
 )
 def list_chassis_nodes_detail(chassis_uuid: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, detail_path=True, chassis=chassis_uuid))
@@ -256,7 +261,7 @@ def list_chassis_nodes_detail(chassis_uuid: str, request: Request) -> JSONRespon
 
 
 @router.get(
-    "/nodes/{node_ident}", summary="Show a node", dependencies=[guard("baremetal:node:get", "node")]
+    "/nodes/{node_ident}", summary="Show a node", dependencies=[guard("baremetal:node:get", NODE)]
 )
 async def show_node(node_ident: str, request: Request) -> JSONResponse:
     return await read_only(services(request), _show_node, node_ident, request)
@@ -291,7 +296,7 @@ def _show_node(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/children",
     summary="List the UUIDs of a node's child nodes (>=1.83)",
-    dependencies=[guard("baremetal:node:list_all", "node_list")],
+    dependencies=[guard("baremetal:node:list_all", NODE_LIST)],
 )
 def list_children(node_ident: str, request: Request) -> JSONResponse:
     """The nodes naming this one as ``parent_node``, limited to what the caller may list."""
@@ -349,7 +354,7 @@ def _authorize_create(request: Request, given: dict[str, Any]) -> str | None:
     "/nodes",
     status_code=201,
     summary="Enroll a node",
-    dependencies=[guard("baremetal:node:create", "body")],
+    dependencies=[guard("baremetal:node:create", BODY)],
 )
 def create_node(request: Request, body: NodeCreate) -> JSONResponse:
     svc = services(request)
@@ -378,7 +383,7 @@ def create_node(request: Request, body: NodeCreate) -> JSONResponse:
 @router.patch(
     "/nodes/{node_ident}",
     summary="Update a node with a JSON patch",
-    dependencies=[guard("baremetal:node:update", "node_fields")],
+    dependencies=[guard("baremetal:node:update", access.NODE_FIELDS)],
 )
 @wait_for_lock
 def patch_node(
@@ -420,7 +425,7 @@ def patch_node(
     status_code=204,
     summary="Delete a node",
     dependencies=[
-        guard("baremetal:node:delete", "node", also=("baremetal:node:delete:self_owned_node",))
+        guard("baremetal:node:delete", NODE, also=("baremetal:node:delete:self_owned_node",))
     ],
 )
 @wait_for_lock

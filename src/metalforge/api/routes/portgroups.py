@@ -18,7 +18,16 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from metalforge.api import listing
-from metalforge.api.auth.access import guard, policy_caller, project_scope, visible_node
+from metalforge.api.auth.access import (
+    BODY,
+    LIST,
+    NODE_LIST,
+    PORTGROUP,
+    guard,
+    policy_caller,
+    project_scope,
+    visible_node,
+)
 from metalforge.api.links import links, sub_links
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Page, Query, fields, page
@@ -150,8 +159,8 @@ def _list_query(request: Request, session: Session, query: Query, pg: Page) -> S
     return listing.paged(stmt, session, Portgroup, pg, scope)
 
 
-_LIST = guard("baremetal:portgroup:list_all", "list")
-_NODE_LIST = guard("baremetal:portgroup:list_all", "node_list")
+_LIST = guard("baremetal:portgroup:list_all", LIST)
+_NODE_LIST = guard("baremetal:portgroup:list_all", NODE_LIST)
 
 
 @router.get("/portgroups", summary="List port groups", dependencies=[_LIST])
@@ -184,7 +193,7 @@ def list_node_portgroups_detail(node_ident: str, request: Request) -> JSONRespon
 @router.get(
     "/portgroups/{portgroup_ident}",
     summary="Show a port group",
-    dependencies=[guard("baremetal:portgroup:get", "portgroup")],
+    dependencies=[guard("baremetal:portgroup:get", PORTGROUP)],
 )
 def show_portgroup(portgroup_ident: str, request: Request) -> JSONResponse:
     _gate(request)
@@ -207,7 +216,7 @@ def _check_fields(names: set[str], version: Version) -> None:
     "/portgroups",
     status_code=201,
     summary="Create a port group",
-    dependencies=[guard("baremetal:portgroup:create", "body")],
+    dependencies=[guard("baremetal:portgroup:create", BODY)],
 )
 @wait_for_lock
 def create_portgroup(request: Request, body: PortgroupCreate) -> JSONResponse:
@@ -231,7 +240,7 @@ def create_portgroup(request: Request, body: PortgroupCreate) -> JSONResponse:
 @router.patch(
     "/portgroups/{portgroup_ident}",
     summary="Update a port group with a JSON patch",
-    dependencies=[guard("baremetal:portgroup:update", "portgroup")],
+    dependencies=[guard("baremetal:portgroup:update", PORTGROUP)],
 )
 @wait_for_lock
 def patch_portgroup(
@@ -253,7 +262,7 @@ def patch_portgroup(
     "/portgroups/{portgroup_ident}",
     status_code=204,
     summary="Delete a port group",
-    dependencies=[guard("baremetal:portgroup:delete", "portgroup")],
+    dependencies=[guard("baremetal:portgroup:delete", PORTGROUP)],
 )
 @wait_for_lock
 def delete_portgroup(portgroup_ident: str, request: Request) -> Response:

@@ -15,7 +15,17 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from metalforge.api import listing
-from metalforge.api.auth.access import allows, guard, policy_caller, project_scope, visible_node
+from metalforge.api.auth.access import (
+    BODY,
+    LIST,
+    NODE_LIST,
+    PORT,
+    allows,
+    guard,
+    policy_caller,
+    project_scope,
+    visible_node,
+)
 from metalforge.api.auth.policy import node_target
 from metalforge.api.links import links
 from metalforge.api.locking import wait_for_lock
@@ -165,9 +175,9 @@ def _project_scope(project: str | None) -> listing.Scope | None:
     return lambda q: q.join(Node, Node.id == Port.node_id).where(lookup.held_by(project))
 
 
-@router.get("/ports", summary="List ports", dependencies=[guard("baremetal:port:list_all", "list")])
+@router.get("/ports", summary="List ports", dependencies=[guard("baremetal:port:list_all", LIST)])
 @router.get(
-    "/ports/", include_in_schema=False, dependencies=[guard("baremetal:port:list_all", "list")]
+    "/ports/", include_in_schema=False, dependencies=[guard("baremetal:port:list_all", LIST)]
 )
 def list_ports(request: Request) -> JSONResponse:
     if "binding:host_id" in request.query_params:
@@ -182,7 +192,7 @@ def list_ports(request: Request) -> JSONResponse:
 @router.get(
     "/ports/detail",
     summary="List ports with every field",
-    dependencies=[guard("baremetal:port:list_all", "list")],
+    dependencies=[guard("baremetal:port:list_all", LIST)],
 )
 def list_ports_detail(request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True))
@@ -191,7 +201,7 @@ def list_ports_detail(request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/ports",
     summary="List a node's ports",
-    dependencies=[guard("baremetal:port:list_all", "node_list")],
+    dependencies=[guard("baremetal:port:list_all", NODE_LIST)],
 )
 def list_node_ports(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, False, parent=("nodes", node_ident)))
@@ -200,7 +210,7 @@ def list_node_ports(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/ports/detail",
     summary="List a node's ports with every field",
-    dependencies=[guard("baremetal:port:list_all", "node_list")],
+    dependencies=[guard("baremetal:port:list_all", NODE_LIST)],
 )
 def list_node_ports_detail(node_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True, parent=("nodes", node_ident)))
@@ -209,7 +219,7 @@ def list_node_ports_detail(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/portgroups/{portgroup_ident}/ports",
     summary="List a port group's ports",
-    dependencies=[guard("baremetal:port:list_all", "list")],
+    dependencies=[guard("baremetal:port:list_all", LIST)],
 )
 def list_portgroup_ports(portgroup_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, False, parent=("portgroups", portgroup_ident)))
@@ -218,14 +228,14 @@ def list_portgroup_ports(portgroup_ident: str, request: Request) -> JSONResponse
 @router.get(
     "/portgroups/{portgroup_ident}/ports/detail",
     summary="List a port group's ports with every field",
-    dependencies=[guard("baremetal:port:list_all", "list")],
+    dependencies=[guard("baremetal:port:list_all", LIST)],
 )
 def list_portgroup_ports_detail(portgroup_ident: str, request: Request) -> JSONResponse:
     return JSONResponse(_list(request, True, parent=("portgroups", portgroup_ident)))
 
 
 @router.get(
-    "/ports/{port_ident}", summary="Show a port", dependencies=[guard("baremetal:port:get", "port")]
+    "/ports/{port_ident}", summary="Show a port", dependencies=[guard("baremetal:port:get", PORT)]
 )
 def show_port(port_ident: str, request: Request) -> JSONResponse:
     svc = services(request)
@@ -270,7 +280,7 @@ def _new_port(body: PortCreate, version: Version) -> NewPort:
     "/ports",
     status_code=201,
     summary="Create a port",
-    dependencies=[guard("baremetal:port:create", "body")],
+    dependencies=[guard("baremetal:port:create", BODY)],
 )
 @wait_for_lock
 def create_port(request: Request, body: PortCreate) -> JSONResponse:
@@ -288,7 +298,7 @@ def create_port(request: Request, body: PortCreate) -> JSONResponse:
 @router.patch(
     "/ports/{port_ident}",
     summary="Update a port with a JSON patch",
-    dependencies=[guard("baremetal:port:update", "port")],
+    dependencies=[guard("baremetal:port:update", PORT)],
 )
 @wait_for_lock
 def patch_port(
@@ -305,7 +315,7 @@ def patch_port(
     "/ports/{port_ident}",
     status_code=204,
     summary="Delete a port",
-    dependencies=[guard("baremetal:port:delete", "port")],
+    dependencies=[guard("baremetal:port:delete", PORT)],
 )
 @wait_for_lock
 def delete_port(port_ident: str, request: Request) -> Response:

@@ -15,6 +15,8 @@ from fastapi.responses import JSONResponse
 
 from metalforge.api import listing
 from metalforge.api.auth.access import (
+    LIST,
+    ROLLOUT,
     actor,
     allows,
     guard,
@@ -61,9 +63,9 @@ ROLLOUT_FIELDS = dict.fromkeys(
 LIST_DEFAULT = ("uuid", "name", "state", "node_counts")
 SORTABLE = {"id", "uuid", "name", "state", "created_at", "updated_at"}
 _ROLLOUT = "rollouts/{rollout_ident}"
-_GET = guard("metalforge:rollout:get", "rollout")
-_LIST = guard("metalforge:rollout:list_all", "list")
-_UPDATE = guard("metalforge:rollout:update", "rollout")
+_GET = guard("metalforge:rollout:get", ROLLOUT)
+_LIST = guard("metalforge:rollout:list_all", LIST)
+_UPDATE = guard("metalforge:rollout:update", ROLLOUT)
 
 
 def _when(value: Any) -> str | None:

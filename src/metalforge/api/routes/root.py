@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from metalforge.api.auth.access import guard
 from metalforge.api.versions import MAX_VERSION, MIN_VERSION, Version, fmt
@@ -13,21 +15,37 @@ from metalforge.api.wiring import base_url
 
 router = APIRouter(tags=["discovery"])
 
-COLLECTIONS: dict[str, Version] = {
-    "chassis": (1, 1),
-    "nodes": (1, 1),
-    "ports": (1, 1),
-    "drivers": (1, 1),
-    "portgroups": (1, 24),
+INTRODUCED: dict[str, Version] = {
+    "lookup": (1, 22),
+    "heartbeat": (1, 22),
+    "portgroups": (1, 23),
     "volume": (1, 32),
     "conductors": (1, 49),
     "allocations": (1, 52),
+    "events": (1, 54),
     "deploy_templates": (1, 55),
     "shards": (1, 82),
+    "continue_inspection": (1, 84),
     "runbooks": (1, 92),
     "inspection_rules": (1, 96),
 }
-"""Collections this service serves, and the version that introduced each."""
+"""The microversion from which ``/v1`` offers each collection that came after 1.1, as
+Ironic's does; the others are offered from 1.1. A collection is listed here or answers
+at 1.1, which a test checks for every collection served."""
+
+
+def collections(mounted: Iterable[tuple[str, APIRouter]]) -> dict[str, Version]:
+    """The collections ``/v1`` offers, each with its first version: every first path
+    segment the routers serve under ``/v1`` (given with the prefix each is mounted at), so
+    a new resource is announced when it is served."""
+    found: dict[str, Version] = {}
+    for prefix, each in mounted:
+        for route in each.routes:
+            path = prefix + route.path if isinstance(route, APIRoute) else ""
+            if path.startswith("/v1/"):
+                name = path.split("/")[2]
+                found[name] = INTRODUCED.get(name, MIN_VERSION)
+    return found
 
 
 def version_object(base: str) -> dict[str, Any]:
@@ -78,7 +96,7 @@ def v1(request: Request) -> JSONResponse:
         },
         "version": version_object(base),
     }
-    for name, since in COLLECTIONS.items():
+    for name, since in request.app.state.collections.items():
         if version >= since:
             body[name] = [
                 {"href": f"{base}/v1/{name}/", "rel": "self"},

@@ -14,7 +14,16 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from metalforge.api import listing
-from metalforge.api.auth.access import guard, identity_of, policy_caller, project_scope
+from metalforge.api.auth import access
+from metalforge.api.auth.access import (
+    LIST,
+    RUNBOOK,
+    RUNBOOK_OR_PUBLIC,
+    guard,
+    identity_of,
+    policy_caller,
+    project_scope,
+)
 from metalforge.api.gates import absent_before, refused_before
 from metalforge.api.links import links
 from metalforge.api.params import Query, fields, page
@@ -93,12 +102,12 @@ def runbook_view(
 @router.get(
     "/runbooks",
     summary="List runbooks",
-    dependencies=[_READ, guard("baremetal:runbook:list_all", "list")],
+    dependencies=[_READ, guard("baremetal:runbook:list_all", LIST)],
 )
 @router.get(
     "/runbooks/",
     include_in_schema=False,
-    dependencies=[_READ, guard("baremetal:runbook:list_all", "list")],
+    dependencies=[_READ, guard("baremetal:runbook:list_all", LIST)],
 )
 def list_runbooks(request: Request) -> JSONResponse:
     """A project's caller sees its project's runbooks and the public ones."""
@@ -124,7 +133,7 @@ def list_runbooks(request: Request) -> JSONResponse:
     summary="Show a runbook",
     dependencies=[
         _READ,
-        guard("baremetal:runbook:get", "runbook_or_public"),
+        guard("baremetal:runbook:get", RUNBOOK_OR_PUBLIC),
     ],
 )
 def show_runbook(runbook_ident: str, request: Request) -> JSONResponse:
@@ -162,7 +171,7 @@ def create_runbook(request: Request, body: RunbookCreate) -> JSONResponse:
 @router.patch(
     f"/{_RUNBOOK}",
     summary="Update a runbook with a JSON patch",
-    dependencies=[_WRITE, guard("baremetal:runbook:update", "runbook_fields")],
+    dependencies=[_WRITE, guard("baremetal:runbook:update", access.RUNBOOK_FIELDS)],
 )
 def patch_runbook(
     runbook_ident: str, request: Request, patch: list[PatchOperation] = Body(...)
@@ -179,7 +188,7 @@ def patch_runbook(
     f"/{_RUNBOOK}",
     status_code=204,
     summary="Delete a runbook",
-    dependencies=[_WRITE, guard("baremetal:runbook:delete", "runbook")],
+    dependencies=[_WRITE, guard("baremetal:runbook:delete", RUNBOOK)],
 )
 def delete_runbook(runbook_ident: str, request: Request) -> Response:
     runbooks.delete_runbook(services(request), runbook_ident)
@@ -192,7 +201,7 @@ def delete_runbook(runbook_ident: str, request: Request) -> Response:
 @router.get(
     f"/{_RUNBOOK}/traits",
     summary="List a runbook's traits",
-    dependencies=[_TRAITS, guard("baremetal:runbook:get", "runbook")],
+    dependencies=[_TRAITS, guard("baremetal:runbook:get", RUNBOOK)],
 )
 def list_traits(runbook_ident: str, request: Request) -> JSONResponse:
     with services(request).db.read() as session:
@@ -204,7 +213,7 @@ def list_traits(runbook_ident: str, request: Request) -> JSONResponse:
     f"/{_RUNBOOK}/traits",
     status_code=204,
     summary="Replace a runbook's traits",
-    dependencies=[_TRAITS, guard("baremetal:runbook:update", "runbook")],
+    dependencies=[_TRAITS, guard("baremetal:runbook:update", RUNBOOK)],
 )
 def set_traits(runbook_ident: str, request: Request, body: TraitsReplace) -> Response:
     runbooks.set_traits(services(request), runbook_ident, body.traits)
@@ -215,7 +224,7 @@ def set_traits(runbook_ident: str, request: Request, body: TraitsReplace) -> Res
     f"/{_RUNBOOK}/traits/{{trait}}",
     status_code=204,
     summary="Add a trait to a runbook",
-    dependencies=[_TRAITS, guard("baremetal:runbook:update", "runbook")],
+    dependencies=[_TRAITS, guard("baremetal:runbook:update", RUNBOOK)],
 )
 async def add_trait(runbook_ident: str, trait: str, request: Request) -> Response:
     raw = (await request.body()).strip()
@@ -231,7 +240,7 @@ async def add_trait(runbook_ident: str, trait: str, request: Request) -> Respons
     f"/{_RUNBOOK}/traits",
     status_code=204,
     summary="Remove every trait of a runbook",
-    dependencies=[_TRAITS, guard("baremetal:runbook:update", "runbook")],
+    dependencies=[_TRAITS, guard("baremetal:runbook:update", RUNBOOK)],
 )
 def remove_traits(runbook_ident: str, request: Request) -> Response:
     runbooks.remove_traits(services(request), runbook_ident, None)
@@ -242,7 +251,7 @@ def remove_traits(runbook_ident: str, request: Request) -> Response:
     f"/{_RUNBOOK}/traits/{{trait}}",
     status_code=204,
     summary="Remove a trait from a runbook",
-    dependencies=[_TRAITS, guard("baremetal:runbook:update", "runbook")],
+    dependencies=[_TRAITS, guard("baremetal:runbook:update", RUNBOOK)],
 )
 def remove_trait(runbook_ident: str, trait: str, request: Request) -> Response:
     runbooks.remove_traits(services(request), runbook_ident, trait)

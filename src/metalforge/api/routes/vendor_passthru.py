@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import actor, guard
+from metalforge.api.auth.access import NODE, actor, guard
 from metalforge.api.locking import await_lock
 from metalforge.api.outbound import calls_bmc
 from metalforge.api.params import Query
@@ -46,7 +46,7 @@ def _call(request: Request, body: PassthruArgs | None) -> tuple[str, dict[str, A
 @router.get(
     "/nodes/{node_ident}/vendor_passthru/methods",
     summary="List a node's vendor methods",
-    dependencies=[guard("baremetal:node:vendor_passthru", "node")],
+    dependencies=[guard("baremetal:node:vendor_passthru", NODE)],
 )
 def node_methods(node_ident: str, request: Request) -> JSONResponse:
     Query(request, [])
@@ -90,7 +90,7 @@ for _verb in HTTP_METHODS:
         methods=[_verb],
         name=f"call_node_method_{_verb.lower()}",
         summary="Call a node's vendor method",
-        dependencies=[guard("baremetal:node:vendor_passthru", "node")],
+        dependencies=[guard("baremetal:node:vendor_passthru", NODE)],
     )
     router.add_api_route(
         "/drivers/{name}/vendor_passthru",

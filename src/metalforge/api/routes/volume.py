@@ -15,7 +15,17 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from metalforge.api.auth.access import guard, node_access, policy_caller
+from metalforge.api.auth.access import (
+    BODY,
+    LIST,
+    NODE,
+    NODE_LIST,
+    VOLUME_CONNECTOR,
+    VOLUME_TARGET,
+    guard,
+    node_access,
+    policy_caller,
+)
 from metalforge.api.locking import wait_for_lock
 from metalforge.api.params import Query, fields
 from metalforge.api.schemas import PatchOperation, operations
@@ -61,7 +71,7 @@ def volume_root(request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/volume",
     summary="Links to a node's volume collections",
-    dependencies=[guard("baremetal:volume:get", "node")],
+    dependencies=[guard("baremetal:volume:get", NODE)],
 )
 def node_volume(node_ident: str, request: Request) -> JSONResponse:
     node_access(request)  # a missing node is 404 (its guard may not have read it)
@@ -78,7 +88,7 @@ def _listed(request: Request, coll: Collection, **how: Any) -> JSONResponse:
 @router.get(
     "/volume/connectors",
     summary="List volume connectors",
-    dependencies=[guard("baremetal:volume:list_all", "list")],
+    dependencies=[guard("baremetal:volume:list_all", LIST)],
 )
 def list_connectors(request: Request) -> JSONResponse:
     return _listed(request, CONNECTORS)
@@ -87,7 +97,7 @@ def list_connectors(request: Request) -> JSONResponse:
 @router.get(
     "/volume/connectors/detail",
     summary="List volume connectors with every field",
-    dependencies=[guard("baremetal:volume:list_all", "list")],
+    dependencies=[guard("baremetal:volume:list_all", LIST)],
 )
 def list_connectors_detail(request: Request) -> JSONResponse:
     return _listed(request, CONNECTORS, detail_path=True)
@@ -96,7 +106,7 @@ def list_connectors_detail(request: Request) -> JSONResponse:
 @router.get(
     "/volume/targets",
     summary="List volume targets",
-    dependencies=[guard("baremetal:volume:list_all", "list")],
+    dependencies=[guard("baremetal:volume:list_all", LIST)],
 )
 def list_targets(request: Request) -> JSONResponse:
     return _listed(request, TARGETS)
@@ -105,7 +115,7 @@ def list_targets(request: Request) -> JSONResponse:
 @router.get(
     "/volume/targets/detail",
     summary="List volume targets with every field",
-    dependencies=[guard("baremetal:volume:list_all", "list")],
+    dependencies=[guard("baremetal:volume:list_all", LIST)],
 )
 def list_targets_detail(request: Request) -> JSONResponse:
     return _listed(request, TARGETS, detail_path=True)
@@ -114,7 +124,7 @@ def list_targets_detail(request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/volume/connectors",
     summary="List a node's volume connectors",
-    dependencies=[guard("baremetal:volume:list_all", "node_list")],
+    dependencies=[guard("baremetal:volume:list_all", NODE_LIST)],
 )
 def list_node_connectors(node_ident: str, request: Request) -> JSONResponse:
     return _listed(request, CONNECTORS, node_ident=node_ident)
@@ -123,7 +133,7 @@ def list_node_connectors(node_ident: str, request: Request) -> JSONResponse:
 @router.get(
     "/nodes/{node_ident}/volume/targets",
     summary="List a node's volume targets",
-    dependencies=[guard("baremetal:volume:list_all", "node_list")],
+    dependencies=[guard("baremetal:volume:list_all", NODE_LIST)],
 )
 def list_node_targets(node_ident: str, request: Request) -> JSONResponse:
     return _listed(request, TARGETS, node_ident=node_ident)
@@ -144,7 +154,7 @@ def _show(request: Request, coll: Collection, ident: str) -> JSONResponse:
 @router.get(
     "/volume/connectors/{connector_uuid}",
     summary="Show a volume connector",
-    dependencies=[guard("baremetal:volume:get", "volume_connector")],
+    dependencies=[guard("baremetal:volume:get", VOLUME_CONNECTOR)],
 )
 def show_connector(connector_uuid: str, request: Request) -> JSONResponse:
     return _show(request, CONNECTORS, connector_uuid)
@@ -153,7 +163,7 @@ def show_connector(connector_uuid: str, request: Request) -> JSONResponse:
 @router.get(
     "/volume/targets/{target_uuid}",
     summary="Show a volume target",
-    dependencies=[guard("baremetal:volume:get", "volume_target")],
+    dependencies=[guard("baremetal:volume:get", VOLUME_TARGET)],
 )
 def show_target(target_uuid: str, request: Request) -> JSONResponse:
     return _show(request, TARGETS, target_uuid)
@@ -173,7 +183,7 @@ def _created(request: Request, spec: Spec) -> JSONResponse:
     "/volume/connectors",
     status_code=201,
     summary="Create a volume connector",
-    dependencies=[guard("baremetal:volume:create", "body")],
+    dependencies=[guard("baremetal:volume:create", BODY)],
 )
 @wait_for_lock
 def create_connector(request: Request, body: VolumeConnectorCreate) -> JSONResponse:
@@ -184,7 +194,7 @@ def create_connector(request: Request, body: VolumeConnectorCreate) -> JSONRespo
     "/volume/targets",
     status_code=201,
     summary="Create a volume target",
-    dependencies=[guard("baremetal:volume:create", "body")],
+    dependencies=[guard("baremetal:volume:create", BODY)],
 )
 @wait_for_lock
 def create_target(request: Request, body: VolumeTargetCreate) -> JSONResponse:
@@ -212,7 +222,7 @@ def _patched(
 @router.patch(
     "/volume/connectors/{connector_uuid}",
     summary="Update a volume connector with a JSON patch",
-    dependencies=[guard("baremetal:volume:update", "volume_connector")],
+    dependencies=[guard("baremetal:volume:update", VOLUME_CONNECTOR)],
 )
 @wait_for_lock
 def patch_connector(
@@ -224,7 +234,7 @@ def patch_connector(
 @router.patch(
     "/volume/targets/{target_uuid}",
     summary="Update a volume target with a JSON patch",
-    dependencies=[guard("baremetal:volume:update", "volume_target")],
+    dependencies=[guard("baremetal:volume:update", VOLUME_TARGET)],
 )
 @wait_for_lock
 def patch_target(
@@ -240,7 +250,7 @@ def patch_target(
     "/volume/connectors/{connector_uuid}",
     status_code=204,
     summary="Delete a volume connector",
-    dependencies=[guard("baremetal:volume:delete", "volume_connector")],
+    dependencies=[guard("baremetal:volume:delete", VOLUME_CONNECTOR)],
 )
 @wait_for_lock
 def delete_connector(connector_uuid: str, request: Request) -> Response:
@@ -252,7 +262,7 @@ def delete_connector(connector_uuid: str, request: Request) -> Response:
     "/volume/targets/{target_uuid}",
     status_code=204,
     summary="Delete a volume target",
-    dependencies=[guard("baremetal:volume:delete", "volume_target")],
+    dependencies=[guard("baremetal:volume:delete", VOLUME_TARGET)],
 )
 @wait_for_lock
 def delete_target(target_uuid: str, request: Request) -> Response:
