@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import bench
+import bench_measures
 
 from metalforge.db.tallies import FLUSH_EVERY
 from metalforge_lab.haproxy import HaProxy
@@ -147,7 +147,7 @@ def start_fleet(workdir: Path) -> Fleet:
             check=True,
             capture_output=True,
         )
-        api_ports = [(bench.free_port(), bench.free_port()) for _ in range(APIS)]
+        api_ports = [(bench_measures.free_port(), bench_measures.free_port()) for _ in range(APIS)]
         fleet.proxy = HaProxy(
             workdir,
             {"api": [api for api, _ in api_ports], "inspector": [insp for _, insp in api_ports]},
@@ -241,8 +241,8 @@ def db_cost(fleet: Fleet) -> DbCost:
         transactions=float(transactions),  # type: ignore[arg-type]
         statements=float(statements),  # type: ignore[arg-type]
         cpu=_postgres_cpu(cluster),
-        service_cpu=sum(bench.cpu_seconds(proc.pid) for proc in fleet.services),
-        writes=bench.write_transactions(fleet.proxy.ports["api"]),
+        service_cpu=sum(bench_measures.cpu_seconds(proc.pid) for proc in fleet.services),
+        writes=bench_measures.write_transactions(fleet.proxy.ports["api"]),
     )
 
 
@@ -282,31 +282,31 @@ def run_scale(workdir: Path, nodes: int, args: argparse.Namespace) -> ScaleResul
     fleet = start_fleet(scale_dir)
     result = ScaleResult(nodes)
     try:
-        client = bench.Client(fleet.proxy.ports["api"])
-        inspector = bench.Client(fleet.proxy.ports["inspector"])
-        result.enroll_rate, uuids = bench.enroll(client, nodes, args.enroll_concurrency)
-        result.list_ms = bench.list_latency(client, "/v1/nodes", args.list_rounds)
-        result.detail_ms = bench.list_latency(client, "/v1/nodes/detail", args.list_rounds)
+        client = bench_measures.Client(fleet.proxy.ports["api"])
+        inspector = bench_measures.Client(fleet.proxy.ports["inspector"])
+        result.enroll_rate, uuids = bench_measures.enroll(client, nodes, args.enroll_concurrency)
+        result.list_ms = bench_measures.list_latency(client, "/v1/nodes", args.list_rounds)
+        result.detail_ms = bench_measures.list_latency(client, "/v1/nodes/detail", args.list_rounds)
         rest, since = db_cost(fleet), time.monotonic()
         time.sleep(BASELINE_WINDOW)  # no client, every node enrolled: nothing to sync
         baseline = db_cost(fleet).minus(rest).per(time.monotonic() - since)
         gets = 2_000
         before = (db_cost(fleet), time.monotonic())
-        bench.run_parallel(
-            lambda _i: bench.poll(client, uuids[-1]), range(gets), args.enroll_concurrency
+        bench_measures.run_parallel(
+            lambda _i: bench_measures.poll(client, uuids[-1]), range(gets), args.enroll_concurrency
         )
         result.get_cost = spent(fleet, before, baseline).per(gets)
         lifecycles = args.lifecycle_nodes
         before, sent = (db_cost(fleet), time.monotonic()), client.requests
-        result.life_rate, p50, p95 = bench.lifecycle(
+        result.life_rate, p50, p95 = bench_measures.lifecycle(
             client, uuids[:lifecycles], args.lifecycle_concurrency
         )
         result.life_requests = (client.requests - sent) / lifecycles
         result.life_ms = (p50 * 1000, p95 * 1000)
         result.life_cost = spent(fleet, before, baseline).per(lifecycles)
-        result.alloc_rate = bench.allocate(client, lifecycles, args.lifecycle_concurrency)
+        result.alloc_rate = bench_measures.allocate(client, lifecycles, args.lifecycle_concurrency)
         burst = uuids[lifecycles : lifecycles + args.inspection_nodes]
-        rate, p50, p95 = bench.inspection_burst(
+        rate, p50, p95 = bench_measures.inspection_burst(
             client, inspector, burst, args.lifecycle_concurrency
         )
         result.inspect_rate, result.inspect_ms = rate, (p50 * 1000, p95 * 1000)
@@ -414,7 +414,7 @@ def report(results: list[ScaleResult], args: argparse.Namespace) -> str:
         f"### {time.strftime('%Y-%m-%d')} — fleet: PostgreSQL (durable), {APIS} API processes "
         f"behind HAProxy, {CONDUCTORS} conductors",
         "",
-        f"Machine: {bench.machine()}",
+        f"Machine: {bench_measures.machine()}",
         "",
         header,
         "| --- |" + " --- |" * len(results),

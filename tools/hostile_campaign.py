@@ -39,7 +39,7 @@ from typing import Any
 
 import bcrypt
 import requests
-from bench import free_port
+from bench_measures import free_port
 
 PERSONAS: dict[str, tuple[list[str], str | None]] = {
     "alice": (["admin"], None),

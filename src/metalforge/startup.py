@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from metalforge.conductor.context import ConductorContext
+from metalforge.conductor.leadership import LeaderTerm, SingletonTask
 from metalforge.conductor.process import ConductorProcess
 from metalforge.conductor.registration import HostnameInUse
 from metalforge.config import Settings
@@ -86,8 +87,18 @@ def build_conductor(settings: Settings, db: Database, registry: DriverRegistry) 
         directory=ConductorDirectory(db, settings.conductor.heartbeat_timeout),
         notify=ctx.waker.notify,
     )
-    advancing = [rollouts.task(svc)] if settings.conductor.rollout_interval > 0 else []
+    advancing = [_rollout_task(svc)] if settings.conductor.rollout_interval > 0 else []
     return ConductorProcess(ctx, tasks=advancing)
+
+
+def _rollout_task(svc: Services) -> SingletonTask:
+    """The conductors' singleton task that advances rollouts, its writes under the term
+    (the service knows rollouts; the conductor's process knows how to lead)."""
+
+    def run(term: LeaderTerm) -> None:
+        rollouts.advance(svc, term.write)
+
+    return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run, log_runs=False)
 
 
 def private_state_dir(settings: Settings) -> None:

@@ -52,7 +52,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from metalforge import states
-from metalforge.conductor.leadership import LeaderTerm, SingletonTask
 from metalforge.db.models import Node, NodeTrait, Rollout, RolloutNode, utcnow
 from metalforge.errors import RequestError, bad_request, conflict, not_found
 from metalforge.services import firmware_baselines, lookup, provisioning, runbooks
@@ -682,12 +681,3 @@ def _start(svc: Services, write: Write, rollout: Rollout, start: _Start) -> None
                     claim=None,
                 )
             )
-
-
-def task(svc: Services) -> SingletonTask:
-    """The conductors' singleton task that advances rollouts, its writes under the term."""
-
-    def run(term: LeaderTerm) -> None:
-        advance(svc, term.write)
-
-    return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run, log_runs=False)
