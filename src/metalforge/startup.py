@@ -24,7 +24,7 @@ from metalforge.db.engine import Database, RetryPolicy
 from metalforge.drivers.catalog import HARDWARE_TYPES
 from metalforge.drivers.hardware import DriverRegistry
 from metalforge.drivers.redfish.connection import CONNECTIONS
-from metalforge.services import rollouts
+from metalforge.services import rollout_waves
 from metalforge.services.context import Services
 
 
@@ -96,7 +96,7 @@ def _rollout_task(svc: Services) -> SingletonTask:
     (the service knows rollouts; the conductor's process knows how to lead)."""
 
     def run(term: LeaderTerm) -> None:
-        rollouts.advance(svc, term.write)
+        rollout_waves.advance(svc, term.write)
 
     return SingletonTask("rollouts", lambda ctx: ctx.settings.rollout_interval, run, log_runs=False)
 

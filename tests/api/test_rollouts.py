@@ -1,6 +1,6 @@
 """``/v1/rollouts``: a change rolled out over fake-hardware nodes in waves.
 
-Most tests advance the rollout themselves (``rollouts.advance``, what the
+Most tests advance the rollout themselves (``rollout_waves.advance``, what the
 conductors' singleton task calls each round), on a stack whose conductor
 advances none (``rollout_interval`` 0), so each round is one the test
 chose; the nodes' flows run on the stack's conductor as always. The last
@@ -22,7 +22,7 @@ from sqlalchemy import update
 
 from metalforge import cli
 from metalforge.db.models import RolloutNode
-from metalforge.services import rollouts
+from metalforge.services import rollout_waves, rollouts
 from metalforge.services.context import Services
 from metalforge.startup import StartupError
 from tests.support.api import (
@@ -116,7 +116,7 @@ def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: 
     assert [n["wave"] for n in created["nodes"]] == [0, 1, 1, 2, 2]
     assert (created["node_counts"]["pending"], created["nodes"][0]["verb"]) == (5, "clean")
 
-    rollouts.advance(svc)  # the canary starts
+    rollout_waves.advance(svc)  # the canary starts
     shown = _show(client, "bios-q4")
     assert shown["state"] == "running"
     assert {k: _by_node(shown)[uuids["n1"]][k] for k in ("state", "node_name")} == {
@@ -124,21 +124,21 @@ def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: 
         "node_name": "n1",
     }
     wait_for_state(client, uuids["n1"], "manageable")
-    rollouts.advance(svc)  # the canary succeeded: wait for the operator
+    rollout_waves.advance(svc)  # the canary succeeded: wait for the operator
     shown = _show(client, "bios-q4")
     assert (shown["state"], shown["paused_reason"]) == ("paused", rollouts.CANARY_DONE)
     assert _by_node(shown)[uuids["n1"]]["state"] == "succeeded"
     assert _by_node(shown)[uuids["n2"]]["state"] == "pending"
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     assert _show(client, "bios-q4")["state"] == "paused", "a paused rollout starts nothing"
 
     assert _act(client, "bios-q4", "resume").json()["state"] == "running"
-    rollouts.advance(svc)  # wave 1: n2 and n3
+    rollout_waves.advance(svc)  # wave 1: n2 and n3
     wait_for_state(client, uuids["n2"], "manageable")
     failed = wait_for_state(client, uuids["n3"], "clean failed")
     assert "firmware.update" in failed["last_error"]
     assert _act(client, "bios-q4", "pause").json()["paused_reason"] == "paused by an operator"
-    rollouts.advance(svc)  # the wave is settled, but the rollout is paused
+    rollout_waves.advance(svc)  # the wave is settled, but the rollout is paused
     shown = _by_node(_show(client, "bios-q4"))
     assert shown[uuids["n3"]]["state"] == "failed"
     assert shown[uuids["n3"]]["outcome"] == "clean failed"
@@ -147,10 +147,10 @@ def test_a_baseline_rolls_out_with_a_canary_a_pause_and_a_failure_budget(stack: 
     assert get_node(client, uuids["n4"])["provision_state"] == "manageable"
 
     _act(client, "bios-q4", "resume")
-    rollouts.advance(svc)  # one failure is within the budget: wave 2
+    rollout_waves.advance(svc)  # one failure is within the budget: wave 2
     for name in ("n4", "n5"):
         wait_for_state(client, uuids[name], "manageable")
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     shown = _show(client, "bios-q4")
     assert shown["state"] == "done"
     assert shown["finished_at"] is not None
@@ -196,10 +196,10 @@ def test_more_failures_than_the_budget_stop_the_rollout(stack: Stack) -> None:
         batch=2,
         max_failures=1,
     )
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     for uuid in failing:
         wait_for_state(client, uuid, "clean failed")
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     shown = _show(client, created["uuid"])
     assert shown["state"] == "failed"
     assert shown["last_error"] == "2 nodes failed, more than the 1 allowed"
@@ -213,12 +213,12 @@ def test_abort_lets_the_nodes_under_way_finish_and_starts_no_other(stack: Stack)
     client, svc = stack.client, _svc(stack)
     nodes = [_manageable(client, f"a{n}") for n in range(3)]
     created = _create(client, action={"verb": "inspect"}, selector={"nodes": nodes})
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     aborted = _act(client, created["uuid"], "abort").json()
     assert aborted["state"] == "stopped"
     assert [n["state"] for n in aborted["nodes"]] == ["running", "skipped", "skipped"]
     wait_for_state(client, nodes[0], "manageable")
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     shown = _show(client, created["uuid"])
     assert [n["state"] for n in shown["nodes"]] == ["succeeded", "skipped", "skipped"]
     assert shown["finished_at"] is not None
@@ -239,9 +239,9 @@ def test_a_start_lost_with_its_conductor_is_made_again(stack: Stack) -> None:
             .where(RolloutNode.node_uuid == node)
             .values(state="running", started_at=started)
         )
-    rollouts.advance(svc)  # still manageable, unchanged since: started again
+    rollout_waves.advance(svc)  # still manageable, unchanged since: started again
     wait_for_state(client, node, "available")
-    rollouts.advance(svc)
+    rollout_waves.advance(svc)
     assert _show(client, created["uuid"])["state"] == "done"
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from metalforge.services.rollouts import window_open
+from metalforge.services.rollout_waves import window_open
 
 
 def _at(hour: int, minute: int = 0) -> dt.datetime:
