@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from metalforge.conductor import stepflow
 from metalforge.db.engine import Database
+from metalforge.db.flow_progress import StepKind
 from metalforge.drivers.base import DriverTask, StepsNotKnown
 from metalforge.drivers.fake import FAKE_HARDWARE, FakeDeploy
 from metalforge.drivers.hardware import DriverRegistry, HardwareType
@@ -276,7 +277,9 @@ class _AgentLaterDeploy(FakeDeploy):
 
     name = "agent-later"
 
-    def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
+    def get_steps(self, task: DriverTask, kind: StepKind) -> list[StepDecl]:
+        if kind != "clean":
+            return super().get_steps(task, kind)
         retry = int(task.node.extra.get("retry_after", -1))
         raise StepsNotKnown("the agent has not reported its clean steps yet", retry_after=retry)
 

@@ -406,3 +406,70 @@ def test_the_firmware_page_lists_each_baselines_drifted_nodes(
     assert "drifted-node" in shown
     assert "9.9.9" in shown
     assert node["uuid"] in shown
+
+
+IN_PAGE_MODULES = """
+const done = arguments[arguments.length - 1];
+const url = (name) => new URL(`static/${name}.js`, document.baseURI).href;
+Promise.all([import(url("session")), import(url("flow"))])
+  .then(([session, flow]) => {
+    SCRIPT
+  })
+  .catch((err) => done(`failed: ${err}`));
+"""
+
+
+def in_page_module(driver: webdriver.Chrome, script: str) -> object:
+    """Run ``script`` with the page's own modules (``session`` and ``flow``) and return
+    what it passes to ``done``: the same module instances the page runs, so what it
+    changes in ``session.app`` the page sees."""
+    return driver.execute_async_script(IN_PAGE_MODULES.replace("SCRIPT", script))
+
+
+def test_the_buttons_are_the_verbs_the_server_lists(
+    page: webdriver.Chrome, server: LiveServer, admin_api: Api
+) -> None:
+    """A verb the state table lists gets a button even when the page has no label for it;
+    one it does not list gets none, even where a state would take it."""
+    uuid = admin_api.create_node(name="server-verbs")["uuid"]
+    signed_in(page, server.url, ADMIN)
+    visible(page, '#fleet-table[data-loaded="true"]')  # the state table is read by then
+    changed = in_page_module(
+        page,
+        """
+        const table = structuredClone(session.app.states);
+        table.verbs = table.verbs.filter((verb) => verb !== "manage").concat(["run_burn_in"]);
+        table.verbs_by_state.enroll = table.verbs_by_state.enroll.concat(["run_burn_in"]);
+        session.app.states = table;
+        done(table.verbs_by_state.enroll.includes("manage"));
+        """,
+    )
+    assert changed is True, changed
+    node_page(page, uuid)
+
+    button = visible(page, "#action-run_burn_in")
+    assert button.text == "Run burn in"
+    assert not page.find_elements(By.ID, "action-manage")
+    # The page sends the verb as it is listed; this server has no such verb and says so.
+    confirm(page, "#action-run_burn_in")
+    banner = text_of(page, "#error-banner")
+    assert "Run burn in was refused (400)" in banner
+    assert admin_api.node(uuid)["provision_state"] == "enroll"
+
+
+def test_the_running_step_fields_are_the_ones_the_server_lists(
+    page: webdriver.Chrome, server: LiveServer
+) -> None:
+    signed_in(page, server.url, READER)
+    visible(page, '#fleet-table[data-loaded="true"]')
+    shown = in_page_module(
+        page,
+        """
+        const node = { deploy_step: { interface: "deploy", step: "write_image" } };
+        const listed = session.app.states.step_fields;
+        const step = flow.currentStep(node);
+        session.app.states = { ...session.app.states, step_fields: ["clean_step"] };
+        done([listed, step && step.label, flow.currentStep(node)]);
+        """,
+    )
+    assert shown == [["clean_step", "deploy_step", "service_step"], "deploy.write_image", None]

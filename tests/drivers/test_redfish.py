@@ -587,8 +587,8 @@ def test_bios_apply_and_factory_reset(bmc: Bmc, system: FakeSystem, task: Task) 
         {"name": "NicBoot1", "value": "Disabled"},
     ]
     assert (
-        BIOS.execute_clean_step(
-            task, {"step": "apply_configuration", "args": {"settings": settings}}
+        BIOS.execute_step(
+            task, "clean", {"step": "apply_configuration", "args": {"settings": settings}}
         )
         == "done"
     )

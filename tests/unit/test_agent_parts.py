@@ -172,7 +172,7 @@ def test_unknown_clean_steps_suggest_when_to_ask_again(
     node = Node(uuid="00000000-0000-0000-0000-000000000001", driver="redfish")
     node.driver_internal_info = {}
     with pytest.raises(StepsNotKnown) as raised:
-        AgentDeploy().get_clean_steps(ReadOnlyTask(node, progress=progress))
+        AgentDeploy().get_steps(ReadOnlyTask(node, progress=progress), "clean")
     assert raised.value.retry_after == retry_after
 
 
@@ -183,7 +183,7 @@ def test_service_steps_are_the_agents_own_report_not_its_clean_steps() -> None:
     }
     task = ReadOnlyTask(node, progress=FlowProgress(flow="service", ramdisk_booting_since=1.0))
     with pytest.raises(StepsNotKnown) as raised:
-        AgentDeploy().get_service_steps(task)
+        AgentDeploy().get_steps(task, "service")
     assert "service steps" in str(raised.value)
     assert raised.value.retry_after == AGENT_BOOT_RETRY
     node.driver_internal_info = {
@@ -193,7 +193,7 @@ def test_service_steps_are_the_agents_own_report_not_its_clean_steps() -> None:
             {"step": "delete_configuration", "interface": "raid"},
         ],
     }
-    (step,) = AgentDeploy().get_service_steps(ReadOnlyTask(node, progress=NO_FLOW))
+    (step,) = AgentDeploy().get_steps(ReadOnlyTask(node, progress=NO_FLOW), "service")
     assert (step.kind, step.method, step.abortable, step.requires_ramdisk) == (
         "service",
         "burnin_disks",

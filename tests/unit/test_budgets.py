@@ -30,7 +30,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
         700,
         "image fetching, checksums and conversion: one streaming pipeline",
     ),
-    "src/metalforge/dashboard/static/app.js": (2000, "to be split into modules"),
     "tools/conformance.py": (620, "one script: Keystone, the service, tempest, the report"),
 }
 """Modules allowed past the limit: (ceiling in lines, why it is one piece)."""

@@ -38,10 +38,10 @@ def _node(**fields: Any) -> Node:
 
 def test_get_clean_steps_lists_every_clean_step_highest_priority_first() -> None:
     task = ReadOnlyTask(_node())
-    deploy = [(d.method, d.priority) for d in FakeDeploy().get_clean_steps(task)]
+    deploy = [(d.method, d.priority) for d in FakeDeploy().get_steps(task, "clean")]
     # Deploy steps are not clean steps; priority 0 steps are listed (manual cleaning).
     assert deploy == [("erase_devices_metadata", 99), ("erase_devices", 10)]
-    raid = FakeRaid().get_clean_steps(task)
+    raid = FakeRaid().get_steps(task, "clean")
     assert [(d.method, d.priority) for d in raid] == [
         ("create_configuration", 0),
         ("delete_configuration", 0),
@@ -62,7 +62,7 @@ def test_clean_step_decorator_records_its_declaration() -> None:
         def scrub(self, task: Any, level: int) -> None:
             """Scrub."""
 
-    (scrub,) = [d for d in Decorated().get_clean_steps(ReadOnlyTask(_node())) if d.priority]
+    (scrub,) = [d for d in Decorated().get_steps(ReadOnlyTask(_node()), "clean") if d.priority]
     assert (scrub.kind, scrub.method, scrub.priority, scrub.abortable) == (
         "clean",
         "scrub",
@@ -85,28 +85,30 @@ def test_execute_clean_step_runs_the_step_with_its_arguments() -> None:
     )
     task = _BiosKeepingTask(node)
     step = {"interface": "raid", "step": "create_configuration", "args": {}}
-    assert FakeRaid().execute_clean_step(task, {**step, "args": {"create_root_volume": False}}) == (
-        "done"
-    )
+    assert FakeRaid().execute_step(
+        task, "clean", {**step, "args": {"create_root_volume": False}}
+    ) == ("done")
     assert [d["raid_level"] for d in node.raid_config["logical_disks"]] == ["0"]
     with pytest.raises(StepFailed, match="invalid argument create_root_volume"):
-        FakeRaid().execute_clean_step(task, {**step, "args": {"create_root_volume": "no"}})
+        FakeRaid().execute_step(task, "clean", {**step, "args": {"create_root_volume": "no"}})
     bios = {"interface": "bios", "step": "apply_configuration"}
-    FakeBios().execute_clean_step(task, {**bios, "args": {"settings": [{"name": "a", "value": 1}]}})
+    FakeBios().execute_step(
+        task, "clean", {**bios, "args": {"settings": [{"name": "a", "value": 1}]}}
+    )
     assert node.driver_internal_info["fake_bios"] == {"a": 1}
     assert task.bios == (Setting("a", "1"),)
     with pytest.raises(StepFailed, match="invalid argument settings"):
-        FakeBios().execute_clean_step(task, {**bios, "args": {"settings": "a=1"}})
+        FakeBios().execute_step(task, "clean", {**bios, "args": {"settings": "a=1"}})
 
 
 def test_fake_fail_steps_and_asynchronous_steps() -> None:
     failing = _node(driver_info={"fake_fail_steps": "deploy.erase_devices, raid.x"})
     step = {"interface": "deploy", "step": "erase_devices", "args": {}}
     with pytest.raises(StepFailed, match=r"deploy\.erase_devices"):
-        FakeDeploy().execute_clean_step(ReadOnlyTask(failing), step)
+        FakeDeploy().execute_step(ReadOnlyTask(failing), "clean", step)
     slow = _node(driver_info={"fake_step_delay": 30})
     task = ReadOnlyTask(slow)
-    assert FakeDeploy().execute_clean_step(task, step) == "wait"
+    assert FakeDeploy().execute_step(task, "clean", step) == "wait"
     assert FakeDeploy().check_step(task, "erase_devices") == "wait"
     FakeDeploy().abort_step(task, "erase_devices")
     assert "fake_async_done_at" not in slow.driver_internal_info

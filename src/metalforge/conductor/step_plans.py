@@ -71,17 +71,13 @@ def _declared(
     impl: Interface, node: Node, kind: StepKind, progress: FlowProgress, agent_steps: bool
 ) -> list[StepDecl]:
     task = ReadOnlyTask(node, progress=progress)
-    if kind == "clean":
-        # Through the interface's own listing: an in-band one may not know its
-        # steps yet and says so (``StepsNotKnown``), which callers pass on.
-        return impl.get_clean_steps(task)
-    if kind == "service":
-        return impl.get_service_steps(task)
-    if impl.agent_steps_after is not None and not agent_steps:
+    if kind == "deploy" and impl.agent_steps_after is not None and not agent_steps:
         # Its agent's deploy steps are this deployment's agent's, known once its boot
         # step has run: whatever an earlier agent left cached is not read.
-        return Interface.get_deploy_steps(impl, task)
-    return impl.get_deploy_steps(task)
+        return Interface.get_steps(impl, task, kind)
+    # Through the interface's own listing: an in-band one may not know its steps yet
+    # and says so (``StepsNotKnown``), which callers pass on.
+    return impl.get_steps(task, kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ An asynchronous step parks the node in the wait state and queues a check; the
 check (``poll``) finishes it, or fails it when it has waited too long.
 
 Cleaning, deploying and servicing differ only in what their ``StepFlow``
-value declares (the node column showing the running step, how a step starts
-on its interface, what a failure leaves behind); nothing here branches on a
+value declares (its kind, the node column showing the running step, what a
+failure leaves behind; interfaces run every kind's steps through one
+``execute_step``); nothing here branches on a
 flow's name, so a new step flow is a new value, a column and a ``FlowSpec``
 naming it (docs/extending.md).
 """
@@ -36,27 +37,9 @@ from metalforge.db.flow_progress import FlowProgress, StepKind
 from metalforge.db.models import Node, NodeHistory
 from metalforge.drivers.base import (
     DriverError,
-    Interface,
-    StepOutcome,
     StepsChanged,
     StepsNotKnown,
 )
-
-StartStep = Callable[[Interface, NodeTask, step_plans.Step], StepOutcome]
-"""Start one step of the plan on its interface (the driver call differs by kind)."""
-
-
-def _start_deploy_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
-    return interface.execute_deploy_step(task, step.to_record())
-
-
-def _start_clean_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
-    return interface.execute_clean_step(task, step.to_record())
-
-
-def _start_service_step(interface: Interface, task: NodeTask, step: step_plans.Step) -> StepOutcome:
-    return interface.execute_service_step(task, step.to_record())
-
 
 Complete = Callable[[NodeTask, Sequence[step_plans.Step]], list[step_plans.Step]]
 """Complete a provisional plan, given the steps already run (see ``StepFlow.completes``)."""
@@ -71,7 +54,6 @@ class StepFlow:
     ``clean``, ``deploy`` or ``service`` steps), and the prefix of the history events."""
     column: InstrumentedAttribute[dict[str, Any]]
     """The node column showing the running step (``Node.clean_step``)."""
-    start: StartStep
     maintenance_on_failure: bool
     """A failure also puts the node in maintenance (a half-cleaned node must not be used)."""
     replans: Callable[[NodeTask], bool] = lambda _task: False
@@ -100,21 +82,18 @@ def _automated(task: NodeTask) -> bool:
 CLEAN = StepFlow(
     name="clean",
     column=Node.clean_step,
-    start=_start_clean_step,
     maintenance_on_failure=True,
     replans=_automated,
 )
 DEPLOY = StepFlow(
     name="deploy",
     column=Node.deploy_step,
-    start=_start_deploy_step,
     maintenance_on_failure=False,
     completes=deploy_plan.complete_for_task,
 )
 SERVICE = StepFlow(
     name="service",
     column=Node.service_step,
-    start=_start_service_step,
     maintenance_on_failure=False,
 )
 
@@ -263,7 +242,7 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
         task.save()
         try:
             interface = task.ctx.drivers.interface(task.node, step.interface)
-            outcome = kind.start(interface, task, step)
+            outcome = interface.execute_step(task, kind.name, step.to_record())
         except StepsChanged as exc:
             _steps_changed(task, kind, step, exc)
             return

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from metalforge.config import ConductorSettings
 from metalforge.db import bios_settings, firmware_components
 from metalforge.db.agent_sessions import AgentSessionInfo
-from metalforge.db.flow_progress import NO_FLOW, FlowProgress
+from metalforge.db.flow_progress import NO_FLOW, FlowProgress, StepKind
 from metalforge.db.models import Node
 from metalforge.drivers import failures
 from metalforge.drivers.raid import (
@@ -290,41 +290,23 @@ class Interface(ABC):
         """Steps this implementation declares."""
         return declared_steps(cls)
 
-    def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
-        """Every clean step this interface offers for ``task.node``, highest priority first.
+    def get_steps(self, task: DriverTask, kind: StepKind) -> list[StepDecl]:
+        """Every ``kind`` step this interface offers for ``task.node``, highest priority first.
 
         Steps with priority 0 are included: the operator's overrides may give
-        them a priority and manual cleaning may name them, so only the
-        conductor, after overrides, decides what runs automatically. Raises
-        ``StepsNotKnown`` while the steps cannot be listed yet. Must not
-        change the node (the API lists steps without a reservation).
+        them a priority and a request may name them, so only the conductor,
+        after overrides, decides what runs automatically. An in-band interface
+        adds the steps its agent reported and raises ``StepsNotKnown`` while no
+        agent has. Must not change the node (the API lists steps without a
+        reservation).
         """
-        found = [d for d in self.steps() if d.kind == "clean"]
+        found = [d for d in self.steps() if d.kind == kind]
         return sorted(found, key=lambda d: (-d.priority, d.method))
 
-    def get_service_steps(self, task: DriverTask) -> list[StepDecl]:
-        """Every service step this interface offers for ``task.node`` (as ``get_clean_steps``:
-        an in-band interface raises ``StepsNotKnown`` until its agent has reported)."""
-        found = [d for d in self.steps() if d.kind == "service"]
-        return sorted(found, key=lambda d: (-d.priority, d.method))
-
-    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
-        """Every deploy step this interface offers for ``task.node``: its declared ones
-        and (``agent_steps_after``) the ones its agent reported; raises ``StepsNotKnown``
-        while no agent has. Must not change the node."""
-        found = [d for d in self.steps() if d.kind == "deploy"]
-        return sorted(found, key=lambda d: (-d.priority, d.method))
-
-    def execute_deploy_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        """Run one of this interface's deploy steps, given as the plan stores it."""
-        return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
-
-    def execute_service_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        """Run one of this interface's service steps, given as the plan stores it."""
-        return self.run_step(task, str(step["step"]), dict(step.get("args") or {}))
-
-    def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        """Run one of this interface's clean steps, given as the plan stores it.
+    def execute_step(
+        self, task: DriverTask, kind: StepKind, step: Mapping[str, Any]
+    ) -> StepOutcome:
+        """Run one of this interface's ``kind`` steps, given as the plan stores it.
 
         ``step`` carries at least ``step`` (the method) and ``args``; the
         engine checked the arguments' names against ``argsinfo`` already.

@@ -1,24 +1,32 @@
 """``/dashboard/``: the operator's web page, served by the API itself.
 
-The page is static (HTML, one script, one style sheet: nothing to build) and
-holds no data: everything it shows it reads from ``/v1`` with the
+The page is static (HTML, a style sheet and a few JavaScript modules: nothing to
+build) and holds no data: everything it shows it reads from ``/v1`` with the
 credentials the operator types in, so the files are served without
 authentication and every figure stays behind the API's own policy.
-``states.json`` gives the page the verbs each provision state accepts, read
-from the one state table rather than copied into the script.
+``states.json`` gives the page what it would otherwise copy from the server: the
+verbs each provision state accepts, from the one state table, and the node fields
+that hold a flow's running step, from the node table.
 """
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse
-from starlette.staticfiles import StaticFiles
+from sqlalchemy import JSON
+from sqlalchemy import inspect as inspect_model
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.staticfiles import NotModifiedResponse, PathLike, StaticFiles
+from starlette.types import Scope
 
 from metalforge import states
+from metalforge.db.models import Node
 
 PREFIX = "/dashboard"
 STATIC_DIR = Path(str(files("metalforge.dashboard") / "static"))
@@ -53,17 +61,75 @@ def dashboard_page() -> FileResponse:
 
 @router.get(f"{PREFIX}/states.json")
 def dashboard_states() -> dict[str, Any]:
-    """The verbs a caller may request in each provision state (the page's action buttons)."""
+    """What the page's action buttons and step column read from the server.
+
+    ``verbs`` are the canonical verbs a caller may request (``states.VERBS``, in its
+    order) and ``verb_aliases`` their newer spellings; ``verbs_by_state`` the verbs
+    each provision state accepts; ``step_fields`` the node fields that hold the step a
+    flow is running (``clean_step``...).
+    """
     verbs = set(states.VERBS)
     return {
         "states": sorted(states.STATES),
+        "verbs": list(states.VERBS),
+        "verb_aliases": dict(states.VERB_ALIASES),
         "verbs_by_state": {
             state: [event for event in states.allowed_events(state) if event in verbs]
             for state in sorted(states.STATES)
         },
+        "step_fields": step_fields(),
     }
 
 
+def step_fields() -> list[str]:
+    """The node's running-step fields, in the table's order: its JSON ``<kind>_step`` columns.
+
+    Read from the node table (one column per step kind) rather than from the step
+    kinds themselves, which the API may not import (``db.flow_progress``).
+    """
+    return [
+        column.key
+        for column in inspect_model(Node).columns
+        if column.key.endswith("_step") and isinstance(column.type, JSON)
+    ]
+
+
+# Served with a type the browser may run as a module (it refuses any other for
+# ``<script type="module">``), whatever the host's own MIME table says.
+_MEDIA_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+}
+
+
+class DashboardFiles(StaticFiles):
+    """The page's files with a fixed content type per suffix, revalidated on each load.
+
+    ``no-cache`` (the browser asks again, and an unchanged file costs a 304) keeps the
+    modules of one release together: a new entry module never runs beside an older,
+    cached module it imports names from.
+    """
+
+    def file_response(
+        self,
+        full_path: PathLike,
+        stat_result: os.stat_result,
+        scope: Scope,
+        status_code: int = 200,
+    ) -> Response:
+        response = FileResponse(
+            full_path,
+            status_code=status_code,
+            stat_result=stat_result,
+            media_type=_MEDIA_TYPES.get(Path(full_path).suffix),
+            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+        )
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
+        return response
+
+
 def static_files() -> StaticFiles:
-    """The script, style sheet and images, under ``/dashboard/static/``."""
-    return StaticFiles(directory=STATIC_DIR)
+    """The page's modules, style sheet and images, under ``/dashboard/static/``."""
+    return DashboardFiles(directory=STATIC_DIR)

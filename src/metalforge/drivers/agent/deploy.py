@@ -95,6 +95,10 @@ def _step_kind(command: str) -> StepKind:
     raise StepFailed(f"the recorded agent command {command!r} runs no kind of step")
 
 
+_DURING: dict[StepKind, str] = {"clean": "cleaning", "deploy": "deployment", "service": "servicing"}
+"""The flow during which the agent reports each kind's steps, for the wait's message."""
+
+
 class CustomAgentDeploy(DeployInterface):
     """Deploy, clean and service through the ramdisk agent; the deployment's work between
     booting the agent and booting the instance is the agent's own deploy steps.
@@ -142,8 +146,21 @@ class CustomAgentDeploy(DeployInterface):
             self._stop_ramdisk(task)
         boot_of(task).clean_up_instance(task)
 
-    def get_clean_steps(self, task: DriverTask) -> list[StepDecl]:
-        return self._reported_steps(task, "clean", "cleaning")
+    def get_steps(self, task: DriverTask, kind: StepKind) -> list[StepDecl]:
+        """The declared steps, then the agent's (one named as a declared step is the
+        declared one: the agent's is shadowed, as in Ironic)."""
+        declared = super().get_steps(task, kind)
+        own = {d.method for d in declared}
+        reported = self._reported_steps(task, kind, _DURING[kind])
+        return declared + [d for d in reported if d.method not in own]
+
+    def execute_step(
+        self, task: DriverTask, kind: StepKind, step: Mapping[str, Any]
+    ) -> StepOutcome:
+        if self._declares(step, kind):
+            return super().execute_step(task, kind, step)
+        self._start_agent_step(task, kind, step)
+        return "wait"
 
     def _reported_steps(self, task: DriverTask, kind: StepKind, flow: str) -> list[StepDecl]:
         """This interface's ``kind`` steps as the agent last reported them."""
@@ -173,26 +190,6 @@ class CustomAgentDeploy(DeployInterface):
             for step in steps
             if step is not None and step["interface"] == self.interface_type
         ]
-
-    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
-        """The declared deploy steps, then the agent's (one named as a declared step is
-        the declared one: the agent's is shadowed, as in Ironic)."""
-        declared = super().get_deploy_steps(task)
-        own = {d.method for d in declared}
-        reported = self._reported_steps(task, "deploy", "deployment")
-        return declared + [d for d in reported if d.method not in own]
-
-    def execute_deploy_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        if self._declares(step, "deploy"):
-            return super().execute_deploy_step(task, step)
-        self._start_agent_step(task, "deploy", step)
-        return "wait"
-
-    def execute_clean_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        if self._declares(step, "clean"):
-            return super().execute_clean_step(task, step)
-        self._start_agent_step(task, "clean", step)
-        return "wait"
 
     def _declares(self, step: Mapping[str, Any], kind: StepKind) -> bool:
         """Whether ``step`` is one of this class's own (out-of-band), not the agent's."""
@@ -267,15 +264,6 @@ class CustomAgentDeploy(DeployInterface):
             switch_power(task, power, POWER_ON)
         task.node.power_state = POWER_ON
         task.record("agent", "the node boots its instance again")
-
-    def get_service_steps(self, task: DriverTask) -> list[StepDecl]:
-        return self._reported_steps(task, "service", "servicing")
-
-    def execute_service_step(self, task: DriverTask, step: Mapping[str, Any]) -> StepOutcome:
-        if self._declares(step, "service"):
-            return super().execute_service_step(task, step)
-        self._start_agent_step(task, "service", step)
-        return "wait"
 
     @staticmethod
     def _lock_down(task: DriverTask) -> None:

@@ -16,6 +16,7 @@ refused, and the boot interface must be able to boot such an instance.
 
 from __future__ import annotations
 
+from metalforge.db.flow_progress import StepKind
 from metalforge.drivers.agent.deploy import CustomAgentDeploy
 from metalforge.drivers.agent.session import boot_of, power_of
 from metalforge.drivers.base import (
@@ -23,6 +24,7 @@ from metalforge.drivers.base import (
     POWER_ON,
     DriverError,
     DriverTask,
+    Interface,
     StepOutcome,
     ramdisk_instance_iso,
     set_info,
@@ -72,8 +74,11 @@ class RamdiskDeploy(CustomAgentDeploy):
         task.node.power_state = POWER_ON
         return "done"
 
-    def get_deploy_steps(self, task: DriverTask) -> list[StepDecl]:
-        return [d for d in self.steps() if d.kind == "deploy"]
+    def get_steps(self, task: DriverTask, kind: StepKind) -> list[StepDecl]:
+        """Its deploy steps are its own: no agent runs while it deploys."""
+        if kind == "deploy":
+            return Interface.get_steps(self, task, kind)
+        return super().get_steps(task, kind)
 
     # The agent deploy's other deploy steps leave the agent: none here.
     def prepare_instance_boot(self, task: DriverTask) -> None:
