@@ -26,7 +26,7 @@ from metalforge.config import ConductorSettings
 from metalforge.db import agent_sessions
 from metalforge.db.engine import Database
 from metalforge.db.flow_progress import StepKind
-from metalforge.db.models import Node
+from metalforge.db.models import STEP_COLUMNS, Node
 from metalforge.drivers.agent import deploy as agent_deploy
 from metalforge.drivers.base import StepFailed
 from metalforge.redaction import mask_document
@@ -164,6 +164,7 @@ def test_a_step_flow_shows_its_step_masked_and_announced(
     assert column in node_fields.NODE_FIELDS
     assert node_view._COMPUTED[column] is mask_document
     assert kind.name in get_args(StepKind)
+    assert column in STEP_COLUMNS, "masked and shown by the dashboard as a running step"
     with sqlite_db.read() as session:
         triggers = session.execute(
             text("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'nodes'")
@@ -213,3 +214,7 @@ def test_an_agent_commands_prefix_names_its_step_kind(kind: StepKind) -> None:
 def test_an_agent_command_of_no_step_kind_is_refused_not_read_as_cleaning() -> None:
     with pytest.raises(StepFailed, match="runs no kind of step"):
         agent_deploy._step_kind("standby.prepare_image")
+
+
+def test_every_step_kind_has_its_running_step_column_and_only_those_are() -> None:
+    assert tuple(f"{kind}_step" for kind in get_args(StepKind)) == STEP_COLUMNS

@@ -23,7 +23,7 @@ from sqlalchemy import Row
 
 from metalforge.api.links import links, sub_links
 from metalforge.api.versions import Version
-from metalforge.db.models import Node
+from metalforge.db.models import STEP_COLUMNS, Node
 from metalforge.redaction import MASK, mask_document, mask_secrets
 from metalforge.services.node_fields import NODE_FIELDS
 
@@ -96,10 +96,8 @@ _COMPUTED: dict[str, Callable[[Any], Any]] = {
     "driver_internal_info": mask_secrets,
     "instance_info": masked_instance_info,
     # A running step's arguments may hold a BMC password (a firmware update's
-    # credentials, a BIOS admin password): masked as driver_info is.
-    "clean_step": mask_document,
-    "deploy_step": mask_document,
-    "service_step": mask_document,
+    # credentials, a BIOS admin password): masked as driver_info is, for every kind.
+    **dict.fromkeys(STEP_COLUMNS, mask_document),
     "created_at": _iso,
     "updated_at": _iso,
     "provision_updated_at": _iso,

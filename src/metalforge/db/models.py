@@ -875,6 +875,16 @@ class PxeFilterHost(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
+STEP_COLUMNS: tuple[str, ...] = tuple(
+    column.key
+    for column in Node.__table__.columns
+    if column.key.endswith("_step") and isinstance(column.type, JSON)
+)
+"""The node's running-step fields, one per step kind (``clean_step``...), in the table's
+order: what shows a flow's step, so every reader (the view's masking, the dashboard)
+finds a new kind's column without a list of its own."""
+
+
 def node_from_row(values: Mapping[str, Any]) -> Node:
     """A transient ``Node`` holding ``values`` (every column, as read with Core).
 

@@ -18,15 +18,13 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse
-from sqlalchemy import JSON
-from sqlalchemy import inspect as inspect_model
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.staticfiles import NotModifiedResponse, PathLike, StaticFiles
 from starlette.types import Scope
 
 from metalforge import states
-from metalforge.db.models import Node
+from metalforge.db.models import STEP_COLUMNS
 
 PREFIX = "/dashboard"
 STATIC_DIR = Path(str(files("metalforge.dashboard") / "static"))
@@ -87,11 +85,7 @@ def step_fields() -> list[str]:
     Read from the node table (one column per step kind) rather than from the step
     kinds themselves, which the API may not import (``db.flow_progress``).
     """
-    return [
-        column.key
-        for column in inspect_model(Node).columns
-        if column.key.endswith("_step") and isinstance(column.type, JSON)
-    ]
+    return list(STEP_COLUMNS)
 
 
 # Served with a type the browser may run as a module (it refuses any other for

@@ -95,10 +95,6 @@ def _step_kind(command: str) -> StepKind:
     raise StepFailed(f"the recorded agent command {command!r} runs no kind of step")
 
 
-_DURING: dict[StepKind, str] = {"clean": "cleaning", "deploy": "deployment", "service": "servicing"}
-"""The flow during which the agent reports each kind's steps, for the wait's message."""
-
-
 class CustomAgentDeploy(DeployInterface):
     """Deploy, clean and service through the ramdisk agent; the deployment's work between
     booting the agent and booting the instance is the agent's own deploy steps.
@@ -151,7 +147,7 @@ class CustomAgentDeploy(DeployInterface):
         declared one: the agent's is shadowed, as in Ironic)."""
         declared = super().get_steps(task, kind)
         own = {d.method for d in declared}
-        reported = self._reported_steps(task, kind, _DURING[kind])
+        reported = self._reported_steps(task, kind)
         return declared + [d for d in reported if d.method not in own]
 
     def execute_step(
@@ -162,14 +158,14 @@ class CustomAgentDeploy(DeployInterface):
         self._start_agent_step(task, kind, step)
         return "wait"
 
-    def _reported_steps(self, task: DriverTask, kind: StepKind, flow: str) -> list[StepDecl]:
+    def _reported_steps(self, task: DriverTask, kind: StepKind) -> list[StepDecl]:
         """This interface's ``kind`` steps as the agent last reported them."""
         cached = task.node.driver_internal_info.get(f"agent_cached_{kind}_steps")
         if cached is None:
             booting = task.progress.ramdisk_booting_since is not None
             raise StepsNotKnown(
-                f"the ramdisk agent has not reported its {kind} steps yet; they are known once "
-                f"it has booted on the node (during {flow})",
+                f"the ramdisk agent has not reported its {kind} steps yet; it reports them "
+                "once it has booted on the node in a flow that runs them",
                 # While the ramdisk boots the answer is a boot away; otherwise nobody
                 # knows when an agent will run (seed 002: -1).
                 retry_after=AGENT_BOOT_RETRY if booting else -1,
