@@ -18,7 +18,13 @@ from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork
 from metalforge.config import WorkDeadlines
-from metalforge.drivers.base import ConsoleInterface, DriverError, ManagementInterface, Unsupported
+from metalforge.drivers.base import (
+    ConsoleInterface,
+    DriverError,
+    ManagementInterface,
+    Unsupported,
+    optional_interface_of,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -45,8 +51,8 @@ def fail(task: NodeTask, message: str) -> None:
 
 
 def _management(task: NodeTask) -> ManagementInterface:
-    iface = task.interface("management")
-    if not isinstance(iface, ManagementInterface):
+    iface = optional_interface_of(task, ManagementInterface)
+    if iface is None:
         raise Unsupported(task.node.driver, "management")
     return iface
 
@@ -56,8 +62,8 @@ def run_console(task: NodeTask, change: ConsoleChange) -> None:
     node = task.node
     doing = "enabling" if enabled else "disabling"
     try:
-        iface = task.interface("console")
-        if not isinstance(iface, ConsoleInterface):
+        iface = optional_interface_of(task, ConsoleInterface)
+        if iface is None:
             raise Unsupported(node.driver, "console")
         iface.validate(task)
         if enabled:

@@ -196,8 +196,8 @@ def _power(ctx: ConductorContext, node: Node) -> PowerInterface:
 def _health(ctx: ConductorContext, node: Node, task: _ReadTask) -> tuple[str | None, bool]:
     """The BMC's health rating and whether it could be read; a failure here is not the
     power read's (the rating simply stays as recorded)."""
-    iface = ctx.drivers.interface(node, "management")
-    if not isinstance(iface, ManagementInterface):
+    iface = ctx.drivers.optional_interface_of(node, ManagementInterface)
+    if iface is None:
         return None, False
     try:
         return iface.get_health(task), True

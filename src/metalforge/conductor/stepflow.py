@@ -241,7 +241,7 @@ def run(task: NodeTask, kind: StepFlow, finish: Finish | None = None) -> None:
         # step's start: the index is durable before this step runs.
         task.save()
         try:
-            interface = task.ctx.drivers.interface(task.node, step.interface)
+            interface = task.ctx.drivers.family(task.node, step.interface)
             outcome = interface.execute_step(task, kind.name, step.to_record())
         except StepsChanged as exc:
             _steps_changed(task, kind, step, exc)
@@ -326,7 +326,7 @@ def poll(
     # A step that reports progress (an agent that is alive and still working)
     # is timed from its last progress, so a many-hour erase is not cut short.
     last_sign = max(started, progress.step_heartbeat_at or 0.0)
-    interface = task.ctx.drivers.interface(task.node, step.interface)
+    interface = task.ctx.drivers.family(task.node, step.interface)
     try:
         outcome = interface.check_step(task, step.step)
     except StepsChanged as exc:
@@ -414,7 +414,7 @@ def abort(
     """Stop the flow at the operator's request: into its failure state, or only through
     it when ``then`` takes the node on from there (servicing goes back to ``active``)."""
     if step is not None and not after:
-        task.ctx.drivers.interface(task.node, step.interface).abort_step(task, step.step)
+        task.ctx.drivers.family(task.node, step.interface).abort_step(task, step.step)
     where = f" during {step.name}" if step else ""
     message = f"{kind.name.capitalize()} aborted by the operator{where}"
     if after:

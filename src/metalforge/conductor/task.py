@@ -196,7 +196,7 @@ class NodeTask:
         return self.ctx.settings
 
     def interface(self, family: str) -> Interface:
-        return self.ctx.drivers.interface(self._node, family)
+        return self.ctx.drivers.family(self._node, family)
 
     def agent_session(self) -> agent_sessions.AgentSessionInfo | None:
         with self.ctx.db.read() as session:

@@ -17,7 +17,7 @@ from typing import Any
 from metalforge.conductor import history
 from metalforge.conductor.task import NodeTask
 from metalforge.conductor.work import NodeWork
-from metalforge.drivers.base import DriverError, VendorInterface
+from metalforge.drivers.base import DriverError, VendorInterface, optional_interface_of
 
 EVENT_TYPE = "vendor"
 _SHOWN = 200
@@ -41,9 +41,9 @@ def _shown(value: Any) -> str:
 def run(task: NodeTask, call: VendorCall) -> None:
     """Run the queued vendor method on ``task.node``; record what came of it."""
     method, verb, args = call.method, call.http_method, call.args
-    vendor = task.interface("vendor")
-    decl = vendor.node_methods().get(method) if isinstance(vendor, VendorInterface) else None
-    if not isinstance(vendor, VendorInterface) or decl is None:
+    vendor = optional_interface_of(task, VendorInterface)
+    decl = vendor.node_methods().get(method) if vendor is not None else None
+    if vendor is None or decl is None:
         # The node's vendor interface changed after the call was accepted.
         fail(task, f"vendor method {method} is no longer offered by the node's vendor interface")
         return

@@ -26,6 +26,7 @@ from metalforge.drivers.base import (
     DriverError,
     ManagementInterface,
     Unsupported,
+    optional_interface_of,
 )
 from metalforge.netboot.images import ImageError, ImageKind, cache_for
 
@@ -58,8 +59,8 @@ def fail(task: NodeTask, message: str) -> None:
 
 
 def _management(task: NodeTask) -> ManagementInterface:
-    iface = task.interface("management")
-    if not isinstance(iface, ManagementInterface):
+    iface = optional_interface_of(task, ManagementInterface)
+    if iface is None:
         raise Unsupported(task.node.driver, "management")
     iface.validate(task)
     return iface

@@ -596,8 +596,8 @@ class InspectInterface(Interface):
 
     def stop_inspection(self, task: DriverTask) -> None:
         """The inspection ended (processed, aborted, timed out): power the node off."""
-        power = task.interface("power")
-        if isinstance(power, PowerInterface):
+        power = optional_interface_of(task, PowerInterface)
+        if power is not None:
             switch_power(task, power, POWER_OFF)
             task.node.power_state = power.get_power_state(task)
 
@@ -815,6 +815,8 @@ class NotOffered(DriverError):
 
     def __init__(self, iface: Interface, doing: str) -> None:
         super().__init__(f"the {iface.name} {iface.interface_type} interface cannot {doing}")
+        self.implementation = iface.name
+        """The node's choice for the family (``no-raid``, ``fake``...)."""
 
 
 def offered(iface: Interface, kind: type[AnyInterface], doing: str) -> AnyInterface:
@@ -828,3 +830,10 @@ def interface_of(task: DriverTask, kind: type[AnyInterface], doing: str) -> AnyI
     """The task's node's implementation of ``kind``'s family, typed (``NotOffered`` when
     the node's choice cannot do ``doing``): one call instead of a lookup and a narrowing."""
     return offered(task.interface(kind.interface_type), kind, doing)
+
+
+def optional_interface_of(task: DriverTask, kind: type[AnyInterface]) -> AnyInterface | None:
+    """The task's node's implementation of ``kind``'s family, typed, or ``None`` when the
+    node's choice is not one (a no-op implementation), for callers to whom that is no error."""
+    iface = task.interface(kind.interface_type)
+    return iface if isinstance(iface, kind) else None

@@ -124,12 +124,14 @@ class DriverRegistry:
             chosen[family] = name
         return chosen
 
-    def default_interface(self, driver: str, family: str) -> Interface:
-        """The hardware type's default implementation of ``family`` (what driver-level
-        calls use: the driver's vendor methods, its RAID properties)."""
-        return self._instances[self.hardware_type(driver).default(family)]
+    def default_interface_of(self, driver: str, kind: type[AnyInterface]) -> AnyInterface | None:
+        """The hardware type's default implementation of ``kind``'s family (what driver-level
+        calls use: the driver's vendor methods, its RAID properties), or ``None`` when it
+        is not one (a no-op implementation)."""
+        iface = self._instances[self.hardware_type(driver).default(kind.interface_type)]
+        return iface if isinstance(iface, kind) else None
 
-    def interface(self, node: Node, family: str) -> Interface:
+    def _interface(self, node: Node, family: str) -> Interface:
         """The implementation of ``family`` the node is configured to use."""
         hw = self.hardware_type(node.driver)
         wanted = getattr(node, f"{family}_interface") or hw.default(family).name
@@ -141,7 +143,19 @@ class DriverRegistry:
     def interface_of(self, node: Node, kind: type[AnyInterface], doing: str) -> AnyInterface:
         """The node's implementation of ``kind``'s family, typed; ``NotOffered`` (a
         ``DriverError``) when the node's choice cannot do ``doing``."""
-        return offered(self.interface(node, kind.interface_type), kind, doing)
+        return offered(self._interface(node, kind.interface_type), kind, doing)
+
+    def optional_interface_of(self, node: Node, kind: type[AnyInterface]) -> AnyInterface | None:
+        """The node's implementation of ``kind``'s family, typed, or ``None`` when the
+        node's choice is not one (a no-op implementation)."""
+        iface = self._interface(node, kind.interface_type)
+        return iface if isinstance(iface, kind) else None
+
+    def family(self, node: Node, family: str) -> Interface:
+        """The node's implementation of ``family``, untyped: for what treats every family
+        alike (validation, step listing); a caller that uses one family's calls asks
+        ``interface_of`` instead."""
+        return self._interface(node, family)
 
     def interfaces(self, node: Node) -> dict[str, Interface]:
-        return {family: self.interface(node, family) for family in INTERFACES}
+        return {family: self._interface(node, family) for family in INTERFACES}

@@ -36,6 +36,7 @@ from metalforge.drivers.base import (
     DriverError,
     DriverTask,
     ManagementInterface,
+    NotOffered,
     ReadOnlyTask,
     Unsupported,
 )
@@ -52,10 +53,12 @@ class BootDevice:
 
 
 def interface_of(svc: Services, node: Node) -> ManagementInterface:
-    iface = svc.drivers.interface(node, "management")
-    if not isinstance(iface, ManagementInterface):
-        raise bad_request(f"Node {node.uuid} has no management interface ({iface.name})")
-    return iface
+    try:
+        return svc.drivers.interface_of(node, ManagementInterface, "manage the node")
+    except NotOffered as exc:
+        raise bad_request(
+            f"Node {node.uuid} has no management interface ({exc.implementation})"
+        ) from None
 
 
 def load_node(svc: Services, ident: str, version: Version) -> Node:

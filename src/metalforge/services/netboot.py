@@ -61,10 +61,10 @@ def _booting(svc: Services, mac: str) -> Node | None:
         if node is None or node.provision_state not in catalog.LOOKUP_STATES:
             return None
         try:
-            boot = svc.drivers.interface(node, "boot")
+            boot = svc.drivers.optional_interface_of(node, IpxeBoot)
         except UnknownDriver:  # its hardware type is not enabled on this host
             return None
-        if not isinstance(boot, IpxeBoot):
+        if boot is None:
             return None
         try:
             agent_sessions.check_booted(session, node.id)

@@ -33,6 +33,7 @@ from metalforge.drivers.base import (
     ConsoleInterface,
     DriverError,
     ManagementInterface,
+    NotOffered,
     ReadOnlyTask,
     Unsupported,
 )
@@ -48,10 +49,10 @@ _TRANSITIONING = states.BUSY_STATES - states.HOLD_STATES
 
 
 def _console(svc: Services, node: Node) -> ConsoleInterface:
-    iface = svc.drivers.interface(node, "console")
-    if not isinstance(iface, ConsoleInterface):
-        raise bad_request(str(Unsupported(node.driver, "console")))
-    return iface
+    try:
+        return svc.drivers.interface_of(node, ConsoleInterface, "run a console")
+    except NotOffered:
+        raise bad_request(str(Unsupported(node.driver, "console"))) from None
 
 
 def _validated(node: Node, validate: Any) -> None:
@@ -112,9 +113,10 @@ def _request_firmware_change(
                 "result in erroneous modification. Try again later."
             )
         fencing.check_unlocked(session, node)
-        iface = svc.drivers.interface(node, "management")
-        if not isinstance(iface, ManagementInterface):
-            raise bad_request(str(Unsupported(node.driver, "management")))
+        try:
+            iface = svc.drivers.interface_of(node, ManagementInterface, "manage the node")
+        except NotOffered:
+            raise bad_request(str(Unsupported(node.driver, "management"))) from None
         _validated(node, iface.validate)
         fencing.update_node(session, node, {"last_error": None}, race=fencing.REQUEST_RACED)
         svc.queue_for(session, node, work, payload)

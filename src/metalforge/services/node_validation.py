@@ -48,10 +48,10 @@ def validate_node(svc: Services, ident: str, version: Version) -> Validation:
     outcomes: dict[str, Outcome] = {}
     with svc.db.read() as session:
         node = lookup.find_node(session, ident, version)
-        task = ReadOnlyTask(node, interfaces=lambda family: svc.drivers.interface(node, family))
+        task = ReadOnlyTask(node, interfaces=lambda family: svc.drivers.family(node, family))
         for family in VALIDATED:
             try:
-                iface = svc.drivers.interface(node, family)
+                iface = svc.drivers.family(node, family)
             except UnknownDriver as exc:
                 outcomes[family] = Outcome(False, str(exc))
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from metalforge.db.models import Node
-from metalforge.drivers.base import DriverError, RaidInterface, ReadOnlyTask
+from metalforge.drivers.base import DriverError, NotOffered, RaidInterface, ReadOnlyTask
 from metalforge.errors import bad_request, not_acceptable, not_found
 from metalforge.services import fencing, lookup
 from metalforge.services.context import Services
@@ -39,12 +39,13 @@ def set_target(
 
 
 def _check(svc: Services, node: Node, config: dict[str, Any]) -> None:
-    raid = svc.drivers.interface(node, "raid")
-    if not isinstance(raid, RaidInterface):
+    try:
+        raid = svc.drivers.interface_of(node, RaidInterface, "configure RAID")
+    except NotOffered as exc:
         # 404, as Ironic: RAID is an optional interface the driver lacks.
         raise not_found(
-            f"Node {node.uuid} cannot configure RAID: its raid interface is {raid.name}"
-        )
+            f"Node {node.uuid} cannot configure RAID: its raid interface is {exc.implementation}"
+        ) from None
     try:
         raid.validate_raid_config(ReadOnlyTask(node), config)
     except DriverError as exc:
@@ -63,7 +64,7 @@ def logical_disk_properties(svc: Services, driver: str, version: Version) -> dic
         )
     if driver not in svc.drivers.types:
         raise not_found(f"Could not find the following driver(s) or hardware type(s): {driver}.")
-    raid = svc.drivers.default_interface(driver, "raid")
-    if not isinstance(raid, RaidInterface):
+    raid = svc.drivers.default_interface_of(driver, RaidInterface)
+    if raid is None:
         raise not_found(f"Driver {driver} does not support raid (disabled or not implemented).")
     return raid.logical_disk_properties()

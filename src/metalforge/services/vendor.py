@@ -45,7 +45,6 @@ from metalforge.db.models import Node
 from metalforge.drivers.base import (
     DriverError,
     DriverTask,
-    Interface,
     ReadOnlyTask,
     VendorInterface,
     VendorNotFound,
@@ -72,21 +71,28 @@ class PassthruAnswer:
     attach: bool
 
 
+def _vendor(svc: Services, node: Node) -> VendorInterface | None:
+    """The node's vendor interface; ``None`` for ``no-vendor`` (no methods)."""
+    return svc.drivers.optional_interface_of(node, VendorInterface)
+
+
 def driver_not_found(name: str) -> RequestError:
     return not_found(f"Could not find the following driver(s) or hardware type(s): {name}.")
 
 
-def _methods(vendor: Interface, scope: str) -> dict[str, PassthruDecl]:
-    if not isinstance(vendor, VendorInterface):
+def _methods(vendor: VendorInterface | None, scope: str) -> dict[str, PassthruDecl]:
+    if vendor is None:
         return {}  # no-vendor: nothing to offer, as Ironic's NoVendor
     return vendor.node_methods() if scope == "node" else vendor.driver_methods()
 
 
-def _listing(vendor: Interface, scope: str) -> dict[str, dict[str, Any]]:
+def _listing(vendor: VendorInterface | None, scope: str) -> dict[str, dict[str, Any]]:
     return {name: decl.metadata() for name, decl in _methods(vendor, scope).items()}
 
 
-def _chosen(vendor: Interface, scope: str, method: str, http_method: str) -> PassthruDecl:
+def _chosen(
+    vendor: VendorInterface | None, scope: str, method: str, http_method: str
+) -> PassthruDecl:
     decl = _methods(vendor, scope).get(method)
     if decl is None:
         raise bad_request(f"No handler for method {method}")
@@ -123,7 +129,7 @@ def node_methods(svc: Services, ident: str, version: Version) -> dict[str, dict[
     """``GET /v1/nodes/{node}/vendor_passthru/methods``."""
     with svc.db.read() as session:
         node = lookup.load_node(session, ident, version)
-    return _listing(svc.drivers.interface(node, "vendor"), "node")
+    return _listing(_vendor(svc, node), "node")
 
 
 def call_node(
@@ -138,25 +144,25 @@ def call_node(
     """Call the node's vendor method ``method`` (see the module's docstring)."""
     with svc.db.read() as session:
         node = lookup.load_node(session, ident, version)
-    decl = _chosen(svc.drivers.interface(node, "vendor"), "node", method, http_method)
+    decl = _chosen(_vendor(svc, node), "node", method, http_method)
     if decl.asynchronous:
         _queue(svc, ident, version, decl, http_method, args, actor)
         return PassthruAnswer(True, None, decl.attach)
     if not decl.exclusive_lock:
-        vendor = svc.drivers.interface(node, "vendor")
+        vendor = _vendor(svc, node)
         value = _run(vendor, ReadOnlyTask(node), decl, http_method, args)
         return PassthruAnswer(False, value, decl.attach)
     return PassthruAnswer(False, _run_held(svc, node, ident, decl, http_method, args), decl.attach)
 
 
 def _validate(
-    vendor: Interface,
+    vendor: VendorInterface | None,
     task: DriverTask,
     decl: PassthruDecl,
     http_method: str,
     args: Mapping[str, Any],
 ) -> VendorInterface:
-    assert isinstance(vendor, VendorInterface)  # _chosen found the method on it
+    assert vendor is not None  # _chosen found the method on it
     try:
         vendor.validate_call(task, decl.name, http_method, args)
     except DriverError as exc:
@@ -165,7 +171,7 @@ def _validate(
 
 
 def _run(
-    vendor: Interface,
+    vendor: VendorInterface | None,
     task: DriverTask,
     decl: PassthruDecl,
     http_method: str,
@@ -189,7 +195,7 @@ def _queue(
 ) -> None:
     with svc.db.write() as session:
         node = lookup.load_node(session, ident, version)
-        vendor = svc.drivers.interface(node, "vendor")
+        vendor = _vendor(svc, node)
         decl = _chosen(vendor, "node", decl.name, http_method)  # as of this transaction
         if decl.exclusive_lock:
             fencing.check_unlocked(session, node)
@@ -226,7 +232,7 @@ def _run_held(
     ctx = ConductorContext(hostname=holder, db=svc.db, drivers=svc.drivers, settings=conductor)
     try:
         with acquire(ctx, node.id, f"vendor method {decl.name}") as task:
-            vendor = svc.drivers.interface(task.node, "vendor")
+            vendor = _vendor(svc, task.node)
             held = _chosen(vendor, "node", decl.name, http_method)
             value = _run(vendor, task, held, http_method, args)
             task.record(
@@ -245,10 +251,10 @@ def _run_held(
 # -- driver methods ------------------------------------------------------------
 
 
-def _driver_vendor(svc: Services, driver: str) -> Interface:
+def _driver_vendor(svc: Services, driver: str) -> VendorInterface | None:
     if driver not in svc.drivers.types:
         raise driver_not_found(driver)
-    return svc.drivers.default_interface(driver, "vendor")
+    return svc.drivers.default_interface_of(driver, VendorInterface)
 
 
 def driver_methods(svc: Services, driver: str) -> dict[str, dict[str, Any]]:
@@ -262,7 +268,7 @@ def call_driver(
     """Call the driver method ``method`` of the hardware type's default vendor interface."""
     vendor = _driver_vendor(svc, driver)
     decl = _chosen(vendor, "driver", method, http_method)
-    assert isinstance(vendor, VendorInterface)  # _chosen found the method on it
+    assert vendor is not None  # _chosen found the method on it
     try:
         vendor.validate_driver_call(decl.name, http_method, args)
     except DriverError as exc:

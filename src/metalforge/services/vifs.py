@@ -63,10 +63,10 @@ class VifRequest:
 def _records_vifs(svc: Services, node: Node) -> bool:
     """Whether the node's network interface records VIFs (``flat``; ``noop`` does not)."""
     try:
-        network = svc.drivers.interface(node, "network")
+        network = svc.drivers.optional_interface_of(node, NetworkInterface)
     except UnknownDriver as exc:
         raise bad_request(str(exc)) from None
-    return isinstance(network, NetworkInterface) and network.records_vifs
+    return network is not None and network.records_vifs
 
 
 def list_vifs(svc: Services, node_ident: str, version: Version) -> list[str]:

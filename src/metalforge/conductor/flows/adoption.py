@@ -13,7 +13,7 @@ def adopt(task: NodeTask) -> None:
     """adopting: the interfaces a deployed node needs must accept its settings."""
     try:
         for family in ("power", "deploy", "management"):
-            task.ctx.drivers.interface(task.node, family).validate(task)
+            task.ctx.drivers.family(task.node, family).validate(task)
     except DriverError as exc:
         fail(task, f"Adoption failed: {exc}", str(exc))
         return

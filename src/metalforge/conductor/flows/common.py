@@ -31,13 +31,14 @@ def read_from_bmc(task: NodeTask, family: Literal["bios", "firmware"]) -> None:
     (verification, the end of an inspection), so the API shows them current. A BMC that
     cannot report them fails nothing (the node's history says so); no-bios and
     no-firmware read nothing."""
-    iface = task.ctx.drivers.interface(task.node, family)
+    drivers = task.ctx.drivers
     what = "BIOS settings" if family == "bios" else "firmware versions"
     try:
-        if isinstance(iface, BiosInterface):
-            iface.cache_bios_settings(task)
-        elif isinstance(iface, FirmwareInterface):
-            iface.cache_firmware_components(task)
+        if family == "bios" and (bios := drivers.optional_interface_of(task.node, BiosInterface)):
+            bios.cache_bios_settings(task)
+        firmware = drivers.optional_interface_of(task.node, FirmwareInterface)
+        if family == "firmware" and firmware is not None:
+            firmware.cache_firmware_components(task)
     except DriverError as exc:
         task.record(family, f"{what} could not be read: {exc}", history.WARNING)
 

@@ -9,7 +9,7 @@ from metalforge.conductor.flows import request_fields as fields
 from metalforge.conductor.flows.common import fail
 from metalforge.conductor.flows.spec import Admission, FlowSpec, FlowState, Intent, Verb
 from metalforge.conductor.task import NodeTask
-from metalforge.drivers.base import DriverError, RescueInterface
+from metalforge.drivers.base import DriverError, NotOffered, RescueInterface
 from metalforge.errors import bad_request
 
 
@@ -96,12 +96,14 @@ def unrescue(task: NodeTask) -> None:
 def _supported(admission: Admission) -> None:
     """Rescue needs a rescue interface that can do it: ``no-rescue`` is refused here."""
     node = admission.node
-    iface = admission.drivers.interface(node, "rescue")
-    if not isinstance(iface, RescueInterface):
+    try:
+        iface = admission.drivers.interface_of(node, RescueInterface, "rescue")
+    except NotOffered as exc:
         raise bad_request(
-            f"Node {node.uuid} cannot be rescued: its rescue interface is {iface.name!r}. "
-            "Set rescue_interface to one that supports rescue ('agent'; fake-hardware: 'fake')."
-        )
+            f"Node {node.uuid} cannot be rescued: its rescue interface is "
+            f"{exc.implementation!r}. Set rescue_interface to one that supports rescue "
+            "('agent'; fake-hardware: 'fake')."
+        ) from None
     password = admission.request.rescue_password
     if password is not None:
         try:
