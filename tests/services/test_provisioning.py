@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from metalforge import states
 from metalforge.conductor.flows import catalog, request_fields
+from metalforge.conductor.flows.request_fields import CLEAN_STEPS, SERVICE_STEPS
 from metalforge.conductor.flows.spec import FlowRequest
 from metalforge.db import flow_progress, queue
 from metalforge.db.flow_progress import FlowProgress
@@ -195,7 +196,7 @@ def test_manual_clean_records_the_requested_steps(svc: Services) -> None:
         states.CLEAN,
         target="clean",
         given=frozenset({"clean_steps", "disable_ramdisk"}),
-        clean_steps=(CLEAN_STEP,),
+        steps={CLEAN_STEPS: (CLEAN_STEP,)},
         disable_ramdisk=True,
     )
     _start(svc, node, request)
@@ -216,7 +217,7 @@ def test_manual_clean_with_a_step_the_node_lacks_changes_nothing(svc: Services) 
     request = FlowRequest(
         states.CLEAN,
         given=frozenset({"clean_steps"}),
-        clean_steps=({"interface": "deploy", "step": "no_such_step"},),
+        steps={CLEAN_STEPS: ({"interface": "deploy", "step": "no_such_step"},)},
     )
     with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
@@ -303,7 +304,9 @@ def test_clean_without_clean_steps_is_refused(svc: Services) -> None:
 def test_a_field_the_verb_does_not_take_is_refused(svc: Services, verb: str, field: str) -> None:
     node = _add_node(svc)
     before = _snapshot(svc, node.id)
-    request = FlowRequest(verb, target=verb, given=frozenset({field}), clean_steps=(CLEAN_STEP,))
+    request = FlowRequest(
+        verb, target=verb, given=frozenset({field}), steps={CLEAN_STEPS: (CLEAN_STEP,)}
+    )
     with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
     assert refused(400, raised) == _FIELD_NAMED[field].misplaced
@@ -319,7 +322,7 @@ def test_check_fields_accepts_the_fields_the_verb_takes() -> None:
         FlowRequest(
             states.SERVICE,
             given=frozenset({"service_steps", "disable_ramdisk"}),
-            service_steps=({"interface": "deploy", "step": "x"},),
+            steps={SERVICE_STEPS: ({"interface": "deploy", "step": "x"},)},
         )
     )
     with pytest.raises(RequestError) as raised:
@@ -378,7 +381,7 @@ def test_a_verb_the_state_table_does_not_allow_changes_nothing(
 ) -> None:
     node = _add_node(svc, state)
     before = _snapshot(svc, node.id)
-    request = FlowRequest(verb, target=verb, given=frozenset(), clean_steps=(CLEAN_STEP,))
+    request = FlowRequest(verb, target=verb, given=frozenset(), steps={CLEAN_STEPS: (CLEAN_STEP,)})
     with pytest.raises(RequestError) as raised:
         _start(svc, node, request)
     assert refused(400, raised) == (
@@ -481,7 +484,10 @@ def test_manual_clean_of_a_node_with_an_interface_its_driver_lacks_is_400(
     node = _add_node(svc, raid_interface="hw-raid-9000")
     before = _snapshot(svc, node.id)
     request = FlowRequest(
-        states.CLEAN, target="clean", given=frozenset({"clean_steps"}), clean_steps=(CLEAN_STEP,)
+        states.CLEAN,
+        target="clean",
+        given=frozenset({"clean_steps"}),
+        steps={CLEAN_STEPS: (CLEAN_STEP,)},
     )
     with pytest.raises(RequestError) as raised:
         _start(svc, node, request)

@@ -117,10 +117,13 @@ def test_timeouts_name_real_settings_and_step_flows_have_one() -> None:
 
 def test_every_optional_request_field_is_declared_once_with_its_messages() -> None:
     """A ``FlowRequest`` field without a declaration would be accepted by every verb."""
-    always = {"verb", "target", "given", "manage_boot"}
+    always = {"verb", "target", "given", "manage_boot", "steps"}
     request = {f.name for f in dataclasses.fields(FlowRequest)} - always
-    declared = [field.name for field in request_fields.ALL]
+    declared = [field.name for field in request_fields.ALL if not field.holds_steps]
     assert sorted(declared) == sorted(request)
+    # Every step kind's request field holds steps (``FlowRequest.steps``, keyed by it).
+    holding = {field.name for field in request_fields.ALL if field.holds_steps}
+    assert holding == {f"{kind}_steps" for kind in get_args(StepKind)}
     for field in request_fields.ALL:
         assert field.misplaced, field.name
         assert field.since is not None or not field.since_checked_for_every_verb, field.name

@@ -10,7 +10,6 @@ cannot be lost.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -18,7 +17,10 @@ from metalforge import states
 from metalforge.conductor import node_work, transitions
 from metalforge.conductor.flows import catalog
 from metalforge.conductor.flows.request_fields import ALL
+from metalforge.conductor.flows.request_fields import CLEAN_STEPS as CLEAN_STEPS
 from metalforge.conductor.flows.request_fields import CONFIGDRIVE as CONFIGDRIVE
+from metalforge.conductor.flows.request_fields import DEPLOY_STEPS as DEPLOY_STEPS
+from metalforge.conductor.flows.request_fields import SERVICE_STEPS as SERVICE_STEPS
 from metalforge.conductor.flows.spec import Admission, Intent
 from metalforge.conductor.flows.spec import FlowRequest as FlowRequest
 from metalforge.conductor.flows.spec import Verb as Verb
@@ -53,7 +55,7 @@ def check_fields(request: FlowRequest, verb: Verb) -> None:
         if field.name in request.given and field not in verb.fields:
             raise bad_request(field.misplaced)
     required = verb.requires
-    if required is not None and not getattr(request, required.name) and request.runbook is None:
+    if required is not None and not request.provided(required) and request.runbook is None:
         raise bad_request(required.missing or f'"{required.name}" is required')
 
 
@@ -125,14 +127,14 @@ def _with_runbook(
     steps_field = verb.requires
     if caller is None or steps_field is None:
         raise ValueError(f"a runbook needs a caller and a verb that takes steps, not {verb.name}")
-    if getattr(request, steps_field.name):
+    if request.provided(steps_field):
         raise bad_request(f'Please provide either "{steps_field.name}" or a runbook, but not both.')
     expansion = runbooks.expand(session, request.runbook or "", node, version, caller)
     given = request.given | {steps_field.name}
     # The verb's own steps field takes the runbook's steps, whichever verb it is.
-    changes: dict[str, Any] = {steps_field.name: expansion.steps}
+    steps = {**request.steps, steps_field: tuple(expansion.steps)}
     return dataclasses.replace(
-        request, given=given, disable_ramdisk=expansion.disable_ramdisk, **changes
+        request, given=given, steps=steps, disable_ramdisk=expansion.disable_ramdisk
     )
 
 

@@ -320,16 +320,16 @@ def flow_request(
 ) -> provisioning.FlowRequest:
     """The provision request a rollout makes for one node at one of its flows (only
     ``clean`` and ``service`` take the steps)."""
-    if verb not in (states.CLEAN, states.SERVICE):
+    steps_field = provisioning.verb_of(verb).requires
+    if steps_field is None or not steps_field.holds_steps:
         return provisioning.FlowRequest(verb=verb, target=verb)
-    field = "clean_steps" if verb == states.CLEAN else "service_steps"
-    given = frozenset({field, "disable_ramdisk"} if disable_ramdisk else {field})
-    if verb == states.CLEAN:
-        return provisioning.FlowRequest(
-            verb, verb, given, clean_steps=tuple(steps), disable_ramdisk=disable_ramdisk
-        )
+    named = {steps_field.name, "disable_ramdisk"} if disable_ramdisk else {steps_field.name}
     return provisioning.FlowRequest(
-        verb, verb, given, service_steps=tuple(steps), disable_ramdisk=disable_ramdisk
+        verb,
+        verb,
+        frozenset(named),
+        steps={steps_field: tuple(steps)},
+        disable_ramdisk=disable_ramdisk,
     )
 
 

@@ -147,11 +147,18 @@ def _flow_request(body: ProvisionRequest, version: Version) -> provisioning.Flow
         verb=verb.name,
         target=body.target,
         given=frozenset(given),
-        clean_steps=tuple(s.model_dump(exclude_none=True) for s in body.clean_steps or []),
-        deploy_steps=tuple(
-            {**s.model_dump(), "priority": _priority(s.priority)} for s in body.deploy_steps or []
-        ),
-        service_steps=tuple(s.model_dump(exclude_none=True) for s in body.service_steps or []),
+        steps={
+            provisioning.CLEAN_STEPS: tuple(
+                s.model_dump(exclude_none=True) for s in body.clean_steps or []
+            ),
+            provisioning.DEPLOY_STEPS: tuple(
+                {**s.model_dump(), "priority": _priority(s.priority)}
+                for s in body.deploy_steps or []
+            ),
+            provisioning.SERVICE_STEPS: tuple(
+                s.model_dump(exclude_none=True) for s in body.service_steps or []
+            ),
+        },
         disable_ramdisk=bool(body.disable_ramdisk),
         configdrive=body.configdrive,
         rescue_password=body.rescue_password,

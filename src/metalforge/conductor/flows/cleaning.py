@@ -133,7 +133,9 @@ def _manual_intent(admission: Admission) -> Intent:
     request = admission.request
     return Intent(
         progress=FlowProgress.starting(
-            stepflow.CLEAN.name, request.clean_steps, without_ramdisk=request.disable_ramdisk
+            stepflow.CLEAN.name,
+            request.steps_for(fields.CLEAN_STEPS),
+            without_ramdisk=request.disable_ramdisk,
         )
     )
 
@@ -149,7 +151,7 @@ def _check_requested_steps(admission: Admission) -> None:
             admission.node,
             stepflow.CLEAN.name,
             admission.settings.clean_step_priority_override,
-            request.clean_steps,
+            request.steps_for(fields.CLEAN_STEPS),
         )
     except (step_plans.StepRequestError, UnknownDriver) as exc:
         raise bad_request(f"Manual cleaning refused: {exc}") from None

@@ -67,7 +67,7 @@ def _check_plan(admission: Admission) -> None:
     """
     node = admission.node
     overrides = admission.settings.deploy_step_priority_override
-    requested = list(admission.request.deploy_steps)
+    requested = list(admission.request.steps_for(fields.DEPLOY_STEPS))
     try:
         deploy_plan.plan_for_node(admission.session, admission.drivers, node, overrides, requested)
     except (step_plans.StepRequestError, UnknownDriver) as exc:
@@ -81,7 +81,9 @@ def _intent(admission: Admission) -> Intent:
         instance_info["configdrive"] = request.configdrive
     return Intent(
         changes={"instance_info": instance_info},
-        progress=FlowProgress.starting(stepflow.DEPLOY.name, request.deploy_steps),
+        progress=FlowProgress.starting(
+            stepflow.DEPLOY.name, request.steps_for(fields.DEPLOY_STEPS)
+        ),
     )
 
 

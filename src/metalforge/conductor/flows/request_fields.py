@@ -33,6 +33,9 @@ class RequestField:
     the version before the verb for this field); otherwise only the verbs taking it do."""
     rule: str | None = None
     """A policy rule a non-empty value needs besides the request's own."""
+    holds_steps: bool = False
+    """A list of steps for the verb's plan: ``FlowRequest.steps`` holds it, keyed by this
+    declaration, so a new kind of step needs no field of its own there."""
 
 
 CLEAN_STEPS = RequestField(
@@ -40,6 +43,7 @@ CLEAN_STEPS = RequestField(
     misplaced=f'"clean_steps" is only valid when setting target provision state to {states.CLEAN}',
     missing=f'"clean_steps" is required when setting target provision state to {states.CLEAN}',
     rule="baremetal:node:set_provision_state:clean_steps",
+    holds_steps=True,
 )
 DEPLOY_STEPS = RequestField(
     "deploy_steps",
@@ -47,12 +51,14 @@ DEPLOY_STEPS = RequestField(
     f"state to {states.DEPLOY} or {states.REBUILD}",
     since=(1, 69),
     since_checked_for_every_verb=True,
+    holds_steps=True,
 )
 SERVICE_STEPS = RequestField(
     "service_steps",
     misplaced='"service_steps" is only valid with the service target',
     missing=f'"service_steps" is required when setting target provision state to {states.SERVICE}',
     rule="baremetal:node:set_provision_state:service_steps",
+    holds_steps=True,
 )
 DISABLE_RAMDISK = RequestField(
     "disable_ramdisk",

@@ -110,7 +110,7 @@ def _check_requested_steps(admission: Admission) -> None:
             admission.node,
             stepflow.SERVICE.name,
             {},
-            request.service_steps,
+            request.steps_for(fields.SERVICE_STEPS),
             without_ramdisk=request.disable_ramdisk,
         )
     except (step_plans.StepRequestError, UnknownDriver, DriverError) as exc:
@@ -121,7 +121,9 @@ def _intent(admission: Admission) -> Intent:
     request = admission.request
     return Intent(
         progress=FlowProgress.starting(
-            stepflow.SERVICE.name, request.service_steps, without_ramdisk=request.disable_ramdisk
+            stepflow.SERVICE.name,
+            request.steps_for(fields.SERVICE_STEPS),
+            without_ramdisk=request.disable_ramdisk,
         )
     )
 

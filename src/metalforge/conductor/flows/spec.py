@@ -46,9 +46,8 @@ class FlowRequest:
     target: str = ""
     """The verb as the client spelled it (``deploy`` for ``active``), for messages."""
     given: frozenset[str] = frozenset()
-    clean_steps: tuple[dict[str, Any], ...] = ()
-    deploy_steps: tuple[dict[str, Any], ...] = ()
-    service_steps: tuple[dict[str, Any], ...] = ()
+    steps: Mapping[RequestField, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    """The steps given, by their field (``CLEAN_STEPS``...: the fields that hold steps)."""
     disable_ramdisk: bool = False
     configdrive: str | dict[str, Any] | None = None
     rescue_password: str | None = None
@@ -56,6 +55,16 @@ class FlowRequest:
     """The UUID or name of a runbook whose steps stand for the verb's required steps."""
     manage_boot: bool = True
     """Inspection only: metalforge boots the node (false: someone else boots its ramdisk)."""
+
+    def steps_for(self, steps_field: RequestField) -> tuple[dict[str, Any], ...]:
+        """The steps given in ``steps_field`` (none when it was not given)."""
+        return tuple(self.steps.get(steps_field, ()))
+
+    def provided(self, request_field: RequestField) -> bool:
+        """Whether the request carries a non-empty value for ``request_field``."""
+        if request_field.holds_steps:
+            return bool(self.steps_for(request_field))
+        return bool(getattr(self, request_field.name))
 
 
 @dataclass(frozen=True)
