@@ -15,6 +15,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from metalforge.db.models import INTERFACES
+from metalforge.drivers import catalog
+from metalforge.drivers.base import Interface, NoOp
+
 SRC = Path(__file__).resolve().parents[2] / "src" / "metalforge"
 
 
@@ -42,3 +46,23 @@ def test_no_family_is_reached_by_a_literal_name() -> None:
 def test_the_check_sees_a_literal_family() -> None:
     tree = ast.parse('iface = task.ctx.drivers.family(node, "power")')
     assert _named_by_literal(tree) == [1]
+
+
+def test_every_family_a_node_names_has_its_typed_base() -> None:
+    """``interface_of`` reaches a family by its base class: each family in the node's
+    table (``INTERFACES``) has exactly one class that declares it, below ``Interface``
+    (the no-op implementations aside), except storage, which has no calls to type."""
+    assert catalog.HARDWARE_TYPES  # every shipped implementation is imported
+    declaring: dict[str, list[str]] = {}
+    for cls in _subclasses(Interface):
+        if "interface_type" in vars(cls) and not issubclass(cls, NoOp):
+            declaring.setdefault(cls.interface_type, []).append(cls.__name__)
+    assert sorted(declaring) == sorted(set(INTERFACES) - {"storage"})
+    assert all(len(names) == 1 for names in declaring.values()), declaring
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = set(cls.__subclasses__())
+    for sub in list(found):
+        found |= _subclasses(sub)
+    return found

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metalforge.db.models import Node
+from metalforge.db.models import INTERFACES, Node
 from metalforge.errors import RequestError, bad_request
 from metalforge.redaction import is_secret_key
 from metalforge.services.bodies import NodeCreate, max_lengths
@@ -35,42 +35,30 @@ from metalforge.services.values import parse_bool
 
 _PATCHABLE = (
     "automated_clean",
-    "bios_interface",
-    "boot_interface",
     "chassis_uuid",
     "conductor_group",
-    "console_interface",
-    "deploy_interface",
     "description",
     "disable_power_off",
     "driver",
     "driver_info",
     "extra",
-    "firmware_interface",
-    "inspect_interface",
     "instance_info",
     "instance_name",
     "instance_uuid",
     "lessee",
     "maintenance",
-    "management_interface",
     "name",
     "network_data",
-    "network_interface",
     "owner",
     "parent_node",
-    "power_interface",
     "properties",
     "protected",
     "protected_reason",
-    "raid_interface",
-    "rescue_interface",
     "resource_class",
     "retired",
     "retired_reason",
     "shard",
-    "storage_interface",
-    "vendor_interface",
+    *(f"{family}_interface" for family in INTERFACES),
 )
 """The node fields a PATCH may change, each from the version ``NODE_FIELDS`` gives it."""
 
