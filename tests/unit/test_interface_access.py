@@ -61,8 +61,8 @@ def test_every_family_a_node_names_has_its_typed_base() -> None:
     assert all(len(names) == 1 for names in declaring.values()), declaring
 
 
-def _subclasses(cls: type) -> set[type]:
-    found = set(cls.__subclasses__())
+def _subclasses(cls: type[Interface]) -> set[type[Interface]]:
+    found: set[type[Interface]] = set(cls.__subclasses__())
     for sub in list(found):
         found |= _subclasses(sub)
     return found
