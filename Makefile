@@ -99,8 +99,8 @@ bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 src tests tools > /dev/null
 
 # One pass: every test, with coverage measured in the same run (pytest-cov; the lines of
-# src/metalforge the test processes run), failing below the floor in pyproject.toml
-# ([tool.coverage.report]).
+# src/metalforge the tests not marked slow run: slow ones run untraced), failing below the
+# floor in pyproject.toml ([tool.coverage.report]).
 test: $(STAMP) $(IPA_STAMP) $(KEYSTONE_STAMP) system-packages test-ramdisk lint bytecode
 	$(BIN)/pytest -p no:cacheprovider $(XDIST) --cov --cov-report=term $(PYTEST_ARGS)
 

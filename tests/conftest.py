@@ -121,12 +121,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Parallel workers take whole modules in collection order: a module of
     long multi-process tests taken last would leave the other workers idle
     while it runs on. Taken first, the many short modules fill in around it.
+
+    Slow tests run without coverage's tracer (``no_cover``): their work is mostly
+    in service processes and virtual machines it does not follow, and tracing
+    their in-process part would cost the suite more CPU than it tells.
     """
     slow_modules: set[Path] = set()
     longest_modules: set[Path] = set()
     for item in items:
         marker = item.get_closest_marker("slow")
         if marker is not None:
+            item.add_marker(pytest.mark.no_cover)
             slow_modules.add(item.path)
             if marker.kwargs.get("longest"):
                 longest_modules.add(item.path)
