@@ -160,7 +160,11 @@ function loginError(message) {
 }
 
 function start() {
-  whenCredentialsRefused(signOut);
+  // The first refusal signs out; a request still in flight then (refused for want of
+  // credentials once they are cleared) must not replace its message.
+  whenCredentialsRefused((message) => {
+    if (app.creds) signOut(message);
+  });
   document.querySelectorAll('input[name="auth-kind"]').forEach((radio) => {
     radio.addEventListener("change", showKindFields);
   });
