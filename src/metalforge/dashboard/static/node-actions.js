@@ -221,6 +221,8 @@ function dayTwoActions(node, allowed) {
       }),
       request: (target, answer) =>
         api(vmediaPath(target), { method: "POST", json: answer.values }),
+      // Queued for the node's conductor (204 once queued): done once a drive holds it.
+      settled: (media) => Array.isArray(media) && media.some((d) => d.inserted),
     },
     {
       id: "action-vmedia-detach",
@@ -230,6 +232,7 @@ function dayTwoActions(node, allowed) {
         message: `The BMC of node ${name} ejects every image its virtual drives hold.`,
       }),
       request: (target) => api(vmediaPath(target), { method: "DELETE" }),
+      settled: (media) => Array.isArray(media) && !media.some((d) => d.inserted),
     },
   );
   return actions;

@@ -21,6 +21,12 @@ import { openStream } from "./stream.js";
 
 // Without the live stream an open node page re-reads a node that is in a flow.
 const FALLBACK_POLL_MS = 3000;
+// After an action queued for the conductor (virtual media), how often and how many
+// times the page reads the node's tables again until they show it.
+const SETTLE_MS = 1000;
+const SETTLE_READS = 30;
+
+const pause = (ms) => new Promise((resolve) => window.setTimeout(resolve, ms));
 
 const NODE_FIELDS = [
   ["name", "Name"],
@@ -210,6 +216,7 @@ export function renderNode(view, token, ident) {
     media.dataset.inserted = String(
       Array.isArray(mediaList) && mediaList.some((d) => d.inserted),
     );
+    return mediaList;
   };
 
   const reloadAll = async () => {
@@ -230,9 +237,11 @@ export function renderNode(view, token, ident) {
     const answer = await confirmAction(action.confirm(label));
     if (!answer || !current(token)) return;
     clearError();
+    let accepted = false;
     try {
       await action.request(node, answer);
       if (!current(token)) return;
+      accepted = true;
       showNotice(`Requested: ${action.label.toLowerCase()} ${label}`);
     } catch (err) {
       if (current(token)) reportError(`${action.label} was refused`, err);
@@ -240,7 +249,16 @@ export function renderNode(view, token, ident) {
     if (!current(token)) return;
     try {
       await reloadNode();
-      await Promise.all([reloadTables(), reloadDetails()]);
+      const [media] = await Promise.all([reloadTables(), reloadDetails()]);
+      // Work queued for the node's conductor (virtual media) changes no provision state,
+      // so no event says when it is done: read the tables again until it shows, a while.
+      let shown = media;
+      for (let read = 0; accepted && action.settled && read < SETTLE_READS; read += 1) {
+        if (action.settled(shown) || !current(token)) break;
+        await pause(SETTLE_MS);
+        if (!current(token)) break;
+        shown = await reloadTables();
+      }
     } catch (err) {
       if (current(token)) reportError("Could not read the node", err);
     }
